@@ -77,11 +77,17 @@ VARIABLE_ATTRS: dict[str, dict[str, str]] = {
     "q": {"standard_name": "specific_humidity", "long_name": "specific humidity", "units": "kg kg-1"},
     "u": {"standard_name": "eastward_wind", "long_name": "U component of wind", "units": "m s-1"},
     "v": {"standard_name": "northward_wind", "long_name": "V component of wind", "units": "m s-1"},
-    "w": {"standard_name": "lagrangian_tendency_of_air_pressure", "long_name": "vertical velocity",
-          "units": "Pa s-1"},
+    "w": {
+        "standard_name": "lagrangian_tendency_of_air_pressure",
+        "long_name": "vertical velocity",
+        "units": "Pa s-1",
+    },
     "t2m": {"standard_name": "air_temperature", "long_name": "2 metre temperature", "units": "K"},
-    "msl": {"standard_name": "air_pressure_at_mean_sea_level", "long_name": "mean sea level pressure",
-            "units": "Pa"},
+    "msl": {
+        "standard_name": "air_pressure_at_mean_sea_level",
+        "long_name": "mean sea level pressure",
+        "units": "Pa",
+    },
 }
 
 
