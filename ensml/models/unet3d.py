@@ -1,0 +1,92 @@
+"""The modified 3D U-Net of the ensemble research (Grönquist et al. 2021).
+
+The third convolution axis is pressure level; pooling and upsampling act on latitude and
+longitude only. Variables and lead times are stacked as channels by the caller. Unlike the
+research code, the globe is not cropped to a multiple of ``2**depth``: inputs are padded
+(periodically in longitude, by edge replication in latitude) and the output is cropped back.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ensml.models.layers import ConvBlock, LatLonPool, LatLonUpsample, SphereConv3d
+
+
+class UNet3d(nn.Module):
+    """3D U-Net on ``(batch, channel, level, latitude, longitude)`` tensors.
+
+    Parameters
+    ----------
+    in_channels, out_channels
+        Number of input and output channels.
+    width
+        Channels of the first level; doubled at each pooling level.
+    depth
+        Number of 2 × 2 lat/lon pooling steps (the research used 5 at 0.5°).
+    kernel_size
+        Odd convolution kernel size (3 in the research).
+    periodic_lon
+        Wrap longitude (global grids). Set False for limited-area domains.
+    norm_groups
+        GroupNorm groups after each convolution (0: none, as in the research).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        width: int = 16,
+        depth: int = 3,
+        kernel_size: int = 3,
+        periodic_lon: bool = True,
+        norm_groups: int = 0,
+    ) -> None:
+        super().__init__()
+        if depth < 0 or width < 1:
+            raise ValueError(f"need depth >= 0 and width >= 1, got depth={depth}, width={width}")
+        self.depth = depth
+        self.periodic_lon = periodic_lon
+        widths = [width * 2**i for i in range(depth + 1)]
+        block = dict(kernel_size=kernel_size, periodic_lon=periodic_lon, norm_groups=norm_groups)
+        self.encoders = nn.ModuleList()
+        cin = in_channels
+        for w in widths:
+            self.encoders.append(ConvBlock(cin, w, **block))
+            cin = w
+        self.pool = LatLonPool()
+        self.upsamplers = nn.ModuleList()
+        self.decoders = nn.ModuleList()
+        for w in reversed(widths[:-1]):
+            self.upsamplers.append(LatLonUpsample(2 * w, w))
+            self.decoders.append(ConvBlock(2 * w, w, **block))
+        self.head = SphereConv3d(widths[0], out_channels, kernel_size=1)
+
+    def pad_amounts(self, n_lat: int, n_lon: int) -> tuple[int, int]:
+        """Cells added (south, east) so that latitude/longitude divide by ``2**depth``."""
+        m = 2**self.depth
+        return (-n_lat) % m, (-n_lon) % m
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n_lat, n_lon = x.shape[-2:]
+        pad_lat, pad_lon = self.pad_amounts(n_lat, n_lon)
+        if pad_lon:
+            if self.periodic_lon:
+                reps = -(-pad_lon // n_lon)
+                x = torch.cat([x, *([x] * reps)], dim=-1)[..., : n_lon + pad_lon]
+            else:
+                x = F.pad(x, (0, pad_lon), mode="replicate")
+        if pad_lat:
+            x = torch.cat([x, x[..., -1:, :].expand(*x.shape[:-2], pad_lat, x.shape[-1])], dim=-2)
+        skips = []
+        for i, encoder in enumerate(self.encoders):
+            x = encoder(x)
+            if i < self.depth:
+                skips.append(x)
+                x = self.pool(x)
+        for upsample, decoder in zip(self.upsamplers, self.decoders):
+            x = upsample(x)
+            x = decoder(torch.cat([skips.pop(), x], dim=1))
+        return self.head(x)[..., :n_lat, :n_lon]
