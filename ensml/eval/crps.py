@@ -1,0 +1,166 @@
+"""Ensemble CRPS, standard and fair, with a numpy core and an xarray/dask API.
+
+NaN policy: a NaN member is dropped (the CRPS of the remaining members); a point with no
+valid member, or a NaN observation, scores NaN; the fair CRPS of a point with a single valid
+member is NaN (it has no member pairs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from ensml.errors import EnsmlError
+from ensml.eval import _kernels
+from ensml.eval.reduce import check_fcst_obs, reduce_score
+from ensml.names import MEMBER
+
+__all__ = ["crps_ensemble", "crps_ensemble_array"]
+
+
+def _float_dtype(*arrays: np.ndarray) -> np.dtype:
+    dt = np.result_type(*(a.dtype for a in arrays))
+    if dt == np.float32 or dt == np.float16:
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
+def crps_ensemble_array(
+    fcst: Any, obs: Any, axis: int = 0, fair: bool = False, *, parallel: bool = True
+) -> np.ndarray:
+    r"""Ensemble CRPS of numpy arrays, point by point.
+
+    Standard (empirical CDF) estimator, and the fair one (Ferro 2014, Q. J. R. Meteorol. Soc.
+    140, 1917) with ``fair=True``:
+
+    .. math::
+        \mathrm{CRPS} = \frac1M \sum_i |x_i - y| - \frac{1}{2M^2} \sum_{i,j} |x_i - x_j|,
+        \qquad
+        \mathrm{fCRPS} = \frac1M \sum_i |x_i - y| - \frac{1}{2M(M-1)} \sum_{i,j} |x_i - x_j|
+
+    computed in O(M log M) per point from the sorted members (Gneiting & Raftery 2007,
+    JASA 102, 359), centred on the observation and accumulated in float64, so float32
+    geopotential (~5.5e4) keeps ~1e-7 relative accuracy.
+
+    Parameters
+    ----------
+    fcst : array, shape (..., M, ...)
+        Ensemble with members along ``axis``.
+    obs : array
+        Observation, the shape of ``fcst`` without ``axis``.
+    axis : int
+        Member axis of ``fcst``.
+    fair : bool
+        Fair (unbiased for the ensemble's distribution) estimator instead of the standard.
+    parallel : bool
+        Use all numba threads (set ``False`` inside thread pools such as dask's).
+
+    Returns
+    -------
+    np.ndarray
+        CRPS in the units of ``obs``, the shape of ``obs``; float32 when both inputs are
+        float32 (or float16), else float64. NaN members are dropped (see module docstring).
+    """
+    f = np.asarray(fcst)
+    y = np.asarray(obs)
+    for name, a in (("forecast", f), ("observation", y)):
+        if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+            raise EnsmlError(f"crps_ensemble_array: {name} must be numeric, got dtype {a.dtype}")
+    if f.ndim == 0:
+        raise EnsmlError("crps_ensemble_array: forecast must have a member axis, got a scalar")
+    if not -f.ndim <= axis < f.ndim:
+        raise EnsmlError(f"crps_ensemble_array: member axis {axis} out of range for {f.ndim}-D forecast")
+    f = np.moveaxis(f, axis, 0)
+    m = f.shape[0]
+    if m == 0:
+        raise EnsmlError("crps_ensemble_array: forecast has no members (member axis is empty)")
+    if y.shape != f.shape[1:]:
+        raise EnsmlError(
+            f"crps_ensemble_array: observation shape {y.shape} does not match forecast shape "
+            f"{f.shape[1:]} without the member axis"
+        )
+    if fair and m < 2:
+        raise EnsmlError("crps_ensemble_array: the fair CRPS needs at least 2 members, got 1")
+    out_dtype = _float_dtype(f, y)
+    work = np.float32 if out_dtype == np.float32 else np.float64
+    f2 = f.reshape(m, -1)  # a view when the non-member axes are contiguous, else a copy
+    if f2.dtype != work:
+        f2 = f2.astype(work)
+    y1 = np.ascontiguousarray(y, dtype=work).reshape(-1)
+    if y1.size == 0:
+        return np.empty(y.shape, dtype=out_dtype)
+    res = _kernels.crps_2d(f2, y1, bool(fair), parallel=parallel)
+    return res.reshape(y.shape).astype(out_dtype, copy=False)
+
+
+def _crps_core(fcst: np.ndarray, obs: np.ndarray, fair: bool, parallel: bool) -> np.ndarray:
+    # apply_ufunc moves the member (core) dim last.
+    return crps_ensemble_array(fcst, obs, axis=-1, fair=fair, parallel=parallel)
+
+
+def crps_pointwise(
+    fcst: xr.DataArray, obs: xr.DataArray, *, member_dim: str = MEMBER, fair: bool = False
+) -> xr.DataArray:
+    """Unreduced ensemble CRPS of aligned DataArrays (lazy, chunk by chunk, under dask)."""
+    chunked = fcst.chunks is not None or obs.chunks is not None
+    if chunked and fcst.chunks is not None:
+        fcst = fcst.chunk({member_dim: -1})  # each chunk needs all members
+    out_dtype = _float_dtype(np.empty(0, fcst.dtype), np.empty(0, obs.dtype))
+    return xr.apply_ufunc(
+        _crps_core,
+        fcst,
+        obs,
+        input_core_dims=[[member_dim], []],
+        kwargs={"fair": fair, "parallel": not chunked},
+        dask="parallelized",
+        output_dtypes=[out_dtype],
+    )
+
+
+def crps_ensemble(
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    member_dim: str = MEMBER,
+    fair: bool = False,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> xr.DataArray:
+    """Ensemble CRPS of DataArrays (see :func:`crps_ensemble_array` for the estimators).
+
+    Parameters
+    ----------
+    fcst : xr.DataArray
+        Ensemble forecast with the dims of ``obs`` plus ``member_dim``; numpy- or dask-backed
+        (dask: scored chunk by chunk in bounded memory, the member dim in one chunk).
+    obs : xr.DataArray
+        Observation; coordinates are aligned with the forecast (inner join).
+    member_dim : str
+        Name of the member dimension.
+    fair : bool
+        Fair CRPS (Ferro 2014) instead of the standard estimator.
+    reduce_dims, preserve_dims
+        Dims to average over, or to keep (``"all"`` keeps every dim); neither: mean over all.
+    weights : xr.DataArray, optional
+        Weights over some of the dims, e.g. :func:`ensml.eval.weights.latitude_weights`.
+
+    Returns
+    -------
+    xr.DataArray
+        CRPS named ``crps`` in the units of ``obs``; NaN-skipping mean over the reduced dims.
+    """
+    fcst, obs = check_fcst_obs(fcst, obs, "crps_ensemble", member_dim)
+    if fair and fcst.sizes[member_dim] < 2:
+        raise EnsmlError(f"crps_ensemble: the fair CRPS needs at least 2 members along '{member_dim}'")
+    score = crps_pointwise(fcst, obs, member_dim=member_dim, fair=fair)
+    score = reduce_score(
+        score, reduce_dims=reduce_dims, preserve_dims=preserve_dims, weights=weights, func="crps_ensemble"
+    )
+    attrs = {"long_name": ("fair " if fair else "") + "ensemble CRPS"}
+    if "units" in obs.attrs:
+        attrs["units"] = obs.attrs["units"]
+    return score.rename("crps").assign_attrs(attrs)
