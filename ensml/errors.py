@@ -13,5 +13,11 @@ class EnsmlError(Exception):
     """A problem with the user's input, options or files (not a bug in ensml)."""
 
     def __init__(self, message: str) -> None:
+        message = str(message)
+        # torch's DataLoader re-raises a worker's exception with the worker traceback in the
+        # message: keep only the original one-line message.
+        marker = "EnsmlError: "
+        if message.startswith("Caught EnsmlError") and marker in message:
+            message = message.rsplit(marker, 1)[1]
         # Keep messages on one line so the CLI can print them as such.
-        super().__init__(" ".join(str(message).split()))
+        super().__init__(" ".join(message.split()))

@@ -1,0 +1,183 @@
+"""LightningDataModule: validate the files once, split by init date, serve sample batches."""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from ensml.data.io import (
+    check_lead_times,
+    check_levels,
+    check_members,
+    check_same_grid,
+    open_analysis,
+    open_forecast,
+)
+from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
+from ensml.data.splits import split_init_times
+from ensml.data.stats import compute_stats
+from ensml.errors import EnsmlError
+from ensml.names import INIT_TIME, LATITUDE, LONGITUDE, TIME
+
+
+class EnsembleDataModule(L.LightningDataModule):
+    """Ensemble forecasts (and analyses) split by init date into train / val / test.
+
+    Parameters
+    ----------
+    forecast
+        Forecast netCDF file(s) or glob pattern(s), dims (init_time, lead_time, member, level,
+        latitude, longitude) or any alias ensml knows (number, step, isobaricInhPa, lat, lon).
+    analysis
+        Verifying analysis file(s), dims (time, level, latitude, longitude). Required for
+        post-processing; optional for spread estimation.
+    variables, levels
+        Variables and pressure levels (hPa) to use.
+    input_lead_hours, target_lead_hours
+        Lead times (h) fed to the model, and the lead time whose spread/analysis is predicted
+        (must be among the input leads).
+    k
+        Size of the member subset given to the model (the research used 5 of 10).
+    member_sampling
+        ``first`` (members 0 … k-1) or ``random`` (a new subset per sample and epoch while
+        training; validation and test always use the first k).
+    train_period, val_period, test_period
+        ``[start, end]`` dates (inclusive); init times are assigned by date, and training or
+        validation samples whose valid times overlap a later split are dropped.
+    batch_size, num_workers
+        DataLoader settings; each worker opens the files itself.
+    seed
+        Seed of the random member subsets.
+    """
+
+    def __init__(
+        self,
+        forecast: str | list[str],
+        analysis: str | list[str] | None = None,
+        variables: list[str] = ("z", "t"),  # type: ignore[assignment]
+        levels: list[float] = (500, 850),  # type: ignore[assignment]
+        input_lead_hours: list[int] = (0, 24, 48),  # type: ignore[assignment]
+        target_lead_hours: int = 48,
+        k: int = 5,
+        member_sampling: MemberSampling = "first",
+        train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
+        val_period: tuple[str, str] = ("2019-07-01", "2019-12-31"),
+        test_period: tuple[str, str] = ("2020-01-01", "2020-12-31"),
+        batch_size: int = 8,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if target_lead_hours not in input_lead_hours:
+            raise EnsmlError(
+                f"target_lead_hours={target_lead_hours} must be one of "
+                f"input_lead_hours {list(input_lead_hours)}"
+            )
+        if batch_size < 1:
+            raise EnsmlError(f"batch_size must be at least 1, got {batch_size}")
+        self._spec: SampleSpec | None = None
+        self._splits: dict[str, np.ndarray] | None = None
+        self._stats: dict[str, np.ndarray] | None = None
+        self.coords: dict[str, np.ndarray] = {}
+
+    # -- validation and metadata (main process, lazy dask arrays) ---------------------------
+    def _inspect(self) -> None:
+        hp = self.hparams
+        fc = open_forecast(hp.forecast, hp.variables)
+        name = f"forecast {hp.forecast}"
+        check_levels(fc, hp.levels, name)
+        check_lead_times(fc, hp.input_lead_hours, name)
+        m = check_members(fc, hp.k, name)
+        self._spec = SampleSpec(
+            variables=tuple(hp.variables),
+            levels=tuple(float(x) for x in hp.levels),
+            input_lead_hours=tuple(int(h) for h in hp.input_lead_hours),
+            target_lead_hours=int(hp.target_lead_hours),
+            k=int(hp.k),
+            members=m,
+        )
+        max_lead = max(self._spec.input_leads)
+        periods = {"train": hp.train_period, "val": hp.val_period, "test": hp.test_period}
+        splits = split_init_times(fc[INIT_TIME].values, periods, max_lead, source=name)
+        if hp.analysis is not None:
+            an = open_analysis(hp.analysis, hp.variables)
+            check_same_grid(fc, an, name, f"analysis {hp.analysis}")
+            check_levels(an, hp.levels, f"analysis {hp.analysis}")
+            have = an[TIME].values.astype("datetime64[ns]")
+            for split, inits in splits.items():
+                ok = np.isin(inits, have) & np.isin(inits + self._spec.target_lead, have)
+                if not ok.any():
+                    raise EnsmlError(
+                        f"analysis {hp.analysis} has no dates in common with the {split} split of {name}"
+                    )
+                splits[split] = inits[ok]
+        self._splits = splits
+        self._stats = compute_stats(
+            fc, splits["train"], self._spec.variables, self._spec.levels, self._spec.input_leads,
+            self._spec.target_lead,
+        )  # fmt: skip
+        self.coords = {LATITUDE: fc[LATITUDE].values, LONGITUDE: fc[LONGITUDE].values}
+
+    @property
+    def spec(self) -> SampleSpec:
+        if self._spec is None:
+            self._inspect()
+        return self._spec
+
+    @property
+    def stats(self) -> dict[str, np.ndarray]:
+        """Normalisation statistics of the training split (see :func:`compute_stats`)."""
+        if self._stats is None:
+            self._inspect()
+        return self._stats
+
+    def init_times(self, split: str) -> np.ndarray:
+        if self._splits is None:
+            self._inspect()
+        return self._splits[split]
+
+    # -- Lightning hooks ------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        hp = self.hparams
+        if self._spec is None:
+            self._inspect()
+
+        def make(split: str, sampling: MemberSampling) -> EnsembleSamples:
+            return EnsembleSamples(hp.forecast, hp.analysis, self.init_times(split), self.spec, sampling)
+
+        self.train_set = make("train", hp.member_sampling)
+        self.val_set = make("val", "first")
+        self.test_set = make("test", "first")
+
+    def _loader(self, dataset: EnsembleSamples, shuffle: bool) -> DataLoader:
+        hp = self.hparams
+        generator = torch.Generator().manual_seed(hp.seed)
+        return DataLoader(
+            dataset,
+            batch_size=hp.batch_size,
+            shuffle=shuffle,
+            num_workers=hp.num_workers,
+            persistent_workers=hp.num_workers > 0,
+            multiprocessing_context="forkserver" if hp.num_workers > 0 else None,
+            generator=generator,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False)
+
+    @property
+    def predict_set(self) -> EnsembleSamples:
+        """Prediction runs over the test split."""
+        return self.test_set
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.predict_set, shuffle=False)

@@ -1,0 +1,199 @@
+"""Open forecast ensembles and analyses lazily, normalise them to ensml's vocabulary, validate.
+
+Every reader funnels through :func:`normalise`, so the rest of ensml sees the names of
+:mod:`ensml.names`: latitude north → south, longitude in [0, 360), ``lead_time`` as timedelta.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ensml.errors import EnsmlError
+from ensml.names import (
+    ANALYSIS_DIMS,
+    COORD_ATTRS,
+    DIM_ALIASES,
+    FORECAST_DIMS,
+    INIT_TIME,
+    LATITUDE,
+    LEAD_TIME,
+    LEVEL,
+    LONGITUDE,
+    MEMBER,
+    VALID_TIME,
+)
+
+PathLike = str | Path
+
+
+def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[Path]:
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    out: list[Path] = []
+    for item in items:
+        matches = sorted(Path().glob(str(item))) if any(c in str(item) for c in "*?[") else [Path(item)]
+        out.extend(matches)
+    if not out:
+        raise EnsmlError(f"no {what} files match {paths!r}")
+    for p in out:
+        if not p.is_file():
+            raise EnsmlError(f"{what} file {p} does not exist")
+    return out
+
+
+def _open_one(path: Path, what: str, chunks: dict | None) -> xr.Dataset:
+    try:
+        return xr.open_dataset(path, chunks=chunks, cache=False)
+    except Exception as exc:  # netCDF4/h5py raise OSError, ValueError, RuntimeError ...
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EnsmlError(f"{what} file {path} cannot be read ({reason})") from None
+
+
+def _open(paths: list[Path], what: str, chunks: dict | None) -> xr.Dataset:
+    if len(paths) == 1:
+        return _open_one(paths[0], what, chunks)
+    try:
+        return xr.open_mfdataset(paths, combine="by_coords", chunks=chunks or {}, parallel=False)
+    except Exception:
+        # Name the culprit: open each file on its own (the first unreadable one raises).
+        parts = [normalise(_open_one(p, what, chunks)) for p in paths]
+        try:
+            return xr.combine_by_coords(parts, combine_attrs="drop_conflicts")
+        except Exception as exc:
+            raise EnsmlError(f"{what} files {paths[0]} … {paths[-1]} do not combine ({exc})") from None
+
+
+def normalise(ds: xr.Dataset) -> xr.Dataset:
+    """Rename dimensions to ensml's vocabulary and put coordinates in canonical order.
+
+    Latitude is sorted north → south, longitude is mapped to [0, 360) and sorted, ``lead_time``
+    becomes timedelta64 (integer steps are read as hours), and CF attributes are attached.
+    """
+    renames = {k: v for k, v in DIM_ALIASES.items() if k in ds.variables and v not in ds.variables}
+    if "time" in ds.dims and LEAD_TIME in {renames.get(d, d) for d in ds.dims} and INIT_TIME not in ds.dims:
+        renames["time"] = INIT_TIME  # cfgrib forecasts: time = initialisation, step = lead
+    if "valid_time" in ds.coords and "valid_time" not in ds.dims:
+        ds = ds.drop_vars("valid_time")
+    ds = ds.rename(renames)
+    if LEAD_TIME in ds.coords and not np.issubdtype(ds[LEAD_TIME].dtype, np.timedelta64):
+        ds = ds.assign_coords({LEAD_TIME: ds[LEAD_TIME].values.astype("timedelta64[h]")})
+    if LONGITUDE in ds.coords:
+        lon = ds[LONGITUDE].values % 360.0
+        if not np.array_equal(lon, ds[LONGITUDE].values):
+            ds = ds.assign_coords({LONGITUDE: lon})
+        if np.any(np.diff(lon) < 0):
+            ds = ds.sortby(LONGITUDE)
+    if (
+        LATITUDE in ds.coords
+        and ds.sizes.get(LATITUDE, 1) > 1
+        and ds[LATITUDE].values[0] < ds[LATITUDE].values[-1]
+    ):
+        ds = ds.isel({LATITUDE: slice(None, None, -1)})
+    if INIT_TIME in ds.dims and LEAD_TIME in ds.dims and VALID_TIME not in ds.coords:
+        ds = ds.assign_coords({VALID_TIME: ds[INIT_TIME] + ds[LEAD_TIME]})
+    for name, attrs in COORD_ATTRS.items():
+        if name in ds.coords:
+            ds[name].attrs.update(
+                {
+                    k: v
+                    for k, v in attrs.items()
+                    if not np.issubdtype(ds[name].dtype, np.datetime64) or k != "units"
+                }
+            )
+    return ds
+
+
+def _check_vars(
+    ds: xr.Dataset, variables: Sequence[str] | None, dims: Sequence[str], path: str, what: str
+) -> None:
+    found = sorted(str(v) for v in ds.data_vars)
+    for var in variables or []:
+        if var not in ds.data_vars:
+            raise EnsmlError(
+                f"{what} file {path} has no variable {var!r} (found: {', '.join(found) or 'none'})"
+            )
+        missing = [d for d in dims if d not in ds[var].dims]
+        if missing:
+            raise EnsmlError(
+                f"{what} file {path}: variable {var!r} has dims {ds[var].dims}, missing {', '.join(missing)} "
+                f"(expected {', '.join(dims)})"
+            )
+
+
+def open_forecast(
+    paths: PathLike | Sequence[PathLike], variables: Sequence[str] | None = None, chunks: dict | None = None
+) -> xr.Dataset:
+    """Open ensemble forecast file(s) lazily with dims (init_time, lead_time, member, level, lat, lon)."""
+    files = _paths(paths, "forecast")
+    ds = normalise(_open(files, "forecast", chunks))
+    _check_vars(ds, variables, FORECAST_DIMS, str(files[0]), "forecast")
+    if variables:
+        ds = ds[list(variables)]
+    return ds
+
+
+def open_analysis(
+    paths: PathLike | Sequence[PathLike], variables: Sequence[str] | None = None, chunks: dict | None = None
+) -> xr.Dataset:
+    """Open verifying analysis file(s) lazily with dims (time, level, latitude, longitude)."""
+    files = _paths(paths, "analysis")
+    ds = normalise(_open(files, "analysis", chunks))
+    _check_vars(ds, variables, ANALYSIS_DIMS, str(files[0]), "analysis")
+    if variables:
+        ds = ds[list(variables)]
+    return ds
+
+
+def open_dataset(paths: PathLike | Sequence[PathLike], what: str) -> xr.Dataset:
+    """Open any other ensml file (predictions, oracle) lazily, in ensml's vocabulary."""
+    return normalise(_open(_paths(paths, what), what, None))
+
+
+def check_same_grid(a: xr.Dataset, b: xr.Dataset, name_a: str, name_b: str) -> None:
+    """Raise if ``a`` and ``b`` are not on the same latitude/longitude grid."""
+    for dim in (LATITUDE, LONGITUDE):
+        va, vb = a[dim].values, b[dim].values
+        if va.shape != vb.shape or not np.allclose(va, vb, atol=1e-6):
+            raise EnsmlError(
+                f"{name_a} and {name_b} are on different grids: {dim} has {va.size} points "
+                f"[{va[0]:g} … {va[-1]:g}] vs {vb.size} [{vb[0]:g} … {vb[-1]:g}]"
+            )
+
+
+def check_levels(ds: xr.Dataset, levels: Sequence[float], name: str) -> None:
+    """Raise unless every requested pressure level is in ``ds``."""
+    have = [float(v) for v in np.atleast_1d(ds[LEVEL].values)] if LEVEL in ds.coords else []
+    missing = [lev for lev in levels if float(lev) not in have]
+    if missing:
+        raise EnsmlError(f"{name} has no level(s) {missing} hPa (found: {have})")
+
+
+def check_lead_times(ds: xr.Dataset, lead_hours: Sequence[int], name: str) -> None:
+    """Raise unless every requested lead time (hours) is in ``ds``."""
+    have = [int(v / np.timedelta64(1, "h")) for v in ds[LEAD_TIME].values]
+    missing = [h for h in lead_hours if h not in have]
+    if missing:
+        raise EnsmlError(f"{name} has no lead time(s) {missing} h (found: {have} h)")
+
+
+def check_members(ds: xr.Dataset, k: int, name: str) -> int:
+    """Return the number of members M, raising if fewer than ``k``."""
+    m = ds.sizes.get(MEMBER, 0)
+    if k < 1 or k > m:
+        raise EnsmlError(f"cannot take a subset of k={k} members: {name} has {m} members")
+    return m
+
+
+__all__ = [
+    "check_lead_times",
+    "check_levels",
+    "check_members",
+    "check_same_grid",
+    "normalise",
+    "open_analysis",
+    "open_dataset",
+    "open_forecast",
+]

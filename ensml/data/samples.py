@@ -1,0 +1,139 @@
+"""The torch Dataset of ensemble samples: a member subset as input, spread and analysis as targets.
+
+Each process (main or DataLoader worker) opens the files itself on first use, so HDF5 handles
+are never shared across a fork, and reads one init time per sample without dask threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import dask
+import numpy as np
+import torch
+import xarray as xr
+
+from ensml.data.io import open_analysis, open_forecast
+from ensml.errors import EnsmlError
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
+
+MemberSampling = Literal["first", "random"]
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """What one sample holds. V variables, L input leads, D levels, K of M members."""
+
+    variables: tuple[str, ...]
+    levels: tuple[float, ...]
+    input_lead_hours: tuple[int, ...]
+    target_lead_hours: int
+    k: int
+    members: int
+
+    @property
+    def input_leads(self) -> list[np.timedelta64]:
+        return [np.timedelta64(h, "h").astype("timedelta64[ns]") for h in self.input_lead_hours]
+
+    @property
+    def target_lead(self) -> np.timedelta64:
+        return np.timedelta64(self.target_lead_hours, "h").astype("timedelta64[ns]")
+
+    @property
+    def target_index(self) -> int:
+        """Position of the target lead among the input leads."""
+        return self.input_lead_hours.index(self.target_lead_hours)
+
+
+class EnsembleSamples(torch.utils.data.Dataset):
+    """Samples of one split, one per init time.
+
+    Each item is a dict of float32 tensors in physical units:
+
+    - ``mean_k``, ``std_k`` (V, L, D, H, W): mean and std (ddof 1) of the K-member subset;
+    - ``std_m`` (V, D, H, W): std (ddof 0) of all M members at the target lead;
+    - ``analysis_init`` (V, D, H, W), ``obs`` (V, D, H, W): the analysis at initialisation and at
+      the target valid time (only when an analysis is given);
+    - ``index``: the position of the init time in :attr:`init_times`.
+
+    Parameters
+    ----------
+    member_sampling
+        ``"first"``: members 0 … K-1 (the research's choice); ``"random"``: a fresh random subset
+        per sample and epoch, drawn from torch's RNG (seeded per epoch and worker by the
+        DataLoader, hence reproducible under ``seed_everything``).
+    """
+
+    def __init__(
+        self,
+        forecast: str | Path | Sequence[str | Path],
+        analysis: str | Path | Sequence[str | Path] | None,
+        init_times: np.ndarray,
+        spec: SampleSpec,
+        member_sampling: MemberSampling = "first",
+    ) -> None:
+        self.forecast_paths = forecast
+        self.analysis_paths = analysis
+        self.init_times = np.asarray(init_times, dtype="datetime64[ns]")
+        self.spec = spec
+        self.member_sampling = member_sampling
+        self._fc: xr.Dataset | None = None
+        self._an: xr.Dataset | None = None
+
+    def __len__(self) -> int:
+        return len(self.init_times)
+
+    def __getstate__(self) -> dict:
+        # Never ship open file handles to worker processes.
+        return {**self.__dict__, "_fc": None, "_an": None}
+
+    def _open(self) -> None:
+        spec = self.spec
+        fc = open_forecast(self.forecast_paths, spec.variables)
+        self._fc = fc.sel({LEVEL: list(spec.levels), LEAD_TIME: spec.input_leads})
+        if self.analysis_paths is not None:
+            an = open_analysis(self.analysis_paths, spec.variables)
+            self._an = an.sel({LEVEL: list(spec.levels)})
+
+    def members_for(self, index: int) -> np.ndarray:
+        """Indices of the K members used for sample ``index``."""
+        k, m = self.spec.k, self.spec.members
+        if self.member_sampling == "first":
+            return np.arange(k)
+        return np.sort(torch.randperm(m)[:k].numpy())
+
+    def _read(self, ds: xr.Dataset, indexer: dict, dims: Sequence[str], what: str) -> np.ndarray:
+        with dask.config.set(scheduler="synchronous"):
+            arr = np.stack([ds[v].sel(indexer).transpose(*dims).values for v in self.spec.variables])
+        arr = arr.astype(np.float32, copy=False)
+        if not np.isfinite(arr).all():
+            bad = [v for v, a in zip(self.spec.variables, arr) if not np.isfinite(a).all()]
+            when = str(next(iter(indexer.values())))[:16]
+            raise EnsmlError(f"{what} has NaN or infinite values in {', '.join(bad)} at {when}")
+        return arr
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if self._fc is None:
+            self._open()
+        init = self.init_times[index]
+        fc_dims = (LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE)
+        fc = self._read(self._fc, {INIT_TIME: init}, fc_dims, f"forecast {self.forecast_paths}")
+        sub = fc[:, :, self.members_for(index)]  # (V, L, K, D, H, W)
+        item = {
+            "mean_k": sub.mean(axis=2),
+            "std_k": sub.std(axis=2, ddof=1) if self.spec.k > 1 else np.zeros_like(sub[:, :, 0]),
+            "std_m": fc[:, self.spec.target_index].std(axis=1),
+        }
+        if self._an is not None:
+            an_dims = (LEVEL, LATITUDE, LONGITUDE)
+            what = f"analysis {self.analysis_paths}"
+            item["analysis_init"] = self._read(self._an, {TIME: init}, an_dims, what)
+            item["obs"] = self._read(self._an, {TIME: init + self.spec.target_lead}, an_dims, what)
+        out = {
+            key: torch.from_numpy(np.ascontiguousarray(val, dtype=np.float32)) for key, val in item.items()
+        }
+        out["index"] = torch.tensor(index)
+        return out

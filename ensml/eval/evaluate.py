@@ -1,0 +1,198 @@
+"""``ensml evaluate``: score raw ensembles, post-processed and spread predictions, and the oracle.
+
+Estimators, stated in every table: raw ensembles get the empirical (standard) ensemble CRPS;
+Gaussian predictions (post-processing model, oracle) the closed-form Gaussian CRPS. All means
+are weighted by exact cell area over latitude and averaged over the test init times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ensml.data.io import (
+    check_lead_times,
+    check_members,
+    check_same_grid,
+    open_analysis,
+    open_dataset,
+    open_forecast,
+)
+from ensml.errors import EnsmlError
+from ensml.eval.crps import crps_ensemble
+from ensml.eval.gaussian import crps_gaussian_xr
+from ensml.eval.tables import print_table, write_outputs
+from ensml.eval.weights import latitude_weights
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, units_of
+
+POINT_DIMS = [LEVEL, LATITUDE, LONGITUDE]
+
+
+def _need(ds: xr.Dataset, var: str, path: str | Path, what: str) -> xr.DataArray:
+    if var not in ds:
+        raise EnsmlError(
+            f"{what} file {path} has no variable {var!r} (found: {', '.join(map(str, ds.data_vars))})"
+        )
+    return ds[var]
+
+
+def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
+    dims = [d for d in x.dims if d != LEVEL]
+    return x.weighted(weights).mean(dims)
+
+
+def _weighted_corr(a: xr.DataArray, b: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
+    dims = [d for d in a.dims if d != LEVEL]
+    w = weights.broadcast_like(a)
+    ma, mb = a.weighted(w).mean(dims), b.weighted(w).mean(dims)
+    cov = ((a - ma) * (b - mb)).weighted(w).mean(dims)
+    return cov / np.sqrt(((a - ma) ** 2).weighted(w).mean(dims) * ((b - mb) ** 2).weighted(w).mean(dims))
+
+
+def evaluate(
+    forecast: str | list[str],
+    analysis: str | list[str],
+    predictions: str | None = None,
+    spread_predictions: str | None = None,
+    oracle: str | None = None,
+    k: int = 5,
+    lead_hours: int = 48,
+    variables: list[str] | None = None,
+    levels: list[float] | None = None,
+    out_dir: str = "runs/eval",
+) -> pd.DataFrame:
+    """Score forecasts on the init times of the predictions (or all forecast inits).
+
+    Parameters
+    ----------
+    forecast, analysis
+        The raw ensemble forecast and the verifying analysis (paths or globs).
+    predictions
+        netCDF written by ``ensml predict`` with a post-processing model (``<var>_mean``,
+        ``<var>_std``): scored with the Gaussian CRPS.
+    spread_predictions
+        netCDF written by ``ensml predict`` with a spread model (``<var>_std``): scored by RMSE
+        and correlation against the M-member spread (std, ddof 0), beside the K-member sample std.
+    oracle
+        The generator's true predictive distribution (``<var>_mean``/``<var>_std`` by init and
+        lead, from ``ensml data synth``): the best CRPS any forecast could reach.
+    k
+        Size of the raw subset scored beside the full ensemble (members 0 … k-1).
+    lead_hours
+        Lead time scored (h).
+    variables, levels
+        Restrict to these (default: those of the predictions, else all).
+    out_dir
+        Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` and the per-point
+        ``scores.nc`` are written (all at the end, each to a temporary name first).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The CRPS table (one row per variable, level and forecast).
+    """
+    preds = open_dataset(predictions, "predictions").load() if predictions else None
+    spreads = open_dataset(spread_predictions, "spread predictions").load() if spread_predictions else None
+    given = [d for d in (preds, spreads) if d is not None]
+    if variables is None:
+        names = {str(v).rsplit("_", 1)[0] for d in given for v in d.data_vars}
+        variables = sorted(names) if names else None
+    fc = open_forecast(forecast, variables)
+    variables = variables or [str(v) for v in fc.data_vars]
+    an = open_analysis(analysis, variables)
+    fc_name, an_name = f"forecast {forecast}", f"analysis {analysis}"
+    check_same_grid(fc, an, fc_name, an_name)
+    check_lead_times(fc, [lead_hours], fc_name)
+    m = check_members(fc, k, fc_name)
+    lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
+    levels = list(levels) if levels is not None else [float(x) for x in fc[LEVEL].values]
+
+    inits = fc[INIT_TIME].values
+    for d, path in ((preds, predictions), (spreads, spread_predictions)):
+        if d is not None:
+            check_same_grid(fc, d, fc_name, f"predictions {path}")
+            inits = np.intersect1d(inits, d[INIT_TIME].values)
+    inits = inits[np.isin(inits + lead, an[TIME].values)]
+    if inits.size == 0:
+        raise EnsmlError(
+            f"{fc_name}, {an_name} and the predictions have no init dates in common at {lead_hours} h"
+        )
+
+    fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
+    obs = an.sel({TIME: inits + lead, LEVEL: levels}).load()
+    obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
+    orc = None
+    if oracle:
+        orc = open_dataset(oracle, "oracle").sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
+    weights = latitude_weights(fc[LATITUDE])
+
+    rows, spread_rows, fields = [], [], {}
+    for var in variables:
+        y = obs[var]
+        sources: dict[str, xr.DataArray] = {
+            f"raw ensemble ({m} members)": crps_ensemble(fc[var], y, preserve_dims=POINT_DIMS),
+            f"raw subset ({k} members)": crps_ensemble(
+                fc[var].isel({MEMBER: slice(0, k)}), y, preserve_dims=POINT_DIMS
+            ),
+        }
+        if preds is not None:
+            mu = _need(preds, f"{var}_mean", predictions, "predictions").sel(
+                {INIT_TIME: inits, LEVEL: levels}
+            )
+            sd = _need(preds, f"{var}_std", predictions, "predictions").sel({INIT_TIME: inits, LEVEL: levels})
+            sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=POINT_DIMS)
+        if orc is not None:
+            mu = _need(orc, f"{var}_mean", oracle, "oracle")
+            sd = _need(orc, f"{var}_std", oracle, "oracle")
+            sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=POINT_DIMS)
+        raw_key = f"raw ensemble ({m} members)"
+        means = {name: _area_mean(field, weights) for name, field in sources.items()}
+        oracle_mean = means.get("oracle (Gaussian)")
+        for name, mean in means.items():
+            fields[f"crps_{_slug(name)}_{var}"] = sources[name]
+            for lev in levels:
+                value = float(mean.sel({LEVEL: lev}))
+                raw = float(means[raw_key].sel({LEVEL: lev}))
+                row = {
+                    "variable": var, "level_hPa": lev, "lead_h": lead_hours, "forecast": name,
+                    "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
+                    "crps": value, "units": units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
+                }  # fmt: skip
+                if oracle_mean is not None:
+                    best = float(oracle_mean.sel({LEVEL: lev}))
+                    row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
+                rows.append(row)
+        if spreads is not None:
+            target = fc[var].std(MEMBER, ddof=0)
+            estimators = {
+                f"{k}-member sample std (ddof 1)": fc[var].isel({MEMBER: slice(0, k)}).std(MEMBER, ddof=1),
+                "spread model": _need(spreads, f"{var}_std", spread_predictions, "spread predictions").sel(
+                    {INIT_TIME: inits, LEVEL: levels}
+                ),
+            }
+            for name, est in estimators.items():
+                rmse = np.sqrt(_area_mean((est - target) ** 2, weights))
+                corr = _weighted_corr(est, target, weights)
+                fields[f"spread_rmse_{_slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
+                for lev in levels:
+                    spread_rows.append({
+                        "variable": var, "level_hPa": lev, "lead_h": lead_hours, "estimator": name,
+                        "target": f"{m}-member std (ddof 0)", "rmse": float(rmse.sel({LEVEL: lev})),
+                        "correlation": float(corr.sel({LEVEL: lev})), "units": units_of(var),
+                    })  # fmt: skip
+    table = pd.DataFrame(rows)
+    spread_table = pd.DataFrame(spread_rows) if spread_rows else None
+    write_outputs(Path(out_dir), table, spread_table, xr.Dataset(fields), n_inits=inits.size)
+    print_table(table, spread_table, n_inits=inits.size)
+    return table
+
+
+def _slug(name: str) -> str:
+    return name.split(" (")[0].replace(" ", "_").replace("-", "_")
+
+
+__all__: Sequence[str] = ["evaluate"]

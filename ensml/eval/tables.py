@@ -1,0 +1,74 @@
+"""Score tables: write CSV / Markdown / per-point netCDF together, and print them."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import xarray as xr
+from rich.console import Console
+from rich.table import Table
+
+from ensml.data.writers import write_netcdf
+
+FLOAT_FORMATS = {
+    "crps": "{:.4g}",
+    "skill_vs_raw_ensemble": "{:+.1%}",
+    "gap_closed": "{:.1%}",
+    "rmse": "{:.4g}",
+    "correlation": "{:.3f}",
+    "level_hPa": "{:g}",
+}
+
+
+def _formatted(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    for col, fmt in FLOAT_FORMATS.items():
+        if col in out:
+            out[col] = [fmt.format(v) if pd.notna(v) else "" for v in out[col]]
+    return out
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (no tabulate dependency)."""
+    df = _formatted(df).astype(str)
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(
+    out_dir: Path, table: pd.DataFrame, spread: pd.DataFrame | None, fields: xr.Dataset, n_inits: int
+) -> None:
+    """Write all outputs into a temporary folder, then move them into ``out_dir`` together."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tmp-") as tmp:
+        tmp = Path(tmp)
+        header = f"Scores over {n_inits} init times, area-weighted (exact cell area).\n\n"
+        table.to_csv(tmp / "scores.csv", index=False)
+        (tmp / "scores.md").write_text(header + to_markdown(table))
+        if spread is not None:
+            spread.to_csv(tmp / "spread.csv", index=False)
+            (tmp / "spread.md").write_text(header + to_markdown(spread))
+        fields.attrs.update(title="ensml per-point scores (mean over init times)", init_times=n_inits)
+        write_netcdf(fields, tmp / "scores.nc")
+        for f in tmp.iterdir():
+            shutil.move(str(f), out_dir / f.name)
+
+
+def print_table(table: pd.DataFrame, spread: pd.DataFrame | None, n_inits: int) -> None:
+    """Print the tables with rich (plain text when stdout is not a terminal)."""
+    console = Console(file=sys.stdout, width=160)
+    for title, df in ((f"CRPS over {n_inits} test init times", table), ("Spread estimation", spread)):
+        if df is None:
+            continue
+        t = Table(title=title)
+        shown = _formatted(df)
+        for col in shown.columns:
+            t.add_column(str(col), justify="left" if shown[col].dtype == object else "right")
+        for row in shown.itertuples(index=False):
+            t.add_row(*map(str, row))
+        console.print(t)

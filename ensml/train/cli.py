@@ -1,0 +1,57 @@
+"""LightningCLI entry for ``ensml fit|validate|test|predict``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from lightning.pytorch.cli import LightningCLI
+
+from ensml.data.datamodule import EnsembleDataModule
+from ensml.errors import EnsmlError
+from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
+
+
+class EnsmlCLI(LightningCLI):
+    """LightningCLI whose model hyperparameters follow the data config, checked before any output."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        for key in DATA_KEYS:
+            parser.link_arguments(f"data.{key}", f"model.init_args.{key}")
+
+    def _check_inputs(self) -> None:
+        # Open and validate the data now, so a bad input fails before logs or checkpoints exist.
+        _ = self.datamodule.spec
+        ckpt = self.config[self.subcommand].get("ckpt_path")
+        if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
+            path = Path(ckpt)
+            if not path.is_file():
+                raise EnsmlError(f"checkpoint {path} does not exist")
+            try:
+                saved = torch.load(path, map_location="cpu", weights_only=False)
+                hparams = saved["hyper_parameters"]
+            except Exception as exc:
+                raise EnsmlError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from None
+            check_compatible(hparams, self.model.hparams, f"checkpoint {path}")
+            if (
+                saved.get("hparams_name") is not None
+                and hparams.get("arch", "unet3d") != self.model.hparams.arch
+            ):
+                raise EnsmlError(
+                    f"checkpoint {path} holds a {hparams.get('arch')!r} model, the config asks for "
+                    f"{self.model.hparams.arch!r}"
+                )
+
+    before_fit = before_validate = before_test = before_predict = _check_inputs
+
+
+def run_lightning(args: list[str]) -> None:
+    """Run a Lightning verb (``fit``, ``validate``, ``test``, ``predict``) with ``args``."""
+    EnsmlCLI(
+        EnsembleTask,
+        EnsembleDataModule,
+        subclass_mode_model=True,
+        seed_everything_default=0,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+    )

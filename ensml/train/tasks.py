@@ -1,0 +1,241 @@
+"""LightningModules: spread estimation and mixed prediction + post-processing.
+
+Both tasks share the input pipeline: the K-member subset mean (standardised by the training
+climatology) and spread (scaled by the mean training spread) at every input lead time, stacked
+as channels, with pressure level as the third convolution axis. Normalisation statistics live in
+buffers, so they travel with the checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ensml.errors import EnsmlError
+from ensml.eval.gaussian import crps_gaussian
+from ensml.eval.weights import latitude_weights
+from ensml.models import build_network
+
+STAT_KEYS = ("clim_mean", "anom_std", "spread_scale")
+# Hyperparameters a checkpoint must share with the data it is applied to.
+DATA_KEYS = ("variables", "levels", "input_lead_hours", "target_lead_hours", "k")
+
+
+def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
+    """``y`` with ``softplus(y) = x`` (x clamped to ≥ 1e-4 for stability)."""
+    x = x.clamp_min(1e-4)
+    return x + torch.log(-torch.expm1(-x))
+
+
+class EnsembleTask(L.LightningModule):
+    """Base task: features, normalisation buffers, area-weighted losses, optimiser.
+
+    Parameters
+    ----------
+    variables, levels, input_lead_hours, target_lead_hours, k
+        The data the model is built for (linked from the datamodule by the CLI).
+    arch
+        Network name (``unet3d``).
+    width, depth, kernel_size, norm_groups
+        Network size (see :class:`ensml.models.UNet3d`).
+    lr, weight_decay
+        AdamW settings; the learning rate follows a cosine schedule over the run.
+    """
+
+    n_outputs_per_var = 1
+    uses_analysis = False
+
+    def __init__(
+        self,
+        variables: list[str] = ("z", "t"),  # type: ignore[assignment]
+        levels: list[float] = (500, 850),  # type: ignore[assignment]
+        input_lead_hours: list[int] = (0, 24, 48),  # type: ignore[assignment]
+        target_lead_hours: int = 48,
+        k: int = 5,
+        arch: str = "unet3d",
+        width: int = 16,
+        depth: int = 3,
+        kernel_size: int = 3,
+        norm_groups: int = 0,
+        lr: float = 2e-3,
+        weight_decay: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        n_var, n_lead = len(variables), len(input_lead_hours)
+        in_channels = 2 * n_var * n_lead + (n_var if self.uses_analysis else 0)
+        self.net = build_network(
+            arch,
+            in_channels,
+            self.n_outputs_per_var * n_var,
+            width=width,
+            depth=depth,
+            kernel_size=kernel_size,
+            norm_groups=norm_groups,
+        )
+        for key in STAT_KEYS:
+            self.register_buffer(key, torch.empty(0))
+        self.register_buffer("lat_weights", torch.empty(0))
+        self.target_index = list(input_lead_hours).index(target_lead_hours)
+
+    # -- statistics ---------------------------------------------------------------------------
+    def set_stats(self, stats: dict[str, np.ndarray], latitude: np.ndarray) -> None:
+        """Install the training-split statistics and the latitude grid's area weights."""
+        for key in STAT_KEYS:
+            setattr(self, key, torch.as_tensor(stats[key], dtype=torch.float32, device=self.device))
+        w = latitude_weights(np.asarray(latitude)).values
+        self.lat_weights = torch.as_tensor(w, dtype=torch.float32, device=self.device)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Statistic buffers start empty: take the checkpoint's shapes.
+        for key in (*STAT_KEYS, "lat_weights"):
+            if prefix + key in state_dict:
+                setattr(self, key, torch.empty_like(state_dict[prefix + key]))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def setup(self, stage: str) -> None:
+        dm = getattr(self.trainer, "datamodule", None)
+        if self.clim_mean.numel() == 0 and dm is not None:
+            self.set_stats(dm.stats, dm.coords["latitude"])
+        if self.uses_analysis and dm is not None and dm.hparams.analysis is None:
+            raise EnsmlError(f"{type(self).__name__} needs the verifying analysis: set data.analysis")
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_compatible(checkpoint.get("hyper_parameters", {}), self.hparams, "checkpoint")
+
+    # -- features -----------------------------------------------------------------------------
+    def features(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Network input (B, C, D, H, W) from a batch (see :class:`EnsembleSamples`)."""
+        mean_k, std_k = batch["mean_k"], batch["std_k"]  # (B, V, L, D, H, W)
+        anom = (mean_k - self.clim_mean[:, None]) / self.anom_std[:, None, :, None, None]
+        spread = std_k / self.spread_scale[:, None, :, None, None]
+        parts = [anom.flatten(1, 2), spread.flatten(1, 2)]
+        if self.uses_analysis:
+            parts.append((batch["analysis_init"] - self.clim_mean) / self.anom_std[..., None, None])
+        return torch.cat(parts, dim=1)
+
+    def scale(self) -> torch.Tensor:
+        """Per variable/level spread scale, broadcastable to (B, V, D, H, W)."""
+        return self.spread_scale[None, :, :, None, None]
+
+    def prior_std(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The K-member std at the target lead (B, V, D, H, W): the starting guess for σ."""
+        return batch["std_k"][:, :, self.target_index]
+
+    def area_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """Latitude-area-weighted mean of (B, V, D, H, W) over everything."""
+        return (x * self.lat_weights[:, None]).mean()
+
+    # -- loop ---------------------------------------------------------------------------------
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["mean_k"].shape[0])
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> None:
+        n = batch["mean_k"].shape[0]
+        self.log(f"{stage}/loss", self.loss(batch), prog_bar=True, batch_size=n)
+        for name, per_var in self.scores(batch).items():
+            for i, var in enumerate(self.hparams.variables):
+                for j, lev in enumerate(self.hparams.levels):
+                    self.log(
+                        f"{stage}/{name}_{var}{lev:g}",
+                        self.area_mean(per_var[:, i, j, None, None]),
+                        batch_size=n,
+                    )
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        steps = self.trainer.estimated_stepping_batches if self.trainer is not None else 1000
+        sched = torch.optim.lr_scheduler.OneCycleLR(
+            opt, max_lr=self.hparams.lr, total_steps=max(1, int(steps))
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def scores(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:  # pragma: no cover
+        raise NotImplementedError
+
+
+class SpreadTask(EnsembleTask):
+    """Predict the M-member spread (std, ddof 0) at the target lead from K members.
+
+    Output: σ̂ = s · softplus(f(x) + softplus⁻¹(s_K / s)), with s the mean training spread of the
+    variable/level and s_K the K-member std, so an untrained network starts at the K-member std.
+    Loss: area-weighted mean squared error of σ̂ / s against σ_M / s (so every variable and level
+    counts alike, and the loss matches the RMSE reported by ``ensml evaluate``).
+    """
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = self.net(self.features(batch))
+        return self.scale() * F.softplus(out + inverse_softplus(self.prior_std(batch) / self.scale()))
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.area_mean(((self(batch) - batch["std_m"]) / self.scale()) ** 2)
+
+    def scores(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"spread_sqerr": (self(batch) - batch["std_m"]) ** 2}
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        return {"index": batch["index"], "std": self(batch)}
+
+
+class MixedTask(EnsembleTask):
+    """Predict a Gaussian N(μ, σ²) of the verifying analysis at the target lead from K members.
+
+    μ = m_K + s · f_μ(x), σ = s · softplus(f_σ(x) + softplus⁻¹(s_K / s)), with m_K, s_K the subset
+    mean and std and s the mean training spread. The inputs also hold the analysis at
+    initialisation. Loss: area-weighted closed-form Gaussian CRPS of the scaled quantities.
+    """
+
+    n_outputs_per_var = 2
+    uses_analysis = True
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.net(self.features(batch))
+        n_var = len(self.hparams.variables)
+        mu = batch["mean_k"][:, :, self.target_index] + self.scale() * out[:, :n_var]
+        sigma = self.scale() * F.softplus(
+            out[:, n_var:] + inverse_softplus(self.prior_std(batch) / self.scale())
+        )
+        return mu, sigma
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        mu, sigma = self(batch)
+        s = self.scale()
+        return self.area_mean(crps_gaussian(mu / s, sigma / s, batch["obs"] / s, check=False))
+
+    def scores(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        mu, sigma = self(batch)
+        return {"crps": crps_gaussian(mu, sigma, batch["obs"], check=False)}
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        mu, sigma = self(batch)
+        return {"index": batch["index"], "mean": mu, "std": sigma}
+
+
+def check_compatible(saved: dict[str, Any], current: dict[str, Any], what: str) -> None:
+    """Raise if a checkpoint was trained for other variables, levels, leads or subset size."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, list | tuple):
+            return [norm(x) for x in v]
+        return float(v) if isinstance(v, int | float) else str(v)
+
+    for key in DATA_KEYS:
+        if key in saved and key in current:
+            a, b = saved[key], current[key]
+            if norm(a) != norm(b):
+                raise EnsmlError(f"{what} was trained with {key}={a!s} but the data has {key}={b!s}")

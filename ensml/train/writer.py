@@ -1,0 +1,88 @@
+"""Write predictions as CF-compliant netCDF, assembled over the whole prediction split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import xarray as xr
+from lightning.pytorch.callbacks import BasePredictionWriter
+
+from ensml.data.writers import write_netcdf
+from ensml.names import (
+    COORD_ATTRS,
+    INIT_TIME,
+    LATITUDE,
+    LEAD_TIME,
+    LEVEL,
+    LONGITUDE,
+    VALID_TIME,
+    VARIABLE_ATTRS,
+)
+
+DIMS = (INIT_TIME, LEVEL, LATITUDE, LONGITUDE)
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Collect the predictions of ``ensml predict`` and write one netCDF file.
+
+    Variables: ``<var>_std`` (spread or predictive std) and, for post-processing, ``<var>_mean``
+    (predictive mean), dims (init_time, level, latitude, longitude), at the target lead time.
+
+    Parameters
+    ----------
+    output
+        Path of the netCDF file to write (written to a temporary name, renamed when complete).
+    """
+
+    def __init__(self, output: str) -> None:
+        super().__init__(write_interval="epoch")
+        self.output = Path(output)
+
+    def write_on_epoch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
+    ) -> None:
+        if predictions and isinstance(predictions[0], list):  # several dataloaders: take the first
+            predictions = predictions[0]
+        dm = trainer.datamodule
+        hp = pl_module.hparams
+        index = torch.cat([p["index"] for p in predictions]).cpu().numpy()
+        inits = dm.predict_set.init_times[index]
+        lead = np.timedelta64(int(hp.target_lead_hours), "h").astype("timedelta64[ns]")
+        coords = {
+            INIT_TIME: inits,
+            LEVEL: np.asarray(hp.levels, dtype=np.float64),
+            LATITUDE: dm.coords[LATITUDE],
+            LONGITUDE: dm.coords[LONGITUDE],
+            LEAD_TIME: lead,
+            VALID_TIME: (INIT_TIME, inits + lead),
+        }
+        ds = xr.Dataset(coords=coords)
+        kind = type(pl_module).__name__
+        for key in ("mean", "std"):
+            if key not in predictions[0]:
+                continue
+            values = torch.cat([p[key] for p in predictions]).float().cpu().numpy()
+            for i, var in enumerate(hp.variables):
+                attrs = dict(VARIABLE_ATTRS.get(var, {}))
+                attrs.pop("standard_name", None)
+                base = attrs.get("long_name", var)
+                what = "predicted ensemble spread" if kind == "SpreadTask" else f"predictive {key}"
+                if key == "std" and kind == "SpreadTask":
+                    what = f"predicted {dm.spec.members}-member ensemble standard deviation"
+                attrs["long_name"] = f"{base}: {what}"
+                ds[f"{var}_{key}"] = (DIMS, values[:, i], attrs)
+        for name in ds.coords:
+            ds[name].attrs.update(COORD_ATTRS.get(str(name), {}))
+        ds = ds.sortby(INIT_TIME)
+        ds.attrs.update(
+            title=f"ensml {kind} predictions",
+            source=f"ensml {kind}, k={hp.k} of {dm.spec.members} members, arch={hp.arch}",
+            forecast=str(dm.hparams.forecast),
+            checkpoint=str(trainer.ckpt_path or ""),
+        )
+        encoding = {v: {"zlib": True, "complevel": 4, "dtype": "float32"} for v in ds.data_vars}
+        write_netcdf(ds, self.output, encoding=encoding)
