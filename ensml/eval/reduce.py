@@ -64,6 +64,12 @@ def check_fcst_obs(
             f"{func}: forecast dims ({_dims(fcst)}) do not match observation dims ({_dims(obs)})"
             + (f" plus member dim '{member_dim}'" if member_dim else "")
         )
+    for d in obs.dims:
+        if (d not in fcst.coords or d not in obs.coords) and fcst.sizes[d] != obs.sizes[d]:
+            raise EnsmlError(
+                f"{func}: forecast and observation sizes differ along '{d}' "
+                f"({fcst.sizes[d]} vs {obs.sizes[d]}) and there is no coordinate to align them"
+            )
     try:
         f2, o2 = xr.align(fcst, obs, join="inner")
     except ValueError as exc:
