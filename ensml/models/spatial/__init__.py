@@ -1,0 +1,55 @@
+"""Spatial parallelism: lat/lon shards of every sample across ranks, combined with data parallelism.
+
+See :mod:`~ensml.models.spatial.grid` (process grid, shard sizes),
+:mod:`~ensml.models.spatial.halo` (halo exchange autograd function),
+:mod:`~ensml.models.spatial.layers` (partitioned layers), :mod:`~ensml.models.spatial.unet`
+(converter and :class:`SpatialUNet3d`) and :mod:`~ensml.models.spatial.perfmodel` (performance
+model and :func:`plan_parallel`).
+"""
+
+from __future__ import annotations
+
+from ensml.models.spatial.collectives import (
+    broadcast_parameters,
+    gather_field,
+    global_mean,
+    global_sum,
+    reduce_gradients,
+    spatial_all_reduce,
+)
+from ensml.models.spatial.grid import LAT, LON, ProcessGrid, shard_sizes, shard_slice
+from ensml.models.spatial.halo import halo_exchange
+from ensml.models.spatial.layers import (
+    SpatialConv3d,
+    SpatialGroupNorm,
+    SpatialPool3d,
+    SpatialSphereConv3d,
+    SpatialUpsample,
+    spatial_pad,
+)
+from ensml.models.spatial.unet import SpatialUNet3d, local_slices, parallelize, unet_shard_sizes
+
+__all__ = [
+    "LAT",
+    "LON",
+    "ProcessGrid",
+    "SpatialConv3d",
+    "SpatialGroupNorm",
+    "SpatialPool3d",
+    "SpatialSphereConv3d",
+    "SpatialUNet3d",
+    "SpatialUpsample",
+    "broadcast_parameters",
+    "gather_field",
+    "global_mean",
+    "global_sum",
+    "halo_exchange",
+    "local_slices",
+    "parallelize",
+    "reduce_gradients",
+    "shard_sizes",
+    "shard_slice",
+    "spatial_all_reduce",
+    "spatial_pad",
+    "unet_shard_sizes",
+]
