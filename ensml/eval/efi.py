@@ -140,7 +140,7 @@ def extreme_forecast_index(
 
 def _window_mask(init: pd.DatetimeIndex, target: pd.Timestamp, window_days: float, past_only: bool) -> Any:
     # circular distance in day of year; other years only
-    d = np.abs(init.dayofyear.values - target.dayofyear)
+    d = np.abs(init.day_of_year.values - target.day_of_year)
     d = np.minimum(d, 365.25 - d)
     keep = (d <= window_days) & (init.year.values != target.year)
     if past_only:
