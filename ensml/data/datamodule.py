@@ -5,6 +5,7 @@ from __future__ import annotations
 import lightning as L
 import numpy as np
 import torch
+import xarray as xr
 from torch.utils.data import DataLoader
 
 from ensml.data.io import (
@@ -19,7 +20,18 @@ from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
 from ensml.data.splits import split_init_times
 from ensml.data.stats import compute_stats
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LATITUDE, LONGITUDE, TIME
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
+
+
+def _check_finite(ds: xr.Dataset, time_dim: str, name: str) -> None:
+    """Raise naming the first variable and date with a NaN or infinite value."""
+    for var in ds.data_vars:
+        da = ds[var]
+        bad = ~np.isfinite(da).all([d for d in da.dims if d != time_dim])
+        bad = bad.compute()
+        if bad.any():
+            when = str(bad[time_dim].values[bad.values][0])[:16]
+            raise EnsmlError(f"{name} has NaN or infinite values in {var!r} at {time_dim}={when}")
 
 
 class EnsembleDataModule(L.LightningDataModule):
@@ -49,7 +61,10 @@ class EnsembleDataModule(L.LightningDataModule):
     batch_size, num_workers
         DataLoader settings; each worker opens the files itself.
     seed
-        Seed of the random member subsets.
+        Seed of the DataLoader shuffling and of the random member subsets.
+    check_finite
+        Scan the selected data once (lazily, with dask) for NaN/inf before training, so a bad
+        value fails up front with the file, variable and date instead of mid-epoch.
     """
 
     def __init__(
@@ -68,6 +83,7 @@ class EnsembleDataModule(L.LightningDataModule):
         batch_size: int = 8,
         num_workers: int = 0,
         seed: int = 0,
+        check_finite: bool = True,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -86,7 +102,7 @@ class EnsembleDataModule(L.LightningDataModule):
     # -- validation and metadata (main process, lazy dask arrays) ---------------------------
     def _inspect(self) -> None:
         hp = self.hparams
-        fc = open_forecast(hp.forecast, hp.variables)
+        fc = open_forecast(hp.forecast, hp.variables, chunks={})
         name = f"forecast {hp.forecast}"
         check_levels(fc, hp.levels, name)
         check_lead_times(fc, hp.input_lead_hours, name)
@@ -103,7 +119,7 @@ class EnsembleDataModule(L.LightningDataModule):
         periods = {"train": hp.train_period, "val": hp.val_period, "test": hp.test_period}
         splits = split_init_times(fc[INIT_TIME].values, periods, max_lead, source=name)
         if hp.analysis is not None:
-            an = open_analysis(hp.analysis, hp.variables)
+            an = open_analysis(hp.analysis, hp.variables, chunks={})
             check_same_grid(fc, an, name, f"analysis {hp.analysis}")
             check_levels(an, hp.levels, f"analysis {hp.analysis}")
             have = an[TIME].values.astype("datetime64[ns]")
@@ -115,6 +131,15 @@ class EnsembleDataModule(L.LightningDataModule):
                     )
                 splits[split] = inits[ok]
         self._splits = splits
+        if hp.check_finite:
+            used = np.concatenate(list(splits.values()))
+            sel = {LEVEL: list(self._spec.levels)}
+            _check_finite(
+                fc.sel({**sel, INIT_TIME: used, LEAD_TIME: self._spec.input_leads}), INIT_TIME, name
+            )
+            if hp.analysis is not None:
+                valid = np.union1d(used, used + self._spec.target_lead)
+                _check_finite(an.sel({**sel, TIME: valid}), TIME, f"analysis {hp.analysis}")
         self._stats = compute_stats(
             fc, splits["train"], self._spec.variables, self._spec.levels, self._spec.input_leads,
             self._spec.target_lead,

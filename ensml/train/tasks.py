@@ -8,6 +8,7 @@ buffers, so they travel with the checkpoint.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import lightning as L
@@ -155,11 +156,20 @@ class EnsembleTask(L.LightningModule):
                     )
 
     def configure_optimizers(self) -> Any:
-        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        steps = self.trainer.estimated_stepping_batches if self.trainer is not None else 1000
-        sched = torch.optim.lr_scheduler.OneCycleLR(
-            opt, max_lr=self.hparams.lr, total_steps=max(1, int(steps))
-        )
+        hp = self.hparams
+        opt = torch.optim.AdamW(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1000
+        warmup = max(1, total // 20)
+
+        def factor(step: int) -> float:
+            # Linear warm-up, then cosine decay to 1% of lr. Recomputed from the step count, so a
+            # resumed run with more epochs simply stretches the schedule.
+            if step < warmup:
+                return (step + 1) / warmup
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return 0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # pragma: no cover - abstract

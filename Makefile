@@ -1,0 +1,43 @@
+# ensml: the two Quickstart commands (`make demo`, `make test`) and their set-up.
+# Each target creates the virtual environment on first use. torch is installed first, pinned to
+# the CPU build that this environment's pip serves locally (TORCH_SPEC): an unpinned torch would
+# pull a multi-GB CUDA build. Elsewhere, e.g.:
+#   make demo TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+DATA ?= data/synth
+RUNS ?= runs
+
+.PHONY: demo test lint env clean
+
+env: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+# The main job: synthesise the embedded ensemble, train both models, predict the test year,
+# score everything against the raw ensembles and the oracle.
+demo: env
+	$(BIN)/ensml data synth --out_dir $(DATA) --overwrite true
+	$(BIN)/ensml fit --config configs/spread.yaml
+	$(BIN)/ensml predict --config configs/spread.yaml --ckpt_path $(RUNS)/spread/checkpoints/best.ckpt
+	$(BIN)/ensml fit --config configs/mixed.yaml
+	$(BIN)/ensml predict --config configs/mixed.yaml --ckpt_path $(RUNS)/mixed/checkpoints/best.ckpt
+	$(BIN)/ensml evaluate --config configs/evaluate.yaml
+
+test: env
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: env
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(RUNS) $(DATA)

@@ -1,0 +1,47 @@
+"""Shared fixtures: a tiny synthetic ensemble (seconds to make) and the real sample data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+SHARED_DATA = REPO.parent / "shared" / "data" / "real"
+
+# Periods of the tiny dataset: one year of inits every 3 days.
+TINY_PERIODS = {
+    "train_period": ["2017-01-01", "2017-08-31"],
+    "val_period": ["2017-09-01", "2017-10-31"],
+    "test_period": ["2017-11-01", "2017-12-31"],
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """forecast/analysis/oracle of a 16 × 32 grid, 10 members, 2017 every 3 days."""
+    from ensml.data.synth import synth
+
+    out = tmp_path_factory.mktemp("tiny") / "synth"
+    return synth(out, n_lat=16, n_lon=32, start="2017-01-01", end="2017-12-31", every_days=3, seed=1)
+
+
+def tiny_data_args(data: dict[str, Path], **overrides: object) -> list[str]:
+    """CLI overrides pointing the smoke config at the tiny dataset."""
+    args = [f"--data.forecast={data['forecast']}", f"--data.analysis={data['analysis']}"]
+    for key, (start, end) in TINY_PERIODS.items():
+        args.append(f"--data.{key}=[{start}, {end}]")
+    args += [f"--{k}={v}" for k, v in overrides.items()]
+    return args
+
+
+@pytest.fixture(scope="session")
+def real_data() -> Path:
+    """../shared/data/real; skipped when absent unless ENSML_REQUIRE_REAL_DATA is set (CI)."""
+    if not SHARED_DATA.is_dir():
+        if os.environ.get("ENSML_REQUIRE_REAL_DATA"):
+            pytest.fail(f"ENSML_REQUIRE_REAL_DATA is set but {SHARED_DATA} is missing")
+        pytest.skip(f"real sample data not found at {SHARED_DATA}")
+    return SHARED_DATA
