@@ -27,11 +27,16 @@ from ensml.models.spatial.layers import (
     SpatialUpsample,
     spatial_pad,
 )
+from ensml.models.spatial.perfmodel import H100_NCCL, MachineModel, predict
+from ensml.models.spatial.plan import ParallelPlan, plan_parallel
 from ensml.models.spatial.unet import SpatialUNet3d, local_slices, parallelize, unet_shard_sizes
 
 __all__ = [
+    "H100_NCCL",
     "LAT",
     "LON",
+    "MachineModel",
+    "ParallelPlan",
     "ProcessGrid",
     "SpatialConv3d",
     "SpatialGroupNorm",
@@ -46,6 +51,8 @@ __all__ = [
     "halo_exchange",
     "local_slices",
     "parallelize",
+    "plan_parallel",
+    "predict",
     "reduce_gradients",
     "shard_sizes",
     "shard_slice",

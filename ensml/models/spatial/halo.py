@@ -58,8 +58,11 @@ def _p2p(
     if recv_lo is not None:
         got_lo = like.new_empty(recv_lo)
         ops.append(dist.P2POp(dist.irecv, got_lo, lo_rank, group, tag + 1))
-    if ops:
-        for req in dist.batch_isend_irecv(ops):
+    if ops and like.is_cuda:
+        for req in dist.batch_isend_irecv(ops):  # NCCL: one fused group of sends and receives
+            req.wait()
+    elif ops:  # gloo: plain isend/irecv are about twice as fast as batch_isend_irecv
+        for req in [op.op(op.tensor, op.peer, op.group, op.tag) for op in ops]:
             req.wait()
     if _timing["on"]:
         if like.is_cuda:

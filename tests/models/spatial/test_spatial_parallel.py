@@ -78,3 +78,24 @@ def test_unsupported_layers_are_refused():
         parallelize(nn.Sequential(nn.BatchNorm3d(3)), grid)
     with pytest.raises(NotImplementedError):
         parallelize(nn.ConvTranspose3d(3, 3, 3, stride=2), grid)
+
+
+def test_performance_model_memory_and_plan():
+    from ensml.models.spatial.perfmodel import H100_NCCL, predict, saved_bytes, saved_hooks
+    from ensml.models.spatial.plan import plan_parallel
+
+    unet = UNet3d(3, 2, width=4, depth=2)
+    saved: dict = {}
+    with saved_hooks(saved):
+        unet(torch.randn(1, 3, 2, 16, 32))
+    single = predict(unet, (3, 2, 16, 32), (1, 1, 1), H100_NCCL, plain=True)
+    assert single.activation_bytes == saved_bytes(saved)  # the meta trace is exact
+    halves = predict(unet, (3, 2, 16, 32), (1, 1, 2), H100_NCCL)
+    assert halves.activation_bytes < 0.55 * single.activation_bytes
+    assert halves.halo_s > 0 and single.halo_s == 0
+    plan = plan_parallel(unet, 2, 16, 32, 4, memory_gib=1.0)
+    assert len(plan.candidates) == 6  # 4x1x1, 2x2x1, 2x1x2, 1x4x1, 1x2x2, 1x1x4
+    assert plan.recommended is plan.candidates[0]
+    assert "recommended: data=" in plan.table()
+    tight = plan_parallel(unet, 2, 16, 32, 4, memory_gib=halves.activation_bytes * 1.01 / 2**30)
+    assert tight.recommended is None or tight.recommended.lat * tight.recommended.lon >= 2
