@@ -9,6 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
+SMOKE = str(CONFIGS / "smoke.yaml")
 SHARED_DATA = REPO.parent / "shared" / "data" / "real"
 
 # Periods of the tiny dataset: one year of inits every 3 days.
@@ -35,6 +36,20 @@ def tiny_data_args(data: dict[str, Path], **overrides: object) -> list[str]:
         args.append(f"--data.{key}=[{start}, {end}]")
     args += [f"--{k}={v}" for k, v in overrides.items()]
     return args
+
+
+@pytest.fixture(scope="session")
+def fitted(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A smoke MixedTask trained (and run on the test split) in a fresh working directory."""
+    from ensml.cli import main
+
+    work = tmp_path_factory.mktemp("cli")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        assert main(["fit", "--config", SMOKE, *tiny_data_args(tiny_data)]) == 0
+        ckpt = "--ckpt_path=runs/smoke/checkpoints/best.ckpt"
+        assert main(["predict", "--config", SMOKE, *tiny_data_args(tiny_data), ckpt]) == 0
+    return work
 
 
 @pytest.fixture(scope="session")

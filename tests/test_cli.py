@@ -7,23 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import properscoring as ps
-import pytest
 import xarray as xr
 
 from ensml.cli import main
-from tests.conftest import CONFIGS, tiny_data_args
-
-SMOKE = str(CONFIGS / "smoke.yaml")
-
-
-@pytest.fixture(scope="module")
-def fitted(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A smoke MixedTask trained in a fresh working directory; returns that directory."""
-    work = tmp_path_factory.mktemp("cli")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(work)
-        assert main(["fit", "--config", SMOKE, *tiny_data_args(tiny_data)]) == 0
-    return work
+from tests.conftest import SMOKE, tiny_data_args
 
 
 def test_fit_writes_checkpoints_and_logs(fitted: Path) -> None:

@@ -19,6 +19,15 @@ class EnsmlCLI(LightningCLI):
         for key in DATA_KEYS:
             parser.link_arguments(f"data.{key}", f"model.init_args.{key}")
 
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the checkpoint's hyperparameters while parsing: report a broken
+        # file as a user error, not a traceback.
+        try:
+            super()._parse_ckpt_path()
+        except Exception as exc:
+            path = self.config[self.config.subcommand].get("ckpt_path")
+            raise EnsmlError(f"checkpoint {path} cannot be read ({type(exc).__name__})") from None
+
     def _check_inputs(self) -> None:
         # Open and validate the data now, so a bad input fails before logs or checkpoints exist.
         _ = self.datamodule.spec

@@ -81,7 +81,14 @@ class EnsembleTask(L.LightningModule):
         for key in STAT_KEYS:
             self.register_buffer(key, torch.empty(0))
         self.register_buffer("lat_weights", torch.empty(0))
-        self.target_index = list(input_lead_hours).index(target_lead_hours)
+
+    @property
+    def target_index(self) -> int:
+        """Position of the target lead among the input leads (validated by the datamodule)."""
+        leads = list(self.hparams.input_lead_hours)
+        if self.hparams.target_lead_hours not in leads:
+            raise EnsmlError(f"target_lead_hours={self.hparams.target_lead_hours} is not among {leads}")
+        return leads.index(self.hparams.target_lead_hours)
 
     # -- statistics ---------------------------------------------------------------------------
     def set_stats(self, stats: dict[str, np.ndarray], latitude: np.ndarray) -> None:
