@@ -6,6 +6,7 @@ Every reader funnels through :func:`normalise`, so the rest of ensml sees the na
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,7 +35,12 @@ def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[Path]:
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     out: list[Path] = []
     for item in items:
-        matches = sorted(Path().glob(str(item))) if any(c in str(item) for c in "*?[") else [Path(item)]
+        pattern = str(item)
+        matches = (
+            [Path(p) for p in sorted(glob.glob(pattern))]
+            if any(c in pattern for c in "*?[")
+            else [Path(item)]
+        )
         out.extend(matches)
     if not out:
         raise EnsmlError(f"no {what} files match {paths!r}")

@@ -1,0 +1,74 @@
+"""Samples and the data module on the tiny synthetic ensemble, checked against xarray by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+from ensml.data.datamodule import EnsembleDataModule
+from tests.conftest import TINY_PERIODS
+
+
+@pytest.fixture(scope="module")
+def dm(tiny_data) -> EnsembleDataModule:
+    module = EnsembleDataModule(tiny_data["forecast"], tiny_data["analysis"], batch_size=4, **TINY_PERIODS)
+    module.setup("fit")
+    return module
+
+
+def test_sample_matches_files(dm: EnsembleDataModule, tiny_data) -> None:
+    item = dm.test_set[3]
+    init = dm.test_set.init_times[3]
+    fc = xr.open_dataset(tiny_data["forecast"]).sel(init_time=init)
+    an = xr.open_dataset(tiny_data["analysis"])
+    assert item["mean_k"].shape == (2, 3, 2, 16, 32)  # V, L, D, H, W
+    assert item["std_m"].shape == (2, 2, 16, 32)
+    z = fc["z"].transpose("lead_time", "member", "level", "latitude", "longitude").values
+    np.testing.assert_allclose(item["mean_k"][0].numpy(), z[:, :5].mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(item["std_k"][0].numpy(), z[:, :5].std(axis=1, ddof=1), rtol=1e-4)
+    np.testing.assert_allclose(item["std_m"][0].numpy(), z[2].std(axis=0, ddof=0), rtol=1e-4)
+    lead = np.timedelta64(48, "h")
+    np.testing.assert_allclose(item["obs"][1].numpy(), an["t"].sel(time=init + lead).values, rtol=1e-6)
+    np.testing.assert_allclose(item["analysis_init"][1].numpy(), an["t"].sel(time=init).values, rtol=1e-6)
+    assert item["index"].item() == 3
+
+
+def test_splits_do_not_share_valid_times(dm: EnsembleDataModule) -> None:
+    lead = np.timedelta64(48, "h")
+    train, val, test = (dm.init_times(s) for s in ("train", "val", "test"))
+    assert train.max() + lead < val.min() and val.max() + lead < test.min()
+
+
+def test_stats_come_from_training_split_only(dm: EnsembleDataModule, tiny_data) -> None:
+    fc = xr.open_dataset(tiny_data["forecast"]).sel(init_time=dm.init_times("train"))
+    clim = fc["t"].mean(["init_time", "lead_time", "member"]).values
+    np.testing.assert_allclose(dm.stats["clim_mean"][1], clim, rtol=1e-5)
+    spread = (
+        fc["z"]
+        .sel(lead_time=np.timedelta64(48, "h"))
+        .std("member")
+        .mean(["init_time", "latitude", "longitude"])
+    )
+    np.testing.assert_allclose(dm.stats["spread_scale"][0], spread.values, rtol=1e-4)
+
+
+def test_random_member_subsets_are_seeded(tiny_data) -> None:
+    module = EnsembleDataModule(
+        tiny_data["forecast"], tiny_data["analysis"], member_sampling="random", **TINY_PERIODS
+    )
+    module.setup("fit")
+    torch.manual_seed(0)
+    first = [tuple(module.train_set.members_for(i)) for i in range(6)]
+    torch.manual_seed(0)
+    again = [tuple(module.train_set.members_for(i)) for i in range(6)]
+    assert first == again
+    assert len(set(first)) > 1 and all(len(m) == 5 and len(set(m)) == 5 for m in first)
+    assert module.val_set.member_sampling == "first"  # evaluation always uses members 0 … k-1
+
+
+def test_batches(dm: EnsembleDataModule) -> None:
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["mean_k"].shape == (4, 2, 3, 2, 16, 32) and batch["mean_k"].dtype == torch.float32
+    assert len(dm.predict_dataloader().dataset) == len(dm.init_times("test"))
