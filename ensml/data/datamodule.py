@@ -98,6 +98,8 @@ class EnsembleDataModule(L.LightningDataModule):
         self._splits: dict[str, np.ndarray] | None = None
         self._stats: dict[str, np.ndarray] | None = None
         self.coords: dict[str, np.ndarray] = {}
+        # (latitude, longitude) slices read by this process; set by spatial-parallel training.
+        self.slab: tuple[slice, slice] | None = None
 
     # -- validation and metadata (main process, lazy dask arrays) ---------------------------
     def _inspect(self) -> None:
@@ -171,7 +173,9 @@ class EnsembleDataModule(L.LightningDataModule):
             self._inspect()
 
         def make(split: str, sampling: MemberSampling) -> EnsembleSamples:
-            return EnsembleSamples(hp.forecast, hp.analysis, self.init_times(split), self.spec, sampling)
+            return EnsembleSamples(
+                hp.forecast, hp.analysis, self.init_times(split), self.spec, sampling, slab=self.slab
+            )
 
         self.train_set = make("train", hp.member_sampling)
         self.val_set = make("val", "first")

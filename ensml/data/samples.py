@@ -65,6 +65,9 @@ class EnsembleSamples(torch.utils.data.Dataset):
         ``"first"``: members 0 … K-1 (the research's choice); ``"random"``: a fresh random subset
         per sample and epoch, drawn from torch's RNG (seeded per epoch and worker by the
         DataLoader, hence reproducible under ``seed_everything``).
+    slab
+        ``(latitude, longitude)`` index slices: read only this part of the grid from disk (the
+        rank's shard in spatial-parallel training); H and W are then the slab's sizes.
     """
 
     def __init__(
@@ -74,12 +77,14 @@ class EnsembleSamples(torch.utils.data.Dataset):
         init_times: np.ndarray,
         spec: SampleSpec,
         member_sampling: MemberSampling = "first",
+        slab: tuple[slice, slice] | None = None,
     ) -> None:
         self.forecast_paths = forecast
         self.analysis_paths = analysis
         self.init_times = np.asarray(init_times, dtype="datetime64[ns]")
         self.spec = spec
         self.member_sampling = member_sampling
+        self.slab = slab
         self._fc: xr.Dataset | None = None
         self._an: xr.Dataset | None = None
 
@@ -97,6 +102,11 @@ class EnsembleSamples(torch.utils.data.Dataset):
         if self.analysis_paths is not None:
             an = open_analysis(self.analysis_paths, spec.variables)
             self._an = an.sel({LEVEL: list(spec.levels)})
+        if self.slab is not None:
+            # Lazy indexing: each read then fetches only this hyperslab from the file.
+            box = {LATITUDE: self.slab[0], LONGITUDE: self.slab[1]}
+            self._fc = self._fc.isel(box)
+            self._an = None if self._an is None else self._an.isel(box)
 
     def members_for(self, index: int) -> np.ndarray:
         """Indices of the K members used for sample ``index``."""

@@ -9,6 +9,7 @@ buffers, so they travel with the checkpoint.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -134,9 +135,13 @@ class EnsembleTask(L.LightningModule):
         """The K-member std at the target lead (B, V, D, H, W): the starting guess for σ."""
         return batch["std_k"][:, :, self.target_index]
 
+    # Reduction of area_mean; spatial-parallel training sets it to a mean over all shards.
+    reduce_mean: Callable[[torch.Tensor], torch.Tensor] | None = None
+
     def area_mean(self, x: torch.Tensor) -> torch.Tensor:
         """Latitude-area-weighted mean of (B, V, D, H, W) over everything."""
-        return (x * self.lat_weights[:, None]).mean()
+        weighted = x * self.lat_weights[:, None]
+        return weighted.mean() if self.reduce_mean is None else self.reduce_mean(weighted)
 
     # -- loop ---------------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

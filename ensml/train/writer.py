@@ -45,6 +45,8 @@ class PredictionWriter(BasePredictionWriter):
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
     ) -> None:
+        if not trainer.is_global_zero:
+            return  # spatial-parallel prediction: every rank holds the assembled fields; one writes
         if predictions and isinstance(predictions[0], list):  # several dataloaders: take the first
             predictions = predictions[0]
         dm = trainer.datamodule
