@@ -31,6 +31,9 @@ class EnsmlCLI(LightningCLI):
     def _check_inputs(self) -> None:
         # Open and validate the data now, so a bad input fails before logs or checkpoints exist.
         _ = self.datamodule.spec
+        check = getattr(self.trainer.strategy, "check_inputs", None)
+        if check is not None:  # e.g. a spatial split that does not fit the grid: fail before launch
+            check(self.datamodule, self.model)
         ckpt = self.config[self.subcommand].get("ckpt_path")
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             path = Path(ckpt)

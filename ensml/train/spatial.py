@@ -112,28 +112,43 @@ class SpatialParallelStrategy(DDPStrategy):
         self._plain_net: UNet3d | None = None
         self._use_sampler: bool | None = None
 
-    # -- environment: validate, process groups, per-rank slab -----------------------------------
-    def setup_environment(self) -> None:
-        module = self.lightning_module
-        trainer = module.trainer
-        dm = trainer.datamodule
-        if dm is None or not hasattr(dm, "slab"):
+    # -- validation (before any process starts), process groups, per-rank slab ----------------
+    def _configure_launcher(self) -> None:
+        world = self.num_nodes * self.num_processes
+        if world % (self.lat * self.lon):
+            raise EnsmlError(
+                f"trainer.devices × num_nodes = {world} is not a multiple of the spatial split "
+                f"lat={self.lat} × lon={self.lon} = {self.lat * self.lon}"
+            )
+        super()._configure_launcher()
+
+    def check_inputs(self, datamodule: Any, module: Any) -> tuple[int, int, int]:
+        """Validate model, data and split; return the global (n_lat, n_lon) and the U-Net depth.
+
+        ``ensml fit|predict`` calls this before launching the ranks, so a bad config fails once.
+        """
+        if datamodule is None or not hasattr(datamodule, "slab"):
             raise EnsmlError("spatial-parallel training needs an EnsembleDataModule (data: ...)")
         net = module.net
         if not isinstance(net, UNet3d):
-            raise EnsmlError(
-                f"spatial-parallel training supports arch unet3d only, got {module.hparams.get('arch')!r}"
-            )
-        if not dm.coords:
-            _ = dm.spec  # opens and validates the files once
-        n_lat, n_lon = len(dm.coords[LATITUDE]), len(dm.coords[LONGITUDE])
+            arch = module.hparams.get("arch")
+            raise EnsmlError(f"spatial-parallel training supports arch unet3d only, got {arch!r}")
+        if not datamodule.coords:
+            _ = datamodule.spec  # opens and validates the files once
+        n_lat, n_lon = len(datamodule.coords[LATITUDE]), len(datamodule.coords[LONGITUDE])
         kernel = module.hparams.get("kernel_size", 3)
         world = self.num_nodes * self.num_processes
         check_split(self.lat, self.lon, world, n_lat, n_lon, net.depth, kernel)
+        return n_lat, n_lon, net.depth
+
+    def setup_environment(self) -> None:
+        trainer = self.lightning_module.trainer
+        dm = trainer.datamodule
+        n_lat, n_lon, depth = self.check_inputs(dm, self.lightning_module)
         super().setup_environment()  # initialises the default process group
         if self.grid is None:
             self.grid = ProcessGrid(self.lat, self.lon)
-        self.slab = local_slices(n_lat, n_lon, net.depth, self.grid)
+        self.slab = local_slices(n_lat, n_lon, depth, self.grid)
         dm.slab = self.slab
         # With one replica every spatial rank keeps the datamodule's own sampler (identically
         # seeded everywhere); Lightning's DistributedSampler is used only across replicas.
