@@ -101,7 +101,8 @@ def generate(
     Returns a dict with ``latitude``, ``longitude``, ``times`` (the analysis times: every init
     and valid time), ``truth[v] (time, k, lat, lon)``, ``mean[v]``/``std[v] (init, lead, k, lat,
     lon)``, ``event_mask (init, lead, lat, lon)`` (uint8), ``storms`` (a dict of per-storm
-    arrays) and ``member_block(i0, i1)``, a function that draws the members of inits ``i0:i1``
+    arrays), ``member_spread (init, lead, v, k, lat, lon)``, the designed spread of the members
+    (float32), and ``member_block(i0, i1)``, a function that draws the members of inits ``i0:i1``
     as float32 ``(v, init, lead, member, k, lat, lon)`` (deterministic per init, so blocks can
     be drawn in any order, lazily, while the file is written).
     """
@@ -226,6 +227,7 @@ def generate(
         "mean": {"z": mean[:, :, 0], "t": mean[:, :, 1]},
         "std": {"z": std[:, :, 0], "t": std[:, :, 1]},
         "member_block": member_block,
+        "member_spread": spread32,
         "event_mask": event.astype(np.uint8),
         "storms": storm_table,
     }

@@ -290,3 +290,21 @@ def test_no_partial_output_on_failure(tmp_path, monkeypatch, existing):
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     else:
         assert not out.exists()
+
+
+def test_storage_rounding_is_far_below_spread(data):
+    _, fc, _, orc = data
+    for v in ("z", "t"):
+        # Members are rounded relative to their spread: no subset of 5 collapses to one value.
+        assert float(fc[v].isel(member=slice(0, 5)).std("member").min()) > 0
+        assert float(orc[f"{v}_std"].min()) > 0
+
+
+def test_quantise_helpers():
+    a = np.array([1.3, -2.7, 100.01], dtype=np.float32)
+    synth_module._quantise(a, np.array([8.0, 8.0, 1.0], dtype=np.float32), 8)  # steps 1, 1, 1/8
+    np.testing.assert_array_equal(a, [1.0, -3.0, 100.0])
+    b = np.array([1.0, np.pi, 123.456], dtype=np.float32)
+    c = b.copy()
+    synth_module._round_mantissa(c, 11)
+    assert np.all(np.abs(c / b - 1) <= 2.0**-12)
