@@ -73,7 +73,7 @@ from __future__ import annotations
 import itertools
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -82,6 +82,7 @@ import dask.array as da
 import numpy as np
 import pandas as pd
 import xarray as xr
+from tqdm import tqdm
 
 from ensml import __version__, names
 from ensml.data import synth_model
@@ -246,29 +247,37 @@ def synth(
         For impossible options or an ``out_dir`` that already holds the outputs. Nothing is
         written unless all three files are complete.
     """
-    cfg = SynthConfig(
-        n_lat=int(n_lat),
-        n_lon=int(n_lon),
-        levels=tuple(int(p) for p in levels),
-        lead_hours=tuple(int(h) for h in lead_hours),
-        members=int(members),
-        start=str(start),
-        end=str(end),
-        every_days=int(every_days),
-        storms_per_year=float(storms_per_year),
-        seed=int(seed),
-    )
+    try:
+        cfg = SynthConfig(
+            n_lat=int(n_lat),
+            n_lon=int(n_lon),
+            levels=tuple(int(p) for p in levels),
+            lead_hours=tuple(int(h) for h in lead_hours),
+            members=int(members),
+            start=str(start),
+            end=str(end),
+            every_days=int(every_days),
+            storms_per_year=float(storms_per_year),
+            seed=int(seed),
+        )
+    except (TypeError, ValueError) as err:
+        raise EnsmlError(f"synth: invalid option ({err})") from err
     inits, leads = _validate(cfg)
     out_dir = Path(out_dir)
     _prepare_out_dir(out_dir, overwrite)
+    quiet = not sys.stderr.isatty()
+    with tqdm(total=len(inits), desc="ensml synth", unit="init", leave=False, disable=quiet) as bar:
+        datasets = build_datasets(cfg, inits, leads, on_progress=bar.update)
+        return _write_all(datasets, _encodings(datasets, cfg), out_dir, cfg)
 
-    show = sys.stderr.isatty()
-    datasets = build_datasets(cfg, inits, leads, progress=show)
-    encodings = _encodings(datasets, cfg)
+
+def _write_all(datasets: dict[str, xr.Dataset], encodings: dict, out_dir: Path, cfg: SynthConfig) -> dict:
+    """Write the datasets to a hidden staging directory, then move them into ``out_dir``.
+
+    A failure leaves neither a partial set of files nor a created-but-empty ``out_dir``.
+    """
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
-    # Write all three to a hidden staging directory first, then move them into place, so a
-    # failure leaves neither a partial set of files nor a created-but-empty out_dir.
     staging = out_dir / f".synth-{uuid.uuid4().hex[:12]}.tmp"
     staging.mkdir()
     history = (
@@ -318,12 +327,17 @@ def _global_attrs(cfg: SynthConfig, what: str) -> dict:
 
 
 def build_datasets(
-    cfg: SynthConfig, inits: np.ndarray, leads: np.ndarray, *, progress: bool = False
+    cfg: SynthConfig,
+    inits: np.ndarray,
+    leads: np.ndarray,
+    *,
+    on_progress: Callable[[int], object] | None = None,
 ) -> dict[str, xr.Dataset]:
     """The three datasets for validated options; see :func:`synth`.
 
     Analysis and oracle are in memory; the forecast members are a dask array drawn block by
     block while the file is written, so memory stays bounded and drawing overlaps compression.
+    ``on_progress(n)`` is called as the members of ``n`` more inits are drawn.
     """
     out = synth_model.generate(
         n_lat=cfg.n_lat,
@@ -335,7 +349,7 @@ def build_datasets(
         storms_per_year=cfg.storms_per_year,
         seed=cfg.seed,
     )
-    members = _lazy_members(out["member_block"], out["member_spread"], cfg, len(inits), progress)
+    members = _lazy_members(out["member_block"], out["member_spread"], cfg, len(inits), on_progress)
     lat, lon, times = out["latitude"], out["longitude"], out["times"]
     level = np.asarray(cfg.levels, dtype="int32")
     space = {names.LEVEL: level, names.LATITUDE: lat, names.LONGITUDE: lon}
@@ -428,19 +442,14 @@ def build_datasets(
     return {"forecast": _coord_attrs(fc), "analysis": _coord_attrs(an), "oracle": _coord_attrs(orc)}
 
 
-def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, progress: bool):
-    """Dask array ``(v, init, lead, member, level, lat, lon)`` of quantised float32 members."""
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=n_init, desc="ensml synth", unit="init", leave=False)
+def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, on_progress):
+    """Dask array ``(v, init, lead, member, level, lat, lon)`` of rounded float32 members."""
 
     def make(i0: int, i1: int) -> np.ndarray:
         x = block(i0, i1)  # (v, init, lead, member, k, lat, lon)
         _quantise(x, spread[i0:i1].transpose(2, 0, 1, 3, 4, 5)[:, :, :, None], MEMBER_STEPS_PER_SPREAD)
-        if bar is not None:
-            bar.update(i1 - i0)
+        if on_progress is not None:
+            on_progress(i1 - i0)
         return x
 
     token = uuid.uuid4().hex

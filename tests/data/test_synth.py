@@ -308,3 +308,18 @@ def test_quantise_helpers():
     c = b.copy()
     synth_module._round_mantissa(c, 11)
     assert np.all(np.abs(c / b - 1) <= 2.0**-12)
+
+
+def test_progress_only_on_a_terminal(tmp_path, monkeypatch, capsys):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    synth(tmp_path / "quiet", **TINY)
+    assert capsys.readouterr().err == ""
+    term = Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    synth(tmp_path / "tty", **TINY)
+    assert "ensml synth" in term.getvalue()
