@@ -245,6 +245,7 @@ def test_sub_daily_leads_and_other_levels(tmp_path):
         ({"every_days": 0}, "every_days"),
         ({"storms_per_year": -1}, "storms_per_year"),
         ({"seed": -1}, "seed"),
+        ({"members": "ten"}, "invalid option"),
     ],
 )
 def test_bad_options(tmp_path, options, match):
