@@ -23,6 +23,8 @@ from ensml.data.io import (
     open_forecast,
 )
 from ensml.errors import EnsmlError
+from ensml.eval.cases import load_cases
+from ensml.eval.casestudy import score_case, write_cases
 from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
 from ensml.eval.tables import print_table, write_outputs
@@ -64,6 +66,7 @@ def evaluate(
     variables: list[str] | None = None,
     levels: list[float] | None = None,
     out_dir: str = "runs/eval",
+    cases: str | list[str] | None = None,
 ) -> pd.DataFrame:
     """Score forecasts on the init times of the predictions (or all forecast inits).
 
@@ -89,12 +92,17 @@ def evaluate(
     out_dir
         Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` and the per-point
         ``scores.nc`` are written (all at the end, each to a temporary name first).
+    cases
+        Case-study YAML files, folders or globs (see :mod:`ensml.eval.cases`): scored per case
+        and forecast into ``<out_dir>/cases/`` (``cases.csv``, ``cases.md``, one map figure per
+        case), computed before anything is written.
 
     Returns
     -------
     pandas.DataFrame
         The CRPS table (one row per variable, level and forecast).
     """
+    case_list = load_cases(cases) if cases else []  # invalid case files fail before any work
     preds = open_dataset(predictions, "predictions").load() if predictions else None
     spreads = open_dataset(spread_predictions, "spread predictions").load() if spread_predictions else None
     given = [d for d in (preds, spreads) if d is not None]
@@ -186,7 +194,10 @@ def evaluate(
                     })  # fmt: skip
     table = pd.DataFrame(rows)
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
+    studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
     write_outputs(Path(out_dir), table, spread_table, xr.Dataset(fields), n_inits=inits.size)
+    if studies:
+        write_cases(Path(out_dir) / "cases", studies)
     print_table(table, spread_table, n_inits=inits.size)
     return table
 

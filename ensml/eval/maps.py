@@ -89,6 +89,12 @@ def unwrap_longitude(lon: np.ndarray) -> np.ndarray:
     return lon[0] + np.concatenate([[0.0], np.cumsum(np.diff(lon) % 360.0)])
 
 
+def _ticks(lo: float, hi: float) -> np.ndarray:
+    """Grid line positions every 5/10/20/30/60° (about 3-6 lines across the span)."""
+    step = next((s for s in (5.0, 10.0, 20.0, 30.0, 60.0) if (hi - lo) / s <= 6), 90.0)
+    return np.arange(np.ceil(lo / step) * step, hi + 1e-9, step)
+
+
 def _setup_axes(fig, n_rows: int, n_cols: int, index: int, lon: np.ndarray, lat: np.ndarray):
     import cartopy.crs as ccrs
 
@@ -120,7 +126,13 @@ def _draw(fig, ax, data_crs, panel: Panel, lon: np.ndarray, lat: np.ndarray) -> 
     ax.add_geometries(
         [coastlines()], crs=data_crs, facecolor="none", edgecolor="0.15", linewidth=0.8, zorder=3
     )
-    gl = ax.gridlines(crs=data_crs, draw_labels=True, linewidth=0.3, color="0.5", alpha=0.6)
+    lon_e, lat_e = _edges(lon), _edges(lat, -90.0, 90.0)
+    xs = _ticks(float(lon_e.min()), float(lon_e.max()))
+    ys = _ticks(float(lat_e.min()), float(lat_e.max()))
+    gl = ax.gridlines(
+        crs=data_crs, draw_labels=True, linewidth=0.3, color="0.5", alpha=0.6,
+        xlocs=(xs + 180.0) % 360.0 - 180.0, ylocs=ys,
+    )  # fmt: skip
     gl.top_labels = gl.right_labels = False
     gl.xlabel_style = gl.ylabel_style = {"size": 7}
     ax.set_title(panel.title, fontsize=9)
