@@ -166,26 +166,31 @@ class SpatialParallelStrategy(DDPStrategy):
 
     # -- model: shard before the optimiser sees the parameters ----------------------------------
     def setup(self, trainer) -> None:
-        self._shard_module()
+        self._wrap_net()  # before the optimiser is built on the parameters
         super().setup(trainer)
+        # After DDPStrategy.setup, whose non-fitting path broadcasts rank 0's buffers.
+        self._shard_buffers()
 
     def configure_ddp(self) -> None:
         """No DDP wrapper: gradients are reduced in :meth:`post_backward`."""
 
-    def _shard_module(self) -> None:
+    def _wrap_net(self) -> None:
         module, grid = self.lightning_module, self.grid
-        lat, lon = self.slab
+        if not isinstance(module.net, SpatialUNet3d):
+            self._plain_net = module.net
+            module.net = SpatialUNet3d(module.net, grid)
+        module.reduce_mean = partial(global_mean, grid=grid)
+        broadcast_parameters(module.net, grid)  # all ranks must start identical
+
+    def _shard_buffers(self) -> None:
+        """Slice the climatology and latitude weights to this rank's slab; keep the full ones."""
+        module, (lat, lon) = self.lightning_module, self.slab
         for key in SPATIAL_BUFFERS:
             t = getattr(module, key)
             if key not in self._full or t.shape == self._full[key].shape:  # full (new or restored)
                 self._full[key] = t.detach().clone()
                 t = t[..., lat] if key == "lat_weights" else t[..., lat, lon]
                 setattr(module, key, t.contiguous())
-        if not isinstance(module.net, SpatialUNet3d):
-            self._plain_net = module.net
-            module.net = SpatialUNet3d(module.net, grid)
-        module.reduce_mean = partial(global_mean, grid=grid)
-        broadcast_parameters(module.net, grid)  # all ranks must start identical
 
     def post_backward(self, closure_loss: torch.Tensor) -> None:
         reduce_gradients(self.lightning_module, self.grid)

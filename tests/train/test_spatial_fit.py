@@ -1,0 +1,122 @@
+"""``ensml fit`` with spatial = 2 (gloo, two processes) equals the single-process fit.
+
+The spatial runs go through the real command line in a subprocess (Lightning's ``ddp``-style
+launcher re-executes it for rank 1), in their own process group with a timeout, so every rank
+always ends. The single-process runs are in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+from ensml.cli import main
+from tests.conftest import SMOKE, tiny_data_args
+
+pytestmark = pytest.mark.distributed
+
+FEW_STEPS = {"trainer.max_epochs": 1, "trainer.limit_train_batches": 3, "trainer.limit_val_batches": 1}
+CKPT = "runs/smoke/checkpoints/last.ckpt"
+
+
+def spatial(lat: int = 1, lon: int = 2) -> str:
+    init = f'{{"lat": {lat}, "lon": {lon}, "timeout_s": 60}}'
+    return f'{{"class_path": "ensml.train.spatial.SpatialParallelStrategy", "init_args": {init}}}'
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess:
+    """``python -m ensml.cli ARGS`` in a new session; on timeout the whole group is killed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "ensml.cli", *args]
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, **pipe)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"ensml {args[0]} did not finish in {timeout} s:\n{out[-3000:]}")
+    finally:
+        try:  # rank 1 is a child of rank 0's session: make sure nothing is left behind
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A single-process and a spatial = 2 smoke fit of three steps on the same data and seed."""
+    single, par = tmp_path_factory.mktemp("single"), tmp_path_factory.mktemp("spatial")
+    args = ["fit", "--config", SMOKE, *tiny_data_args(tiny_data, **FEW_STEPS)]
+    done = run_cli([*args, "--trainer.devices=2", f"--trainer.strategy={spatial()}"], par)
+    assert done.returncode == 0, done.stdout[-3000:]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(single)
+        assert main(args) == 0
+    return {"single": single, "spatial": par}
+
+
+def test_spatial_fit_gives_the_single_process_weights(runs: dict[str, Path]) -> None:
+    single = torch.load(runs["single"] / CKPT, map_location="cpu", weights_only=False)
+    par = torch.load(runs["spatial"] / CKPT, map_location="cpu", weights_only=False)
+    assert par["global_step"] == single["global_step"] == 3
+    a, b = single["state_dict"], par["state_dict"]
+    assert a.keys() == b.keys()
+    for key in a:  # the full model: same shapes, incl. the 16 × 32 climatology and weights
+        assert a[key].shape == b[key].shape, key
+        torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-5, msg=key)
+    assert any((v != 0).any() for k, v in a.items() if k.startswith("net."))
+
+
+def test_spatial_checkpoint_predicts_like_single_process(
+    runs: dict[str, Path], tiny_data: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ckpt = str(runs["spatial"] / CKPT)
+    overrides = {"trainer.limit_predict_batches": 1}
+    args = ["predict", "--config", SMOKE, *tiny_data_args(tiny_data, **overrides), f"--ckpt_path={ckpt}"]
+    monkeypatch.chdir(runs["single"])
+    assert main(args) == 0  # a spatial checkpoint in a plain single-process predict
+    done = run_cli([*args, "--trainer.devices=2", f"--trainer.strategy={spatial()}"], runs["spatial"])
+    assert done.returncode == 0, done.stdout[-3000:]
+    out = "runs/smoke/predictions.nc"
+    with xr.open_dataset(runs["single"] / out) as a, xr.open_dataset(runs["spatial"] / out) as b:
+        assert set(a.data_vars) == set(b.data_vars) == {"z_mean", "z_std", "t_mean", "t_std"}
+        assert a.sizes == b.sizes and a.sizes["latitude"] == 16 and a.sizes["longitude"] == 32
+        for var in a.data_vars:
+            np.testing.assert_allclose(b[var].values, a[var].values, rtol=1e-5, err_msg=var)
+
+
+@pytest.mark.parametrize(
+    ("devices", "lat", "lon", "message"),
+    [
+        (3, 1, 2, "trainer.devices × num_nodes = 3 is not a multiple of the spatial split lat=1 × lon=2"),
+        (4, 4, 1, "cannot split 16 latitudes into 4 shards for depth=3"),
+    ],
+)
+def test_bad_split_is_one_line_error_before_launch(
+    tiny_data: dict[str, Path], tmp_path: Path, monkeypatch, capsys, devices, lat, lon, message
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", SMOKE, *tiny_data_args(tiny_data), "--model.init_args.depth=3",
+            f"--trainer.devices={devices}", f"--trainer.strategy={spatial(lat, lon)}"]  # fmt: skip
+    assert main(args) == 1  # in-process: it fails before Lightning would re-run the command
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("ensml: ") and message in err[-1]
+    assert not (tmp_path / "runs/smoke/checkpoints").exists()
+
+
+def test_plan_parallel_verb(tiny_data: dict[str, Path], capsys) -> None:
+    assert main(["plan-parallel", "--devices=4", f"--forecast={tiny_data['forecast']}", "--depth=2"]) == 0
+    out = capsys.readouterr().out
+    assert "sample: 14 channels × 2 levels × 16 × 32" in out
+    assert "recommended: data=" in out and "   1×2×2" in out
