@@ -32,10 +32,8 @@ TAU_U_H, LEN_U, S_U = 240.0, 15.0, 0.3
 LEN_NOISE = 10.0
 S_NOISE = np.array([0.04, 0.10])[:, None, None, None]  # analysis noise of (z, t), units of scale
 STORM_Q_PER_H = 0.09 / DAY_HOURS  # variance rate of the storm-intensity Brownian motion
-STORM_KEEP_PER_DAY, STORM_KEEP_MIN = (
-    0.25,
-    0.5,
-)  # fraction of the known storm in the members: 1 - 0.25 / day, >= 0.5
+# Fraction of the known storm that the members hold: 1 - 0.25 per day of lead, at least 0.5.
+STORM_KEEP_PER_DAY, STORM_KEEP_MIN = 0.25, 0.5
 STORM_MASK = 0.25
 LEN_DELTA, STD_DELTA = 30.0, 0.2  # error of the ensemble's own spread (log-factor field per init)
 LEN_ETA, TAU_ETA_H = 8.0, 48.0  # member perturbations
