@@ -157,23 +157,10 @@ def evaluate(
             mu = _need(orc, f"{var}_mean", oracle, "oracle")
             sd = _need(orc, f"{var}_std", oracle, "oracle")
             sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=POINT_DIMS)
-        raw_key = f"raw ensemble ({m} members)"
-        means = {name: _area_mean(field, weights) for name, field in sources.items()}
-        oracle_mean = means.get("oracle (Gaussian)")
-        for name, mean in means.items():
-            fields[f"crps_{_slug(name)}_{var}"] = sources[name]
-            for lev in levels:
-                value = float(mean.sel({LEVEL: lev}))
-                raw = float(means[raw_key].sel({LEVEL: lev}))
-                row = {
-                    "variable": var, "level_hPa": lev, "lead_h": lead_hours, "forecast": name,
-                    "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
-                    "crps": value, "units": units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
-                }  # fmt: skip
-                if oracle_mean is not None:
-                    best = float(oracle_mean.sel({LEVEL: lev}))
-                    row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
-                rows.append(row)
+        for name, field in sources.items():
+            fields[f"crps_{_slug(name)}_{var}"] = field
+        events = orc["event_mask"] if orc is not None and "event_mask" in orc else None
+        rows += crps_rows(sources, weights, var, levels, lead_hours, f"raw ensemble ({m} members)", events)
         if spreads is not None:
             target = fc[var].std(MEMBER, ddof=0)
             estimators = {
@@ -183,15 +170,8 @@ def evaluate(
                 ),
             }
             for name, est in estimators.items():
-                rmse = np.sqrt(_area_mean((est - target) ** 2, weights))
-                corr = _weighted_corr(est, target, weights)
                 fields[f"spread_rmse_{_slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
-                for lev in levels:
-                    spread_rows.append({
-                        "variable": var, "level_hPa": lev, "lead_h": lead_hours, "estimator": name,
-                        "target": f"{m}-member std (ddof 0)", "rmse": float(rmse.sel({LEVEL: lev})),
-                        "correlation": float(corr.sel({LEVEL: lev})), "units": units_of(var),
-                    })  # fmt: skip
+            spread_rows += spread_scores(estimators, target, weights, var, levels, lead_hours, m)
     table = pd.DataFrame(rows)
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
@@ -202,8 +182,89 @@ def evaluate(
     return table
 
 
+def crps_rows(
+    sources: dict[str, xr.DataArray],
+    weights: xr.DataArray,
+    var: str,
+    levels: Sequence[float],
+    lead_hours: int,
+    raw_key: str,
+    events: xr.DataArray | None = None,
+    oracle_key: str = "oracle (Gaussian)",
+) -> list[dict]:
+    """Table rows of area-weighted mean CRPS, one per source and level.
+
+    Parameters
+    ----------
+    sources
+        Per-point CRPS fields (init_time, level, latitude, longitude) by forecast name; a name
+        with "Gaussian" in it is labelled as scored by the closed form, others as empirical.
+    weights
+        Latitude weights (:func:`latitude_weights`).
+    raw_key, oracle_key
+        Sources that skill (``1 - crps / crps_raw``) and ``gap_closed``
+        (``(crps_raw - crps) / (crps_raw - crps_oracle)``) refer to; no gap without an oracle.
+    events
+        Optional 0/1 mask (init_time, latitude, longitude) of extreme events: adds the mean CRPS
+        over event points (``crps_events``) and its skill vs ``raw_key`` (``events_skill_vs_raw``).
+    """
+    means = {name: _area_mean(field, weights) for name, field in sources.items()}
+    ev = None
+    if events is not None:
+        w = (weights * events.astype("float64")).broadcast_like(next(iter(sources.values())))
+        ev = {
+            name: field.weighted(w).mean([d for d in field.dims if d != LEVEL])
+            for name, field in sources.items()
+        }
+    rows = []
+    for name, mean in means.items():
+        for lev in levels:
+            value = float(mean.sel({LEVEL: lev}))
+            raw = float(means[raw_key].sel({LEVEL: lev}))
+            row = {
+                "variable": var, "level_hPa": lev, "lead_h": lead_hours, "forecast": name,
+                "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
+                "crps": value, "units": units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
+            }  # fmt: skip
+            if oracle_key in means:
+                best = float(means[oracle_key].sel({LEVEL: lev}))
+                row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
+            if ev is not None:
+                value_ev, raw_ev = (float(ev[key].sel({LEVEL: lev})) for key in (name, raw_key))
+                row["crps_events"] = value_ev
+                row["events_skill_vs_raw"] = 1.0 - value_ev / raw_ev
+            rows.append(row)
+    return rows
+
+
+def spread_scores(
+    estimators: dict[str, xr.DataArray],
+    target: xr.DataArray,
+    weights: xr.DataArray,
+    var: str,
+    levels: Sequence[float],
+    lead_hours: int,
+    members: int,
+) -> list[dict]:
+    """Rows of area-weighted RMSE and correlation of spread estimates against ``target``.
+
+    ``target`` is the ``members``-member std (ddof 0); all fields (init_time, level, lat, lon).
+    """
+    rows = []
+    for name, est in estimators.items():
+        rmse = np.sqrt(_area_mean((est - target) ** 2, weights))
+        corr = _weighted_corr(est, target, weights)
+        for lev in levels:
+            rows.append({
+                "variable": var, "level_hPa": lev, "lead_h": lead_hours, "estimator": name,
+                "target": f"{members}-member std (ddof 0)", "rmse": float(rmse.sel({LEVEL: lev})),
+                "correlation": float(corr.sel({LEVEL: lev})), "units": units_of(var),
+            })  # fmt: skip
+    return rows
+
+
 def _slug(name: str) -> str:
     return name.split(" (")[0].replace(" ", "_").replace("-", "_")
 
 
-__all__: Sequence[str] = ["evaluate"]
+__all__: Sequence[str] = ["crps_rows", "evaluate", "spread_scores"]

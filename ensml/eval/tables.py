@@ -20,6 +20,8 @@ FLOAT_FORMATS = {
     "gap_closed": "{:.1%}",
     "rmse": "{:.4g}",
     "correlation": "{:.3f}",
+    "crps_events": "{:.4g}",
+    "events_skill_vs_raw": "{:+.1%}",
     "level_hPa": "{:g}",
 }
 

@@ -5,9 +5,19 @@ from __future__ import annotations
 from torch import nn
 
 from ensml.errors import EnsmlError
+from ensml.models.temporal import ConvGRUUNet, TimeUNet
 from ensml.models.unet3d import UNet3d
 
-ARCHITECTURES: dict[str, type[nn.Module]] = {"unet3d": UNet3d}
+ARCHITECTURES: dict[str, type[nn.Module]] = {
+    "unet3d": UNet3d,
+    "convgru": ConvGRUUNet,
+    "unet3d_time": TimeUNet,
+}
+
+
+def is_sequence_arch(arch: str) -> bool:
+    """Whether ``arch`` takes lead time as a dimension ((B, L, C, D, H, W) input)."""
+    return bool(getattr(ARCHITECTURES.get(arch), "sequence_input", False))
 
 
 def build_network(arch: str, in_channels: int, out_channels: int, **kwargs) -> nn.Module:
@@ -19,4 +29,4 @@ def build_network(arch: str, in_channels: int, out_channels: int, **kwargs) -> n
     return cls(in_channels, out_channels, **kwargs)
 
 
-__all__ = ["ARCHITECTURES", "UNet3d", "build_network"]
+__all__ = ["ARCHITECTURES", "ConvGRUUNet", "TimeUNet", "UNet3d", "build_network", "is_sequence_arch"]

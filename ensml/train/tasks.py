@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ensml.errors import EnsmlError
 from ensml.eval.gaussian import crps_gaussian
 from ensml.eval.weights import latitude_weights
-from ensml.models import build_network
+from ensml.models import build_network, is_sequence_arch
 
 STAT_KEYS = ("clim_mean", "anom_std", "spread_scale")
 # Hyperparameters a checkpoint must share with the data it is applied to.
@@ -41,9 +41,13 @@ class EnsembleTask(L.LightningModule):
     variables, levels, input_lead_hours, target_lead_hours, k
         The data the model is built for (linked from the datamodule by the CLI).
     arch
-        Network name (``unet3d``).
+        Network name: ``unet3d`` (lead times stacked as channels), or a temporal network that
+        takes lead time as a dimension, ``unet3d_time`` or ``convgru`` (see
+        :mod:`ensml.models.temporal`; they need at least two input lead times).
     width, depth, kernel_size, norm_groups
         Network size (see :class:`ensml.models.UNet3d`).
+    arch_options
+        Further keyword arguments of the network (e.g. ``gru_kernel_size`` of ``convgru``).
     lr, weight_decay
         AdamW settings; the learning rate follows a cosine schedule over the run.
     """
@@ -63,13 +67,26 @@ class EnsembleTask(L.LightningModule):
         depth: int = 3,
         kernel_size: int = 3,
         norm_groups: int = 0,
+        arch_options: dict[str, Any] | None = None,
         lr: float = 2e-3,
         weight_decay: float = 1e-5,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         n_var, n_lead = len(variables), len(input_lead_hours)
-        in_channels = 2 * n_var * n_lead + (n_var if self.uses_analysis else 0)
+        extra: dict[str, Any] = {}
+        self.sequence_input = is_sequence_arch(arch)
+        if self.sequence_input:
+            # Temporal networks see lead time as a dimension: channels are per lead.
+            if n_lead < 2:
+                raise EnsmlError(
+                    f"model arch {arch!r} is temporal and needs at least 2 input lead times, "
+                    f"got input_lead_hours={list(input_lead_hours)}"
+                )
+            in_channels = 2 * n_var + (n_var if self.uses_analysis else 0)
+            extra = dict(n_leads=n_lead, n_levels=len(levels), target_index=self.target_index)
+        else:
+            in_channels = 2 * n_var * n_lead + (n_var if self.uses_analysis else 0)
         self.net = build_network(
             arch,
             in_channels,
@@ -78,6 +95,8 @@ class EnsembleTask(L.LightningModule):
             depth=depth,
             kernel_size=kernel_size,
             norm_groups=norm_groups,
+            **extra,
+            **(arch_options or {}),
         )
         for key in STAT_KEYS:
             self.register_buffer(key, torch.empty(0))
@@ -118,13 +137,26 @@ class EnsembleTask(L.LightningModule):
 
     # -- features -----------------------------------------------------------------------------
     def features(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Network input (B, C, D, H, W) from a batch (see :class:`EnsembleSamples`)."""
+        """Network input from a batch (see :class:`EnsembleSamples`).
+
+        (B, C, D, H, W) with lead times stacked as channels; for a temporal network
+        (``sequence_input``) (B, L, C', D, H, W) with the analysis at initialisation, if used,
+        repeated at every lead.
+        """
         mean_k, std_k = batch["mean_k"], batch["std_k"]  # (B, V, L, D, H, W)
         anom = (mean_k - self.clim_mean[:, None]) / self.anom_std[:, None, :, None, None]
         spread = std_k / self.spread_scale[:, None, :, None, None]
-        parts = [anom.flatten(1, 2), spread.flatten(1, 2)]
+        analysis = None
         if self.uses_analysis:
-            parts.append((batch["analysis_init"] - self.clim_mean) / self.anom_std[..., None, None])
+            analysis = (batch["analysis_init"] - self.clim_mean) / self.anom_std[..., None, None]
+        if getattr(self, "sequence_input", False):
+            parts = [anom, spread]
+            if analysis is not None:
+                parts.append(analysis[:, :, None].expand_as(anom))
+            return torch.cat(parts, dim=1).transpose(1, 2)
+        parts = [anom.flatten(1, 2), spread.flatten(1, 2)]
+        if analysis is not None:
+            parts.append(analysis)
         return torch.cat(parts, dim=1)
 
     def scale(self) -> torch.Tensor:
