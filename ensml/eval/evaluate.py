@@ -159,8 +159,7 @@ def evaluate(
             sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=POINT_DIMS)
         for name, field in sources.items():
             fields[f"crps_{_slug(name)}_{var}"] = field
-        events = orc["event_mask"] if orc is not None and "event_mask" in orc else None
-        rows += crps_rows(sources, weights, var, levels, lead_hours, f"raw ensemble ({m} members)", events)
+        rows += crps_rows(sources, weights, var, levels, lead_hours, f"raw ensemble ({m} members)")
         if spreads is not None:
             target = fc[var].std(MEMBER, ddof=0)
             estimators = {
@@ -197,16 +196,18 @@ def crps_rows(
     Parameters
     ----------
     sources
-        Per-point CRPS fields (init_time, level, latitude, longitude) by forecast name; a name
-        with "Gaussian" in it is labelled as scored by the closed form, others as empirical.
+        Per-point CRPS fields (level, latitude, longitude, optionally init_time) by forecast
+        name; a name with "Gaussian" in it is labelled as scored by the closed form, others as
+        empirical.
     weights
         Latitude weights (:func:`latitude_weights`).
     raw_key, oracle_key
         Sources that skill (``1 - crps / crps_raw``) and ``gap_closed``
         (``(crps_raw - crps) / (crps_raw - crps_oracle)``) refer to; no gap without an oracle.
     events
-        Optional 0/1 mask (init_time, latitude, longitude) of extreme events: adds the mean CRPS
-        over event points (``crps_events``) and its skill vs ``raw_key`` (``events_skill_vs_raw``).
+        Optional 0/1 mask (init_time, latitude, longitude) of extreme events (the fields must then
+        keep init_time): adds the mean CRPS over event points (``crps_events``) and its skill vs
+        ``raw_key`` (``events_skill_vs_raw``).
     """
     means = {name: _area_mean(field, weights) for name, field in sources.items()}
     ev = None
