@@ -19,9 +19,10 @@ LIGHTNING_VERBS = ("fit", "validate", "test", "predict")
 def _components() -> dict:
     from ensml.data.synth import synth
     from ensml.eval.evaluate import evaluate
+    from ensml.eval.report import report
     from ensml.train.plan import plan_parallel_cli
 
-    return {"data": {"synth": synth}, "evaluate": evaluate, "plan-parallel": plan_parallel_cli}
+    return {"data": {"synth": synth}, "evaluate": evaluate, "report": report, "plan-parallel": plan_parallel_cli}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

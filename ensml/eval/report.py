@@ -1,0 +1,271 @@
+"""``ensml report``: one self-contained verification report (Markdown + PNG, and HTML).
+
+The report holds the global scores of ``ensml evaluate`` at the target lead, CRPS and
+spread-skill by lead time, rank histograms, reliability diagrams, maps of the per-point CRPS
+skill, and the case studies (from YAML files, the stored storms of the synthetic data and/or
+found automatically). Everything is computed first and written to a hidden temporary folder
+beside ``out_dir``, which replaces ``out_dir`` only when complete: a failure leaves no report.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ensml.data.io import open_analysis, open_dataset, open_forecast
+from ensml.eval import plots
+from ensml.eval.casefind import find_extreme_cases, storm_cases
+from ensml.eval.cases import load_cases
+from ensml.eval.casestudy import cases_table, replace_dir, score_case
+from ensml.eval.evaluate import evaluate
+from ensml.eval.maps import Panel, draw_maps
+from ensml.eval.report_render import Figure, render
+from ensml.eval.report_scores import gaussians, scores_by_lead
+from ensml.eval.tables import to_markdown
+from ensml.eval.weights import latitude_weights
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, TIME, units_of
+
+EVENT = "analysis > monthly climatological mean + 1 std"
+
+
+def report(
+    forecast: str | list[str],
+    analysis: str | list[str],
+    predictions: str | None = None,
+    spread_predictions: str | None = None,
+    oracle: str | None = None,
+    cases: str | list[str] | None = None,
+    n_storm_cases: int = 0,
+    n_extreme_cases: int = 0,
+    k: int = 5,
+    lead_hours: int = 48,
+    variables: list[str] | None = None,
+    levels: list[float] | None = None,
+    out_dir: str = "runs/report",
+    title: str = "ensml verification report",
+    case_variable: str | None = None,
+    case_level: float | None = None,
+) -> Path:
+    """Write the verification report (``report.md`` + ``figures/``, and ``report.html``).
+
+    Parameters
+    ----------
+    forecast, analysis, predictions, spread_predictions, oracle, k, lead_hours, variables, levels
+        As :func:`ensml.eval.evaluate.evaluate` (whose tables the report includes).
+    cases
+        Case-study YAML files, folders or globs (:mod:`ensml.eval.cases`).
+    n_storm_cases
+        Also study this many stored storms of the synthetic ``oracle`` (strongest first).
+    n_extreme_cases
+        Also study this many dates/boxes found automatically where the analysis exceeds its
+        monthly climatological 99% quantile over the largest area.
+    out_dir
+        The report folder; replaced as a whole when the new report is complete.
+    title
+        The report's title.
+    case_variable, case_level
+        Variable and level of the automatic cases (default z500 when present, else the
+        first variable and level).
+    """
+    case_list = load_cases(cases) if cases else []
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        table = evaluate(
+            forecast,
+            analysis,
+            predictions,
+            spread_predictions,
+            oracle,
+            k=k,
+            lead_hours=lead_hours,
+            variables=variables,
+            levels=levels,
+            out_dir=str(tmp / "tables"),
+        )
+        variables = list(dict.fromkeys(table["variable"]))
+        levels = [float(v) for v in dict.fromkeys(table["level_hPa"])]
+        fc, an = open_forecast(forecast, variables), open_analysis(analysis, variables)
+        preds = open_dataset(predictions, "predictions") if predictions else None
+        orc = open_dataset(oracle, "oracle") if oracle else None
+        inits = fc[INIT_TIME].values
+        if preds is not None:
+            inits = np.intersect1d(inits, preds[INIT_TIME].values)
+        inits = inits[np.isin(inits + fc[LEAD_TIME].values.max(), an[TIME].values)]
+        w = latitude_weights(fc[LATITUDE])
+        parts = [scores_by_lead(fc, an, gaussians(preds, orc), v, levels, inits, w, k) for v in variables]
+        by_lead = pd.concat([p[0] for p in parts], ignore_index=True)
+        lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
+        hists = {key: h for p in parts for key, h in p[1][lead].items()}
+        rel = {(v, lev): s for p in parts for (ld, v, lev), s in p[2].items() if ld == lead}
+
+        var0 = case_variable or ("z" if "z" in variables else variables[0])
+        lev0 = float(case_level if case_level is not None else (500.0 if 500.0 in levels else levels[0]))
+        found = []
+        if n_storm_cases and orc is not None and "event_mask" in orc:
+            found += storm_cases(orc, lead_hours=lead_hours, variable=var0, level=lev0, init_times=inits)
+        if n_extreme_cases:
+            found += find_extreme_cases(
+                an[var0].sel({LEVEL: lev0}), variable=var0, level=lev0, lead_hours=lead_hours,
+                n=n_extreme_cases, valid_times=inits + lead,
+            )  # fmt: skip
+        n_storm = 0
+        for c in found:  # automatic cases that repeat one from the YAML files are left out
+            is_storm = c.name.startswith("storm")
+            if any(_same_event(c, d) for d in case_list) or (is_storm and n_storm >= n_storm_cases):
+                continue
+            n_storm += is_storm
+            case_list.append(c)
+        studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
+        skill_map = _skill_maps(tmp / "tables" / "scores.nc", variables, levels, lead_hours)
+
+        blocks: list = [("h1", title)]
+        blocks += [
+            (
+                "p",
+                f"Forecast `{forecast}` verified against `{analysis}` over {inits.size} init times "
+                f"({np.datetime64(inits[0], 'D')} … {np.datetime64(inits[-1], 'D')}). All means are weighted "
+                "by exact cell area. Raw ensembles are scored with the empirical ensemble CRPS, Gaussian "
+                "forecasts (post-processed, oracle) with the closed-form Gaussian CRPS; lower is better. "
+                f"Skill = 1 − CRPS / CRPS(raw ensemble).",
+            )
+        ]
+        blocks += [
+            ("h2", f"Global scores at +{lead_hours} h"),
+            ("md", (tmp / "tables" / "scores.md").read_text()),
+        ]
+        if (tmp / "tables" / "spread.md").exists():
+            blocks += [
+                ("h3", "Spread estimation (against the full ensemble's std)"),
+                ("md", (tmp / "tables" / "spread.md").read_text()),
+            ]
+        if skill_map is not None:
+            blocks += [
+                Figure(
+                    "crps_skill_map.png",
+                    skill_map,
+                    "Per-point CRPS skill of the post-processed "
+                    "forecast over the raw ensemble (blue: better than raw).",
+                )
+            ]
+        blocks += [
+            ("h2", "Scores by lead time"),
+            Figure("crps_by_lead.png", plots.scores_by_lead(by_lead, "crps", "CRPS"), "CRPS by lead time."),
+            ("h2", "Spread and skill"),
+            Figure(
+                "spread_skill.png",
+                plots.spread_skill(by_lead),
+                "Spread (solid) and RMSE of the mean (dashed); labels: spread-skill ratio (ensembles "
+                "with the (M+1)/M correction, so 1 is calibrated).",
+            ),
+            (
+                "md",
+                to_markdown(
+                    by_lead.assign(
+                        ssr=by_lead["ssr"].round(3), units=[units_of(v) for v in by_lead["variable"]]
+                    )
+                ),
+            ),
+            ("h2", f"Rank histograms at +{lead_hours} h"),
+            Figure(
+                "rank_histograms.png",
+                plots.rank_histograms(hists, lead_hours),
+                "A U shape means too little spread; a slope means bias.",
+            ),
+            ("h2", f"Reliability at +{lead_hours} h"),
+            Figure(
+                "reliability.png",
+                plots.reliability_diagrams(rel, EVENT),
+                f"Event: {EVENT} (per grid point). Gaussian forecasts through 100 quantiles.",
+            ),
+        ]
+        blocks += _case_blocks(studies)
+        render(blocks, tmp, title)
+        tmp.chmod(0o755)  # mkdtemp makes it private
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"ensml report: wrote {out / 'report.md'} and {out / 'report.html'}")
+    return out
+
+
+def _same_event(a, b) -> bool:
+    """Two cases of one field whose windows and boxes overlap (an automatic repeat of a YAML case)."""
+    if (a.variable, a.level, a.lead_hours) != (b.variable, b.level, b.lead_hours):
+        return False
+    if a.end < b.start or b.end < a.start:
+        return False
+    if a.region.lat[1] < b.region.lat[0] or b.region.lat[1] < a.region.lat[0]:
+        return False
+    lon = np.arange(0.0, 360.0, 1.0)
+    return bool(np.intersect1d(a.region.lon_indices(lon), b.region.lon_indices(lon)).size)
+
+
+def _skill_maps(scores_nc: Path, variables, levels, lead_hours) -> bytes | None:
+    ds = xr.open_dataset(scores_nc).load()
+    raw_name = next((v for v in ds.data_vars if str(v).startswith("crps_raw_ensemble_")), None)
+    if raw_name is None or not any(str(v).startswith("crps_post_processed_") for v in ds.data_vars):
+        return None
+    panels = []
+    for var in variables:
+        pp, raw = ds.get(f"crps_post_processed_{var}"), ds.get(f"crps_raw_ensemble_{var}")
+        if pp is None or raw is None:
+            continue
+        panels.append(
+            [
+                Panel(
+                    1 - pp.sel({LEVEL: lev}) / raw.sel({LEVEL: lev}),
+                    f"{var}{lev:g} hPa at +{lead_hours} h",
+                    "CRPS skill vs raw ensemble",
+                    "1",
+                    "RdBu",
+                    -0.6,
+                    0.6,
+                )
+                for lev in levels
+            ]
+        )
+    return draw_maps(panels, "Post-processed forecast: CRPS skill over the raw ensemble") if panels else None
+
+
+def _case_blocks(studies) -> list:
+    if not studies:
+        return []
+    blocks: list = [
+        ("h2", "Case studies"),
+        (
+            "p",
+            "Per case: area-weighted CRPS and threshold-weighted CRPS (twCRPS, weight on the event "
+            "side of the threshold) over the region and window; *_vs_raw = 1 − score / score(raw "
+            "ensemble), positive is better. Gaussian twCRPS from 100 quantiles.",
+        ),
+        ("md", to_markdown(cases_table(studies).drop(columns=["variable", "level_hPa", "lead_h"]))),
+    ]
+    for r in studies:
+        c = r.case
+        blocks += [
+            ("h3", c.name),
+            (
+                "p",
+                f"{c.description + '. ' if c.description else ''}{c.variable}{c.level:g} hPa at "
+                f"+{c.lead_hours} h; region {c.region}; valid {np.datetime64(c.start, 'h')} … "
+                f"{np.datetime64(c.end, 'h')} ({r.n_inits} init times); threshold "
+                f"{c.threshold if c.threshold else 'none'}.",
+            ),
+            Figure(
+                f"case_{c.slug}.png",
+                r.figure,
+                f"{c.name}: analysis, mean and spread at the peak "
+                "valid time; CRPS and its difference to the raw ensemble.",
+            ),
+        ]
+    return blocks
+
+
+__all__ = ["report"]

@@ -1,0 +1,110 @@
+"""Scores of the report by lead time: CRPS, spread, RMSE, SSR, rank histograms and reliability.
+
+Ensembles are scored with the empirical ensemble CRPS, Gaussian forecasts with the closed form;
+reliability is of the event "analysis above its monthly climatological mean + 1 std" at each
+point (Gaussians through 100 quantiles, :func:`ensml.eval.casestudy.gaussian_members`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ensml.eval.calibration import ensemble_mean_rmse, rank_histogram, spread_skill_ratio
+from ensml.eval.casestudy import gaussian_members
+from ensml.eval.crps import crps_ensemble
+from ensml.eval.gaussian import crps_gaussian_xr
+from ensml.eval.probability import reliability
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
+
+
+def gaussians(preds: xr.Dataset | None, orc: xr.Dataset | None) -> dict[str, xr.Dataset]:
+    return {
+        n: d for n, d in (("post-processed (Gaussian)", preds), ("oracle (Gaussian)", orc)) if d is not None
+    }
+
+
+def scores_by_lead(fc, an, gauss, var, levels, inits, w, k) -> tuple[pd.DataFrame, dict, dict]:
+    """CRPS / spread / RMSE rows by lead, rank histograms and reliability at each lead."""
+    rows, hists, rel = [], {}, {}
+    clim = an[var].groupby(f"{TIME}.month")
+    mean, std = clim.mean(TIME), clim.std(TIME)
+    for lead in fc[LEAD_TIME].values:
+        h = int(lead / np.timedelta64(1, "h"))
+        x = fc[var].sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
+        x = x.drop_vars([LEAD_TIME, "valid_time"], errors="ignore")
+        y = an[var].sel({TIME: inits + lead, LEVEL: levels}).load()
+        month = xr.DataArray(pd.DatetimeIndex(y[TIME].values).month, dims=[TIME])
+        m0, s0 = (
+            c.sel(month=month).drop_vars("month").rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
+            for c in (mean, std)
+        )
+        y = y.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
+        ystd = (y - m0) / s0  # standardised anomaly w.r.t. the monthly climatology
+        m = x.sizes[MEMBER]
+        sources = {
+            f"raw ensemble ({m} members)": x,
+            f"raw subset ({k} members)": x.isel({MEMBER: slice(0, k)}),
+        }
+        for name, ens in sources.items():
+            kw = {"preserve_dims": [LEVEL], "weights": w}
+            crps = crps_ensemble(ens, y, **kw)
+            ssr = spread_skill_ratio(ens, y, finite_ensemble_correction=True, **kw)
+            rmse = ensemble_mean_rmse(ens, y, **kw)
+            spread = np.sqrt((ens.var(MEMBER, ddof=1)).weighted(w).mean([INIT_TIME, LATITUDE, LONGITUDE]))
+            for lev in levels:
+                sel = {LEVEL: lev}
+                rows.append(
+                    {
+                        "variable": var,
+                        "level_hPa": lev,
+                        "lead_h": h,
+                        "forecast": name,
+                        "crps": float(crps.sel(sel)),
+                        "spread": float(spread.sel(sel)),
+                        "rmse": float(rmse.sel(sel)),
+                        "ssr": float(ssr.sel(sel)),
+                    }
+                )
+        for name, ds in gauss.items():
+            leads = np.atleast_1d(ds[LEAD_TIME].values)
+            if lead not in leads or f"{var}_mean" not in ds:
+                continue
+            sel = {INIT_TIME: inits, LEVEL: levels, **({LEAD_TIME: lead} if LEAD_TIME in ds.dims else {})}
+            mu = ds[f"{var}_mean"].sel(sel).drop_vars([LEAD_TIME, "valid_time"], errors="ignore").load()
+            sd = ds[f"{var}_std"].sel(sel).drop_vars([LEAD_TIME, "valid_time"], errors="ignore").load()
+            crps = crps_gaussian_xr(mu, sd, y, preserve_dims=[LEVEL], weights=w)
+            spread = np.sqrt((sd**2).weighted(w).mean([INIT_TIME, LATITUDE, LONGITUDE]))
+            rmse = np.sqrt(((mu - y) ** 2).weighted(w).mean([INIT_TIME, LATITUDE, LONGITUDE]))
+            for lev in levels:
+                s_, r_ = float(spread.sel({LEVEL: lev})), float(rmse.sel({LEVEL: lev}))
+                rows.append(
+                    {
+                        "variable": var,
+                        "level_hPa": lev,
+                        "lead_h": h,
+                        "forecast": name,
+                        "crps": float(crps.sel({LEVEL: lev})),
+                        "spread": s_,
+                        "rmse": r_,
+                        "ssr": s_ / r_,
+                    }
+                )
+            for lev in levels:
+                q = gaussian_members(((mu - m0) / s0).sel({LEVEL: lev}), (sd / s0).sel({LEVEL: lev}))
+                rel.setdefault((lead, var, lev), {})[name] = reliability(
+                    q, ystd.sel({LEVEL: lev}), 1.0, weights=w
+                )
+        hists[lead] = {
+            (var, lev): rank_histogram(x.sel({LEVEL: lev}), y.sel({LEVEL: lev}), weights=w) for lev in levels
+        }
+        for lev in levels:
+            xs = ((x - m0) / s0).sel({LEVEL: lev})
+            rel.setdefault((lead, var, lev), {})[f"raw ensemble ({m} members)"] = reliability(
+                xs, ystd.sel({LEVEL: lev}), 1.0, weights=w
+            )
+    return pd.DataFrame(rows), hists, rel
+
+
+__all__ = ["gaussians", "scores_by_lead"]
