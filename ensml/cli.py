@@ -20,9 +20,16 @@ def _components() -> dict:
     from ensml.data.synth import synth
     from ensml.eval.evaluate import evaluate
     from ensml.eval.report import report
+    from ensml.train.benchmark import benchmark
     from ensml.train.plan import plan_parallel_cli
 
-    return {"data": {"synth": synth}, "evaluate": evaluate, "report": report, "plan-parallel": plan_parallel_cli}
+    return {
+        "data": {"synth": synth},
+        "evaluate": evaluate,
+        "report": report,
+        "plan-parallel": plan_parallel_cli,
+        "benchmark": benchmark,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

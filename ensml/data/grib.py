@@ -1,59 +1,72 @@
-"""Read GRIB files with cfgrib, read-only, into ensml's vocabulary.
+"""Read GRIB ensembles with cfgrib into ensml's vocabulary.
 
-cfgrib writes an ``.idx`` index next to a GRIB file unless told not to; shared data are
-read-only, so ensml always opens GRIB with ``indexpath=""`` (no index file). The dataset then
-goes through :func:`ensml.data.io.normalise` (``number`` → ``member``, ``isobaricInhPa`` →
-``level``, ``step`` → ``lead_time``, latitude north → south, longitude in [0, 360)).
+cfgrib names members ``number``, initialisation ``time``, lead ``step`` and levels
+``isobaricInhPa``; :func:`ensml.data.io.normalise` renames them. A file with a single step (an
+analysis ensemble such as the ERA5 EDA, or one forecast step) carries ``step`` as a scalar: it is
+made a length-1 ``lead_time`` dimension so that such files open as forecasts with one lead time,
+``time`` becoming ``init_time``. Index files are never written (``indexpath=""``), so read-only
+data stays untouched.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import xarray as xr
 
-from ensml.data.io import normalise
 from ensml.errors import EnsmlError
+from ensml.names import FORECAST_DIMS
+
+GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
 
 
-def open_grib(
-    path: str | Path,
-    what: str = "GRIB",
-    filter_by_keys: dict | None = None,
-    variables: list[str] | None = None,
-) -> xr.Dataset:
-    """Open one GRIB file lazily (cfgrib, no index file) and normalise its names.
+def is_grib(path: str | Path) -> bool:
+    """Whether ``path`` names a GRIB file (by suffix)."""
+    return Path(path).suffix.lower() in GRIB_SUFFIXES
 
-    Parameters
-    ----------
-    path
-        The GRIB file (edition 1 or 2).
-    what
-        What the file is, for error messages (``"forecast"``, ``"analysis"`` …).
-    filter_by_keys
-        cfgrib's ``filter_by_keys`` (e.g. ``{"dataType": "pf"}``) for files that hold more than
-        one hypercube.
-    variables
-        Variables that must be present (an :class:`EnsmlError` names the missing ones).
+
+def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict | None = None) -> xr.Dataset:
+    """Open one GRIB file with cfgrib, cfgrib's names kept, ``step`` made a dimension.
+
+    Raises
+    ------
+    EnsmlError
+        If the file is missing or cfgrib cannot read it (e.g. several hypercubes: pass
+        ``filter_by_keys``).
     """
     path = Path(path)
     if not path.is_file():
-        raise EnsmlError(f"{what} file {path} does not exist")
-    kwargs: dict = {"indexpath": ""}
+        raise EnsmlError(f"GRIB file {path} does not exist")
+    kwargs = {"indexpath": ""}
     if filter_by_keys:
         kwargs["filter_by_keys"] = dict(filter_by_keys)
     try:
-        ds = xr.open_dataset(path, engine="cfgrib", backend_kwargs=kwargs)
-    except Exception as exc:  # cfgrib raises DatasetBuildError, EOFError, eccodes errors ...
+        ds = xr.open_dataset(path, engine="cfgrib", backend_kwargs=kwargs, chunks=chunks, cache=False)
+    except Exception as exc:  # cfgrib raises DatasetBuildError, ValueError, eccodes errors ...
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        hint = " (pass filter_by_keys to pick one hypercube)" if "multiple values" in reason else ""
-        raise EnsmlError(f"{what} file {path} cannot be read as GRIB ({reason}){hint}") from None
-    ds = normalise(ds)
-    missing = [v for v in variables or [] if v not in ds.data_vars]
-    if missing:
-        found = ", ".join(map(str, ds.data_vars)) or "none"
-        raise EnsmlError(f"{what} file {path} has no variable(s) {', '.join(missing)} (found: {found})")
-    return ds
+        raise EnsmlError(f"GRIB file {path} cannot be read ({reason})") from None
+    if "step" in ds.coords and "step" not in ds.dims:
+        ds = ds.expand_dims("step")
+    cfgrib_order = ("time", "step", "number", "isobaricInhPa", "latitude", "longitude")
+    return ds.transpose(*[d for d in cfgrib_order if d in ds.dims], ...)
 
 
-__all__ = ["open_grib"]
+def open_grib(
+    path: str | Path, variables: Sequence[str] | None = None, chunks: dict | None = None
+) -> xr.Dataset:
+    """Open a GRIB ensemble normalised to ensml's names, dims in forecast order where present."""
+    from ensml.data.io import normalise
+
+    ds = normalise(read_grib(path, chunks))
+    if variables:
+        missing = [v for v in variables if v not in ds.data_vars]
+        if missing:
+            found = ", ".join(map(str, ds.data_vars))
+            raise EnsmlError(f"GRIB file {path} has no variable {missing[0]!r} (found: {found})")
+        ds = ds[list(variables)]
+    order = [d for d in FORECAST_DIMS if d in ds.dims]
+    return ds.transpose(*order, ...)
+
+
+__all__ = ["GRIB_SUFFIXES", "is_grib", "open_grib", "read_grib"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from ensml.data.grib import is_grib, read_grib
 from ensml.errors import EnsmlError
 from ensml.names import (
     ANALYSIS_DIMS,
@@ -51,6 +52,8 @@ def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[Path]:
 
 
 def _open_one(path: Path, what: str, chunks: dict | None) -> xr.Dataset:
+    if is_grib(path):  # cfgrib, never writing index files next to the data
+        return read_grib(path, chunks)
     try:
         return xr.open_dataset(path, chunks=chunks, cache=False)
     except Exception as exc:  # netCDF4/h5py raise OSError, ValueError, RuntimeError ...
