@@ -11,8 +11,9 @@ it (see :mod:`ensml.models.spatial`). Per rank:
 - model: the task's ``UNet3d`` runs as :class:`~ensml.models.spatial.SpatialUNet3d`, its
   climatology and latitude weights are sliced to the slab, and ``area_mean`` becomes a mean over
   the global domain, so every spatial rank computes the same global loss;
-- gradients: no DDP wrapper; after each backward :func:`~ensml.models.spatial.reduce_gradients`
-  sums weight gradients over the spatial ranks of a replica and averages over replicas;
+- gradients: no DDP wrapper; before each optimiser step (after gradient accumulation, before
+  clipping) :func:`~ensml.models.spatial.reduce_gradients` sums weight gradients over the
+  spatial ranks of a replica and averages over replicas;
 - checkpoints hold the full model (same keys and shapes as a single-process checkpoint);
   predictions are assembled on every rank (all replicas predict the whole split) and written
   by global rank 0.
@@ -172,7 +173,7 @@ class SpatialParallelStrategy(DDPStrategy):
         self._shard_buffers()
 
     def configure_ddp(self) -> None:
-        """No DDP wrapper: gradients are reduced in :meth:`post_backward`."""
+        """No DDP wrapper: gradients are reduced in :meth:`optimizer_step`."""
 
     def _wrap_net(self) -> None:
         module, grid = self.lightning_module, self.grid
@@ -192,8 +193,15 @@ class SpatialParallelStrategy(DDPStrategy):
                 t = t[..., lat] if key == "lat_weights" else t[..., lat, lon]
                 setattr(module, key, t.contiguous())
 
-    def post_backward(self, closure_loss: torch.Tensor) -> None:
-        reduce_gradients(self.lightning_module, self.grid)
+    def optimizer_step(self, optimizer: Any, closure: Any, model: Any = None, **kwargs: Any) -> Any:
+        # Reduce once per optimiser step, after the closure's (last accumulated) backward and
+        # before gradient clipping: each rank holds only its share of the weight gradients.
+        def reduced_closure() -> Any:
+            out = closure()
+            reduce_gradients(self.lightning_module, self.grid)
+            return out
+
+        return super().optimizer_step(optimizer, reduced_closure, model, **kwargs)
 
     # -- checkpoints and prediction: the full model and fields --------------------------------
     def lightning_module_state_dict(self) -> dict[str, Any]:

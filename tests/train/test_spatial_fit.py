@@ -23,7 +23,9 @@ from tests.conftest import SMOKE, tiny_data_args
 
 pytestmark = pytest.mark.distributed
 
-FEW_STEPS = {"trainer.max_epochs": 1, "trainer.limit_train_batches": 3, "trainer.limit_val_batches": 1}
+# Two optimiser steps of two accumulated batches each (gradients are reduced once per step).
+FEW_STEPS = {"trainer.max_epochs": 1, "trainer.limit_train_batches": 4, "trainer.accumulate_grad_batches": 2,
+             "trainer.limit_val_batches": 1}  # fmt: skip
 CKPT = "runs/smoke/checkpoints/last.ckpt"
 
 
@@ -55,7 +57,7 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 150) -> subprocess.Comp
 
 @pytest.fixture(scope="module")
 def runs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A single-process and a spatial = 2 smoke fit of three steps on the same data and seed."""
+    """A single-process and a spatial = 2 smoke fit of two steps on the same data and seed."""
     single, par = tmp_path_factory.mktemp("single"), tmp_path_factory.mktemp("spatial")
     args = ["fit", "--config", SMOKE, *tiny_data_args(tiny_data, **FEW_STEPS)]
     done = run_cli([*args, "--trainer.devices=2", f"--trainer.strategy={spatial()}"], par)
@@ -69,7 +71,7 @@ def runs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
 def test_spatial_fit_gives_the_single_process_weights(runs: dict[str, Path]) -> None:
     single = torch.load(runs["single"] / CKPT, map_location="cpu", weights_only=False)
     par = torch.load(runs["spatial"] / CKPT, map_location="cpu", weights_only=False)
-    assert par["global_step"] == single["global_step"] == 3
+    assert par["global_step"] == single["global_step"] == 2
     a, b = single["state_dict"], par["state_dict"]
     assert a.keys() == b.keys()
     for key in a:  # the full model: same shapes, incl. the 16 × 32 climatology and weights
@@ -120,3 +122,20 @@ def test_plan_parallel_verb(tiny_data: dict[str, Path], capsys) -> None:
     out = capsys.readouterr().out
     assert "sample: 14 channels × 2 levels × 16 × 32" in out
     assert "recommended: data=" in out and "   1×2×2" in out
+
+
+def test_a_rank_reads_only_its_slab(tiny_data: dict[str, Path]) -> None:
+    from ensml.data.datamodule import EnsembleDataModule
+
+    periods = {"train_period": ("2017-01-01", "2017-08-31"), "val_period": ("2017-09-01", "2017-10-31"),
+               "test_period": ("2017-11-01", "2017-12-31")}  # fmt: skip
+    dm = EnsembleDataModule(str(tiny_data["forecast"]), str(tiny_data["analysis"]), **periods)
+    dm.setup("fit")
+    full = dm.train_set[3]
+    dm.slab = (slice(8, 16), slice(16, 32))
+    dm.setup("fit")
+    part = dm.train_set[3]
+    assert dm.train_set._fc.sizes["latitude"] == 8 and dm.train_set._fc.sizes["longitude"] == 16
+    for key, value in full.items():
+        expected = value if key == "index" else value[..., 8:16, 16:32]
+        torch.testing.assert_close(part[key], expected, rtol=0, atol=0, msg=key)
