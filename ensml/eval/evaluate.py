@@ -102,7 +102,8 @@ def evaluate(
     pandas.DataFrame
         The CRPS table (one row per variable, level and forecast).
     """
-    case_list = load_cases(cases) if cases else []  # invalid case files fail before any work
+    # cases are scored first: a bad case fails before any other work (they are small)
+    studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in load_cases(cases or [])]
     preds = open_dataset(predictions, "predictions").load() if predictions else None
     spreads = open_dataset(spread_predictions, "spread predictions").load() if spread_predictions else None
     given = [d for d in (preds, spreads) if d is not None]
@@ -173,7 +174,6 @@ def evaluate(
             spread_rows += spread_scores(estimators, target, weights, var, levels, lead_hours, m)
     table = pd.DataFrame(rows)
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
-    studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
     write_outputs(Path(out_dir), table, spread_table, xr.Dataset(fields), n_inits=inits.size)
     if studies:
         write_cases(Path(out_dir) / "cases", studies)

@@ -73,6 +73,8 @@ def report(
         first variable and level).
     """
     case_list = load_cases(cases) if cases else []
+    # the YAML cases first: a bad case fails in seconds, before the global scores
+    studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
@@ -122,7 +124,7 @@ def report(
                 continue
             n_storm += is_storm
             case_list.append(c)
-        studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
+            studies.append(score_case(c, forecast, analysis, predictions, oracle, k))
         skill_map = _skill_maps(tmp / "tables" / "scores.nc", variables, levels, lead_hours)
 
         blocks: list = [("h1", title)]

@@ -36,7 +36,7 @@ def _formatted(df: pd.DataFrame) -> pd.DataFrame:
 
 def to_markdown(df: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table (no tabulate dependency)."""
-    df = _formatted(df).astype(str)
+    df = _formatted(df).astype(object).fillna("").astype(str)  # pandas 3 keeps NaN through astype(str)
     lines = ["| " + " | ".join(df.columns) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
