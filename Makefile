@@ -34,7 +34,7 @@ demo: env
 
 test: env
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --nbmake tests notebooks
 
 lint: env
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
