@@ -248,6 +248,20 @@ def cases_table(results: list[CaseResult]) -> pd.DataFrame:
     return pd.concat([r.table for r in results], ignore_index=True)
 
 
+def formatted(table: pd.DataFrame) -> pd.DataFrame:
+    """The case table with scores to 4 significant digits and improvements in percent (for Markdown)."""
+    out = table.copy()
+    for col, fmt in (
+        ("crps", "{:.4g}"),
+        ("twcrps", "{:.4g}"),
+        ("crps_vs_raw", "{:+.1%}"),
+        ("twcrps_vs_raw", "{:+.1%}"),
+    ):
+        if col in out:
+            out[col] = [fmt.format(v) if pd.notna(v) else "" for v in out[col]]
+    return out
+
+
 def write_cases(out_dir: str | Path, results: list[CaseResult]) -> Path:
     """Write ``cases.csv``, ``cases.md`` and ``case_<slug>.png`` into ``out_dir`` together.
 
@@ -262,7 +276,7 @@ def write_cases(out_dir: str | Path, results: list[CaseResult]) -> Path:
     try:
         table = cases_table(results)
         table.to_csv(tmp / "cases.csv", index=False)
-        (tmp / "cases.md").write_text(to_markdown(table))
+        (tmp / "cases.md").write_text(to_markdown(formatted(table)))
         for r in results:
             (tmp / f"case_{r.case.slug}.png").write_bytes(r.figure)
         replace_dir(tmp, out_dir)
@@ -282,4 +296,12 @@ def replace_dir(new: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["CaseResult", "cases_table", "gaussian_members", "replace_dir", "score_case", "write_cases"]
+__all__ = [
+    "CaseResult",
+    "cases_table",
+    "formatted",
+    "gaussian_members",
+    "replace_dir",
+    "score_case",
+    "write_cases",
+]

@@ -21,7 +21,7 @@ from ensml.data.io import open_analysis, open_dataset, open_forecast
 from ensml.eval import plots
 from ensml.eval.casefind import find_extreme_cases, storm_cases
 from ensml.eval.cases import load_cases
-from ensml.eval.casestudy import cases_table, replace_dir, score_case
+from ensml.eval.casestudy import cases_table, formatted, replace_dir, score_case
 from ensml.eval.evaluate import evaluate
 from ensml.eval.maps import Panel, draw_maps
 from ensml.eval.report_render import Figure, render
@@ -247,7 +247,10 @@ def _case_blocks(studies) -> list:
             "side of the threshold) over the region and window; *_vs_raw = 1 − score / score(raw "
             "ensemble), positive is better. Gaussian twCRPS from 100 quantiles.",
         ),
-        ("md", to_markdown(cases_table(studies).drop(columns=["variable", "level_hPa", "lead_h"]))),
+        (
+            "md",
+            to_markdown(formatted(cases_table(studies)).drop(columns=["variable", "level_hPa", "lead_h"])),
+        ),
     ]
     for r in studies:
         c = r.case
