@@ -19,6 +19,16 @@ class EnsmlCLI(LightningCLI):
         for key in DATA_KEYS:
             parser.link_arguments(f"data.{key}", f"model.init_args.{key}")
 
+    def instantiate_trainer(self, **kwargs):
+        # Only `fit` keeps logs and its config: a `predict` or `test` with the same YAML must not
+        # overwrite the training run's metrics.csv and config.yaml.
+        if self.subcommand != "fit":
+            self.save_config_callback = None
+        trainer = super().instantiate_trainer(**kwargs)
+        if self.subcommand != "fit":
+            trainer.loggers = []
+        return trainer
+
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the checkpoint's hyperparameters while parsing: report a broken
         # file as a user error, not a traceback.
