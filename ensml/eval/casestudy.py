@@ -249,10 +249,9 @@ def cases_table(results: list[CaseResult]) -> pd.DataFrame:
 
 
 def formatted(table: pd.DataFrame) -> pd.DataFrame:
-    """The case table with scores to 4 significant digits and improvements in percent (for Markdown)."""
+    """The case table with twCRPS to 4 digits and improvements in % (``to_markdown`` formats crps)."""
     out = table.copy()
     for col, fmt in (
-        ("crps", "{:.4g}"),
         ("twcrps", "{:.4g}"),
         ("crps_vs_raw", "{:+.1%}"),
         ("twcrps_vs_raw", "{:+.1%}"),
