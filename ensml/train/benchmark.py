@@ -86,9 +86,10 @@ def _ensure_data(data_dir: Path, opts: SynthOptions) -> dict[str, Path]:
         have = attrs.get(f"synth_{key}")
         same = np.array_equal(np.atleast_1d(have), np.atleast_1d(want)) if have is not None else False
         if not same:
+            have = np.asarray(have).tolist() if have is not None else "unknown"
             raise EnsmlError(
-                f"benchmark data_dir {data_dir} holds data made with {key}={have!r}, the config asks "
-                f"for {want!r}: remove it or choose another data_dir"
+                f"benchmark data_dir {data_dir} holds data made with synth.{key}={have}, the config "
+                f"asks for {key}={want}: remove it or choose another data_dir"
             )
     return paths
 

@@ -32,11 +32,30 @@ class EnsmlCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the checkpoint's hyperparameters while parsing: report a broken
         # file as a user error, not a traceback.
+        # It also replaces the configured model by the checkpoint's: a checkpoint of another
+        # task or network is an error, not a silent switch.
+        requested = self._model_identity()
         try:
             super()._parse_ckpt_path()
         except Exception as exc:
             path = self.config[self.config.subcommand].get("ckpt_path")
             raise EnsmlError(f"checkpoint {path} cannot be read ({type(exc).__name__})") from None
+        saved = self._model_identity()
+        if requested and saved and requested != saved:
+            path = self.config[self.config.subcommand].get("ckpt_path")
+            raise EnsmlError(
+                f"checkpoint {path} holds a {saved} model, the config asks for a {requested} model"
+            )
+
+    def _model_identity(self) -> str | None:
+        """``"<Task> '<arch>'"`` of the model in the parsed config (None before parsing)."""
+        sub = self.config.get("subcommand") if self.config is not None else None
+        model = self.config[sub].get("model") if sub else None
+        if model is None or not model.get("class_path"):
+            return None
+        init_args = model.get("init_args") or {}
+        arch = init_args.get("arch", "unet3d") if hasattr(init_args, "get") else "unet3d"
+        return f"{str(model['class_path']).rsplit('.', 1)[-1]} {arch!r}"
 
     def _check_inputs(self) -> None:
         # Open and validate the data now, so a bad input fails before logs or checkpoints exist.

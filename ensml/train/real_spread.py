@@ -54,11 +54,13 @@ def real_spread_check(
     depth: int = 2,
     lr: float = 3e-3,
     seed: int = 0,
+    max_test_subsets: int | None = None,
 ) -> pd.DataFrame:
     """Train on the first times' subsets, score every subset of the last ``test_times`` times.
 
     Returns a table (also printed as Markdown) of area-weighted RMSE, bias and correlation of each
-    estimator against the M-member std (ddof 0), per variable and level, averaged over subsets.
+    estimator against the M-member std (ddof 0), per variable and level, averaged over subsets
+    (all C(M, k) of them, or the first ``max_test_subsets``).
     """
     L.seed_everything(seed, verbose=False)
     fc = open_forecast(grib, variables).isel({LEAD_TIME: 0})
@@ -100,13 +102,14 @@ def real_spread_check(
             opt.step()
             sched.step()
 
+    test_combos = combos[:max_test_subsets] if max_test_subsets else combos
     w = torch.as_tensor(latitude_weights(fc[LATITUDE].values).values, dtype=torch.float32)[:, None]
     sums: dict[tuple[str, int, int], np.ndarray] = {}
     task.eval()
     with torch.no_grad():
         for xt in test:
-            for i in range(0, len(combos), 64):
-                batch = _batch(xt, combos[i : i + 64])
+            for i in range(0, len(test_combos), 64):
+                batch = _batch(xt, test_combos[i : i + 64])
                 estimates = {
                     "spread model (SpreadTask)": task(batch),
                     f"{k}-member sample std (ddof 1)": batch["std_k"][:, :, 0],
@@ -127,7 +130,7 @@ def real_spread_check(
                         for li in range(len(levels)):
                             key = (name, vi, li)
                             sums[key] = sums.get(key, 0) + vals[:, vi, li].sum(0).numpy()
-    n = len(test) * len(combos)
+    n = len(test) * len(test_combos)
     rows = [
         {"variable": variables[vi], "level_hPa": levels[li], "estimator": name,
          "target": f"{m}-member std (ddof 0)", "rmse": s[0] / n, "bias": s[1] / n, "correlation": s[2] / n,

@@ -1,0 +1,55 @@
+"""GRIB through ensml's readers (cfgrib), on the real ERA5 EDA ensemble in ../shared/data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ensml.data.grib import open_grib
+from ensml.data.io import open_forecast
+from ensml.errors import EnsmlError
+from ensml.names import FORECAST_DIMS
+
+
+def test_era5_members_open_as_one_lead_forecast(real_data: Path) -> None:
+    path = real_data / "cfgrib" / "era5-levels-members.grib"
+    before = sorted(p.name for p in path.parent.iterdir())
+    ds = open_forecast(path, ["z", "t"])
+    assert ds["z"].dims == FORECAST_DIMS
+    assert dict(ds["z"].sizes) == {"init_time": 4, "lead_time": 1, "member": 10, "level": 2,
+                                   "latitude": 61, "longitude": 120}  # fmt: skip
+    assert ds["lead_time"].values[0] == np.timedelta64(0, "ns")
+    assert str(ds["init_time"].values[-1])[:13] == "2017-01-02T12"
+    assert ds["latitude"].values[0] == 90 and ds["latitude"].values[-1] == -90
+    assert sorted(float(v) for v in ds["level"].values) == [500.0, 850.0]
+    z500 = ds["z"].sel(level=500).values
+    assert 4.5e4 < np.nanmean(z500) < 6e4  # geopotential, m2 s-2
+    assert (ds["z"].std("member") > 0).mean() > 0.99
+    assert sorted(p.name for p in path.parent.iterdir()) == before  # no .idx written
+
+
+def test_grib_errors(real_data: Path, tmp_path: Path) -> None:
+    with pytest.raises(EnsmlError, match="has no variable 'q'"):
+        open_grib(real_data / "cfgrib" / "era5-levels-members.grib", ["q"])
+    with pytest.raises(EnsmlError, match="does not exist"):
+        open_grib(tmp_path / "missing.grib")
+    bad = tmp_path / "bad.grib"
+    bad.write_bytes(b"not grib at all")
+    with pytest.raises(EnsmlError, match="cannot be read"):
+        open_forecast(bad)
+
+
+def test_real_spread_check_runs(real_data: Path) -> None:
+    from ensml.train.real_spread import real_spread_check
+
+    table = real_spread_check(
+        str(real_data / "cfgrib" / "era5-levels-members.grib"), epochs=1, subsets_per_time=2,
+        batch_size=6, max_test_subsets=4,
+    )  # fmt: skip
+    assert len(table) == 3 * 2 * 2
+    assert np.isfinite(table[["rmse", "bias", "correlation"]].to_numpy()).all()
+    ddof1 = table[table["estimator"].str.contains("ddof 1")]
+    ddof0 = table[table["estimator"].str.contains("ddof 0")]
+    assert (ddof1["bias"].to_numpy() > ddof0["bias"].to_numpy()).all()  # ddof 1 is the larger

@@ -1,0 +1,82 @@
+"""``ensml benchmark``: the smoke setting runs, is reproducible, and bad inputs fail up front."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ensml.cli import main
+from tests.conftest import CONFIGS, SMOKE, tiny_data_args
+
+BENCH_SMOKE = str(CONFIGS / "benchmark" / "smoke.yaml")
+
+
+def run(data: dict[str, Path], out: Path, *extra: str) -> int:
+    # The smoke config's synth options are those of the session's tiny dataset: it is reused.
+    data_dir = data["forecast"].parent
+    return main(["benchmark", "--config", BENCH_SMOKE, f"--data_dir={data_dir}", f"--out_dir={out}", *extra])
+
+
+def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: Path) -> None:
+    assert run(tiny_data, tmp_path / "a") == 0
+    assert run(tiny_data, tmp_path / "b") == 0
+    a, b = (pd.read_csv(tmp_path / d / "benchmark.csv") for d in ("a", "b"))
+    pd.testing.assert_frame_equal(a.drop(columns="train_s"), b.drop(columns="train_s"))
+
+    models = set(a["model"])
+    expected = [
+        "raw ensemble (10 members)", "raw subset (5 members)",
+        "raw ensemble (10 members, Gaussian of mean/std)", "global EMOS (Gaussian)",
+        "local EMOS (Gaussian)", "U-Net mixed (Gaussian)", "temporal mixed (Gaussian)",
+        "oracle (Gaussian)", "U-Net spread", "temporal spread", "5-member sample std (ddof 1)",
+    ]  # fmt: skip
+    for name in expected:
+        assert name in models, name
+    crps = a[a["crps"].notna()]
+    assert len(crps) == 9 * 2 * 2  # sources × variables × levels
+    assert (crps["lead_h"] == 48).all()
+    raw = crps[crps["model"] == "raw ensemble (10 members)"]
+    assert (raw["skill_vs_raw_ensemble"] == 0).all() and (raw["gap_closed"] == 0).all()
+    assert (crps[crps["model"] == "oracle (Gaussian)"]["gap_closed"] == 1).all()
+    assert set(crps["estimator"]) == {"empirical ensemble", "Gaussian closed form"}
+    assert crps["crps_events"].notna().all()
+    spread = a[a["spread_corr"].notna()]
+    assert set(spread["model"]) >= {"U-Net spread", "temporal spread"}
+    trained = a[a["model"] == "temporal mixed (Gaussian)"]
+    assert (trained["params"] > 0).all() and (trained["train_s"] > 0).all()
+    text = (tmp_path / "a" / "benchmark.md").read_text()
+    assert "## Summary" in text and "local EMOS (Gaussian)" in text
+    assert not list((tmp_path / "a").glob(".tmp-*"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--levels=[500, 700]"], "has no level(s) [700"),
+        (["--input_lead_hours=[0, 12, 48]"], "has no lead time(s) [12] h"),
+        (["--variables=[z, q]"], "has no variable 'q'"),
+        (["--k=11"], "k=11"),
+        (
+            ["--input_lead_hours=[48]", '--models=[{"name": "t", "arch": "unet3d_time"}]'],
+            "at least 2 input lead",
+        ),
+        (["--synth.seed=7"], "seed=7"),
+    ],
+)
+def test_bad_input_fails_before_training(tiny_data, tmp_path, capsys, args, message) -> None:
+    out = tmp_path / "out"
+    assert run(tiny_data, out, *args) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ensml: ") and message in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_checkpoint_from_another_model(fitted: Path, tiny_data, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(fitted)
+    args = ["predict", "--config", SMOKE, *tiny_data_args(tiny_data), "--model.init_args.arch=unet3d_time",
+            "--ckpt_path=runs/smoke/checkpoints/best.ckpt"]  # fmt: skip
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert "holds a MixedTask 'unet3d' model, the config asks for a MixedTask 'unet3d_time'" in err
