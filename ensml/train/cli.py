@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
 from pathlib import Path
 
 import torch
@@ -86,8 +88,23 @@ class EnsmlCLI(LightningCLI):
     before_fit = before_validate = before_test = before_predict = _check_inputs
 
 
+class _NoTips(logging.Filter):
+    """Drop Lightning's advertising tips (they point to cloud services ensml does not use)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡")
+
+
+def _quiet_lightning() -> None:
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoTips())
+    # Raised by Lightning itself, not actionable for ensml users.
+    for message in ("LightningCLI's args parameter", r"`isinstance\(treespec, LeafSpec\)`"):
+        warnings.filterwarnings("ignore", message=message)
+
+
 def run_lightning(args: list[str]) -> None:
     """Run a Lightning verb (``fit``, ``validate``, ``test``, ``predict``) with ``args``."""
+    _quiet_lightning()
     EnsmlCLI(
         EnsembleTask,
         EnsembleDataModule,
