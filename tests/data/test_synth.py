@@ -14,6 +14,7 @@ from scipy.stats import norm
 
 from ensml import names
 from ensml.data import synth as synth_module
+from ensml.data import synth_build
 from ensml.data.synth import synth
 from ensml.errors import EnsmlError
 
@@ -303,11 +304,11 @@ def test_storage_rounding_is_far_below_spread(data):
 
 def test_quantise_helpers():
     a = np.array([1.3, -2.7, 100.01], dtype=np.float32)
-    synth_module._quantise(a, np.array([8.0, 8.0, 1.0], dtype=np.float32), 8)  # steps 1, 1, 1/8
+    synth_build._quantise(a, np.array([8.0, 8.0, 1.0], dtype=np.float32), 8)  # steps 1, 1, 1/8
     np.testing.assert_array_equal(a, [1.0, -3.0, 100.0])
     b = np.array([1.0, np.pi, 123.456], dtype=np.float32)
     c = b.copy()
-    synth_module._round_mantissa(c, 11)
+    synth_build._round_mantissa(c, 11)
     assert np.all(np.abs(c / b - 1) <= 2.0**-12)
 
 
