@@ -132,28 +132,31 @@ def _check_vars(
             )
 
 
+def _open_checked(
+    paths: PathLike | Sequence[PathLike],
+    variables: Sequence[str] | None,
+    chunks: dict | None,
+    what: str,
+    dims: Sequence[str],
+) -> xr.Dataset:
+    files = _paths(paths, what)
+    ds = normalise(_open(files, what, chunks))
+    _check_vars(ds, variables, dims, str(files[0]), what)
+    return ds[list(variables)] if variables else ds
+
+
 def open_forecast(
     paths: PathLike | Sequence[PathLike], variables: Sequence[str] | None = None, chunks: dict | None = None
 ) -> xr.Dataset:
     """Open ensemble forecast file(s) lazily with dims (init_time, lead_time, member, level, lat, lon)."""
-    files = _paths(paths, "forecast")
-    ds = normalise(_open(files, "forecast", chunks))
-    _check_vars(ds, variables, FORECAST_DIMS, str(files[0]), "forecast")
-    if variables:
-        ds = ds[list(variables)]
-    return ds
+    return _open_checked(paths, variables, chunks, "forecast", FORECAST_DIMS)
 
 
 def open_analysis(
     paths: PathLike | Sequence[PathLike], variables: Sequence[str] | None = None, chunks: dict | None = None
 ) -> xr.Dataset:
     """Open verifying analysis file(s) lazily with dims (time, level, latitude, longitude)."""
-    files = _paths(paths, "analysis")
-    ds = normalise(_open(files, "analysis", chunks))
-    _check_vars(ds, variables, ANALYSIS_DIMS, str(files[0]), "analysis")
-    if variables:
-        ds = ds[list(variables)]
-    return ds
+    return _open_checked(paths, variables, chunks, "analysis", ANALYSIS_DIMS)
 
 
 def open_dataset(paths: PathLike | Sequence[PathLike], what: str) -> xr.Dataset:
