@@ -107,9 +107,7 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.data / "forecast.nc").is_file():
         synth(args.data)
-    print(
-        f"env: torch {torch.__version__}, {torch.get_num_threads()} threads; MixedTask unet3d w16 d3"
-    )
+    print(f"env: torch {torch.__version__}, {torch.get_num_threads()} threads; MixedTask unet3d w16 d3")
     dm, task = make(args.data, args.batch_size, 0)
     batch = next(iter(dm.train_dataloader()))
     shape = "x".join(map(str, batch["mean_k"].shape[-2:]))

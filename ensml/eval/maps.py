@@ -3,7 +3,7 @@
 Maps use cartopy's PlateCarree projection centred on the region (so regions across 0° or the
 dateline are drawn in one piece), coastlines from the Natural Earth 110m file shipped in
 ``ensml/eval/mapdata`` (public domain; see its README), and a colour bar with units under each
-panel. Nothing here calls ``ax.coastlines()`` or any other cartopy feature that would download
+panel. Nothing here uses cartopy's own coastline or feature downloads, or anything else that would download
 data: ensml draws offline. Figures are rendered with the Agg canvas (no pyplot, no display) and
 returned as PNG bytes, which callers write atomically with the rest of their outputs.
 """

@@ -80,13 +80,21 @@ class UNet3d(nn.Module):
                 x = F.pad(x, (0, pad_lon), mode="replicate")
         if pad_lat:
             x = torch.cat([x, x[..., -1:, :].expand(*x.shape[:-2], pad_lat, x.shape[-1])], dim=-2)
-        skips = []
-        for i, encoder in enumerate(self.encoders):
-            x = encoder(x)
-            if i < self.depth:
-                skips.append(x)
-                x = self.pool(x)
-        for upsample, decoder in zip(self.upsamplers, self.decoders):
-            x = upsample(x)
-            x = decoder(torch.cat([skips.pop(), x], dim=1))
-        return self.head(x)[..., :n_lat, :n_lon]
+        return encode_decode(self, x)[..., :n_lat, :n_lon]
+
+
+def encode_decode(net: UNet3d, x: torch.Tensor) -> torch.Tensor:
+    """The U-Net pass on an input whose latitude/longitude divide by ``2**net.depth``.
+
+    Shared by :class:`UNet3d` and its spatial-parallel twin, whose submodules have the same names.
+    """
+    skips = []
+    for i, encoder in enumerate(net.encoders):
+        x = encoder(x)
+        if i < net.depth:
+            skips.append(x)
+            x = net.pool(x)
+    for upsample, decoder in zip(net.upsamplers, net.decoders):
+        x = upsample(x)
+        x = decoder(torch.cat([skips.pop(), x], dim=1))
+    return net.head(x)

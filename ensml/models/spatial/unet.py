@@ -26,7 +26,7 @@ from ensml.models.spatial.layers import (
     SpatialSphereConv3d,
     SpatialUpsample,
 )
-from ensml.models.unet3d import UNet3d
+from ensml.models.unet3d import UNet3d, encode_decode
 
 
 def _convert(m: nn.Module, grid: ProcessGrid, name: str) -> nn.Module | None:
@@ -169,13 +169,4 @@ class SpatialUNet3d(nn.Module):
         h, w = x.shape[-2:]
         x = self._pad(x, *self.pad_amounts(*self._check(x)))
         with self.grid.shapes_checked():
-            skips = []
-            for i, encoder in enumerate(self.encoders):
-                x = encoder(x)
-                if i < self.depth:
-                    skips.append(x)
-                    x = self.pool(x)
-            for upsample, decoder in zip(self.upsamplers, self.decoders):
-                x = upsample(x)
-                x = decoder(torch.cat([skips.pop(), x], dim=1))
-            return self.head(x)[..., :h, :w]
+            return encode_decode(self, x)[..., :h, :w]
