@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ensml.eval import _kernels
+from ensml.eval import _sortnet
 from ensml.eval.crps import crps_ensemble_array
 
 
@@ -26,7 +26,7 @@ def _reference(fc: np.ndarray, obs: np.ndarray, fair: bool) -> np.ndarray:
 @pytest.mark.parametrize("m", [3, 10, 20, 50, 100])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_paths_layouts_and_nan(m, dtype):
-    g = _kernels.plan(m, np.dtype(dtype).itemsize)[0]
+    g = _sortnet.plan(m, np.dtype(dtype).itemsize)[0]
     assert g in (0, 8, 16)
     rng = np.random.default_rng(m)
     n = 5000
@@ -63,8 +63,8 @@ def test_paths_layouts_and_nan(m, dtype):
 def test_plan_network_sorts():
     rng = np.random.default_rng(0)
     for m in (1, 2, 5, 9, 16, 17, 33, 50, 64, 100):
-        g, mp, na, nb, _ = _kernels.plan(m, 4)
-        ga, gb = _kernels.sorting_network(g) if g else (np.zeros(0, int), np.zeros(0, int))
+        g, mp, na, nb, _ = _sortnet.plan(m, 4)
+        ga, gb = _sortnet.sorting_network(g) if g else (np.zeros(0, int), np.zeros(0, int))
         x = np.full((mp, 300), np.inf)
         x[:m] = rng.integers(0, 4, size=(m, 300))  # many ties
         for r in range(0, mp, g or mp):
