@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ensml.models.layers import ConvBlock, LatLonPool, LatLonUpsample, SphereConv3d
-from ensml.models.unet3d import UNet3d
+from ensml.models.unet3d import UNet3d, pad_to_multiple
 
 
 class ConvGRUCell(nn.Module):
@@ -40,22 +40,6 @@ class ConvGRUCell(nn.Module):
         z, r = torch.sigmoid(self.gates(torch.cat([x, h], dim=1))).chunk(2, dim=1)
         cand = torch.tanh(self.candidate(torch.cat([x, r * h], dim=1)))
         return (1 - z) * h + z * cand
-
-
-def _pad_to_multiple(x: torch.Tensor, depth: int, periodic_lon: bool) -> torch.Tensor:
-    """Pad the last two dims of ``x`` so they divide by ``2**depth`` (as :class:`UNet3d`)."""
-    n_lat, n_lon = x.shape[-2:]
-    m = 2**depth
-    pad_lat, pad_lon = (-n_lat) % m, (-n_lon) % m
-    if pad_lon:
-        if periodic_lon:
-            reps = -(-pad_lon // n_lon)
-            x = torch.cat([x, *([x] * reps)], dim=-1)[..., : n_lon + pad_lon]
-        else:
-            x = torch.cat([x, x[..., -1:].expand(*x.shape[:-1], pad_lon)], dim=-1)
-    if pad_lat:
-        x = torch.cat([x, x[..., -1:, :].expand(*x.shape[:-2], pad_lat, x.shape[-1])], dim=-2)
-    return x
 
 
 class ConvGRUUNet(nn.Module):
@@ -119,7 +103,7 @@ class ConvGRUUNet(nn.Module):
         """(B, L, C, D, H, W) → (B, out_channels, D, H, W): the state after the last lead."""
         b, n_lead = x.shape[:2]
         n_lat, n_lon = x.shape[-2:]
-        x = _pad_to_multiple(x, self.depth, self.periodic_lon)
+        x = pad_to_multiple(x, self.depth, self.periodic_lon)
         x = x.flatten(0, 1)  # leads share the encoder weights: fold them into the batch
         states = []
         for i, (encoder, gru) in enumerate(zip(self.encoders, self.grus)):

@@ -9,7 +9,6 @@ research code, the globe is not cropped to a multiple of ``2**depth``: inputs ar
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ensml.models.layers import ConvBlock, LatLonPool, LatLonUpsample, SphereConv3d
@@ -71,16 +70,28 @@ class UNet3d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n_lat, n_lon = x.shape[-2:]
-        pad_lat, pad_lon = self.pad_amounts(n_lat, n_lon)
-        if pad_lon:
-            if self.periodic_lon:
-                reps = -(-pad_lon // n_lon)
-                x = torch.cat([x, *([x] * reps)], dim=-1)[..., : n_lon + pad_lon]
-            else:
-                x = F.pad(x, (0, pad_lon), mode="replicate")
-        if pad_lat:
-            x = torch.cat([x, x[..., -1:, :].expand(*x.shape[:-2], pad_lat, x.shape[-1])], dim=-2)
+        x = pad_to_multiple(x, self.depth, self.periodic_lon)
         return encode_decode(self, x)[..., :n_lat, :n_lon]
+
+
+def pad_to_multiple(x: torch.Tensor, depth: int, periodic_lon: bool = True) -> torch.Tensor:
+    """Pad the last two dims (latitude, longitude) of ``x`` so they divide by ``2**depth``.
+
+    Longitude is extended periodically (or by edge replication when not periodic), latitude by
+    replicating the southernmost row; callers crop the output back to the input's size.
+    """
+    n_lat, n_lon = x.shape[-2:]
+    m = 2**depth
+    pad_lat, pad_lon = (-n_lat) % m, (-n_lon) % m
+    if pad_lon:
+        if periodic_lon:
+            reps = -(-pad_lon // n_lon)
+            x = torch.cat([x, *([x] * reps)], dim=-1)[..., : n_lon + pad_lon]
+        else:
+            x = torch.cat([x, x[..., -1:].expand(*x.shape[:-1], pad_lon)], dim=-1)
+    if pad_lat:
+        x = torch.cat([x, x[..., -1:, :].expand(*x.shape[:-2], pad_lat, x.shape[-1])], dim=-2)
+    return x
 
 
 def encode_decode(net: UNet3d, x: torch.Tensor) -> torch.Tensor:
