@@ -80,3 +80,19 @@ def test_predict_then_evaluate(fitted: Path, tiny_data: dict[str, Path], monkeyp
     oracle = table[table["forecast"] == "oracle (Gaussian)"]["crps"].to_numpy()
     raw = table[table["forecast"] == "raw ensemble (10 members)"]["crps"].to_numpy()
     assert (oracle < raw).all()
+
+    # Spread scores by hand: area-weighted RMSE and Pearson correlation over inits and points.
+    spread = pd.read_csv(fitted / "runs/eval/spread.csv")
+    target = x.std(axis=-1)  # 10-member std, ddof 0
+    sample = x[..., :5].std(axis=-1, ddof=1)
+    ww = np.broadcast_to(w[None, :, None], target.shape)
+    rmse = np.sqrt(np.average((sample - target) ** 2, weights=ww))
+    a, b = sample - np.average(sample, weights=ww), target - np.average(target, weights=ww)
+    corr = np.average(a * b, weights=ww) / np.sqrt(
+        np.average(a * a, weights=ww) * np.average(b * b, weights=ww)
+    )
+    row = spread[
+        (spread["variable"] == "z") & (spread["level_hPa"] == 500) & spread["estimator"].str.startswith("5-")
+    ]
+    np.testing.assert_allclose(row["rmse"].item(), rmse, rtol=1e-4)
+    np.testing.assert_allclose(row["correlation"].item(), corr, rtol=1e-4)
