@@ -21,6 +21,9 @@ from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
 
 MemberSampling = Literal["first", "random"]
+# Axis order of one sample's forecast block (after the variable axis) and analysis block.
+FORECAST_SAMPLE_DIMS = (LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE)
+ANALYSIS_SAMPLE_DIMS = (LEVEL, LATITUDE, LONGITUDE)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class EnsembleSamples(torch.utils.data.Dataset):
     slab
         ``(latitude, longitude)`` index slices: read only this part of the grid from disk (the
         rank's shard in spatial-parallel training); H and W are then the slab's sizes.
+    targets
+        Read the targets (``std_m``, ``obs``). Without them only the inputs are read, so an
+        analysis is needed at initialisation only, as for a new forecast.
     """
 
     def __init__(
@@ -78,6 +84,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
         spec: SampleSpec,
         member_sampling: MemberSampling = "first",
         slab: tuple[slice, slice] | None = None,
+        targets: bool = True,
     ) -> None:
         self.forecast_paths = forecast
         self.analysis_paths = analysis
@@ -85,6 +92,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
         self.spec = spec
         self.member_sampling = member_sampling
         self.slab = slab
+        self.targets = targets
         self._fc: xr.Dataset | None = None
         self._an: xr.Dataset | None = None
 
@@ -115,35 +123,59 @@ class EnsembleSamples(torch.utils.data.Dataset):
             return np.arange(k)
         return np.sort(torch.randperm(m)[:k].numpy())
 
-    def _read(self, ds: xr.Dataset, indexer: dict, dims: Sequence[str], what: str) -> np.ndarray:
-        with dask.config.set(scheduler="synchronous"):
-            arr = np.stack([ds[v].sel(indexer).transpose(*dims).values for v in self.spec.variables])
-        arr = arr.astype(np.float32, copy=False)
-        if not np.isfinite(arr).all():
-            bad = [v for v, a in zip(self.spec.variables, arr) if not np.isfinite(a).all()]
-            when = str(next(iter(indexer.values())))[:16]
-            raise EnsmlError(f"{what} has NaN or infinite values in {', '.join(bad)} at {when}")
-        return arr
-
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if self._fc is None:
             self._open()
         init = self.init_times[index]
-        fc_dims = (LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE)
-        fc = self._read(self._fc, {INIT_TIME: init}, fc_dims, f"forecast {self.forecast_paths}")
-        sub = fc[:, :, self.members_for(index)]  # (V, L, K, D, H, W)
-        item = {
-            "mean_k": sub.mean(axis=2),
-            "std_k": sub.std(axis=2, ddof=1) if self.spec.k > 1 else np.zeros_like(sub[:, :, 0]),
-            "std_m": fc[:, self.spec.target_index].std(axis=1),
-        }
+        fc = read_block(self._fc, {INIT_TIME: init}, FORECAST_SAMPLE_DIMS, self.spec.variables,
+                        f"forecast {self.forecast_paths}")  # fmt: skip
+        item = subset_moments(fc, self.members_for(index), self.spec.k)
+        if self.targets:
+            item["std_m"] = fc[:, self.spec.target_index].std(axis=1)
         if self._an is not None:
-            an_dims = (LEVEL, LATITUDE, LONGITUDE)
             what = f"analysis {self.analysis_paths}"
-            item["analysis_init"] = self._read(self._an, {TIME: init}, an_dims, what)
-            item["obs"] = self._read(self._an, {TIME: init + self.spec.target_lead}, an_dims, what)
-        out = {
-            key: torch.from_numpy(np.ascontiguousarray(val, dtype=np.float32)) for key, val in item.items()
-        }
-        out["index"] = torch.tensor(index)
-        return out
+            item["analysis_init"] = read_block(
+                self._an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, self.spec.variables, what
+            )
+            if self.targets:
+                valid = {TIME: init + self.spec.target_lead}
+                item["obs"] = read_block(self._an, valid, ANALYSIS_SAMPLE_DIMS, self.spec.variables, what)
+        return to_tensors(item, index)
+
+
+def read_block(
+    ds: xr.Dataset, indexer: dict, dims: Sequence[str], variables: Sequence[str], what: str
+) -> np.ndarray:
+    """Read ``variables`` at ``indexer`` as one float32 array (V, *dims), refusing NaN/inf.
+
+    Reads without dask threads (safe in DataLoader and dask workers). The error names ``what``
+    (the file), the variables and the selected time.
+    """
+    with dask.config.set(scheduler="synchronous"):
+        arr = np.stack([ds[v].sel(indexer).transpose(*dims).values for v in variables])
+    arr = arr.astype(np.float32, copy=False)
+    if not np.isfinite(arr).all():
+        bad = [v for v, a in zip(variables, arr) if not np.isfinite(a).all()]
+        when = str(next(iter(indexer.values())))[:16]
+        raise EnsmlError(f"{what} has NaN or infinite values in {', '.join(bad)} at {when}")
+    return arr
+
+
+def subset_moments(fc: np.ndarray, members: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """Mean and std (ddof 1) of the member subset: the model inputs ``mean_k``, ``std_k``.
+
+    ``fc`` is (V, L, M, D, H, W) float32; the results are (V, L, D, H, W). ``ensml predict`` and
+    ``ensml postprocess`` both build their inputs here, so they feed the network the same bits.
+    """
+    sub = fc[:, :, members]  # (V, L, K, D, H, W)
+    return {
+        "mean_k": sub.mean(axis=2),
+        "std_k": sub.std(axis=2, ddof=1) if k > 1 else np.zeros_like(sub[:, :, 0]),
+    }
+
+
+def to_tensors(item: dict[str, np.ndarray], index: int) -> dict[str, torch.Tensor]:
+    """A sample dict of contiguous float32 tensors, with its ``index``."""
+    out = {key: torch.from_numpy(np.ascontiguousarray(val, dtype=np.float32)) for key, val in item.items()}
+    out["index"] = torch.tensor(index)
+    return out
