@@ -25,6 +25,8 @@ from ensml.models import build_network, is_sequence_arch
 STAT_KEYS = ("clim_mean", "anom_std", "spread_scale")
 # Hyperparameters a checkpoint must share with the data it is applied to.
 DATA_KEYS = ("variables", "levels", "input_lead_hours", "target_lead_hours", "k")
+# Checkpoint entry holding the training grid (latitude, longitude) and ensemble size.
+GRID_KEY = "ensml_grid"
 
 
 def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -53,7 +55,8 @@ class EnsembleTask(L.LightningModule):
     """
 
     n_outputs_per_var = 1
-    uses_analysis = False
+    uses_analysis = False  # the analysis at initialisation is an input
+    trains_on_analysis = False  # the verifying analysis is the training target
 
     def __init__(
         self,
@@ -129,8 +132,19 @@ class EnsembleTask(L.LightningModule):
         dm = getattr(self.trainer, "datamodule", None)
         if self.clim_mean.numel() == 0 and dm is not None:
             self.set_stats(dm.stats, dm.coords["latitude"])
-        if self.uses_analysis and dm is not None and dm.hparams.analysis is None:
+        if (self.uses_analysis or self.trains_on_analysis) and dm is not None and dm.hparams.analysis is None:
             raise EnsmlError(f"{type(self).__name__} needs the verifying analysis: set data.analysis")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # The grid the per-point statistics belong to, and the ensemble size trained on, so that a
+        # checkpoint applied to new forecasts (``ensml postprocess``) can refuse another grid.
+        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is not None and dm.coords:
+            checkpoint[GRID_KEY] = {
+                "latitude": np.asarray(dm.coords["latitude"], dtype=np.float64).tolist(),
+                "longitude": np.asarray(dm.coords["longitude"], dtype=np.float64).tolist(),
+                "members": int(dm.spec.members),
+            }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_compatible(checkpoint.get("hyper_parameters", {}), self.hparams, "checkpoint")
@@ -251,11 +265,22 @@ class MixedTask(EnsembleTask):
 
     μ = m_K + s · f_μ(x), σ = s · softplus(f_σ(x) + softplus⁻¹(s_K / s)), with m_K, s_K the subset
     mean and std and s the mean training spread. The inputs also hold the analysis at
-    initialisation. Loss: area-weighted closed-form Gaussian CRPS of the scaled quantities.
+    initialisation unless ``use_analysis`` is false. Loss: area-weighted closed-form Gaussian
+    CRPS of the scaled quantities.
     """
 
     n_outputs_per_var = 2
-    uses_analysis = True
+    trains_on_analysis = True
+
+    def __init__(self, *args: Any, use_analysis: bool = True, **kwargs: Any) -> None:
+        """``use_analysis``: feed the analysis at initialisation to the network (the research's
+        stage-1 input). Without it the model needs only the forecast, at a cost in skill that
+        the README measures on the embedded data."""
+        super().__init__(*args, **kwargs)
+
+    @property
+    def uses_analysis(self) -> bool:
+        return bool(self.hparams.get("use_analysis", True))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.net(self.features(batch))
