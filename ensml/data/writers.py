@@ -8,8 +8,11 @@ provenance attributes (``Conventions``, ``source``, ``history``).
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,76 @@ def _default_encoding(ds: xr.Dataset, encoding: Mapping[str, Mapping[str, Any]])
     return out
 
 
+TMP_SUFFIX = ".tmp"
+
+
+def temporary_name(path: Path) -> Path:
+    """The hidden temporary sibling ``.<name>.<random>.tmp`` that ``path`` is written to first."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+
+
+_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{12}" + re.escape(TMP_SUFFIX) + "$")
+
+
+def remove_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove what interrupted writes left under ``folder`` (the names of :func:`temporary_name`).
+
+    Call it only while no other writer uses the folder (e.g. under its lock). Returns the paths
+    removed.
+    """
+    found = [p for p in Path(folder).rglob(".*" + TMP_SUFFIX) if _TEMPORARY.match(p.name)]
+    for p in sorted(found, key=lambda p: len(p.parts), reverse=True):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return found
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success rename it to ``path`` (atomic on POSIX).
+
+    On any failure, including ``KeyboardInterrupt``, the temporary (a file or a folder, such as a
+    zarr store) is removed and ``path`` is left as it was. An existing ``path`` is replaced.
+    """
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        yield tmp
+        if tmp.is_dir() and path.is_dir():
+            # os.replace cannot replace a non-empty folder: move the old one aside first.
+            old = temporary_name(path)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        # Gone after a successful replace; removed after any failure.
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+
+
+def global_attrs(attrs: Mapping[str, Any], history: str | None = None) -> dict[str, Any]:
+    """``attrs`` with the CF globals every ensml output carries.
+
+    ``Conventions = "CF-1.8"``, ``source`` (kept if given, else ``"ensml <version>"``) and a
+    ``history`` line ``"<UTC ISO time> ensml <version>: <history>"`` put in front of any
+    existing history (newest first, as NCO does). Booleans and None become text (netCDF
+    attributes cannot hold them).
+    """
+    out = dict(attrs)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    line = f"{stamp} ensml {__version__}: {history or 'written'}"
+    out["history"] = f"{line}\n{out['history']}" if out.get("history") else line
+    out["Conventions"] = CONVENTIONS
+    out.setdefault("source", f"ensml {__version__}")
+    return {k: (str(v) if isinstance(v, bool | type(None)) else v) for k, v in out.items()}
+
+
 def write_netcdf(
     ds: xr.Dataset,
     path: str | os.PathLike[str],
@@ -60,10 +133,8 @@ def write_netcdf(
     Parameters
     ----------
     ds
-        The dataset. It is not modified; global attributes are added to a shallow copy:
-        ``Conventions = "CF-1.8"``, ``source`` (kept if ``ds`` has one, else ``"ensml <version>"``)
-        and a ``history`` line ``"<UTC ISO time> ensml <version>: <history>"`` put in front of
-        any existing history (newest first, as NCO does).
+        The dataset. It is not modified; the globals of :func:`global_attrs` are added to a
+        shallow copy.
     path
         Output file. Its directory must exist.
     encoding
@@ -92,22 +163,11 @@ def write_netcdf(
     enc = _default_encoding(ds, encoding or {})
 
     out = ds.copy(deep=False)
-    attrs = dict(ds.attrs)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    line = f"{stamp} ensml {__version__}: {history or 'written'}"
-    attrs["history"] = f"{line}\n{attrs['history']}" if attrs.get("history") else line
-    attrs["Conventions"] = CONVENTIONS
-    attrs.setdefault("source", f"ensml {__version__}")
-    # netCDF attributes cannot hold booleans or None; store them as text.
-    out.attrs = {k: (str(v) if isinstance(v, bool | type(None)) else v) for k, v in attrs.items()}
+    out.attrs = global_attrs(ds.attrs, history)
 
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        out.to_netcdf(tmp, engine="netcdf4", format="NETCDF4", encoding=enc)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            out.to_netcdf(tmp, engine="netcdf4", format="NETCDF4", encoding=enc)
     except OSError as err:
         raise EnsmlError(f"cannot write {path}: {err}") from err
-    finally:
-        # Gone after a successful replace; removed after any failure.
-        tmp.unlink(missing_ok=True)
     return path
