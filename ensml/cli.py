@@ -12,21 +12,25 @@ import sys
 from collections.abc import Sequence
 
 from ensml.errors import EnsmlError
+from ensml.provenance import set_command
 
 LIGHTNING_VERBS = ("fit", "validate", "test", "predict")
 
 
 def _components() -> dict:
+    from ensml.data.archive import archive
     from ensml.data.synth import synth
     from ensml.eval.evaluate import evaluate
     from ensml.eval.report import report
+    from ensml.postprocess import postprocess
     from ensml.train.benchmark import benchmark
     from ensml.train.plan import plan_parallel_cli
 
     return {
-        "data": {"synth": synth},
+        "data": {"synth": synth, "archive": archive},
         "evaluate": evaluate,
         "report": report,
+        "postprocess": postprocess,
         "plan-parallel": plan_parallel_cli,
         "benchmark": benchmark,
     }
@@ -35,6 +39,7 @@ def _components() -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ensml`` console script; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    set_command(args)
     try:
         if args and args[0] in LIGHTNING_VERBS:
             from ensml.train.cli import run_lightning
