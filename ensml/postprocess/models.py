@@ -1,0 +1,239 @@
+"""The checkpoints of one post-processing run: inspected on the client, loaded once per worker.
+
+Design: **one checkpoint per target lead time**. Each checkpoint (a ``MixedTask`` or
+``SpreadTask`` of any architecture, as ``ensml fit`` writes it) predicts one lead; a run takes
+any number of them, for distinct leads, and the outputs hold every lead they cover. All
+checkpoints of a run are of one task and share variables, levels and grid; each reads its own
+input leads and its own K first members.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ensml.errors import EnsmlError
+from ensml.train.tasks import GRID_KEY, EnsembleTask
+
+TASKS = ("MixedTask", "SpreadTask")
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise EnsmlError(f"checkpoint {path} does not exist")
+    try:
+        # weights_only: a checkpoint is data, never code to run.
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise EnsmlError(f"checkpoint {path} cannot be read ({type(exc).__name__})") from None
+    if not isinstance(saved, dict) or not {"hyper_parameters", "state_dict"} <= saved.keys():
+        raise EnsmlError(f"checkpoint {path} holds no ensml model (no hyper_parameters or state_dict)")
+    return saved
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What the client knows about one checkpoint (no network is built)."""
+
+    path: str
+    sha256: str
+    class_path: str
+    hparams: dict[str, Any]
+    grid: dict[str, Any] | None  # latitude, longitude, members of the training data
+    grid_shape: tuple[int, ...]  # (latitude, longitude) sizes of the per-point statistics
+
+    @property
+    def task(self) -> str:
+        return self.class_path.rsplit(".", 1)[-1]
+
+    @property
+    def target_lead_hours(self) -> int:
+        return int(self.hparams["target_lead_hours"])
+
+    @property
+    def input_lead_hours(self) -> list[int]:
+        return [int(h) for h in self.hparams["input_lead_hours"]]
+
+    @property
+    def k(self) -> int:
+        return int(self.hparams["k"])
+
+    @property
+    def uses_analysis(self) -> bool:
+        return self.task == "MixedTask" and bool(self.hparams.get("use_analysis", True))
+
+
+def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
+    """Read a checkpoint's hyperparameters and grid; raise a one-line error if it is not a task."""
+    path = Path(path)
+    saved = _read(path)
+    hp = dict(saved["hyper_parameters"])
+    class_path = str(hp.pop("_class_path", ""))
+    hp = {k: v for k, v in hp.items() if not k.startswith("_")}
+    if class_path.rsplit(".", 1)[-1] not in TASKS or not class_path.startswith("ensml."):
+        raise EnsmlError(
+            f"checkpoint {path} is not an ensml MixedTask or SpreadTask (class {class_path or 'unknown'})"
+        )
+    clim = saved["state_dict"].get("clim_mean")
+    shape = tuple(int(n) for n in clim.shape[-2:]) if clim is not None and clim.ndim >= 2 else ()
+    return CheckpointInfo(str(path), file_sha256(path), class_path, hp, saved.get(GRID_KEY), shape)
+
+
+@dataclass(frozen=True)
+class ModelSet:
+    """Checkpoints for distinct target leads, consistent in task, variables, levels and grid."""
+
+    checkpoints: tuple[CheckpointInfo, ...]  # sorted by target lead
+
+    @classmethod
+    def from_paths(cls, paths: Sequence[str | Path]) -> ModelSet:
+        if isinstance(paths, str | Path) or not paths:
+            raise EnsmlError("postprocess needs a list of one or more checkpoints (checkpoints: [a.ckpt, …])")
+        infos = sorted((inspect_checkpoint(p) for p in paths), key=lambda c: c.target_lead_hours)
+        leads = [c.target_lead_hours for c in infos]
+        twice = sorted({h for h in leads if leads.count(h) > 1})
+        if twice:
+            paths = [c.path for c in infos if c.target_lead_hours == twice[0]]
+            raise EnsmlError(
+                f"checkpoints {' and '.join(paths)} both predict lead {twice[0]} h: give one "
+                "checkpoint per target lead time"
+            )
+        first = infos[0]
+        for other in infos[1:]:
+            if other.task != first.task:
+                raise EnsmlError(
+                    f"checkpoints {first.path} ({first.task}) and {other.path} ({other.task}) are of "
+                    "different tasks: post-process mixed and spread models in separate runs"
+                )
+            for key in ("variables", "levels"):
+                if [str(x) for x in other.hparams[key]] != [str(x) for x in first.hparams[key]]:
+                    raise EnsmlError(
+                        f"checkpoints {first.path} and {other.path} differ in {key} "
+                        f"({first.hparams[key]} vs {other.hparams[key]}): all must cover the same fields"
+                    )
+            if first.grid and other.grid and not _same_grid(first.grid, other.grid):
+                raise EnsmlError(f"checkpoints {first.path} and {other.path} were trained on different grids")
+        return cls(tuple(infos))
+
+    @property
+    def task(self) -> str:
+        return self.checkpoints[0].task
+
+    @property
+    def variables(self) -> list[str]:
+        return [str(v) for v in self.checkpoints[0].hparams["variables"]]
+
+    @property
+    def levels(self) -> list[float]:
+        return [float(x) for x in self.checkpoints[0].hparams["levels"]]
+
+    @property
+    def lead_hours(self) -> list[int]:
+        """Target leads covered, ascending: the outputs' ``lead_time``."""
+        return [c.target_lead_hours for c in self.checkpoints]
+
+    @property
+    def read_lead_hours(self) -> list[int]:
+        """Every lead read from a forecast: the union of the input leads."""
+        return sorted({h for c in self.checkpoints for h in c.input_lead_hours})
+
+    @property
+    def k(self) -> int:
+        """The largest member subset any checkpoint reads."""
+        return max(c.k for c in self.checkpoints)
+
+    @property
+    def uses_analysis(self) -> bool:
+        return any(c.uses_analysis for c in self.checkpoints)
+
+    @property
+    def grid(self) -> dict[str, Any] | None:
+        return next((c.grid for c in self.checkpoints if c.grid), None)
+
+    @property
+    def digest(self) -> dict[str, str]:
+        """``{path: sha256}``: what the manifest records as the checkpoints of an output."""
+        return {c.path: c.sha256 for c in self.checkpoints}
+
+
+def _same_grid(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(
+        len(a[d]) == len(b[d]) and np.allclose(a[d], b[d], atol=1e-6) for d in ("latitude", "longitude")
+    )
+
+
+def check_grid(models: ModelSet, latitude: np.ndarray, longitude: np.ndarray, what: str) -> None:
+    """Raise unless the forecast's grid is the checkpoints' training grid."""
+    grid = models.grid
+    if grid is None:  # a checkpoint from before grids were recorded: check the sizes only
+        shape = models.checkpoints[0].grid_shape
+        if shape and shape != (latitude.size, longitude.size):
+            raise EnsmlError(f"{what} has a {latitude.size} × {longitude.size} grid, the checkpoints {shape}")
+        return
+    for name, have in (("latitude", latitude), ("longitude", longitude)):
+        want = np.asarray(grid[name])
+        if have.shape != want.shape or not np.allclose(have, want, atol=1e-6):
+            raise EnsmlError(
+                f"{what} is on another grid than the checkpoints: {name} has {have.size} points "
+                f"[{have[0]:g} … {have[-1]:g}], the checkpoints were trained on {want.size} "
+                f"[{want[0]:g} … {want[-1]:g}]"
+            )
+
+
+# -- loading, once per process ----------------------------------------------------------------
+_LOADED: dict[tuple, dict[int, EnsembleTask]] = {}
+_LOCK = threading.Lock()
+LOAD_COUNT = {"n": 0}  # how many times this process built the networks (checked by the tests)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise EnsmlError("device: cuda was asked for, but torch sees no CUDA device on this worker")
+    return torch.device(device)
+
+
+def load_models(models: ModelSet, device: str = "cpu") -> dict[int, EnsembleTask]:
+    """The networks of ``models`` by target lead (hours), in eval mode, built once per process."""
+    key = (tuple(models.digest.items()), device)
+    with _LOCK:
+        if key not in _LOADED:
+            dev = resolve_device(device)
+            _LOADED.clear()  # one run's models at a time
+            _LOADED[key] = {c.target_lead_hours: _build(c, dev) for c in models.checkpoints}
+            LOAD_COUNT["n"] += 1
+        return _LOADED[key]
+
+
+def _build(info: CheckpointInfo, device: torch.device) -> EnsembleTask:
+    module, name = info.class_path.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, EnsembleTask)):
+        raise EnsmlError(f"checkpoint {info.path}: {info.class_path} is not an ensml task")
+    saved = _read(Path(info.path))
+    if file_sha256(info.path) != info.sha256:
+        raise EnsmlError(f"checkpoint {info.path} changed while post-processing ran")
+    task = cls(**info.hparams)
+    try:
+        task.load_state_dict(saved["state_dict"])
+    except RuntimeError as exc:
+        raise EnsmlError(f"checkpoint {info.path} does not match its own model ({exc})") from None
+    return task.eval().to(device)

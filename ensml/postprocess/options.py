@@ -1,0 +1,146 @@
+"""Options of ``ensml postprocess`` (the YAML sections ``products`` and ``jobqueue``) and their checks."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ensml.errors import EnsmlError
+from ensml.postprocess.ecc import EccSpacing
+
+OutputFormat = Literal["netcdf", "zarr"]
+ClusterKind = Literal["local", "slurm", "pbs", "none"]
+Device = Literal["cpu", "cuda", "auto"]
+
+
+@dataclass
+class Products:
+    """What every output holds beside the predictive mean and std (or the estimated spread).
+
+    Attributes
+    ----------
+    quantiles
+        Probability levels in (0, 1) of the predictive quantiles (``<var>_quantile``).
+    thresholds
+        Exceedance thresholds in the variable's units, keyed by variable (``t``: at every level)
+        or by variable and level in hPa (``t850``); each key gives ``<key>_exceedance``, the
+        probability P(X > threshold).
+    members
+        Number of calibrated members (``<var>``) made by ensemble copula coupling; null: as many
+        as the raw members read from each file; 0: none.
+    ecc_spacing
+        Probability levels of the ECC quantiles: ``centred``, (i − ½)/N (smallest CRPS), or
+        ``rank``, i/(N + 1) (Schefzik et al. 2013).
+    """
+
+    quantiles: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95])
+    thresholds: dict[str, list[float]] = field(default_factory=dict)
+    members: int | None = None
+    ecc_spacing: EccSpacing = "centred"
+
+
+@dataclass
+class JobQueue:
+    """A SLURM or PBS cluster through dask-jobqueue (used when ``cluster`` is ``slurm`` or ``pbs``).
+
+    Attributes
+    ----------
+    queue, account
+        Partition/queue and project to charge.
+    cores, memory
+        Cores and memory of one job (e.g. ``16GB``).
+    processes
+        Workers per job; each runs one file at a time with cores/processes torch threads.
+    jobs
+        Number of jobs to start.
+    walltime
+        Limit of one job (``HH:MM:SS``).
+    job_extra_directives
+        Further batch directives, e.g. ``["--gres=gpu:1"]`` (SLURM) or ``["-l select=1:ngpus=1"]``.
+    job_script_prologue
+        Shell lines run before the worker starts (``module load …``, ``source venv/bin/activate``).
+    interface, local_directory, log_directory
+        Network interface of the workers, their scratch folder, and where batch logs go.
+    python
+        Python executable of the workers (default: this one).
+    """
+
+    queue: str | None = None
+    account: str | None = None
+    cores: int = 4
+    memory: str = "16GB"
+    processes: int = 1
+    jobs: int = 1
+    walltime: str = "01:00:00"
+    job_extra_directives: list[str] = field(default_factory=list)
+    job_script_prologue: list[str] = field(default_factory=list)
+    interface: str | None = None
+    local_directory: str | None = None
+    log_directory: str | None = None
+    python: str | None = None
+
+
+@dataclass(frozen=True)
+class ThresholdSet:
+    """Thresholds of one ``products.thresholds`` entry: a variable, at one level or all."""
+
+    key: str
+    variable: str
+    level: float | None  # None: every level
+    values: tuple[float, ...]
+
+
+def check_products(
+    products: Products, variables: Sequence[str], levels: Sequence[float]
+) -> list[ThresholdSet]:
+    """Validate ``products`` against the checkpoints' variables and levels; return the thresholds."""
+    q = np.asarray(products.quantiles, dtype=np.float64)
+    if q.ndim != 1 or not np.all((q > 0) & (q < 1)):
+        raise EnsmlError(
+            f"products.quantiles must be probabilities in (0, 1), got {list(products.quantiles)}"
+        )
+    if np.unique(q).size != q.size:
+        raise EnsmlError(f"products.quantiles has repeated levels: {list(products.quantiles)}")
+    if products.members is not None and products.members < 0:
+        raise EnsmlError(
+            f"products.members must be 0 (none), a positive number or null, got {products.members}"
+        )
+    out = []
+    for key, values in products.thresholds.items():
+        var, level = parse_field_key(key, variables, levels)
+        t = np.asarray(values, dtype=np.float64)
+        if t.ndim != 1 or t.size == 0 or not np.all(np.isfinite(t)):
+            raise EnsmlError(f"products.thresholds[{key!r}] must be a non-empty list of finite numbers")
+        if np.unique(t).size != t.size:
+            raise EnsmlError(f"products.thresholds[{key!r}] has repeated values: {list(values)}")
+        out.append(ThresholdSet(key, var, level, tuple(float(x) for x in t)))
+    return out
+
+
+def parse_field_key(key: str, variables: Sequence[str], levels: Sequence[float]) -> tuple[str, float | None]:
+    """``"t"`` → (t, None); ``"t850"`` → (t, 850.0), for the given variables and levels (hPa)."""
+    if key in variables:
+        return key, None
+    for var in sorted(variables, key=len, reverse=True):
+        m = re.fullmatch(re.escape(var) + r"(\d+(?:\.\d+)?)", key)
+        if m and float(m.group(1)) in [float(x) for x in levels]:
+            return var, float(m.group(1))
+    names = ", ".join(f"{x:g}" for x in levels)
+    raise EnsmlError(
+        f"products.thresholds key {key!r} is neither a variable ({', '.join(variables)}) nor a "
+        f"variable and level (e.g. {variables[0]}{levels[0]:g}; levels {names} hPa)"
+    )
+
+
+def plain_options(**options: Any) -> dict[str, Any]:
+    """The options that shape the outputs, as plain JSON values (what the manifest compares)."""
+
+    def plain(value: Any) -> Any:
+        return asdict(value) if hasattr(value, "__dataclass_fields__") else value
+
+    return json.loads(json.dumps({k: plain(v) for k, v in options.items()}, sort_keys=True, default=str))

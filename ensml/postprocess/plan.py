@@ -1,0 +1,93 @@
+"""Which inputs become which outputs, cut into work units.
+
+netCDF output: one unit per input file, written to ``<out_dir>/<path relative to the inputs'
+common folder>.nc`` (the input folders are mirrored, so equal names in different folders do
+not collide). zarr output: one unit per init time, each a region of ``<out_dir>/products.zarr``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ensml.data.io import open_forecast
+from ensml.errors import EnsmlError
+from ensml.names import INIT_TIME
+from ensml.postprocess.worker import Unit
+
+ZARR_STORE = "products.zarr"
+
+
+def expand_inputs(patterns: str | Sequence[str], what: str = "forecast") -> list[Path]:
+    """Files named by ``patterns`` (paths or globs), each once, in sorted order."""
+    items = [patterns] if isinstance(patterns, str | Path) else list(patterns)
+    if not items:
+        raise EnsmlError(f"no {what} files given")
+    found: dict[Path, None] = {}
+    for item in items:
+        pattern = str(item)
+        if any(c in pattern for c in "*?["):
+            matches = sorted(glob.glob(pattern, recursive=True))
+            if not matches:
+                raise EnsmlError(f"no {what} files match {pattern!r}")
+        else:
+            matches = [pattern]
+        for m in matches:
+            p = Path(m)
+            if not p.exists():
+                raise EnsmlError(f"{what} file {p} does not exist")
+            if p.is_dir() and p.suffix != ".zarr":
+                raise EnsmlError(f"{what} path {p} is a folder; give files or a glob such as {p}/*.nc")
+            found.setdefault(p.resolve(), None)
+    return list(found)
+
+
+def netcdf_units(inputs: Sequence[Path], out_dir: Path) -> list[Unit]:
+    """One unit per input; outputs mirror the inputs' folders below their common folder."""
+    root = Path(os.path.commonpath([p.parent for p in inputs]))
+    out_dir = out_dir.resolve()
+    units, seen = [], {}
+    for p in inputs:
+        if p.is_relative_to(out_dir):
+            raise EnsmlError(f"forecast file {p} is inside the output folder {out_dir}")
+        out = out_dir / p.parent.relative_to(root) / (p.name.removesuffix(p.suffix) + ".nc")
+        if out in seen:
+            raise EnsmlError(f"forecast files {seen[out]} and {p} would both be written to {out}")
+        seen[out] = p
+        units.append(Unit(key=str(p), input=str(p), output=str(out)))
+    return units
+
+
+def zarr_units(
+    inputs: Sequence[Path], out_dir: Path, on_bad: Callable[[Path, str], None]
+) -> tuple[list[Unit], np.ndarray]:
+    """One unit per init time of every readable input (unreadable ones go to ``on_bad``).
+
+    Returns the units and the store's init times (sorted); an init in two files is an error.
+    """
+    store = out_dir.resolve() / ZARR_STORE
+    by_init: dict[np.datetime64, Path] = {}
+    for p in inputs:
+        try:
+            with open_forecast(p) as fc:
+                inits = np.atleast_1d(fc[INIT_TIME].values).astype("datetime64[ns]")
+        except EnsmlError as exc:
+            on_bad(p, str(exc))
+            continue
+        for init in inits:
+            if init in by_init:
+                raise EnsmlError(
+                    f"init {str(init)[:16]} is in both {by_init[init]} and {p}: "
+                    "one zarr store holds each init once"
+                )
+            by_init[init] = p
+    inits = np.array(sorted(by_init), dtype="datetime64[ns]")
+    units = [
+        Unit(key=f"{by_init[t]}@{str(t)[:16]}", input=str(by_init[t]), output=str(store), init=t, region=i)
+        for i, t in enumerate(inits)
+    ]
+    return units, inits

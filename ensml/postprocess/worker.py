@@ -1,0 +1,244 @@
+"""The work of one unit (an input file, or one init of it for zarr output), on a worker or in-process.
+
+A unit opens its forecast file, checks it against the checkpoints (variables, levels, leads,
+members, grid), then for each init time reads one block of data, runs every checkpoint on the
+member subset it was trained with, and writes the products. User problems (an unreadable file,
+another grid, NaNs, no analysis at initialisation) fail the unit with a one-line reason; they
+never stop the run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import torch
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from ensml.data.io import (
+    check_lead_times,
+    check_levels,
+    check_members,
+    check_same_grid,
+    open_analysis,
+    open_forecast,
+)
+from ensml.data.samples import (
+    ANALYSIS_SAMPLE_DIMS,
+    FORECAST_SAMPLE_DIMS,
+    read_block,
+    subset_moments,
+    to_tensors,
+)
+from ensml.data.writers import atomic_path
+from ensml.errors import EnsmlError
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
+from ensml.postprocess.models import ModelSet, check_grid, file_sha256, load_models
+from ensml.postprocess.options import OutputFormat, Products, ThresholdSet
+from ensml.postprocess.outputs import data_sha256, write_netcdf_init, write_zarr_region
+from ensml.postprocess.products import product_dataset
+
+PLUGIN_NAME = "ensml-models"
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every unit of a run shares (small: pickled with each task, models load per worker)."""
+
+    models: ModelSet
+    products: Products
+    thresholds: tuple[ThresholdSet, ...]
+    analysis: tuple[str, ...] | None
+    format: OutputFormat
+    device: str
+    attrs: dict[str, Any]
+    history: str
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One piece of work: ``input`` → ``output`` (a netCDF file, or a zarr store's region)."""
+
+    key: str
+    input: str
+    output: str
+    init: np.datetime64 | None = None  # zarr: the init of this region
+    region: int | None = None  # zarr: its index along the store's init_time
+
+
+def _hours(values: np.ndarray) -> list[int]:
+    return [int(v / np.timedelta64(1, "h")) for v in values]
+
+
+class _Forecast:
+    """One forecast file opened lazily and checked against the checkpoints."""
+
+    def __init__(self, path: str, models: ModelSet, analysis: tuple[str, ...] | None) -> None:
+        self.what = f"forecast file {path}"
+        fc = open_forecast(path, models.variables)
+        check_levels(fc, models.levels, self.what)
+        check_lead_times(fc, models.read_lead_hours, self.what)
+        self.members = check_members(fc, models.k, self.what)
+        check_grid(models, fc[LATITUDE].values, fc[LONGITUDE].values, self.what)
+        inits = np.atleast_1d(fc[INIT_TIME].values).astype("datetime64[ns]")
+        if np.unique(inits).size != inits.size:
+            raise EnsmlError(f"{self.what} has duplicated init times")
+        self.inits = inits
+        leads = [np.timedelta64(h, "h").astype("timedelta64[ns]") for h in models.read_lead_hours]
+        self.fc = fc.sel({LEVEL: models.levels, LEAD_TIME: leads})
+        self.latitude, self.longitude = fc[LATITUDE].values, fc[LONGITUDE].values
+        self.an = None
+        if models.uses_analysis:
+            if not analysis:
+                raise EnsmlError("the checkpoints use the analysis at initialisation: set analysis")
+            an = open_analysis(list(analysis), models.variables)
+            check_same_grid(fc, an, self.what, f"analysis {', '.join(analysis)}")
+            check_levels(an, models.levels, f"analysis {', '.join(analysis)}")
+            missing = inits[~np.isin(inits, an[TIME].values.astype("datetime64[ns]"))]
+            if missing.size:
+                raise EnsmlError(
+                    f"analysis {', '.join(analysis)} has no field at init {str(missing[0])[:16]} of "
+                    f"{self.what} (the checkpoints use the analysis at initialisation)"
+                )
+            self.an = an.sel({LEVEL: models.levels})
+            self.an_what = f"analysis {', '.join(analysis)}"
+
+
+def predict_init(
+    fc: _Forecast, init: np.datetime64, models: ModelSet, nets: dict[int, Any], device: str
+) -> tuple:
+    """Mean, std (V, L, D, H, W) and raw members (V, L, M, D, H, W) at the target leads of one init."""
+    block = read_block(fc.fc, {INIT_TIME: init}, FORECAST_SAMPLE_DIMS, models.variables, fc.what)
+    analysis = None
+    if fc.an is not None:
+        analysis = read_block(fc.an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, models.variables, fc.an_what)
+    read = models.read_lead_hours
+    means, stds = [], []
+    for info in models.checkpoints:
+        task = nets[info.target_lead_hours]
+        item = subset_moments(
+            block[:, [read.index(h) for h in info.input_lead_hours]], np.arange(info.k), info.k
+        )
+        if info.uses_analysis:
+            item["analysis_init"] = analysis
+        batch = {key: value[None].to(device) for key, value in to_tensors(item, 0).items()}
+        with torch.inference_mode():
+            out = task.predict_step(batch, 0)
+        std = out["std"][0].float().cpu().numpy()
+        if "mean" in out:
+            mean = out["mean"][0].float().cpu().numpy()
+        else:  # spread model: centred on the subset mean at the target lead
+            mean = item["mean_k"][:, info.input_lead_hours.index(info.target_lead_hours)]
+        means.append(mean)
+        stds.append(std)
+    raw = block[:, [read.index(h) for h in models.lead_hours]]
+    return np.stack(means, axis=1), np.stack(stds, axis=1), raw
+
+
+def run_unit(unit: Unit, job: Job) -> dict[str, Any]:
+    """Process ``unit``; return its manifest record (``status`` done or failed, with the reason)."""
+    start = time.perf_counter()
+    record: dict[str, Any] = {"key": unit.key, "output": unit.output}
+    # A unit's own arrays need no dask parallelism. Without this, xarray inside a dask worker
+    # guards every netCDF access with a distributed lock (a round trip to the scheduler), which
+    # made a unit 3x slower than in-process.
+    with dask.config.set(scheduler="synchronous"):
+        return _run_unit(unit, job, record, start)
+
+
+def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dict[str, Any]:
+    try:
+        nets = load_models(job.models, job.device)
+        device = str(next(iter(nets.values())).device)
+        fc = _Forecast(unit.input, job.models, job.analysis)
+        inits = fc.inits if unit.init is None else np.array([unit.init], dtype="datetime64[ns]")
+        if unit.init is not None and unit.init not in fc.inits:
+            raise EnsmlError(f"{fc.what} no longer holds init {str(unit.init)[:16]}")
+        attrs = {**job.attrs, "ensml_input": str(unit.input)}
+        out = Path(unit.output)
+
+        def products(init: np.datetime64) -> Any:
+            mean, std, raw = predict_init(fc, init, job.models, nets, device)
+            m = job.models
+            return product_dataset(init, m.lead_hours, m.variables, m.levels, fc.latitude, fc.longitude,
+                                   mean, std, raw, job.products, job.thresholds, m.task, m.k)  # fmt: skip
+
+        if job.format == "zarr":
+            ds = products(inits[0])
+            write_zarr_region(out, ds, int(unit.region))
+            record.update(output_sha256=data_sha256(ds))
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with atomic_path(out) as tmp:
+                    for i, init in enumerate(inits):
+                        write_netcdf_init(tmp, products(init), i, attrs, job.history)
+            except OSError as err:
+                raise EnsmlError(f"cannot write {out}: {err}") from None
+            stat = out.stat()
+            record.update(
+                output_sha256=file_sha256(out), output_size=stat.st_size, output_mtime_ns=stat.st_mtime_ns
+            )
+        record.update(status="done", n_inits=int(inits.size), members=fc.members)
+    except EnsmlError as exc:
+        record.update(status="failed", reason=str(exc))
+    except Exception as exc:  # a bug: keep the traceback in the manifest, fail only this unit
+        record.update(status="failed", reason=f"internal error: {type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc())  # fmt: skip
+    record["seconds"] = round(time.perf_counter() - start, 3)
+    return record
+
+
+class ModelPlugin(WorkerPlugin):
+    """Set torch's threads and load the checkpoints once, when a worker joins the run."""
+
+    name = PLUGIN_NAME
+
+    def __init__(self, models: ModelSet, device: str, torch_threads: int) -> None:
+        self.models, self.device, self.torch_threads = models, device, torch_threads
+
+    def setup(self, worker: Any) -> None:
+        torch.set_num_threads(self.torch_threads)
+        restore_malloc_thresholds()
+        try:
+            load_models(self.models, self.device)
+        except EnsmlError:
+            pass  # each unit then fails with the one-line reason
+
+
+def restore_malloc_thresholds() -> bool:
+    """Undo the nanny's ``MALLOC_TRIM_THRESHOLD_`` for this worker (glibc only).
+
+    distributed's nanny sets that variable so workers hand memory back to the OS. glibc then stops
+    adapting its mmap threshold, and every tensor above 128 KiB is mmap'ed and unmapped anew;
+    that made each unit 1.7x slower here. Memory per worker stays bounded without it, because a
+    unit holds one init at a time (``benchmarks/postprocess.py`` measures the peak).
+    """
+    if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    return bool(libc.mallopt(m_mmap_threshold, 256 << 20) and libc.mallopt(m_trim_threshold, 512 << 20))
+
+
+def worker_state() -> dict[str, Any]:
+    """This process's torch threads and how often it built the networks (for tests and benchmarks)."""
+    import resource
+
+    from ensml.postprocess.models import LOAD_COUNT
+
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "loads": LOAD_COUNT["n"],
+        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
