@@ -65,6 +65,9 @@ class EnsembleDataModule(L.LightningDataModule):
     check_finite
         Scan the selected data once (lazily, with dask) for NaN/inf before training, so a bad
         value fails up front with the file, variable and date instead of mid-epoch.
+    cache_mb
+        Memory (MiB) each process may use to keep samples read from disk for the next epochs
+        (the embedded data's training and validation splits need about 540); 0 reads every time.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class EnsembleDataModule(L.LightningDataModule):
         num_workers: int = 0,
         seed: int = 0,
         check_finite: bool = True,
+        cache_mb: float = 2048.0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -174,8 +178,9 @@ class EnsembleDataModule(L.LightningDataModule):
 
         def make(split: str, sampling: MemberSampling) -> EnsembleSamples:
             return EnsembleSamples(
-                hp.forecast, hp.analysis, self.init_times(split), self.spec, sampling, slab=self.slab
-            )
+                hp.forecast, hp.analysis, self.init_times(split), self.spec, sampling, slab=self.slab,
+                cache_mb=hp.cache_mb if split != "test" else 0.0,
+            )  # fmt: skip
 
         self.train_set = make("train", hp.member_sampling)
         self.val_set = make("val", "first")

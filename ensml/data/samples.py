@@ -74,6 +74,9 @@ class EnsembleSamples(torch.utils.data.Dataset):
     targets
         Read the targets (``std_m``, ``obs``). Without them only the inputs are read, so an
         analysis is needed at initialisation only, as for a new forecast.
+    cache_mb
+        Memory (MiB, per process) for keeping what was read from disk, so later epochs skip
+        the read and decompression; samples beyond the budget are read each time.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
         member_sampling: MemberSampling = "first",
         slab: tuple[slice, slice] | None = None,
         targets: bool = True,
+        cache_mb: float = 0.0,
     ) -> None:
         self.forecast_paths = forecast
         self.analysis_paths = analysis
@@ -93,15 +97,18 @@ class EnsembleSamples(torch.utils.data.Dataset):
         self.member_sampling = member_sampling
         self.slab = slab
         self.targets = targets
+        self.cache_bytes = int(cache_mb * 2**20)
         self._fc: xr.Dataset | None = None
         self._an: xr.Dataset | None = None
+        self._cache: dict[int, dict[str, np.ndarray]] = {}
+        self._cached_bytes = 0
 
     def __len__(self) -> int:
         return len(self.init_times)
 
     def __getstate__(self) -> dict:
         # Never ship open file handles to worker processes.
-        return {**self.__dict__, "_fc": None, "_an": None}
+        return {**self.__dict__, "_fc": None, "_an": None, "_cache": {}, "_cached_bytes": 0}
 
     def _open(self) -> None:
         spec = self.spec
@@ -123,23 +130,38 @@ class EnsembleSamples(torch.utils.data.Dataset):
             return np.arange(k)
         return np.sort(torch.randperm(m)[:k].numpy())
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def _blocks(self, index: int) -> dict[str, np.ndarray]:
+        """The arrays sample ``index`` is made of, from the cache or from disk."""
+        if index in self._cache:
+            return self._cache[index]
         if self._fc is None:
             self._open()
-        init = self.init_times[index]
-        fc = read_block(self._fc, {INIT_TIME: init}, FORECAST_SAMPLE_DIMS, self.spec.variables,
-                        f"forecast {self.forecast_paths}")  # fmt: skip
-        item = subset_moments(fc, self.members_for(index), self.spec.k)
-        if self.targets:
-            item["std_m"] = fc[:, self.spec.target_index].std(axis=1)
+        init, variables = self.init_times[index], self.spec.variables
+        blocks = {
+            "fc": read_block(self._fc, {INIT_TIME: init}, FORECAST_SAMPLE_DIMS, variables,
+                             f"forecast {self.forecast_paths}"),
+        }  # fmt: skip
         if self._an is not None:
             what = f"analysis {self.analysis_paths}"
-            item["analysis_init"] = read_block(
-                self._an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, self.spec.variables, what
+            blocks["analysis_init"] = read_block(
+                self._an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, variables, what
             )
             if self.targets:
                 valid = {TIME: init + self.spec.target_lead}
-                item["obs"] = read_block(self._an, valid, ANALYSIS_SAMPLE_DIMS, self.spec.variables, what)
+                blocks["obs"] = read_block(self._an, valid, ANALYSIS_SAMPLE_DIMS, variables, what)
+        size = sum(b.nbytes for b in blocks.values())
+        if self._cached_bytes + size <= self.cache_bytes:
+            self._cache[index] = blocks
+            self._cached_bytes += size
+        return blocks
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        blocks = self._blocks(index)
+        fc = blocks["fc"]
+        item = subset_moments(fc, self.members_for(index), self.spec.k)
+        if self.targets:
+            item["std_m"] = fc[:, self.spec.target_index].std(axis=1)
+        item.update({key: blocks[key] for key in ("analysis_init", "obs") if key in blocks})
         return to_tensors(item, index)
 
 
