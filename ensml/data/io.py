@@ -7,7 +7,7 @@ Every reader funnels through :func:`normalise`, so the rest of ensml sees the na
 from __future__ import annotations
 
 import glob
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +164,29 @@ def open_dataset(paths: PathLike | Sequence[PathLike], what: str) -> xr.Dataset:
     return normalise(_open(_paths(paths, what), what, None))
 
 
+def load_dataset(
+    paths: PathLike | Sequence[PathLike], what: str, select: Callable[[xr.Dataset], xr.Dataset] | None = None
+) -> xr.Dataset:
+    """Read ``select(file)`` of every file into memory, one file at a time, and combine them.
+
+    For many small files of which a part is needed in memory (e.g. ``ensml postprocess``
+    outputs): each file is opened once and closed, where a lazy multi-file dataset reopens files
+    for every variable once there are more than xarray's file cache holds (128).
+    """
+    files = _paths(paths, what)
+    parts = []
+    for path in files:
+        with _open_one(path, what, None) as ds:
+            one = normalise(ds)
+            parts.append((select(one) if select else one).load())
+    if len(parts) == 1:
+        return parts[0]
+    try:
+        return xr.combine_by_coords(parts, combine_attrs="drop_conflicts")
+    except Exception as exc:
+        raise EnsmlError(f"{what} files {files[0]} … {files[-1]} do not combine ({exc})") from None
+
+
 def check_same_grid(a: xr.Dataset, b: xr.Dataset, name_a: str, name_b: str) -> None:
     """Raise if ``a`` and ``b`` are not on the same latitude/longitude grid."""
     for dim in (LATITUDE, LONGITUDE):
@@ -204,6 +227,7 @@ __all__ = [
     "check_levels",
     "check_members",
     "check_same_grid",
+    "load_dataset",
     "normalise",
     "open_analysis",
     "open_dataset",

@@ -18,6 +18,7 @@ from ensml.data.io import (
     check_lead_times,
     check_members,
     check_same_grid,
+    load_dataset,
     open_analysis,
     open_dataset,
     open_forecast,
@@ -42,6 +43,32 @@ def _need(ds: xr.Dataset, var: str, path: str | Path, what: str) -> xr.DataArray
     return ds[var]
 
 
+def _open_predictions(paths: str | list[str], what: str, lead: np.timedelta64) -> xr.Dataset:
+    """``<var>_mean``/``<var>_std`` of ``ensml predict`` or ``ensml postprocess`` output at ``lead``.
+
+    ``ensml predict`` writes one lead without a ``lead_time`` dim; ``ensml postprocess`` writes
+    every lead its checkpoints cover, one file per input (pass a glob).
+    """
+
+    def select(ds: xr.Dataset) -> xr.Dataset:
+        ds = ds[[v for v in ds.data_vars if str(v).endswith(("_mean", "_std"))]]
+        return _at_lead(ds, lead, f"{what} {paths}")
+
+    return load_dataset(paths, what, select)
+
+
+def _at_lead(ds: xr.Dataset, lead: np.timedelta64, what: str) -> xr.Dataset:
+    """``ds`` at ``lead`` when it has a ``lead_time`` dim (a one-lead file has none)."""
+    if LEAD_TIME in ds.dims:
+        if lead not in ds[LEAD_TIME].values:
+            have = [int(h / np.timedelta64(1, "h")) for h in ds[LEAD_TIME].values]
+            raise EnsmlError(
+                f"{what} has no lead time {int(lead / np.timedelta64(1, 'h'))} h (found: {have} h)"
+            )
+        ds = ds.sel({LEAD_TIME: lead})
+    return ds.drop_vars([c for c in (LEAD_TIME, "valid_time") if c in ds.coords])
+
+
 def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
     dims = [d for d in x.dims if d != LEVEL]
     return x.weighted(weights).mean(dims)
@@ -58,9 +85,10 @@ def _weighted_corr(a: xr.DataArray, b: xr.DataArray, weights: xr.DataArray) -> x
 def evaluate(
     forecast: str | list[str],
     analysis: str | list[str],
-    predictions: str | None = None,
-    spread_predictions: str | None = None,
+    predictions: str | list[str] | None = None,
+    spread_predictions: str | list[str] | None = None,
     oracle: str | None = None,
+    members: str | list[str] | None = None,
     k: int = 5,
     lead_hours: int = 48,
     variables: list[str] | None = None,
@@ -75,14 +103,19 @@ def evaluate(
     forecast, analysis
         The raw ensemble forecast and the verifying analysis (paths or globs).
     predictions
-        netCDF written by ``ensml predict`` with a post-processing model (``<var>_mean``,
-        ``<var>_std``): scored with the Gaussian CRPS.
+        netCDF written by ``ensml predict`` with a post-processing model, or ``ensml postprocess``
+        outputs of a mixed model (files or a glob) (``<var>_mean``, ``<var>_std``): scored with
+        the Gaussian CRPS.
     spread_predictions
-        netCDF written by ``ensml predict`` with a spread model (``<var>_std``): scored by RMSE
-        and correlation against the M-member spread (std, ddof 0), beside the K-member sample std.
+        The same from a spread model (``<var>_std``): scored by RMSE and correlation against the
+        M-member spread (std, ddof 0), beside the K-member sample std.
     oracle
         The generator's true predictive distribution (``<var>_mean``/``<var>_std`` by init and
         lead, from ``ensml data synth``): the best CRPS any forecast could reach.
+    members
+        Calibrated members, e.g. the ECC members of ``ensml postprocess`` outputs (files or a
+        glob; variables named as in the forecast, with a member dim): scored with the empirical
+        ensemble CRPS.
     k
         Size of the raw subset scored beside the full ensemble (members 0 … k-1).
     lead_hours
@@ -104,24 +137,37 @@ def evaluate(
     """
     # cases are scored first: a bad case fails before any other work (they are small)
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in load_cases(cases or [])]
-    preds = open_dataset(predictions, "predictions").load() if predictions else None
-    spreads = open_dataset(spread_predictions, "spread predictions").load() if spread_predictions else None
+    lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
+    preds = _open_predictions(predictions, "predictions", lead) if predictions else None
+    spreads = (
+        _open_predictions(spread_predictions, "spread predictions", lead) if spread_predictions else None
+    )
     given = [d for d in (preds, spreads) if d is not None]
     if variables is None:
         names = {str(v).rsplit("_", 1)[0] for d in given for v in d.data_vars}
         variables = sorted(names) if names else None
     fc = open_forecast(forecast, variables)
+    calibrated = None
+    if members:
+        names = variables or [str(v) for v in fc.data_vars]
+
+        def select(ds: xr.Dataset) -> xr.Dataset:
+            missing = [v for v in names if v not in ds.data_vars or MEMBER not in ds[v].dims]
+            if missing:
+                raise EnsmlError(f"members {members} have no {', '.join(missing)} with a member dim")
+            return _at_lead(ds[names], lead, f"members {members}")
+
+        calibrated = load_dataset(members, "members", select)
     variables = variables or [str(v) for v in fc.data_vars]
     an = open_analysis(analysis, variables)
     fc_name, an_name = f"forecast {forecast}", f"analysis {analysis}"
     check_same_grid(fc, an, fc_name, an_name)
     check_lead_times(fc, [lead_hours], fc_name)
     m = check_members(fc, k, fc_name)
-    lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
     levels = list(levels) if levels is not None else [float(x) for x in fc[LEVEL].values]
 
     inits = fc[INIT_TIME].values
-    for d, path in ((preds, predictions), (spreads, spread_predictions)):
+    for d, path in ((preds, predictions), (spreads, spread_predictions), (calibrated, members)):
         if d is not None:
             check_same_grid(fc, d, fc_name, f"predictions {path}")
             inits = np.intersect1d(inits, d[INIT_TIME].values)
@@ -134,6 +180,8 @@ def evaluate(
     fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
     obs = an.sel({TIME: inits + lead, LEVEL: levels}).load()
     obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
+    if calibrated is not None:
+        calibrated = calibrated.sel({INIT_TIME: inits, LEVEL: levels})
     orc = None
     if oracle:
         orc = open_dataset(oracle, "oracle").sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
@@ -154,6 +202,11 @@ def evaluate(
             )
             sd = _need(preds, f"{var}_std", predictions, "predictions").sel({INIT_TIME: inits, LEVEL: levels})
             sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=POINT_DIMS)
+        if calibrated is not None:
+            n = calibrated.sizes[MEMBER]
+            sources[f"post-processed members ({n})"] = crps_ensemble(
+                calibrated[var], y, preserve_dims=POINT_DIMS
+            )
         if orc is not None:
             mu = _need(orc, f"{var}_mean", oracle, "oracle")
             sd = _need(orc, f"{var}_std", oracle, "oracle")
