@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,3 +61,10 @@ def real_data() -> Path:
             pytest.fail(f"ENSML_REQUIRE_REAL_DATA is set but {SHARED_DATA} is missing")
         pytest.skip(f"real sample data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+def cell_area_weights(latitude_deg: np.ndarray) -> np.ndarray:
+    """Exact cell-area weights of a latitude grid, by hand: |sin(upper edge) − sin(lower edge)|."""
+    lat = np.deg2rad(np.asarray(latitude_deg, dtype=np.float64))
+    edges = np.concatenate([[np.pi / 2], (lat[1:] + lat[:-1]) / 2, [-np.pi / 2]])
+    return np.abs(np.sin(edges[:-1]) - np.sin(edges[1:]))

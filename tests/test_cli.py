@@ -10,7 +10,7 @@ import properscoring as ps
 import xarray as xr
 
 from ensml.cli import main
-from tests.conftest import SMOKE, tiny_data_args
+from tests.conftest import SMOKE, cell_area_weights, tiny_data_args
 
 
 def test_fit_writes_checkpoints_and_logs(fitted: Path) -> None:
@@ -69,9 +69,7 @@ def test_predict_then_evaluate(fitted: Path, tiny_data: dict[str, Path], monkeyp
     x = fc["z"].sel(level=500).transpose("init_time", "latitude", "longitude", "member").values
     y = an["z"].sel(level=500).values
     crps = ps.crps_ensemble(y.astype(np.float64), x.astype(np.float64)).mean(axis=0)  # (lat, lon)
-    lat = np.deg2rad(fc["latitude"].values)
-    edges = np.concatenate([[np.pi / 2], (lat[1:] + lat[:-1]) / 2, [-np.pi / 2]])
-    w = np.abs(np.sin(edges[:-1]) - np.sin(edges[1:]))
+    w = cell_area_weights(fc["latitude"].values)
     expected = (crps.mean(axis=1) * w).sum() / w.sum()
     row = table[
         (table["variable"] == "z") & (table["level_hPa"] == 500) & table["forecast"].str.startswith("raw ens")

@@ -107,6 +107,13 @@ class ModelSet:
         if isinstance(paths, str | Path) or not paths:
             raise EnsmlError("postprocess needs a list of one or more checkpoints (checkpoints: [a.ckpt, …])")
         infos = sorted((inspect_checkpoint(p) for p in paths), key=lambda c: c.target_lead_hours)
+        first = infos[0]
+        for other in infos[1:]:
+            if other.task != first.task:
+                raise EnsmlError(
+                    f"checkpoints {first.path} ({first.task}) and {other.path} ({other.task}) are of "
+                    "different tasks: post-process mixed and spread models in separate runs"
+                )
         leads = [c.target_lead_hours for c in infos]
         twice = sorted({h for h in leads if leads.count(h) > 1})
         if twice:
@@ -115,13 +122,7 @@ class ModelSet:
                 f"checkpoints {' and '.join(paths)} both predict lead {twice[0]} h: give one "
                 "checkpoint per target lead time"
             )
-        first = infos[0]
         for other in infos[1:]:
-            if other.task != first.task:
-                raise EnsmlError(
-                    f"checkpoints {first.path} ({first.task}) and {other.path} ({other.task}) are of "
-                    "different tasks: post-process mixed and spread models in separate runs"
-                )
             for key in ("variables", "levels"):
                 if [str(x) for x in other.hparams[key]] != [str(x) for x in first.hparams[key]]:
                     raise EnsmlError(

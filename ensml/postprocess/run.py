@@ -179,7 +179,10 @@ def postprocess(
             manifest.compact()
     elapsed = time.perf_counter() - start
     up_to_date = len(units) - len(todo)
-    console.print(summary(records, up_to_date, elapsed, spec.describe(), str(out)))
+    table, failures = summary(records, up_to_date, elapsed, spec.describe(), str(out))
+    console.print(table)
+    for line in failures:
+        print(line)
     counts = {"done": sum(r["status"] == "done" for r in records), "up_to_date": up_to_date}
     counts["failed"] = len(records) - counts["done"]
     if counts["failed"]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import socket
 import time
 import traceback
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from ensml.data.samples import (
 from ensml.data.writers import atomic_path
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
-from ensml.postprocess.models import ModelSet, check_grid, file_sha256, load_models
+from ensml.postprocess.models import LOAD_COUNT, ModelSet, check_grid, file_sha256, load_models
 from ensml.postprocess.options import OutputFormat, Products, ThresholdSet
 from ensml.postprocess.outputs import data_sha256, write_netcdf_init, write_zarr_region
 from ensml.postprocess.products import product_dataset
@@ -193,6 +194,9 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
         record.update(status="failed", reason=f"internal error: {type(exc).__name__}: {exc}",
                       traceback=traceback.format_exc())  # fmt: skip
     record["seconds"] = round(time.perf_counter() - start, 3)
+    # Where it ran: the worker, how often that process built the networks, and its torch threads.
+    record.update(worker=f"{socket.gethostname()}:{os.getpid()}", worker_loads=LOAD_COUNT["n"],
+                  torch_threads=torch.get_num_threads())  # fmt: skip
     return record
 
 
@@ -232,10 +236,8 @@ def restore_malloc_thresholds() -> bool:
 
 
 def worker_state() -> dict[str, Any]:
-    """This process's torch threads and how often it built the networks (for tests and benchmarks)."""
+    """This process's torch threads, network builds and peak memory (for benchmarks)."""
     import resource
-
-    from ensml.postprocess.models import LOAD_COUNT
 
     return {
         "torch_threads": torch.get_num_threads(),

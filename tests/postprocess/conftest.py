@@ -1,0 +1,58 @@
+"""Fixtures: the tiny dataset's test period as an archive (one file per init), and smoke checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ensml.cli import main
+from tests.conftest import SMOKE, TINY_PERIODS, tiny_data_args
+
+TEST_PERIOD = TINY_PERIODS["test_period"]
+
+
+@pytest.fixture(scope="session")
+def archive_dir(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny test period (Nov–Dec 2017, every 3 days) as one forecast file per init."""
+    from ensml.data.archive import archive
+
+    out = tmp_path_factory.mktemp("archive")
+    archive(str(tiny_data["forecast"]), str(out), period=tuple(TEST_PERIOD))
+    return out
+
+
+def _fit(tiny_data: dict[str, Path], work: Path, *overrides: str) -> Path:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        assert main(["fit", "--config", SMOKE, *tiny_data_args(tiny_data), *overrides]) == 0
+    return work / "runs/smoke/checkpoints/best.ckpt"
+
+
+@pytest.fixture(scope="session")
+def checkpoints(
+    tiny_data: dict[str, Path], fitted: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Smoke checkpoints: mixed at 48 h (the ``fitted`` run) and 24 h, spread at 48 h, mixed
+    without the analysis at initialisation."""
+
+    def fit(name: str, *overrides: str) -> Path:
+        return _fit(tiny_data, tmp_path_factory.mktemp(name), *overrides)
+
+    return {
+        "mixed48": fitted / "runs/smoke/checkpoints/best.ckpt",
+        "mixed24": fit("mixed24", "--data.input_lead_hours=[0, 24]", "--data.target_lead_hours=24"),
+        "spread48": fit("spread48", "--model.class_path=ensml.train.tasks.SpreadTask"),
+        "noanalysis48": fit("noan48", "--model.init_args.use_analysis=false"),
+    }
+
+
+def pp_args(
+    ckpts: list[Path], forecasts: str | Path, out: Path, *extra: str, analysis: Path | None = None
+) -> list[str]:
+    """Arguments of ``ensml postprocess`` in this process (``cluster: none``) unless ``extra`` says."""
+    args = ["postprocess", f"--checkpoints=[{', '.join(str(c) for c in ckpts)}]", f"--forecasts={forecasts}",
+            f"--out_dir={out}", "--cluster=none"]  # fmt: skip
+    if analysis is not None:
+        args.append(f"--analysis={analysis}")
+    return [*args, *extra]
