@@ -22,14 +22,16 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $@
 
-# The main job: synthesise the embedded ensemble, train both models, predict the test year,
-# score everything against the raw ensembles and the oracle.
+# The main job: synthesise the embedded ensemble, train both models, post-process the test year's
+# forecasts (one file per init date, as an archive holds them) on a local dask cluster, and score
+# everything against the raw ensembles and the oracle.
 demo: env
 	$(BIN)/ensml data synth --out_dir $(DATA) --overwrite true
 	$(BIN)/ensml fit --config configs/spread.yaml
 	$(BIN)/ensml predict --config configs/spread.yaml --ckpt_path $(RUNS)/spread/checkpoints/best.ckpt
 	$(BIN)/ensml fit --config configs/mixed.yaml
-	$(BIN)/ensml predict --config configs/mixed.yaml --ckpt_path $(RUNS)/mixed/checkpoints/best.ckpt
+	$(BIN)/ensml data archive --forecast $(DATA)/forecast.nc --period "[2020-01-01, 2020-12-31]" --out_dir data/archive
+	$(BIN)/ensml postprocess --config configs/postprocess.yaml
 	$(BIN)/ensml evaluate --config configs/evaluate.yaml
 
 test: env
@@ -40,4 +42,4 @@ lint: env
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(RUNS) $(DATA)
+	rm -rf $(RUNS) $(DATA) data/archive
