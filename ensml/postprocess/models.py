@@ -170,8 +170,13 @@ class ModelSet:
 
     @property
     def digest(self) -> dict[str, str]:
-        """``{path: sha256}``: what the manifest records as the checkpoints of an output."""
+        """``{path: sha256}`` of the checkpoints (provenance)."""
         return {c.path: c.sha256 for c in self.checkpoints}
+
+    @property
+    def identity(self) -> list[str]:
+        """The checkpoints' SHA-256, by lead: what an output depends on (not where the files are)."""
+        return [c.sha256 for c in self.checkpoints]
 
 
 def _same_grid(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -214,7 +219,7 @@ def resolve_device(device: str) -> torch.device:
 
 def load_models(models: ModelSet, device: str = "cpu") -> dict[int, EnsembleTask]:
     """The networks of ``models`` by target lead (hours), in eval mode, built once per process."""
-    key = (tuple(models.digest.items()), device)
+    key = (tuple(models.identity), device)
     with _LOCK:
         if key not in _LOADED:
             dev = resolve_device(device)

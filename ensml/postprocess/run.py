@@ -87,8 +87,11 @@ def postprocess(
         Local worker processes (default: cores / threads_per_worker).
     threads_per_worker
         Torch threads of each local worker; every worker processes one file at a time.
-    scheduler_file, scheduler_address
-        Join a running dask cluster instead of starting one (start its workers with ``--nthreads 1``).
+    scheduler_file
+        Join a running dask cluster through its scheduler file instead of starting one (start its
+        workers with ``--nthreads 1``: each then processes one file at a time).
+    scheduler_address
+        Join a running dask cluster at this address (e.g. ``tcp://10.0.0.5:8786``).
     jobqueue
         SLURM/PBS settings: queue, account, cores, memory, processes, jobs, walltime, directives.
     device
@@ -209,7 +212,7 @@ def _plan(
 
     def on_bad(path: Path, reason: str) -> None:
         bad.append({**input_identity(path), "key": str(path), "status": "failed", "reason": reason,
-                    "checkpoints": models.digest, "options": plain_options(**options)})  # fmt: skip
+                    "checkpoints": models.identity, "options": plain_options(**options)})  # fmt: skip
 
     units, inits = zarr_units(inputs, out, on_bad)
     if not units:
@@ -267,7 +270,7 @@ def _identities(
 ) -> dict[str, dict[str, Any]]:
     opts = plain_options(**options)
     return {
-        u.key: {"key": u.key, **input_identity(u.input), "checkpoints": models.digest, "options": opts}
+        u.key: {"key": u.key, **input_identity(u.input), "checkpoints": models.identity, "options": opts}
         for u in units
     }
 

@@ -47,6 +47,9 @@ def test_rerun_skips_current_outputs_and_redoes_what_changed(
     with open(out / third.name, "r+b") as f:  # output cut short
         f.truncate(1000)
     assert run() == {"done": 3, "up_to_date": 1, "failed": 0}
+    moved = tmp_path / "moved.ckpt"  # the same checkpoint elsewhere: outputs depend on content only
+    shutil.copy2(checkpoints["mixed48"], moved)
+    assert run(checkpoints=[str(moved)]) == {"done": 0, "up_to_date": 4, "failed": 0}
     assert run(products=Products(quantiles=[0.5])) == {"done": 4, "up_to_date": 0, "failed": 0}
     assert run(products=Products(quantiles=[0.5]), force=True)["done"] == 4
     other = [str(checkpoints["noanalysis48"])]

@@ -1,0 +1,143 @@
+"""``ensml postprocess`` throughput and memory: dask workers against a plain serial loop.
+
+Run by hand (``python benchmarks/postprocess.py``); prints one line per comparison:
+
+* files/s of a plain serial loop (checkpoint loaded once, the same per-file work: read, model,
+  products, write) and of the dask path ``ensml postprocess`` uses, with 1 and 2 local workers;
+  the overhead of dask at 1 worker, and the 2-worker speed-up against 1 worker and against
+  perfect scaling of the serial loop (the hardware limit on 2 cores);
+* the peak resident memory of a worker after 10 and after 100 files (fresh clusters).
+
+Every timing is repeated; min and median are printed, the median is the figure to quote. Each
+worker and the serial loop use one torch thread. The data: the embedded generator's 32 × 64
+grid, z and t at 500/850 hPa, 10 members, leads 0/24/48 h, one init per file; the model: the
+main job's U-Net (width 16, depth 3) after a short fit (throughput does not depend on weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ensml.cli import main
+from ensml.data.archive import archive
+from ensml.data.synth import synth
+from ensml.postprocess.models import ModelSet, load_models
+from ensml.postprocess.options import Products, check_products
+from ensml.postprocess.plan import expand_inputs, netcdf_units
+from ensml.postprocess.run import execute
+from ensml.postprocess.worker import Job, ModelPlugin, run_unit, worker_state
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "mixed.yaml"
+
+
+def prepare(work: Path, n_files: int) -> tuple[ModelSet, Job, list[Path], Path]:
+    files = synth(work / "synth", start="2019-01-01", end="2020-12-31", every_days=2, seed=3)
+    here = Path.cwd()
+    os.chdir(work)  # the config's relative run folder goes under work/
+    try:
+        args = ["fit", "--config", str(CONFIG), f"--data.forecast={files['forecast']}",
+                f"--data.analysis={files['analysis']}", "--data.train_period=[2019-01-01, 2019-12-31]",
+                "--data.val_period=[2020-01-01, 2020-01-31]", "--data.test_period=[2020-02-01, 2020-12-31]",
+                "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+                "--trainer.enable_progress_bar=false", "--trainer.logger=false"]  # fmt: skip
+        assert main(args) == 0
+    finally:
+        os.chdir(here)
+    archive(str(files["forecast"]), str(work / "archive"), period=("2020-02-01", "2020-12-31"))
+    inputs = expand_inputs(str(work / "archive" / "*.nc"))[:n_files]
+    models = ModelSet.from_paths([str(work / "runs/mixed/checkpoints/best.ckpt")])
+    products = Products(thresholds={"t850": [273.15, 283.15], "z500": [54000.0, 56000.0]})
+    thresholds = tuple(check_products(products, models.variables, models.levels))
+    job = Job(models, products, thresholds, (str(files["analysis"]),), "netcdf", "cpu", {}, "benchmark")
+    return models, job, inputs, work
+
+
+def _units(inputs: list[Path], out: Path) -> list:
+    shutil.rmtree(out, ignore_errors=True)
+    return netcdf_units(inputs, out)
+
+
+def serial(job: Job, inputs: list[Path], work: Path, repeats: int) -> list[float]:
+    torch.set_num_threads(1)
+    load_models(job.models)  # loaded once, outside the timing
+    times = []
+    for r in range(repeats):
+        units = _units(inputs, work / f"serial{r}")
+        start = time.perf_counter()
+        for unit in units:
+            assert run_unit(unit, job)["status"] == "done"
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def on_cluster(
+    job: Job, inputs: list[Path], work: Path, workers: int, repeats: int
+) -> tuple[list[float], dict]:
+    from distributed import Client, LocalCluster
+
+    times = []
+    with LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        with Client(cluster) as client:
+            client.register_plugin(ModelPlugin(job.models, "cpu", 1), name=ModelPlugin.name)
+            warm = _units(inputs[: 2 * workers], work / f"warm{workers}")
+            execute(warm, job, client, lambda u, r: None)  # imports and first-call costs, not timed
+            for r in range(repeats):
+                units = _units(inputs, work / f"dask{workers}-{r}")
+                done: list[str] = []
+                start = time.perf_counter()
+                execute(units, job, client, lambda u, rec, done=done: done.append(rec["status"]))
+                times.append(time.perf_counter() - start)
+                assert done.count("done") == len(units)
+            state = client.run(worker_state)
+    return times, state
+
+
+def peak_memory(job: Job, inputs: list[Path], work: Path, n: int) -> float:
+    """Largest peak RSS (MB) over 2 fresh workers after post-processing ``n`` files."""
+    _, state = on_cluster(job, inputs[:n], work, 2, 1)
+    return max(s["max_rss_mb"] for s in state.values())
+
+
+def report(label: str, times: list[float], n: int) -> float:
+    rate = n / statistics.median(times)
+    print(f"  {label}: {rate:.2f} files/s (median of {len(times)}; min {min(times):.2f} s, "
+          f"median {statistics.median(times):.2f} s for {n} files)")  # fmt: skip
+    return rate
+
+
+def run(n_files: int, repeats: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="ensml-bench-") as tmp:
+        _, job, inputs, work = prepare(Path(tmp), n_files)
+        n = len(inputs)
+        print(f"postprocess benchmark: {n} files, 32x64 grid, z/t x 500/850 hPa, 10 members, lead 48 h; "
+              f"1 torch thread per worker and in the serial loop; {repeats} repeats")  # fmt: skip
+        s = report("serial loop (checkpoint loaded once)", serial(job, inputs, work, repeats), n)
+        one = report("dask, 1 worker", on_cluster(job, inputs, work, 1, repeats)[0], n)
+        two = report("dask, 2 workers", on_cluster(job, inputs, work, 2, repeats)[0], n)
+        print(f"postprocess {n} files: dask 1 worker {one:.2f} files/s vs serial loop {s:.2f} files/s "
+              f"-> overhead {100 * (1 - one / s):.1f}%")  # fmt: skip
+        print(f"postprocess {n} files: dask 2 workers {two:.2f} files/s vs 1 worker {one:.2f} files/s "
+              f"-> {two / one:.2f}x (2 cores)")  # fmt: skip
+        print(f"postprocess {n} files: dask 2 workers {two:.2f} files/s vs twice the serial loop "
+              f"{2 * s:.2f} files/s -> {100 * two / (2 * s):.0f}% of the 2-core limit")  # fmt: skip
+        small, large = peak_memory(job, inputs, work, 10), peak_memory(job, inputs, work, n)
+        print(f"postprocess peak memory per worker: 10 files {small:.0f} MB, {n} files {large:.0f} MB "
+              f"-> {large / small:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
+    ns = parser.parse_args()
+    run(ns.files, ns.repeats)
