@@ -303,13 +303,18 @@ def execute(units: list[Unit], job: Job, client: Any, finish: Callable[[Unit, di
     queue = iter(units)
     owner: dict[str, Unit] = {}
     pending = as_completed()
+    window = {"size": 4, "checked": 0.0}
 
     def top_up() -> None:
-        target = max(4, 2 * len(client.scheduler_info().get("workers", {})))
-        while len(owner) < target:
+        now = time.monotonic()
+        if now - window["checked"] > 1.0:  # workers may join later (batch jobs): look once a second
+            window.update(size=max(4, 2 * len(client.scheduler_info().get("workers", {}))), checked=now)
+        while len(owner) < window["size"]:
             unit = next(queue, None)
             if unit is None:
                 return
+            # The job (options, checkpoint metadata; a few kB) goes with each unit: a scattered copy
+            # would be lost with the worker that holds it.
             future = client.submit(run_unit, unit, job, pure=False)
             owner[future.key] = unit
             pending.add(future)
