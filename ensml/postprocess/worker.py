@@ -10,6 +10,7 @@ never stop the run.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import socket
 import time
@@ -99,7 +100,7 @@ class _Forecast:
         if models.uses_analysis:
             if not analysis:
                 raise EnsmlError("the checkpoints use the analysis at initialisation: set analysis")
-            an = open_analysis(list(analysis), models.variables)
+            an = _open_analysis(analysis, tuple(models.variables))
             check_same_grid(fc, an, self.what, f"analysis {', '.join(analysis)}")
             check_levels(an, models.levels, f"analysis {', '.join(analysis)}")
             missing = inits[~np.isin(inits, an[TIME].values.astype("datetime64[ns]"))]
@@ -110,6 +111,18 @@ class _Forecast:
                 )
             self.an = an.sel({LEVEL: models.levels})
             self.an_what = f"analysis {', '.join(analysis)}"
+
+
+def _open_analysis(paths: tuple[str, ...], variables: tuple[str, ...]) -> Any:
+    """The analysis, opened once per process while its files are unchanged (a long record
+    serves every forecast file of a run)."""
+    stamp = tuple((p, os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths)
+    return _open_analysis_cached(stamp, variables)
+
+
+@functools.lru_cache(maxsize=2)
+def _open_analysis_cached(stamp: tuple, variables: tuple[str, ...]) -> Any:
+    return open_analysis([p for p, _, _ in stamp], list(variables))
 
 
 def predict_init(
@@ -231,8 +244,10 @@ def restore_malloc_thresholds() -> bool:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:  # not glibc
         return False
+    # The ceilings glibc's own adaptive thresholds reach on 64-bit: blocks up to 32 MiB are reused
+    # from the heap, and up to 64 MiB of freed heap is kept rather than handed back each time.
     m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    return bool(libc.mallopt(m_mmap_threshold, 256 << 20) and libc.mallopt(m_trim_threshold, 512 << 20))
+    return bool(libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 64 << 20))
 
 
 def worker_state() -> dict[str, Any]:
