@@ -34,7 +34,7 @@ def checkpoints(
     tiny_data: dict[str, Path], fitted: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Path]:
     """Smoke checkpoints: mixed at 48 h (the ``fitted`` run) and 24 h, spread at 48 h, mixed
-    without the analysis at initialisation."""
+    without the analysis at initialisation, and a temporal network (lead time as a dimension)."""
 
     def fit(name: str, *overrides: str) -> Path:
         return _fit(tiny_data, tmp_path_factory.mktemp(name), *overrides)
@@ -44,6 +44,7 @@ def checkpoints(
         "mixed24": fit("mixed24", "--data.input_lead_hours=[0, 24]", "--data.target_lead_hours=24"),
         "spread48": fit("spread48", "--model.class_path=ensml.train.tasks.SpreadTask"),
         "noanalysis48": fit("noan48", "--model.init_args.use_analysis=false"),
+        "temporal48": fit("temporal48", "--model.init_args.arch=unet3d_time"),
     }
 
 

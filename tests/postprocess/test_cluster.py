@@ -38,7 +38,10 @@ def year_archive(tiny_data, tmp_path_factory) -> Path:
 def reference(checkpoints, year_archive: Path, tiny_data, tmp_path_factory) -> Path:
     """The products of an uninterrupted run, in this process."""
     out = tmp_path_factory.mktemp("reference")
-    assert main(pp_args([checkpoints["mixed48"]], year_archive / "*.nc", out, analysis=tiny_data["analysis"])) == 0
+    assert (
+        main(pp_args([checkpoints["mixed48"]], year_archive / "*.nc", out, analysis=tiny_data["analysis"]))
+        == 0
+    )
     return out
 
 
@@ -54,11 +57,36 @@ def test_local_cluster_loads_the_model_once_per_worker(checkpoints, archive_dir,
     assert (pd.read_json(tmp_path / MANIFEST, lines=True)["torch_threads"] == 2).all()
 
 
+def test_joins_a_running_cluster_by_address_and_by_scheduler_file(
+    checkpoints, archive_dir, tiny_data, tmp_path
+):
+    from distributed import LocalCluster
+
+    sched_file = tmp_path / "scheduler.json"
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      scheduler_kwargs={"scheduler_file": str(sched_file)}) as cluster:  # fmt: skip
+        args = pp_args(
+            [checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path / "a", analysis=tiny_data["analysis"]
+        )
+        assert main([*args, "--cluster=local", f"--scheduler_address={cluster.scheduler_address}"]) == 0
+        args = pp_args(
+            [checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path / "b", analysis=tiny_data["analysis"]
+        )
+        assert main([*args, "--cluster=local", f"--scheduler_file={sched_file}"]) == 0
+        assert len(cluster.workers) == 1  # the running cluster's worker did the work and is still there
+    for out in ("a", "b"):
+        records = pd.read_json(tmp_path / out / MANIFEST, lines=True)
+        assert (records["status"] == "done").all() and records["worker"].nunique() == 1
+        assert not records["worker"].str.endswith(f":{os.getpid()}").any()
+
+
 @pytest.mark.parametrize("kind", ["slurm", "pbs"])
 def test_batch_job_script(kind: str) -> None:
-    jq = JobQueue(queue="compute", account="ens42", cores=16, memory="64GB", processes=4, jobs=3,
-                  walltime="02:30:00", job_extra_directives=["--gres=gpu:1"] if kind == "slurm" else ["-l ngpus=1"],
-                  job_script_prologue=["module load cuda"])  # fmt: skip
+    extra = ["--gres=gpu:1"] if kind == "slurm" else ["-l ngpus=1"]
+    jq = JobQueue(
+        queue="compute", account="ens42", cores=16, memory="64GB", processes=4, jobs=3, walltime="02:30:00",
+        job_extra_directives=extra, job_script_prologue=["module load cuda"],
+    )  # fmt: skip
     spec = ClusterSpec(kind=kind, jobqueue=jq)
     assert spec.torch_threads == 4
     script = job_script(spec)
@@ -73,13 +101,20 @@ def test_batch_job_script(kind: str) -> None:
                          "#PBS -l walltime=02:30:00", "#PBS -l ngpus=1"):  # fmt: skip
             assert expected in lines, expected
     assert "module load cuda" in lines
+    # the workers get ensml's quiet event-loop settings through dask's environment variables
+    assert "export DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s" in lines
+    assert "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in lines
     worker = next(line for line in lines if "distributed.cli.dask_worker" in line)
     # 4 workers per job, one unit at a time each (one dask thread); torch gets 16/4 threads
     assert "--nworkers 4" in worker and "--nthreads 1" in worker and sys.executable in worker
 
 
-def test_dry_run_prints_the_plan_and_the_job_script(checkpoints, archive_dir, tiny_data, tmp_path, capsys) -> None:
-    args = pp_args([checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path / "out", analysis=tiny_data["analysis"])
+def test_dry_run_prints_the_plan_and_the_job_script(
+    checkpoints, archive_dir, tiny_data, tmp_path, capsys
+) -> None:
+    args = pp_args(
+        [checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path / "out", analysis=tiny_data["analysis"]
+    )
     assert main([*args, "--cluster=slurm", "--jobqueue.queue=short", "--dry_run=true"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     n = len(list(archive_dir.glob("*.nc")))
@@ -148,7 +183,7 @@ def test_client_killed_then_rerun(checkpoints, year_archive, tiny_data, referenc
     done = len(list(out.glob("*.nc")))
     assert 5 <= done < len(list(year_archive.glob("*.nc")))  # killed half-way
     rerun = _start(args, tmp_path)
-    stdout, stderr = rerun.communicate(timeout=300)
+    _, stderr = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, stderr
     _assert_exactly_once(out, year_archive, reference)
 
@@ -161,7 +196,7 @@ def test_worker_killed_mid_run(checkpoints, year_archive, tiny_data, reference, 
     workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
     assert len(workers) == 2
     workers[0].send_signal(signal.SIGKILL)
-    stdout, stderr = proc.communicate(timeout=300)
+    _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr  # distributed reran the lost unit on a live worker
     _assert_exactly_once(out, year_archive, reference)
 
@@ -174,5 +209,7 @@ def test_two_runs_at_once_on_one_folder(checkpoints, year_archive, tiny_data, re
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 1], results
     refused = next(err for p, (_, err) in zip(procs, results) if p.returncode == 1)
-    assert refused.strip().splitlines()[-1].startswith(f"ensml: output folder {out} is being written by another")
+    assert (
+        refused.strip().splitlines()[-1].startswith(f"ensml: output folder {out} is being written by another")
+    )
     _assert_exactly_once(out, year_archive, reference)

@@ -141,6 +141,30 @@ def test_spread_checkpoint_recovers_the_full_ensemble(checkpoints, archive_dir: 
     np.testing.assert_allclose(ds["z"].std("member"), ds["z_std"], rtol=0.1)
 
 
+def test_a_temporal_network_matches_its_own_task(
+    checkpoints, archive_dir: Path, tiny_data, tmp_path: Path
+) -> None:
+    """Any architecture: the products of a temporal U-Net equal its task's forward pass."""
+    import torch
+
+    from ensml.data.samples import EnsembleSamples, SampleSpec
+    from ensml.postprocess.models import ModelSet, load_models
+
+    ckpt = checkpoints["temporal48"]
+    assert main(pp_args([ckpt], archive_dir / "*.nc", tmp_path, analysis=tiny_data["analysis"])) == 0
+    path = sorted(archive_dir.glob("*.nc"))[1]
+    task = load_models(ModelSet.from_paths([str(ckpt)]))[48]
+    assert task.hparams.arch == "unet3d_time"
+    spec = SampleSpec(("z", "t"), (500.0, 850.0), (0, 24, 48), 48, 5, 10)
+    inits = xr.open_dataset(path)["init_time"].values
+    sample = EnsembleSamples(path, tiny_data["analysis"], inits, spec, targets=False)[0]
+    with torch.inference_mode():
+        mu, sigma = task({k: v[None] for k, v in sample.items()})
+    out = xr.open_dataset(tmp_path / path.name).isel(init_time=0, lead_time=0)
+    np.testing.assert_allclose(out["t_mean"].values, mu[0, 1].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(out["z_std"].values, sigma[0, 0].numpy(), rtol=1e-6)
+
+
 def test_model_without_analysis_runs_on_forecasts_alone(
     checkpoints, archive_dir: Path, tmp_path: Path
 ) -> None:
