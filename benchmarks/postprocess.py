@@ -8,15 +8,20 @@ Run by hand (``python benchmarks/postprocess.py``); prints one line per comparis
   perfect scaling of the serial loop (the hardware limit on 2 cores);
 * the peak resident memory of a worker after 10 and after 100 files (fresh clusters).
 
-Every timing is repeated; min and median are printed, the median is the figure to quote. Each
-worker and the serial loop use one torch thread. The data: the embedded generator's 32 × 64
-grid, z and t at 500/850 hPa, 10 members, leads 0/24/48 h, one init per file; the model: the
-main job's U-Net (width 16, depth 3) after a short fit (throughput does not depend on weights).
+The three modes are timed in turn in every repeat (so the machine's slow spells hit each alike);
+the median and the fastest are printed, the median is the figure to quote. Each worker and the
+serial loop use one torch thread; the clusters are set up as ``ensml postprocess`` sets them up
+(:data:`ensml.postprocess.cluster.WORKER_CONFIG`, the model plugin) and warmed before timing.
+
+The data: the embedded generator's 32 × 64 grid, z and t at 500/850 hPa, 10 members, leads
+0/24/48 h, one init per file; the model: the main job's U-Net (width 16, depth 3) after a short
+fit (throughput does not depend on weights).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import statistics
@@ -24,11 +29,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import dask
 import torch
 
 from ensml.cli import main
 from ensml.data.archive import archive
 from ensml.data.synth import synth
+from ensml.postprocess.cluster import WORKER_CONFIG
 from ensml.postprocess.models import ModelSet, load_models
 from ensml.postprocess.options import Products, check_products
 from ensml.postprocess.plan import expand_inputs, netcdf_units
@@ -65,53 +72,50 @@ def _units(inputs: list[Path], out: Path) -> list:
     return netcdf_units(inputs, out)
 
 
-def serial(job: Job, inputs: list[Path], work: Path, repeats: int) -> list[float]:
-    torch.set_num_threads(1)
-    load_models(job.models)  # loaded once, outside the timing
-    times = []
-    for r in range(repeats):
-        units = _units(inputs, work / f"serial{r}")
+class Local:
+    """A local cluster set up as ``ensml postprocess`` sets it up, warmed (model loaded, first units run)."""
+
+    def __init__(self, job: Job, inputs: list[Path], work: Path, workers: int) -> None:
+        from distributed import Client, LocalCluster
+
+        with dask.config.set(WORKER_CONFIG):
+            self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                        dashboard_address=None, silence_logs=logging.ERROR)  # fmt: skip
+        self.client = Client(self.cluster)
+        self.client.register_plugin(ModelPlugin(job.models, "cpu", 1), name=ModelPlugin.name)
+        self.job, self.work, self.workers = job, work, workers
+        execute(_units(inputs[: 2 * workers], work / f"warm{workers}"), job, self.client, lambda u, r: None)
+
+    def run(self, inputs: list[Path], tag: str) -> float:
+        units = _units(inputs, self.work / f"dask{self.workers}-{tag}")
+        done: list[str] = []
         start = time.perf_counter()
-        for unit in units:
-            assert run_unit(unit, job)["status"] == "done"
-        times.append(time.perf_counter() - start)
-    return times
+        execute(units, self.job, self.client, lambda u, rec, done=done: done.append(rec["status"]))
+        elapsed = time.perf_counter() - start
+        assert done.count("done") == len(units)
+        return elapsed
+
+    def peak_rss_mb(self) -> float:
+        return max(s["max_rss_mb"] for s in self.client.run(worker_state).values())
+
+    def close(self) -> None:
+        self.client.close()
+        self.cluster.close()
 
 
-def on_cluster(
-    job: Job, inputs: list[Path], work: Path, workers: int, repeats: int
-) -> tuple[list[float], dict]:
-    from distributed import Client, LocalCluster
-
-    times = []
-    with LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
-        with Client(cluster) as client:
-            client.register_plugin(ModelPlugin(job.models, "cpu", 1), name=ModelPlugin.name)
-            warm = _units(inputs[: 2 * workers], work / f"warm{workers}")
-            execute(warm, job, client, lambda u, r: None)  # imports and first-call costs, not timed
-            for r in range(repeats):
-                units = _units(inputs, work / f"dask{workers}-{r}")
-                done: list[str] = []
-                start = time.perf_counter()
-                execute(units, job, client, lambda u, rec, done=done: done.append(rec["status"]))
-                times.append(time.perf_counter() - start)
-                assert done.count("done") == len(units)
-            state = client.run(worker_state)
-    return times, state
-
-
-def peak_memory(job: Job, inputs: list[Path], work: Path, n: int) -> float:
-    """Largest peak RSS (MB) over 2 fresh workers after post-processing ``n`` files."""
-    _, state = on_cluster(job, inputs[:n], work, 2, 1)
-    return max(s["max_rss_mb"] for s in state.values())
+def serial(job: Job, inputs: list[Path], work: Path, tag: str) -> float:
+    units = _units(inputs, work / f"serial-{tag}")
+    start = time.perf_counter()
+    for unit in units:
+        assert run_unit(unit, job)["status"] == "done"
+    return time.perf_counter() - start
 
 
 def report(label: str, times: list[float], n: int) -> float:
     rate = n / statistics.median(times)
-    print(f"  {label}: {rate:.2f} files/s (median of {len(times)}; min {min(times):.2f} s, "
-          f"median {statistics.median(times):.2f} s for {n} files)")  # fmt: skip
+    median = statistics.median(times)
+    print(f"  {label}: {rate:.2f} files/s (median of {len(times)}: {median:.2f} s for {n} files; "
+          f"fastest {n / min(times):.2f} files/s)")  # fmt: skip
     return rate
 
 
@@ -119,20 +123,37 @@ def run(n_files: int, repeats: int) -> None:
     with tempfile.TemporaryDirectory(prefix="ensml-bench-") as tmp:
         _, job, inputs, work = prepare(Path(tmp), n_files)
         n = len(inputs)
-        print(f"postprocess benchmark: {n} files, 32x64 grid, z/t x 500/850 hPa, 10 members, lead 48 h; "
-              f"1 torch thread per worker and in the serial loop; {repeats} repeats")  # fmt: skip
-        s = report("serial loop (checkpoint loaded once)", serial(job, inputs, work, repeats), n)
-        one = report("dask, 1 worker", on_cluster(job, inputs, work, 1, repeats)[0], n)
-        two = report("dask, 2 workers", on_cluster(job, inputs, work, 2, repeats)[0], n)
-        print(f"postprocess {n} files: dask 1 worker {one:.2f} files/s vs serial loop {s:.2f} files/s "
-              f"-> overhead {100 * (1 - one / s):.1f}%")  # fmt: skip
-        print(f"postprocess {n} files: dask 2 workers {two:.2f} files/s vs 1 worker {one:.2f} files/s "
-              f"-> {two / one:.2f}x (2 cores)")  # fmt: skip
-        print(f"postprocess {n} files: dask 2 workers {two:.2f} files/s vs twice the serial loop "
-              f"{2 * s:.2f} files/s -> {100 * two / (2 * s):.0f}% of the 2-core limit")  # fmt: skip
-        small, large = peak_memory(job, inputs, work, 10), peak_memory(job, inputs, work, n)
-        print(f"postprocess peak memory per worker: 10 files {small:.0f} MB, {n} files {large:.0f} MB "
-              f"-> {large / small:.2f}x")  # fmt: skip
+        torch.set_num_threads(1)
+        load_models(job.models)  # the serial loop loads the checkpoint once, outside the timing
+        serial(job, inputs[:2], work, "warm")
+        one, two = Local(job, inputs, work, 1), Local(job, inputs, work, 2)
+        times: dict[str, list[float]] = {"serial": [], "one": [], "two": []}
+        for r in range(repeats):  # interleaved, so that the machine's slow spells hit every mode alike
+            times["serial"].append(serial(job, inputs, work, str(r)))
+            times["one"].append(one.run(inputs, str(r)))
+            times["two"].append(two.run(inputs, str(r)))
+        one.close()
+        two.close()
+        print(f"postprocess benchmark: {n} files, 32x64 grid, z/t x 500/850 hPa, 10 members, lead 48 h, "
+              f"products as in configs/postprocess.yaml; 1 torch thread per worker and in the serial loop; "
+              f"{repeats} interleaved repeats")  # fmt: skip
+        s = report("serial loop (checkpoint loaded once)", times["serial"], n)
+        w1 = report("dask, 1 worker", times["one"], n)
+        w2 = report("dask, 2 workers", times["two"], n)
+        print(f"postprocess {n} files: dask 1 worker {w1:.2f} files/s vs serial loop {s:.2f} files/s "
+              f"-> overhead {100 * (1 - w1 / s):.1f}%")  # fmt: skip
+        print(f"postprocess {n} files: dask 2 workers {w2:.2f} files/s vs 1 worker {w1:.2f} files/s "
+              f"-> {w2 / w1:.2f}x (2 cores)")  # fmt: skip
+        print(f"postprocess {n} files: dask 2 workers {w2:.2f} files/s vs twice the serial loop "
+              f"{2 * s:.2f} files/s -> {100 * w2 / (2 * s):.0f}% of the 2-core limit")  # fmt: skip
+        peaks = {}
+        for count in (10, n):  # fresh workers: ru_maxrss is a peak since the process started
+            local = Local(job, inputs, work, 2)
+            local.run(inputs[:count], f"mem{count}")
+            peaks[count] = local.peak_rss_mb()
+            local.close()
+        print(f"postprocess peak memory per worker: 10 files {peaks[10]:.0f} MB, {n} files {peaks[n]:.0f} MB "
+              f"-> {peaks[n] / peaks[10]:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":
