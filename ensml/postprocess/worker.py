@@ -13,6 +13,7 @@ import ctypes
 import functools
 import os
 import socket
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -250,12 +251,25 @@ def restore_malloc_thresholds() -> bool:
     return bool(libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 64 << 20))
 
 
-def worker_state() -> dict[str, Any]:
-    """This process's torch threads, network builds and peak memory (for benchmarks)."""
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB.
+
+    Linux's ``VmHWM`` belongs to the process's own address space; ``ru_maxrss`` (the fallback
+    elsewhere) survives fork and exec, so a spawned worker would report its parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     import resource
 
-    return {
-        "torch_threads": torch.get_num_threads(),
-        "loads": LOAD_COUNT["n"],
-        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
+    scale = 1 if sys.platform != "darwin" else 1024  # bytes on macOS, KiB elsewhere
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale / 1024
+
+
+def worker_state() -> dict[str, Any]:
+    """This process's torch threads, network builds and peak memory (for benchmarks)."""
+    return {"torch_threads": torch.get_num_threads(), "loads": LOAD_COUNT["n"], "max_rss_mb": peak_rss_mb()}
