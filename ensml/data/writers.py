@@ -7,6 +7,8 @@ provenance attributes (``Conventions``, ``source``, ``history``).
 
 from __future__ import annotations
 
+import fcntl
+import glob
 import os
 import re
 import shutil
@@ -50,53 +52,101 @@ TMP_SUFFIX = ".tmp"
 
 
 def temporary_name(path: Path) -> Path:
-    """The hidden temporary sibling ``.<name>.<random>.tmp`` that ``path`` is written to first."""
+    """The hidden temporary sibling ``.<name>.<random>.tmp`` of ``path``."""
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
 
 
 _TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{12}" + re.escape(TMP_SUFFIX) + "$")
 
 
-def remove_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
-    """Remove what interrupted writes left under ``folder`` (the names of :func:`temporary_name`).
+def _remove_if_abandoned(p: Path) -> bool:
+    """Remove the temporary ``p`` unless its writer is alive (it holds an ``flock`` on the folder)."""
+    if not p.is_dir():  # only folders are locked; a file is debris of an earlier ensml
+        p.unlink(missing_ok=True)
+        return True
+    try:
+        fd = os.open(p, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: a live writer (or a filesystem without flock: leave it)
+        return False
+    else:
+        shutil.rmtree(p, ignore_errors=True)
+        return True
+    finally:
+        os.close(fd)
 
-    Call it only while no other writer uses the folder (e.g. under its lock). Returns the paths
-    removed.
+
+def remove_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporaries of :func:`temporary_folder` under ``folder`` whose writer is gone.
+
+    A temporary whose writer still runs (on this machine or, where the filesystem supports
+    ``flock``, another) is left alone. Returns the paths removed.
     """
     found = [p for p in Path(folder).rglob(".*" + TMP_SUFFIX) if _TEMPORARY.match(p.name)]
-    for p in sorted(found, key=lambda p: len(p.parts), reverse=True):
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-    return found
+    return [p for p in sorted(found, key=lambda p: len(p.parts), reverse=True) if _remove_if_abandoned(p)]
+
+
+def sweep_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove what killed writers of ``path`` left beside it (its abandoned temporaries)."""
+    path = Path(path)
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.[0-9a-f]{{12}}{re.escape(TMP_SUFFIX)}$")
+    if not path.parent.is_dir():
+        return []
+    found = [p for p in path.parent.glob(f".{glob.escape(path.name)}.*{TMP_SUFFIX}") if pattern.match(p.name)]
+    return [p for p in found if _remove_if_abandoned(p)]
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success rename it to ``path`` (atomic on POSIX).
+def temporary_folder(path: str | os.PathLike[str], *, sweep: bool = True) -> Iterator[Path]:
+    """A new hidden folder ``.<name>.<random>.tmp`` beside ``path``, removed on exit.
 
-    On any failure, including ``KeyboardInterrupt``, the temporary (a file or a folder, such as a
-    zarr store) is removed and ``path`` is left as it was. An existing ``path`` is replaced.
+    The process holds an ``flock`` on the folder while it lives; the kernel drops it when the
+    process dies, even by SIGKILL, so a later writer of ``path`` knows the folder is abandoned
+    and removes it (``sweep``, on by default, does that first for ``path``'s earlier temporaries).
+
+    Raises
+    ------
+    EnsmlError
+        When the folder cannot be created beside ``path`` (no such folder, a file in the way,
+        permission denied).
     """
     path = Path(path)
-    tmp = temporary_name(path)
+    if sweep:
+        sweep_temporaries(path)
+    box = temporary_name(path)
     try:
+        box.mkdir()
+    except OSError as err:
+        raise EnsmlError(f"cannot write {path}: {err.strerror or err}") from err
+    fd = os.open(box, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield box
+    finally:
+        shutil.rmtree(box, ignore_errors=True)
+        os.close(fd)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str], *, sweep: bool = True) -> Iterator[Path]:
+    """Yield a temporary path for ``path``; on success rename it to ``path`` (atomic on POSIX).
+
+    The temporary lies in a :func:`temporary_folder` beside ``path``, so what a killed writer
+    left is removed by the next write of ``path``. On any failure, including
+    ``KeyboardInterrupt``, the temporary (a file or a folder, such as a zarr store) is removed
+    and ``path`` is left as it was. An existing ``path`` is replaced.
+    """
+    path = Path(path)
+    with temporary_folder(path, sweep=sweep) as box:
+        tmp = box / path.name
         yield tmp
         if tmp.is_dir() and path.is_dir():
-            # os.replace cannot replace a non-empty folder: move the old one aside first.
-            old = temporary_name(path)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    finally:
-        # Gone after a successful replace; removed after any failure.
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+            # os.replace cannot replace a non-empty folder: move the old one into the box first.
+            os.replace(path, box / f"{path.name}.old")
+        os.replace(tmp, path)
 
 
 def global_attrs(attrs: Mapping[str, Any], history: str | None = None) -> dict[str, Any]:

@@ -192,7 +192,7 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
         else:
             out.parent.mkdir(parents=True, exist_ok=True)
             try:
-                with atomic_path(out) as tmp:
+                with atomic_path(out, sweep=False) as tmp:  # the run swept under its lock
                     for i, init in enumerate(inits):
                         write_netcdf_init(tmp, products(init), i, attrs, job.history)
             except OSError as err:
