@@ -16,10 +16,6 @@ over the window; blue is better than the raw ensemble.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +32,7 @@ from ensml.data.io import (
     open_dataset,
     open_forecast,
 )
+from ensml.data.outdir import replace_folder
 from ensml.errors import EnsmlError
 from ensml.eval.cases import Case, climatological_threshold
 from ensml.eval.crps import crps_ensemble
@@ -261,46 +258,32 @@ def formatted(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+CASES_NAMES = ("cases.csv", "cases.md", "case_*.png")  # what a case-study folder holds
+
+
 def write_cases(out_dir: str | Path, results: list[CaseResult]) -> Path:
     """Write ``cases.csv``, ``cases.md`` and ``case_<slug>.png`` into ``out_dir`` together.
 
     Everything goes to a hidden temporary folder beside ``out_dir`` first, which replaces
-    ``out_dir`` only when complete.
+    ``out_dir`` only when complete (:func:`ensml.data.outdir.replace_folder`).
     """
     from ensml.eval.tables import to_markdown
 
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}-"))
-    try:
+    with replace_folder(out_dir, "cases", CASES_NAMES) as tmp:
         table = cases_table(results)
         table.to_csv(tmp / "cases.csv", index=False)
         (tmp / "cases.md").write_text(to_markdown(formatted(table)))
         for r in results:
             (tmp / f"case_{r.case.slug}.png").write_bytes(r.figure)
-        replace_dir(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
-
-
-def replace_dir(new: Path, target: Path) -> None:
-    """Move the complete folder ``new`` to ``target``, replacing an existing one."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}-old-{uuid.uuid4().hex[:8]}")
-        os.replace(target, old)
-    os.replace(new, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    return Path(out_dir)
 
 
 __all__ = [
+    "CASES_NAMES",
     "CaseResult",
     "cases_table",
     "formatted",
     "gaussian_members",
-    "replace_dir",
     "score_case",
     "write_cases",
 ]

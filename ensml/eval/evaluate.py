@@ -23,12 +23,13 @@ from ensml.data.io import (
     open_dataset,
     open_forecast,
 )
+from ensml.data.outdir import check_output_folder, replace_folder
 from ensml.errors import EnsmlError
 from ensml.eval.cases import load_cases
 from ensml.eval.casestudy import score_case, write_cases
 from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
-from ensml.eval.tables import print_table, write_outputs
+from ensml.eval.tables import EVALUATE_NAMES, print_table, write_outputs
 from ensml.eval.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, units_of
 
@@ -136,6 +137,7 @@ def evaluate(
         The CRPS table (one row per variable, level and forecast).
     """
     # cases are scored first: a bad case fails before any other work (they are small)
+    check_output_folder(out_dir, "evaluate", EVALUATE_NAMES)  # before the work, not after
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in load_cases(cases or [])]
     lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
     preds = _open_predictions(predictions, "predictions", lead) if predictions else None
@@ -227,9 +229,10 @@ def evaluate(
             spread_rows += spread_scores(estimators, target, weights, var, levels, lead_hours, m)
     table = pd.DataFrame(rows)
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
-    write_outputs(Path(out_dir), table, spread_table, xr.Dataset(fields), n_inits=inits.size)
-    if studies:
-        write_cases(Path(out_dir) / "cases", studies)
+    with replace_folder(out_dir, "evaluate", EVALUATE_NAMES) as folder:  # one run's results, whole
+        write_outputs(folder, table, spread_table, xr.Dataset(fields), n_inits=inits.size)
+        if studies:
+            write_cases(folder / "cases", studies)
     print_table(table, spread_table, n_inits=inits.size)
     return table
 

@@ -5,12 +5,11 @@ spread-skill by lead time, rank histograms, reliability diagrams, maps of the pe
 skill, and the case studies (from YAML files, the stored storms of the synthetic data and/or
 found automatically). Everything is computed first and written to a hidden temporary folder
 beside ``out_dir``, which replaces ``out_dir`` only when complete: a failure leaves no report.
+``out_dir`` must be new, empty or an earlier report (:mod:`ensml.data.outdir`).
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +17,11 @@ import pandas as pd
 import xarray as xr
 
 from ensml.data.io import open_analysis, open_dataset, open_forecast
+from ensml.data.outdir import check_output_folder, replace_folder
 from ensml.eval import plots
 from ensml.eval.casefind import find_extreme_cases, storm_cases
 from ensml.eval.cases import load_cases
-from ensml.eval.casestudy import cases_table, formatted, replace_dir, score_case
+from ensml.eval.casestudy import cases_table, formatted, score_case
 from ensml.eval.evaluate import evaluate
 from ensml.eval.maps import Panel, draw_maps
 from ensml.eval.report_render import Figure, render
@@ -31,6 +31,7 @@ from ensml.eval.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, TIME, units_of
 
 EVENT = "analysis > monthly climatological mean + 1 std"
+REPORT_NAMES = ("report.md", "report.html", "figures", "tables")  # what a report folder holds
 
 
 def report(
@@ -72,13 +73,12 @@ def report(
         Variable and level of the automatic cases (default z500 when present, else the
         first variable and level).
     """
+    check_output_folder(out_dir, "report", REPORT_NAMES)  # before hours of work, not after
     case_list = load_cases(cases) if cases else []
     # the YAML cases first: a bad case fails in seconds, before the global scores
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    try:
+    with replace_folder(out, "report", REPORT_NAMES) as tmp:
         table = evaluate(
             forecast,
             analysis,
@@ -189,10 +189,6 @@ def report(
         ]
         blocks += _case_blocks(studies)
         render(blocks, tmp, title)
-        tmp.chmod(0o755)  # mkdtemp makes it private
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     print(f"ensml report: wrote {out / 'report.md'} and {out / 'report.html'}")
     return out
 

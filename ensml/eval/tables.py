@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -42,23 +40,25 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+EVALUATE_NAMES = ("scores.csv", "scores.md", "scores.nc", "spread.csv", "spread.md", "cases")
+
+
 def write_outputs(
-    out_dir: Path, table: pd.DataFrame, spread: pd.DataFrame | None, fields: xr.Dataset, n_inits: int
+    folder: Path, table: pd.DataFrame, spread: pd.DataFrame | None, fields: xr.Dataset, n_inits: int
 ) -> None:
-    """Write all outputs into a temporary folder, then move them into ``out_dir`` together."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tmp-") as tmp:
-        tmp = Path(tmp)
-        header = f"Scores over {n_inits} init times, area-weighted (exact cell area).\n\n"
-        table.to_csv(tmp / "scores.csv", index=False)
-        (tmp / "scores.md").write_text(header + to_markdown(table))
-        if spread is not None:
-            spread.to_csv(tmp / "spread.csv", index=False)
-            (tmp / "spread.md").write_text(header + to_markdown(spread))
-        fields.attrs.update(title="ensml per-point scores (mean over init times)", init_times=n_inits)
-        write_netcdf(fields, tmp / "scores.nc")
-        for f in tmp.iterdir():
-            shutil.move(str(f), out_dir / f.name)
+    """Write evaluate's tables and per-point scores into ``folder`` (a new, empty folder).
+
+    ``evaluate`` builds its output folder this way inside :func:`ensml.data.outdir.replace_folder`,
+    so ``out_dir`` holds one run's results, complete, or the earlier run's.
+    """
+    header = f"Scores over {n_inits} init times, area-weighted (exact cell area).\n\n"
+    table.to_csv(folder / "scores.csv", index=False)
+    (folder / "scores.md").write_text(header + to_markdown(table))
+    if spread is not None:
+        spread.to_csv(folder / "spread.csv", index=False)
+        (folder / "spread.md").write_text(header + to_markdown(spread))
+    fields.attrs.update(title="ensml per-point scores (mean over init times)", init_times=n_inits)
+    write_netcdf(fields, folder / "scores.nc")
 
 
 def print_table(table: pd.DataFrame, spread: pd.DataFrame | None, n_inits: int) -> None:

@@ -12,9 +12,7 @@ wall-clock column ``train_s``). Scoring goes through :func:`ensml.eval.evaluate.
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,10 +27,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ensml.data.datamodule import EnsembleDataModule
+from ensml.data.outdir import check_output_folder, replace_folder
 from ensml.data.synth import synth as make_synth
 from ensml.errors import EnsmlError
 from ensml.models.emos import fit_emos
-from ensml.train.benchmark_score import score_all, summarise, write_tables
+from ensml.train.benchmark_score import BENCHMARK_NAMES, score_all, summarise, write_tables
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
 
@@ -201,13 +200,15 @@ def benchmark(
         other processes' load cost up to 10×) and fixes the reduction order: keep it fixed when
         comparing tables.
     out_dir
-        Output folder; the tables are written together at the end, nothing before.
+        Output folder: new, empty or an earlier benchmark's; replaced as a whole by the tables
+        at the end, nothing before.
 
     Returns
     -------
     pandas.DataFrame
         The comparison table (also in ``benchmark.csv``).
     """
+    check_output_folder(out_dir, "benchmark", BENCHMARK_NAMES)  # before the training, not after
     synth = synth or SynthOptions()
     torch.set_num_threads(max(1, int(threads)))
     models = list(DEFAULT_MODELS if models is None else models)
@@ -248,12 +249,8 @@ def benchmark(
             progress.advance(bar)
 
     table = score_all(dm, paths, preds, info)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out, prefix=".tmp-") as tmp:
-        write_tables(Path(tmp), table, summarise(table), n_inits=len(dm.init_times("test")))
-        for f in Path(tmp).iterdir():
-            shutil.move(str(f), out / f.name)
+    with replace_folder(out_dir, "benchmark", BENCHMARK_NAMES) as folder:
+        write_tables(folder, table, summarise(table), n_inits=len(dm.init_times("test")))
     return table
 
 

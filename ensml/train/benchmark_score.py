@@ -118,6 +118,9 @@ def _format(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+BENCHMARK_NAMES = ("benchmark.csv", "benchmark_summary.csv", "benchmark.md")  # a benchmark folder
+
+
 def write_tables(out: Path, table: pd.DataFrame, summary: pd.DataFrame, n_inits: int) -> None:
     """``benchmark.csv``, ``benchmark_summary.csv`` and ``benchmark.md`` (both tables) in ``out``."""
     table.to_csv(out / "benchmark.csv", index=False)

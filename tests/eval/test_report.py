@@ -51,11 +51,12 @@ def test_report_with_predictions_and_cases(fitted, tiny_data, tmp_path, capsys) 
 
 def test_report_replaces_old_report(tiny_data, tmp_path) -> None:
     out = tmp_path / "report"
-    out.mkdir()
-    (out / "stale.txt").write_text("old")
     assert main(report_args(tiny_data, out)) == 0
-    assert not (out / "stale.txt").exists() and (out / "report.html").is_file()
+    (out / "figures" / "stale.png").write_text("old")  # inside a report folder: the report's own
+    assert main(report_args(tiny_data, out)) == 0
+    assert not (out / "figures" / "stale.png").exists() and (out / "report.html").is_file()
     assert FIGURES <= {p.name for p in (out / "figures").iterdir()}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary folder left"
 
 
 def _variant(src: Path, dst: Path, change) -> Path:
