@@ -71,8 +71,9 @@ first 5 members alone beats the raw 10 members by about 14%.
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
 import sys
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -84,7 +85,7 @@ import xarray as xr
 from tqdm import tqdm
 
 from ensml.data.synth_build import SynthConfig, build_datasets, encodings
-from ensml.data.writers import write_netcdf
+from ensml.data.writers import temporary_folder, write_netcdf
 from ensml.errors import EnsmlError
 
 FILES = ("forecast.nc", "analysis.nc", "oracle.nc")
@@ -129,6 +130,11 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
 def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise EnsmlError(f"synth out_dir {out_dir} exists and is not a directory")
+    base = out_dir if out_dir.is_dir() else out_dir.absolute().parent
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise EnsmlError(f"synth: cannot write out_dir {out_dir}: {base} is a file or read-only")
     present = [f for f in FILES if (out_dir / f).exists()]
     if present and not overwrite:
         raise EnsmlError(
@@ -224,32 +230,31 @@ def synth(
 
 
 def _write_all(datasets: dict[str, xr.Dataset], encodings: dict, out_dir: Path, cfg: SynthConfig) -> dict:
-    """Write the datasets to a hidden staging directory, then move them into ``out_dir``.
+    """Write the datasets to a hidden staging folder in ``out_dir``, then move them into it.
 
-    A failure leaves neither a partial set of files nor a created-but-empty ``out_dir``.
+    A failure leaves neither a partial set of files nor a created-but-empty ``out_dir``; what a
+    killed run left (its staging folder) is removed by the next run.
     """
     created = not out_dir.exists()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staging = out_dir / f".synth-{uuid.uuid4().hex[:12]}.tmp"
-    staging.mkdir()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise EnsmlError(f"synth: cannot create out_dir {out_dir}: {err.strerror or err}") from None
     history = (
         "synth(" + ", ".join(f"{k}={v!r}" for k, v in asdict(cfg).items()) + f", out_dir={str(out_dir)!r})"
     )
     try:
-        # Threads, whatever scheduler the caller set up: the member blocks close over big arrays.
-        with dask.config.set(scheduler="threads"):
-            for name, ds in datasets.items():
-                write_netcdf(ds, staging / f"{name}.nc", encodings[name], history=history)
-        paths = {}
-        for name in datasets:
-            paths[name] = out_dir / f"{name}.nc"
-            (staging / f"{name}.nc").replace(paths[name])
+        with temporary_folder(out_dir / "synth") as staging:
+            # Threads, whatever scheduler the caller set up: the member blocks close over big arrays.
+            with dask.config.set(scheduler="threads"):
+                for name, ds in datasets.items():
+                    write_netcdf(ds, staging / f"{name}.nc", encodings[name], history=history)
+            paths = {}
+            for name in datasets:
+                paths[name] = out_dir / f"{name}.nc"
+                (staging / f"{name}.nc").replace(paths[name])
     except BaseException:
-        for f in staging.glob("*"):
-            f.unlink(missing_ok=True)
-        staging.rmdir()
         if created:
-            out_dir.rmdir()
+            shutil.rmtree(out_dir, ignore_errors=True)
         raise
-    staging.rmdir()
     return paths
