@@ -125,10 +125,25 @@ def _check_vars(
                 f"{what} file {path} has no variable {var!r} (found: {', '.join(found) or 'none'})"
             )
         missing = [d for d in dims if d not in ds[var].dims]
-        if missing:
+        extra = [str(d) for d in ds[var].dims if d not in dims]
+        if missing or extra:
+            wrong = f"missing {', '.join(missing)}" if missing else f"unexpected {', '.join(extra)}"
             raise EnsmlError(
-                f"{what} file {path}: variable {var!r} has dims {ds[var].dims}, missing {', '.join(missing)} "
+                f"{what} file {path}: variable {var!r} has dims {ds[var].dims}, {wrong} "
                 f"(expected {', '.join(dims)})"
+            )
+
+
+def _check_unique(ds: xr.Dataset, dims: Sequence[str], path: str, what: str) -> None:
+    """Raise naming the first repeated value of a coordinate (e.g. an init time written twice)."""
+    for dim in dims:
+        index = ds.indexes.get(dim)
+        if index is not None and not index.is_unique:
+            repeated = index[index.duplicated()]
+            first = str(repeated[0])
+            raise EnsmlError(
+                f"{what} file {path} has {len(repeated)} repeated {dim} value(s), e.g. {first} "
+                f"(each {dim} must appear once)"
             )
 
 
@@ -142,6 +157,7 @@ def _open_checked(
     files = _paths(paths, what)
     ds = normalise(_open(files, what, chunks))
     _check_vars(ds, variables, dims, str(files[0]), what)
+    _check_unique(ds, dims, str(files[0]), what)
     return ds[list(variables)] if variables else ds
 
 

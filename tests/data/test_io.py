@@ -90,3 +90,27 @@ def test_grid_and_level_checks() -> None:
         check_same_grid(a, b, "A", "B")
     with pytest.raises(EnsmlError, match=r"no level\(s\) \[700\]"):
         check_levels(a, [500, 700], "A")
+
+
+def test_repeated_init_time(tmp_path: Path) -> None:
+    src = normalise(foreign_forecast())
+    src.isel(init_time=[0, 1, 1]).drop_vars("valid_time").to_netcdf(tmp_path / "f.nc")
+    with pytest.raises(EnsmlError, match=r"f\.nc has 1 repeated init_time value\(s\), e\.g\. 2020-01-02"):
+        open_forecast(tmp_path / "f.nc", ["t"])
+
+
+def test_repeated_analysis_time(tmp_path: Path) -> None:
+    time = pd.to_datetime(["2020-01-01", "2020-01-02", "2020-01-01"])
+    ds = xr.Dataset(
+        {"z": (("time", "level", "latitude", "longitude"), np.zeros((3, 1, 2, 2)))},
+        coords={"time": time, "level": [500.0], "latitude": [10.0, 0.0], "longitude": [0.0, 1.0]},
+    )
+    ds.to_netcdf(tmp_path / "a.nc")
+    with pytest.raises(EnsmlError, match="repeated time value"):
+        open_analysis(tmp_path / "a.nc", ["z"])
+
+
+def test_extra_dimension(tmp_path: Path) -> None:
+    foreign_forecast().expand_dims(surface=1).to_netcdf(tmp_path / "f.nc")
+    with pytest.raises(EnsmlError, match=r"variable 't' has dims .*, unexpected surface \(expected init"):
+        open_forecast(tmp_path / "f.nc", ["t"])
