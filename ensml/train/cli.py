@@ -2,16 +2,110 @@
 
 from __future__ import annotations
 
+import csv
 import logging
+import os
 import warnings
 from pathlib import Path
 
+import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError
 from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
+from ensml.train.writer import check_writable
+
+
+class KeepLoggedMetrics(Callback):
+    """On resume, keep the rows of ``metrics.csv`` that the checkpoint's training produced.
+
+    Lightning's CSVLogger deletes ``metrics.csv`` when a run starts in its folder. For a resumed
+    fit, :meth:`keep` (called before ``trainer.fit``) puts the earlier rows back at once; when
+    training starts from the restored step, the rows of that step and later, which the run logs
+    again (a resume from a checkpoint older than the log, such as ``best.ckpt``), are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._files: list[tuple[CSVLogger, Path]] = []
+
+    def keep(self, trainer: L.Trainer) -> None:
+        if rank_zero_only.rank != 0:  # other ranks of a re-executed command (before launch)
+            return
+        for logger in trainer.loggers:
+            path = Path(logger.log_dir) / "metrics.csv" if isinstance(logger, CSVLogger) else None
+            if path is None or not path.is_file():
+                continue
+            rows, _ = _read_rows(path)
+            with warnings.catch_warnings():  # "Previous log files ... will be deleted": not here
+                warnings.filterwarnings("ignore", message="Experiment logs directory")
+                writer = logger.experiment  # deletes metrics.csv
+            for row in rows:
+                step = row.pop("step")
+                writer.log_metrics(row, step=int(float(step)))
+            writer.save()
+            self._files.append((logger, path))
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        for logger, path in self._files:
+            logger.experiment.save()
+            rows, header = _read_rows(path)
+            keep = [row for row in rows if int(float(row["step"])) < trainer.global_step]
+            if len(keep) < len(rows):
+                tmp = path.with_name(f".{path.name}.resume.tmp")
+                with tmp.open("w", newline="") as f:
+                    out = csv.DictWriter(f, fieldnames=header)
+                    out.writeheader()
+                    out.writerows(keep)
+                os.replace(tmp, path)
+
+
+def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[str]]:
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader), list(reader.fieldnames or [])
+
+
+def _last_every_epoch(trainer: L.Trainer) -> None:
+    """Make ``save_last`` write ``last.ckpt`` after every epoch, beside a monitored best.
+
+    Lightning's ``ModelCheckpoint(monitor=..., save_last=True)`` writes ``last.ckpt`` only when it
+    writes a new best, so ``last.ckpt`` is the best epoch, not the last. Each such callback gets
+    a companion without monitor that writes ``last.ckpt`` at the end of every training epoch.
+    """
+    for cb in list(trainer.callbacks):
+        if isinstance(cb, ModelCheckpoint) and cb.save_last and cb.monitor is not None:
+            cb.save_last = False
+            last = ModelCheckpoint(
+                dirpath=cb.dirpath,
+                filename=cb.CHECKPOINT_NAME_LAST,
+                save_weights_only=cb.save_weights_only,
+                save_on_train_epoch_end=True,
+                enable_version_counter=getattr(cb, "_enable_version_counter", True),
+            )
+            trainer.callbacks.insert(trainer.callbacks.index(cb) + 1, last)
+
+
+def _check_outputs(trainer: L.Trainer) -> None:
+    """Raise unless the run's folders (logs, config, checkpoints) can be written; create nothing."""
+    run = Path(trainer.log_dir or trainer.default_root_dir)
+    folders = [("run folder", run)]
+    for logger in trainer.loggers:
+        log_dir = getattr(logger, "log_dir", None) or logger.save_dir
+        folders += [("log folder", Path(log_dir))] if log_dir else []
+    folders += [
+        ("checkpoint folder", Path(cb.dirpath or run / "checkpoints")) for cb in trainer.checkpoint_callbacks
+    ]
+    if Path(trainer.default_root_dir).resolve() != Path.cwd().resolve():
+        folders.append(("default_root_dir", Path(trainer.default_root_dir)))
+    for what, folder in folders:
+        check_writable(folder, what, folder=True)
 
 
 class EnsmlCLI(LightningCLI):
@@ -29,7 +123,18 @@ class EnsmlCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         if self.subcommand != "fit":
             trainer.loggers = []
+            return trainer
+        _last_every_epoch(trainer)
+        if self.config[self.subcommand].get("ckpt_path"):
+            trainer.callbacks.insert(0, KeepLoggedMetrics())
         return trainer
+
+    def before_fit(self) -> None:
+        _check_outputs(self.trainer)
+        self._check_inputs()
+        for cb in self.trainer.callbacks:
+            if isinstance(cb, KeepLoggedMetrics):
+                cb.keep(self.trainer)
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the checkpoint's hyperparameters while parsing: report a broken
@@ -85,7 +190,7 @@ class EnsmlCLI(LightningCLI):
                     f"{self.model.hparams.arch!r}"
                 )
 
-    before_fit = before_validate = before_test = before_predict = _check_inputs
+    before_validate = before_test = before_predict = _check_inputs
 
 
 class _NoTips(logging.Filter):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import xarray as xr
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from ensml.data.writers import write_netcdf
+from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
     INIT_TIME,
@@ -26,6 +28,32 @@ from ensml.names import (
 DIMS = (INIT_TIME, LEVEL, LATITUDE, LONGITUDE)
 
 
+def check_writable(path: str | os.PathLike[str], what: str, *, folder: bool) -> Path:
+    """Raise unless the folder (``folder=True``) or file ``path`` can be created or replaced.
+
+    Nothing is created: the first existing folder on the way to ``path`` must be a writable
+    folder, and an existing ``path`` must be a folder (``folder``) or a file (not ``folder``).
+
+    Raises
+    ------
+    EnsmlError
+        One line naming ``what``, ``path`` and the culprit: a file where a folder is needed, a
+        folder where the file goes, or a read-only folder.
+    """
+    p = Path(path)
+    if p.exists() and p.is_dir() != folder:
+        raise EnsmlError(f"cannot write {what} {p}: it is {'a file' if folder else 'a folder'}")
+    base = p if folder and p.is_dir() else p.absolute().parent
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        raise EnsmlError(f"cannot write {what} {p}: {base} is a file, not a folder")
+    # os.access asks the kernel (read-only mounts included); root may write anywhere else.
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise EnsmlError(f"cannot write {what} {p}: folder {base} is read-only")
+    return p
+
+
 class PredictionWriter(BasePredictionWriter):
     """Collect the predictions of ``ensml predict`` and write one netCDF file.
 
@@ -36,11 +64,16 @@ class PredictionWriter(BasePredictionWriter):
     ----------
     output
         Path of the netCDF file to write (written to a temporary name, renamed when complete).
+        Its folder is created if needed; a path that cannot be written fails before predicting.
     """
 
     def __init__(self, output: str) -> None:
         super().__init__(write_interval="epoch")
         self.output = Path(output)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "predict":  # fail before predicting, not after
+            check_writable(self.output, "predictions", folder=False)
 
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
@@ -87,4 +120,8 @@ class PredictionWriter(BasePredictionWriter):
             checkpoint=str(trainer.ckpt_path or ""),
         )
         encoding = {v: {"zlib": True, "complevel": 4, "dtype": "float32"} for v in ds.data_vars}
+        try:
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise EnsmlError(f"cannot write predictions {self.output}: {err.strerror or err}") from None
         write_netcdf(ds, self.output, encoding=encoding)
