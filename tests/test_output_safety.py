@@ -54,7 +54,7 @@ def test_report_refuses_a_folder_it_did_not_write(tiny_data, work, capsys) -> No
 def test_out_dir_is_a_file(tiny_data, work, capsys, command) -> None:
     (work / "out").write_text("my notes")
     args = _report(tiny_data, "out") if command == "report" else _evaluate(tiny_data, "out")
-    run_failing(args, capsys, f"{command}: out_dir out is a file, not a folder")
+    run_failing(args, capsys, f"cannot write {command} out_dir out: it is a file")
     assert (work / "out").read_text() == "my notes"
 
 
@@ -67,7 +67,7 @@ def test_out_dir_is_the_working_folder_or_above(tiny_data, work, capsys, out) ->
 
 def test_out_dir_under_a_file(tiny_data, work, capsys) -> None:
     (work / "f").write_text("x")
-    run_failing(_evaluate(tiny_data, "f/out"), capsys, "cannot create out_dir f/out: ")
+    run_failing(_evaluate(tiny_data, "f/out"), capsys, "f is a file, not a folder")
 
 
 @pytest.mark.parametrize("command", ["report", "evaluate", "synth"])
@@ -93,7 +93,7 @@ def test_read_only_out_dir(tiny_data, work, capsys, monkeypatch, command) -> Non
 def test_read_only_checked_for_root_too(tmp_path, monkeypatch) -> None:
     """The permission check itself (root passes os.access, so it is exercised by patching)."""
     monkeypatch.setattr(os, "access", lambda path, mode: False)
-    with pytest.raises(EnsmlError, match=r"^report: cannot write out_dir .* is read-only$"):
+    with pytest.raises(EnsmlError, match=r"^cannot write report out_dir .* is read-only$"):
         check_output_folder(tmp_path / "out", "report")
 
 

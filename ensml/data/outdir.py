@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ensml import __version__
-from ensml.data.writers import atomic_path
+from ensml.data.writers import atomic_path, check_writable
 from ensml.errors import EnsmlError
 
 MARKER = ".ensml-output"
@@ -31,12 +31,6 @@ def owner(folder: Path) -> str | None:
         return str(json.loads((folder / MARKER).read_text())["command"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def _first_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
 
 
 def check_output_folder(path: str | os.PathLike[str], command: str, names: Sequence[str] = ()) -> Path:
@@ -63,22 +57,14 @@ def check_output_folder(path: str | os.PathLike[str], command: str, names: Seque
     here = Path.cwd().resolve()
     if where == here or where in here.parents:
         raise EnsmlError(f"{command}: out_dir {path} is the current folder or above it; name a new folder")
-    if p.exists() and not p.is_dir():
-        raise EnsmlError(f"{command}: out_dir {path} is a file, not a folder")
-    if p.is_dir():
-        content = [c.name for c in p.iterdir() if c.name != MARKER]
-        ours = owner(p) == command or all(any(fnmatch.fnmatch(c, n) for n in names) for c in content)
-        if content and not ours:
-            raise EnsmlError(
-                f"{command}: out_dir {path} holds files that ensml {command} did not write "
-                f"({len(content)} entries, e.g. {sorted(content)[0]}); name a new or empty folder"
-            )
-    base = _first_existing(p.absolute().parent)
-    if not base.is_dir():
-        raise EnsmlError(f"{command}: cannot create out_dir {path}: {base} is a file")
-    for folder in (base, p) if p.is_dir() else (base,):
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise EnsmlError(f"{command}: cannot write out_dir {path}: {folder} is read-only")
+    check_writable(p, f"{command} out_dir", folder=True)
+    content = [c.name for c in p.iterdir() if c.name != MARKER] if p.is_dir() else []
+    ours = owner(p) == command or all(any(fnmatch.fnmatch(c, n) for n in names) for c in content)
+    if content and not ours:
+        raise EnsmlError(
+            f"{command}: out_dir {path} holds files that ensml {command} did not write "
+            f"({len(content)} entries, e.g. {sorted(content)[0]}); name a new or empty folder"
+        )
     return p
 
 

@@ -48,6 +48,32 @@ def _default_encoding(ds: xr.Dataset, encoding: Mapping[str, Mapping[str, Any]])
     return out
 
 
+def check_writable(path: str | os.PathLike[str], what: str, *, folder: bool) -> Path:
+    """Raise unless the folder (``folder=True``) or file ``path`` can be created or replaced.
+
+    Nothing is created: the first existing folder on the way to ``path`` must be a writable
+    folder, and an existing ``path`` must be a folder (``folder``) or a file (not ``folder``).
+
+    Raises
+    ------
+    EnsmlError
+        One line naming ``what``, ``path`` and the culprit: a file where a folder is needed, a
+        folder where the file goes, or a read-only folder.
+    """
+    p = Path(path)
+    if p.exists() and p.is_dir() != folder:
+        raise EnsmlError(f"cannot write {what} {p}: it is {'a file' if folder else 'a folder'}")
+    base = p if folder and p.is_dir() else p.absolute().parent
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        raise EnsmlError(f"cannot write {what} {p}: {base} is a file, not a folder")
+    # os.access asks the kernel (read-only mounts included); root may write anywhere else.
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise EnsmlError(f"cannot write {what} {p}: folder {base} is read-only")
+    return p
+
+
 TMP_SUFFIX = ".tmp"
 
 

@@ -16,9 +16,9 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ensml.data.datamodule import EnsembleDataModule
+from ensml.data.writers import check_writable
 from ensml.errors import EnsmlError
 from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
-from ensml.train.writer import check_writable
 
 
 class KeepLoggedMetrics(Callback):

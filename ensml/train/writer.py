@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import torch
 import xarray as xr
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from ensml.data.writers import write_netcdf
+from ensml.data.writers import check_writable, write_netcdf
 from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
@@ -26,32 +25,6 @@ from ensml.names import (
 )
 
 DIMS = (INIT_TIME, LEVEL, LATITUDE, LONGITUDE)
-
-
-def check_writable(path: str | os.PathLike[str], what: str, *, folder: bool) -> Path:
-    """Raise unless the folder (``folder=True``) or file ``path`` can be created or replaced.
-
-    Nothing is created: the first existing folder on the way to ``path`` must be a writable
-    folder, and an existing ``path`` must be a folder (``folder``) or a file (not ``folder``).
-
-    Raises
-    ------
-    EnsmlError
-        One line naming ``what``, ``path`` and the culprit: a file where a folder is needed, a
-        folder where the file goes, or a read-only folder.
-    """
-    p = Path(path)
-    if p.exists() and p.is_dir() != folder:
-        raise EnsmlError(f"cannot write {what} {p}: it is {'a file' if folder else 'a folder'}")
-    base = p if folder and p.is_dir() else p.absolute().parent
-    while not base.exists() and base != base.parent:
-        base = base.parent
-    if not base.is_dir():
-        raise EnsmlError(f"cannot write {what} {p}: {base} is a file, not a folder")
-    # os.access asks the kernel (read-only mounts included); root may write anywhere else.
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise EnsmlError(f"cannot write {what} {p}: folder {base} is read-only")
-    return p
 
 
 class PredictionWriter(BasePredictionWriter):
