@@ -1,9 +1,28 @@
 """Verification scores: CRPS family, calibration, extreme events (numpy/dask, xarray API).
 
-Every score takes DataArrays with the names of :mod:`ensml.names`, averages with
+Every score takes DataArrays with the names of :mod:`ensml.names` and averages with
 ``reduce_dims`` / ``preserve_dims`` and optional ``weights`` (see
-:func:`ensml.eval.weights.latitude_weights`), drops NaN members, and gives NaN (never 0)
-where nothing valid is left.
+:func:`ensml.eval.weights.latitude_weights`).
+
+NaN and Inf policy, the same for every score here (shared checks in :mod:`ensml.eval.reduce`):
+
+* **±Inf is an error.** Infinite values in a forecast, an observation, a Gaussian μ or σ, a
+  score given to :func:`skill_score` / :func:`bootstrap_ci`, or a pointwise score (overflow)
+  raise :class:`~ensml.errors.EnsmlError`: one line naming the function, the argument and the
+  count (in memory: also the first position; dask: checked chunk by chunk when computed).
+  No weather quantity is infinite: an Inf is a broken file or an overflow, never data.
+* **NaN is a missing value.** A NaN member is dropped wherever the score is defined for any
+  number of members: ensemble CRPS and twCRPS (the fair estimators need two valid members),
+  Brier score, exceedance probability and reliability (p over the valid members),
+  ensemble-mean bias and RMSE (mean of the valid members), spread-skill ratio (variance of
+  at least two). The rank histogram ranks the observation among all M members, so there a
+  point with any NaN member is missing.
+* **A missing point scores NaN**: a NaN observation, no (or too few) valid members, a NaN μ
+  or σ. Reductions leave it out of the (weighted) mean and of the sum of weights; the spread-
+  skill ratio averages spread and error over the same points.
+* **Nothing valid gives NaN, never 0**: a reduced slice without a valid point is NaN in
+  means, rank-histogram counts and reliability counts alike (an empty reliability *bin*
+  within valid points counts 0).
 """
 
 from ensml.eval.calibration import ensemble_mean_bias, ensemble_mean_rmse, rank_histogram, spread_skill_ratio

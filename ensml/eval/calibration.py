@@ -1,4 +1,9 @@
-"""Ensemble calibration: spread-skill ratio and rank histogram; ensemble-mean bias and RMSE."""
+"""Ensemble calibration: spread-skill ratio and rank histogram; ensemble-mean bias and RMSE.
+
+NaN/Inf as every ensml score (:mod:`ensml.eval`): NaN members are dropped from means and
+variances; the rank histogram, which ranks among all M members, leaves out a point with any
+NaN member; ±Inf is an error.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.eval.reduce import check_fcst_obs, reduce_score, resolve_reduce_dims
+from ensml.eval.reduce import check_fcst_obs, check_weights, reduce_score, resolve_reduce_dims
 from ensml.names import MEMBER
 
 __all__ = ["ensemble_mean_bias", "ensemble_mean_rmse", "rank_histogram", "spread_skill_ratio"]
@@ -35,7 +40,7 @@ def ensemble_mean_bias(
     r"""Mean error of the ensemble mean, :math:`\overline{\bar x - y}` (forecast minus observation).
 
     NaN members are dropped from the mean; points without a valid member or observation are
-    left out of the (weighted) average.
+    left out of the (weighted) average; ±Inf is an error.
     """
     fcst, obs = check_fcst_obs(fcst, obs, "ensemble_mean_bias", member_dim)
     err = _member_mean(fcst, member_dim) - obs
@@ -131,13 +136,14 @@ def rank_histogram(
     observation and members are broken uniformly at random (Hamill 2001, Mon. Wea. Rev. 129,
     550) with a generator seeded by ``seed``, so the result is reproducible for a given
     chunking. Points with any NaN member or a NaN observation are left out (their rank would
-    be among fewer members). A flat histogram indicates a calibrated ensemble.
+    be among fewer members); ±Inf is an error. A flat histogram indicates a calibrated ensemble.
 
     Returns
     -------
     xr.DataArray
-        Counts (weighted sums when ``weights`` are given) over the reduced dims, with a new
-        ``rank`` dim of length M + 1.
+        float64 counts (weighted sums when ``weights`` are given) over the reduced dims, with a
+        new ``rank`` dim of length M + 1; NaN (not 0) in every rank where the reduced slice has
+        no valid point.
     """
     fcst, obs = check_fcst_obs(fcst, obs, "rank_histogram", member_dim)
     m = fcst.sizes[member_dim]
@@ -163,10 +169,6 @@ def rank_histogram(
     ranks = xr.DataArray(np.arange(m + 1), dims=[RANK], coords={RANK: np.arange(m + 1)})
     hit = (rank == ranks).astype(np.float64)
     if weights is not None:
-        from ensml.eval.reduce import check_weights
-
         hit = hit * check_weights(weights, rank, "rank_histogram")
-    out = hit.sum(dims)
-    if weights is None:
-        out = out.astype(np.int64)
+    out = hit.sum(dims).where((rank >= 0).any(dims))  # no valid point: NaN, not a row of zeros
     return out.rename("rank_histogram").assign_attrs(units="1", long_name="rank histogram count")

@@ -1,8 +1,11 @@
 """Ensemble CRPS, standard and fair, with a numpy core and an xarray/dask API.
 
-NaN policy: a NaN member is dropped (the CRPS of the remaining members); a point with no
-valid member, or a NaN observation, scores NaN; the fair CRPS of a point with a single valid
-member is NaN (it has no member pairs).
+NaN/Inf policy (that of :mod:`ensml.eval`): a NaN member is dropped (the CRPS of the remaining
+members); a point with no valid member, or a NaN observation, scores NaN; the fair CRPS of a
+point with a single valid member is NaN (it has no member pairs). ±Inf in the forecast or the
+observation is an :class:`~ensml.errors.EnsmlError`. That check costs no pass over the input:
+any infinite member or observation makes its point's kernel result non-finite, so only those
+points are searched.
 """
 
 from __future__ import annotations
@@ -15,10 +18,14 @@ import xarray as xr
 
 from ensml.errors import EnsmlError
 from ensml.eval import _kernels
-from ensml.eval.reduce import check_fcst_obs, reduce_score
+from ensml.eval.reduce import check_fcst_obs, check_no_inf, infinite_error, reduce_score
 from ensml.names import MEMBER
 
-__all__ = ["crps_ensemble", "crps_ensemble_array"]
+__all__ = ["crps_ensemble", "crps_ensemble_array", "crps_pointwise"]
+
+
+class _InfiniteInput(EnsmlError):
+    """An infinite member or observation found by the kernel (re-described by the xarray API)."""
 
 
 def _float_dtype(*arrays: np.ndarray) -> np.dtype:
@@ -26,6 +33,25 @@ def _float_dtype(*arrays: np.ndarray) -> np.dtype:
     if dt == np.float32 or dt == np.float16:
         return np.dtype(np.float32)
     return np.dtype(np.float64)
+
+
+def _first_inf(res: np.ndarray, f2: np.ndarray, y1: np.ndarray) -> tuple[str, int, int, int | None] | None:
+    """(argument, count, point, member) of the infinite inputs, or None; f2 is (M, N), y1 (N,).
+
+    Any infinite member or observation makes its point's kernel result non-finite, so only
+    the non-finite result points are searched: no pass over the input when all is finite.
+    """
+    bad = np.flatnonzero(~np.isfinite(res))
+    if bad.size == 0:
+        return None
+    inf_f = np.isinf(f2[:, bad])
+    if inf_f.any():
+        j = int(np.argmax(inf_f.any(0)))
+        return "forecast", int(np.count_nonzero(inf_f)), int(bad[j]), int(np.argmax(inf_f[:, j]))
+    inf_y = np.isinf(y1[bad])
+    if inf_y.any():
+        return "observation", int(np.count_nonzero(inf_y)), int(bad[np.argmax(inf_y)]), None
+    return None
 
 
 def crps_ensemble_array(
@@ -63,7 +89,20 @@ def crps_ensemble_array(
     np.ndarray
         CRPS in the units of ``obs``, the shape of ``obs``; float32 when both inputs are
         float32 (or float16), else float64. NaN members are dropped (see module docstring).
+
+    Raises
+    ------
+    EnsmlError
+        Also when the forecast or the observation holds ±Inf (the message gives the count and,
+        called directly, the index of the first).
     """
+    return _crps_array(fcst, obs, axis, fair, parallel, "crps_ensemble_array")
+
+
+def _crps_array(
+    fcst: Any, obs: Any, axis: int, fair: bool, parallel: bool, func: str, chunk: bool = False
+) -> np.ndarray:
+    """:func:`crps_ensemble_array`, errors named after ``func`` (an index only when called directly)."""
     f = np.asarray(fcst)
     y = np.asarray(obs)
     for name, a in (("forecast", f), ("observation", y)):
@@ -93,31 +132,52 @@ def crps_ensemble_array(
     if y1.size == 0:
         return np.empty(y.shape, dtype=out_dtype)
     res = _kernels.crps_2d(f2, y1, bool(fair), parallel=parallel)
+    found = _first_inf(res, f2, y1)
+    if found:
+        name, n, point, member = found
+        idx = [int(i) for i in np.unravel_index(point, y.shape)]
+        if member is not None:
+            idx.insert(axis % f.ndim, member)  # the index in the caller's array
+        where = f"index {tuple(idx)}" if func == "crps_ensemble_array" else ""
+        raise _InfiniteInput(str(infinite_error(func, name, n, where, chunk=chunk)))
     return res.reshape(y.shape).astype(out_dtype, copy=False)
 
 
-def _crps_core(fcst: np.ndarray, obs: np.ndarray, fair: bool, parallel: bool) -> np.ndarray:
-    # apply_ufunc moves the member (core) dim last.
-    return crps_ensemble_array(fcst, obs, axis=-1, fair=fair, parallel=parallel)
+def _crps_core(fcst: np.ndarray, obs: np.ndarray, fair: bool, chunked: bool, func: str) -> np.ndarray:
+    # apply_ufunc moves the member (core) dim last; dask chunks run in its threads, not numba's.
+    return _crps_array(fcst, obs, -1, fair, not chunked, func, chunk=chunked)
 
 
 def crps_pointwise(
-    fcst: xr.DataArray, obs: xr.DataArray, *, member_dim: str = MEMBER, fair: bool = False
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    member_dim: str = MEMBER,
+    fair: bool = False,
+    func: str = "crps_pointwise",
 ) -> xr.DataArray:
-    """Unreduced ensemble CRPS of aligned DataArrays (lazy, chunk by chunk, under dask)."""
+    """Unreduced ensemble CRPS of aligned DataArrays (lazy, chunk by chunk, under dask).
+
+    NaN/Inf as :func:`crps_ensemble_array`; ``func`` names the caller in error messages.
+    """
     chunked = fcst.chunks is not None or obs.chunks is not None
     if chunked and fcst.chunks is not None:
         fcst = fcst.chunk({member_dim: -1})  # each chunk needs all members
     out_dtype = _float_dtype(np.empty(0, fcst.dtype), np.empty(0, obs.dtype))
-    return xr.apply_ufunc(
-        _crps_core,
-        fcst,
-        obs,
-        input_core_dims=[[member_dim], []],
-        kwargs={"fair": fair, "parallel": not chunked},
-        dask="parallelized",
-        output_dtypes=[out_dtype],
-    )
+    try:
+        return xr.apply_ufunc(
+            _crps_core,
+            fcst,
+            obs,
+            input_core_dims=[[member_dim], []],
+            kwargs={"fair": fair, "chunked": chunked, "func": func},
+            dask="parallelized",
+            output_dtypes=[out_dtype],
+        )
+    except _InfiniteInput:  # in memory: say where, by coordinates (dask: the chunk's count)
+        check_no_inf(fcst, func, "forecast")
+        check_no_inf(obs, func, "observation")
+        raise
 
 
 def crps_ensemble(
@@ -153,10 +213,10 @@ def crps_ensemble(
     xr.DataArray
         CRPS named ``crps`` in the units of ``obs``; NaN-skipping mean over the reduced dims.
     """
-    fcst, obs = check_fcst_obs(fcst, obs, "crps_ensemble", member_dim)
+    fcst, obs = check_fcst_obs(fcst, obs, "crps_ensemble", member_dim, finite=False)  # the kernel checks
     if fair and fcst.sizes[member_dim] < 2:
         raise EnsmlError(f"crps_ensemble: the fair CRPS needs at least 2 members along '{member_dim}'")
-    score = crps_pointwise(fcst, obs, member_dim=member_dim, fair=fair)
+    score = crps_pointwise(fcst, obs, member_dim=member_dim, fair=fair, func="crps_ensemble")
     score = reduce_score(
         score, reduce_dims=reduce_dims, preserve_dims=preserve_dims, weights=weights, func="crps_ensemble"
     )

@@ -12,7 +12,7 @@ import pandas as pd
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.eval.reduce import check_weights, reduce_score, resolve_reduce_dims
+from ensml.eval.reduce import check_no_inf, check_weights, reduce_score, resolve_reduce_dims
 from ensml.names import INIT_TIME, MEMBER
 
 __all__ = ["eecrps", "extreme_forecast_index", "model_climate", "reforecast_efi"]
@@ -101,7 +101,8 @@ def extreme_forecast_index(
     -------
     xr.DataArray
         Dimensionless EFI, the forecast's dims without ``member_dim``. NaN members and
-        climate samples are dropped; NaN where no member, or fewer than 2 samples, are valid.
+        climate samples are dropped; NaN where no member, or fewer than 2 samples, are valid;
+        ±Inf in either is an error (the policy of :mod:`ensml.eval`).
     """
     for name, a in (("forecast", fcst), ("climate", climate)):
         if not isinstance(a, xr.DataArray):
@@ -122,6 +123,8 @@ def extreme_forecast_index(
                 f"extreme_forecast_index: climate has size {climate.sizes[d]} along '{d}', "
                 f"the forecast {fcst.sizes[d]}"
             )
+    fcst = check_no_inf(fcst, "extreme_forecast_index", "forecast")  # G(±Inf) would count as extreme
+    climate = check_no_inf(climate, "extreme_forecast_index", "climate")
     if fcst.chunks is not None:
         fcst = fcst.chunk({member_dim: -1})
     if climate.chunks is not None:

@@ -2,6 +2,9 @@
 
 The torch path is the training loss (``from ensml.eval.gaussian import crps_gaussian``): it is
 differentiable, with analytic gradients that stay finite as σ → 0, and it imports no scipy.
+
+NaN/Inf as every ensml score (:mod:`ensml.eval`): NaN in μ, σ or y gives NaN (a missing
+point); with ``check=True`` (the default) ±Inf in any of them is an error.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
+from ensml.eval.reduce import check_no_inf, check_same_dims, infinite_error, reduce_score
 
 _SQRT2 = math.sqrt(2.0)
 _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
@@ -47,8 +51,8 @@ def crps_gaussian(mu: Any, sigma: Any, obs: Any, *, check: bool = True) -> Any:
         ∂/∂μ = −erf(z/√2), ∂/∂σ = 2φ(z) − 1/√π, ∂/∂y = erf(z/√2), finite at σ = 0); if any is
         a DataArray the result is a DataArray (elementwise, lazy under dask).
     check
-        Raise :class:`EnsmlError` when some σ < 0. In torch this costs a device sync; pass
-        ``False`` inside a compiled or performance-critical loss.
+        Raise :class:`EnsmlError` when some σ < 0 or an input holds ±Inf. In torch this costs
+        a device sync; pass ``False`` inside a compiled or performance-critical loss.
 
     Returns
     -------
@@ -82,8 +86,13 @@ def _crps_gaussian_numpy(mu: Any, sigma: Any, obs: Any, *, check: bool = True) -
     except ValueError as exc:
         shapes = ", ".join(str(a.shape) for a in arrays)
         raise EnsmlError(f"crps_gaussian: mu, sigma, obs shapes {shapes} do not broadcast") from exc
-    if check and np.any(s < 0):
-        raise EnsmlError(f"crps_gaussian: sigma must be >= 0 (min {np.nanmin(s):.6g})")
+    if check:
+        for name, a in zip(("mu", "sigma", "obs"), (m, s, y)):
+            n = int(np.count_nonzero(np.isinf(a)))
+            if n:  # counted on the broadcast inputs
+                raise infinite_error("crps_gaussian", name, n)
+        if np.any(s < 0):
+            raise EnsmlError(f"crps_gaussian: sigma must be >= 0 (min {np.nanmin(s):.6g})")
     d = y - m
     with np.errstate(divide="ignore", invalid="ignore"):
         # σ = 0: z = ±∞ (or 0 when d = 0), so that erf and φ take their limits, not NaN.
@@ -155,8 +164,13 @@ def _crps_gaussian_torch(mu: Any, sigma: Any, obs: Any, *, check: bool = True) -
     except RuntimeError as exc:
         shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
         raise EnsmlError(f"crps_gaussian: mu, sigma, obs shapes {shapes} do not broadcast") from exc
-    if check and bool((tensors[1] < 0).any()):
-        raise EnsmlError(f"crps_gaussian: sigma must be >= 0 (min {float(tensors[1].min()):.6g})")
+    if check:
+        counts = torch.stack([*(torch.isinf(t).sum() for t in tensors), (tensors[1] < 0).sum()]).tolist()
+        for name, n in zip(("mu", "sigma", "obs"), counts):
+            if n:  # one device sync for all four checks
+                raise infinite_error("crps_gaussian", name, int(n))
+        if counts[3]:
+            raise EnsmlError(f"crps_gaussian: sigma must be >= 0 (min {float(tensors[1].min()):.6g})")
     return _TORCH_FN.apply(*tensors)
 
 
@@ -164,15 +178,18 @@ def _crps_gaussian_torch(mu: Any, sigma: Any, obs: Any, *, check: bool = True) -
 # xarray
 
 
-def _crps_gaussian_xr_elementwise(mu: Any, sigma: Any, obs: Any, *, check: bool) -> xr.DataArray:
+def _crps_gaussian_xr_elementwise(
+    mu: Any, sigma: Any, obs: Any, *, check: bool, func: str = "crps_gaussian"
+) -> xr.DataArray:
     for name, a in zip(("mu", "sigma", "obs"), (mu, sigma, obs)):
         if not isinstance(a, xr.DataArray) and np.ndim(a):
             raise EnsmlError(f"crps_gaussian: {name} must be a DataArray or scalar when another input is one")
     args = [a if isinstance(a, xr.DataArray) else xr.DataArray(np.asarray(a)) for a in (mu, sigma, obs)]
-    if check:
+    if check:  # in memory: with the position of the first Inf; dask: checked per chunk
+        args = [check_no_inf(a, func, n) for a, n in zip(args, ("mu", "sigma", "obs"))]
         smin = args[1].min()
         if not args[1].chunks and float(smin) < 0:
-            raise EnsmlError(f"crps_gaussian: sigma must be >= 0 (min {float(smin):.6g})")
+            raise EnsmlError(f"{func}: sigma must be >= 0 (min {float(smin):.6g})")
     return xr.apply_ufunc(
         _crps_gaussian_numpy,
         *args,
@@ -202,15 +219,15 @@ def crps_gaussian_xr(
     ----------
     mu, sigma, obs : xr.DataArray
         Gaussian mean, standard deviation (≥ 0) and observation; dims are matched by name
-        and must be those of ``obs`` (``mu``/``sigma`` may have fewer).
+        and must be those of ``obs`` (``mu``/``sigma`` may have fewer). NaN in any marks a
+        missing point (NaN score, left out of the mean); ±Inf is an error.
     """
-    from ensml.eval.reduce import check_same_dims, reduce_score
-
     for name, a in (("mu", mu), ("sigma", sigma), ("obs", obs)):
         if not isinstance(a, xr.DataArray):
             raise EnsmlError(f"crps_gaussian_xr: {name} must be an xarray.DataArray, got {type(a).__name__}")
     check_same_dims(mu, obs, "crps_gaussian_xr", "mu")
     check_same_dims(sigma, obs, "crps_gaussian_xr", "sigma")
     mu, sigma, obs = xr.align(mu, sigma, obs, join="inner")
-    score = _crps_gaussian_xr_elementwise(mu, sigma, obs, check=True)
-    return reduce_score(score, reduce_dims=reduce_dims, preserve_dims=preserve_dims, weights=weights)
+    score = _crps_gaussian_xr_elementwise(mu, sigma, obs, check=True, func="crps_gaussian_xr")
+    kw = {"reduce_dims": reduce_dims, "preserve_dims": preserve_dims, "weights": weights}
+    return reduce_score(score, **kw, func="crps_gaussian_xr")

@@ -1,4 +1,8 @@
-"""Threshold-exceedance probabilities: Brier score and binned reliability."""
+"""Threshold-exceedance probabilities: Brier score and binned reliability.
+
+NaN/Inf as every ensml score (:mod:`ensml.eval`): the probability is over the valid (non-NaN)
+members; a point with none, or a NaN observation, is missing; ±Inf is an error.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,13 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.eval.reduce import check_fcst_obs, reduce_score, resolve_reduce_dims
+from ensml.eval.reduce import (
+    check_fcst_obs,
+    check_no_inf,
+    reduce_score,
+    require_dataarray,
+    resolve_reduce_dims,
+)
 from ensml.names import MEMBER
 
 __all__ = ["brier_score", "exceedance_probability", "reliability"]
@@ -42,7 +52,18 @@ def _check_range(fcst: xr.DataArray, obs: xr.DataArray, t: xr.DataArray, func: s
 
 
 def exceedance_probability(fcst: xr.DataArray, threshold: Any, *, member_dim: str = MEMBER) -> xr.DataArray:
-    """Fraction of valid (non-NaN) members above ``threshold``; NaN where no member is valid."""
+    """Fraction of valid (non-NaN) members above ``threshold``; NaN where no member is valid.
+
+    ``threshold`` is a finite number or DataArray (broadcast against ``fcst``); ±Inf in the
+    forecast is an error.
+    """
+    require_dataarray(fcst, "exceedance_probability", "forecast")
+    if member_dim not in fcst.dims:
+        raise EnsmlError(f"exceedance_probability: forecast has no member dimension '{member_dim}'")
+    t = threshold.values if isinstance(threshold, xr.DataArray) else threshold
+    if not np.all(np.isfinite(np.asarray(t, dtype=np.float64))):
+        raise EnsmlError("exceedance_probability: threshold must be finite")
+    fcst = check_no_inf(fcst, "exceedance_probability", "forecast")
     valid = fcst.notnull().sum(member_dim)
     above = (fcst > threshold).sum(member_dim)
     return (above / valid.where(valid > 0)).rename("probability")
@@ -106,11 +127,12 @@ def reliability(
 
     * ``forecast_probability``: mean ``p`` (weighted),
     * ``observed_frequency``: mean ``1{y > t}`` (weighted),
-    * ``count``: number of points (unweighted).
+    * ``count``: number of points (unweighted; float64).
 
     A perfectly reliable forecast has ``observed_frequency == forecast_probability``
     (Wilks 2019, Statistical Methods in the Atmospheric Sciences, §9.4.4). Points with a NaN
-    probability or observation are left out; an empty bin gives NaN means and count 0.
+    probability or observation are left out; an empty bin gives NaN means and count 0, and a
+    reduced slice with no valid point at all gives NaN everywhere, counts included.
     """
     fcst, obs = check_fcst_obs(fcst, obs, "reliability", member_dim)
     if not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
@@ -133,7 +155,7 @@ def reliability(
         warnings.simplefilter("ignore", RuntimeWarning)
         fp = reduce_score(p.where(in_bin), preserve_dims=keep, weights=weights, func="reliability")
         of = reduce_score(o.where(in_bin), preserve_dims=keep, weights=weights, func="reliability")
-    count = in_bin.sum(dims)
+    count = in_bin.sum(dims).astype(np.float64).where(valid.any(dims))
     coords = {"bin": np.arange(n_bins), "bin_lower": ("bin", edges[:-1]), "bin_upper": ("bin", edges[1:])}
     ds = xr.Dataset(
         {

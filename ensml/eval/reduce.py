@@ -1,12 +1,14 @@
 """Input checks and the one reduction every ensml score uses (``reduce_dims``/``preserve_dims``).
 
-NaN policy of the reduction: a point whose score is NaN (all members missing, observation
-missing) is left out of the mean and out of the sum of weights; a mean with no valid point is
-NaN, never 0.
+The NaN/Inf policy these helpers implement is stated once, in :mod:`ensml.eval`: ±Inf in any
+input (:func:`check_no_inf`) or score is an error; NaN is a missing value; the reduction leaves
+a point whose score is NaN out of the mean and out of the sum of weights, and a mean with no
+valid point is NaN, never 0.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable
 from typing import Any
 
@@ -15,11 +17,73 @@ import xarray as xr
 
 from ensml.errors import EnsmlError
 
-__all__ = ["check_fcst_obs", "check_same_dims", "reduce_score", "resolve_reduce_dims"]
+__all__ = [
+    "check_fcst_obs",
+    "check_no_inf",
+    "check_same_dims",
+    "describe_position",
+    "infinite_error",
+    "reduce_score",
+    "resolve_reduce_dims",
+]
 
 
 def _dims(a: xr.DataArray) -> str:
     return ", ".join(map(str, a.dims)) or "none"
+
+
+def _coord_text(v: Any) -> str:
+    v = np.asarray(v)
+    if np.issubdtype(v.dtype, np.datetime64):
+        return str(v.astype("datetime64[m]")).replace("T", " ")
+    if np.issubdtype(v.dtype, np.timedelta64):
+        return f"{v / np.timedelta64(1, 'h'):g} h"
+    if np.issubdtype(v.dtype, np.number):
+        return f"{float(v):g}"
+    return str(v)
+
+
+def describe_position(a: xr.DataArray, flat_index: int) -> str:
+    """``"dim=value, ..."`` of the element of ``a`` at ``flat_index`` (row-major), by coordinate."""
+    parts = []
+    for d, i in zip(a.dims, np.unravel_index(int(flat_index), a.shape)):
+        has = d in a.coords and a[d].ndim == 1
+        parts.append(f"{d}={_coord_text(a[d].values[i]) if has else i}")
+    return ", ".join(parts)
+
+
+def infinite_error(func: str, name: str, count: int, where: str = "", *, chunk: bool = False) -> EnsmlError:
+    """The one message of the Inf policy: the function, the argument and the count."""
+    n = f"{count} infinite value{'s' if count != 1 else ''}"
+    at = f" (first at {where})" if where else ""
+    scope = " in one dask chunk" if chunk else ""
+    return EnsmlError(f"{func}: {name} has {n}{scope}{at}; NaN marks missing data, ±Inf is refused")
+
+
+def _no_inf_block(block: np.ndarray, func: str, name: str) -> np.ndarray:
+    n = int(np.count_nonzero(np.isinf(block)))
+    if n:
+        raise infinite_error(func, name, n, chunk=True)
+    return block
+
+
+def check_no_inf(x: xr.DataArray, func: str, name: str) -> xr.DataArray:
+    """Raise :class:`EnsmlError` if ``x`` holds ±Inf (NaN is allowed: a missing value); return ``x``.
+
+    In-memory data are checked now, and the message gives the count and the first position;
+    dask-backed data are returned with the check fused into each chunk, so it costs no extra
+    pass and raises when computed (the count is that chunk's).
+    """
+    if not np.issubdtype(x.dtype, np.floating) and not np.issubdtype(x.dtype, np.complexfloating):
+        return x
+    if x.chunks is not None:
+        check = functools.partial(_no_inf_block, func=func, name=name)
+        return x.copy(data=x.data.map_blocks(check, dtype=x.dtype))
+    bad = np.isinf(np.asarray(x.values))
+    n = int(np.count_nonzero(bad))
+    if n:
+        raise infinite_error(func, name, n, describe_position(x, int(np.argmax(bad.ravel()))))
+    return x
 
 
 def require_dataarray(x: Any, func: str, name: str) -> None:
@@ -39,12 +103,19 @@ def check_same_dims(a: xr.DataArray, obs: xr.DataArray, func: str, name: str) ->
 
 
 def check_fcst_obs(
-    fcst: xr.DataArray, obs: xr.DataArray, func: str, member_dim: str | None = "member"
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    func: str,
+    member_dim: str | None = "member",
+    *,
+    finite: bool = True,
 ) -> tuple[xr.DataArray, xr.DataArray]:
     """Check an (ensemble) forecast against its observation and align them by coordinate.
 
     The forecast must have exactly the observation's dims plus ``member_dim`` (when given);
-    coordinates are inner-joined, and an empty overlap is an error, not an empty score.
+    coordinates are inner-joined, and an empty overlap is an error, not an empty score. With
+    ``finite`` (default) ±Inf in either is an error (:func:`check_no_inf`); ``finite=False`` is
+    for scores whose kernel checks that itself (the ensemble CRPS).
     """
     require_dataarray(fcst, func, "forecast")
     require_dataarray(obs, func, "observation")
@@ -82,6 +153,8 @@ def check_fcst_obs(
             raise EnsmlError(
                 f"{func}: forecast and observation sizes differ along '{d}' ({f2.sizes[d]} vs {o2.sizes[d]})"
             )
+    if finite:
+        f2, o2 = check_no_inf(f2, func, "forecast"), check_no_inf(o2, func, "observation")
     return f2, o2
 
 
@@ -171,8 +244,11 @@ def reduce_score(
     weights : xr.DataArray, optional
         Non-negative weights over a subset of the score's dims (e.g.
         :func:`ensml.eval.weights.latitude_weights`), broadcast over the others.
+
+    An infinite pointwise score (e.g. float overflow) is an error, as infinite inputs are.
     """
     dims = resolve_reduce_dims(score.dims, reduce_dims, preserve_dims, func)
+    score = check_no_inf(score, func, "the pointwise score")
     if weights is not None:
         weights = check_weights(weights, score, func)
         if not dims:

@@ -1,4 +1,8 @@
-"""Skill scores against a named reference, and bootstrap confidence intervals over init dates."""
+"""Skill scores against a named reference, and bootstrap confidence intervals over init dates.
+
+NaN/Inf as every ensml score (:mod:`ensml.eval`): a NaN score is a missing value (NaN skill;
+left out of bootstrap means); an infinite score is an error.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.eval.reduce import require_dataarray, resolve_reduce_dims
+from ensml.eval.reduce import check_no_inf, reduce_score, require_dataarray, resolve_reduce_dims
 from ensml.names import INIT_TIME
 
 __all__ = ["bootstrap_ci", "skill_score"]
@@ -49,6 +53,9 @@ def skill_score(
         reference's score equals the perfect score.
     """
     require_dataarray(score, "skill_score", "score")
+    score = check_no_inf(score, "skill_score", "score")
+    if not np.isfinite(perfect):
+        raise EnsmlError(f"skill_score: perfect must be finite, got {perfect}")
     if isinstance(reference, str):
         if model_dim not in score.dims:
             raise EnsmlError(
@@ -63,7 +70,7 @@ def skill_score(
         name = reference
     else:
         require_dataarray(reference, "skill_score", "reference")
-        ref = reference
+        ref = check_no_inf(reference, "skill_score", "reference")
         name = str(reference.name or "reference")
     denom = perfect - ref
     ss = (score - ref) / denom.where(denom != 0) + 0.0  # + 0.0: no "-0" for the reference itself
@@ -98,9 +105,8 @@ def bootstrap_ci(
         quantiles of the resampled statistic) over the preserved dims; attrs record
         ``confidence``, ``n_resamples`` and ``seed``.
     """
-    from ensml.eval.reduce import reduce_score
-
     require_dataarray(score, "bootstrap_ci", "score")
+    score = check_no_inf(score, "bootstrap_ci", "score")
     if dim not in score.dims:
         raise EnsmlError(f"bootstrap_ci: score has no '{dim}' dimension to resample")
     if not 0 < confidence < 1:
@@ -122,6 +128,7 @@ def bootstrap_ci(
     series = [per_date(score)]
     if reference is not None:
         require_dataarray(reference, "bootstrap_ci", "reference")
+        reference = check_no_inf(reference, "bootstrap_ci", "reference")
         if set(reference.dims) != set(score.dims):
             raise EnsmlError("bootstrap_ci: reference must have the same dims as score")
         series.append(per_date(reference))

@@ -1,4 +1,8 @@
-"""Threshold-weighted ensemble CRPS (upper tail, lower tail, interval)."""
+"""Threshold-weighted ensemble CRPS (upper tail, lower tail, interval).
+
+NaN/Inf as :func:`ensml.eval.crps.crps_ensemble`; ±Inf is refused before chaining, which would
+map -Inf to a finite threshold.
+"""
 
 from __future__ import annotations
 
@@ -79,7 +83,7 @@ def twcrps_ensemble(
     Parameters
     ----------
     fcst, obs, member_dim, fair, reduce_dims, preserve_dims, weights
-        As :func:`ensml.eval.crps.crps_ensemble` (same NaN policy).
+        As :func:`ensml.eval.crps.crps_ensemble` (same NaN/Inf policy).
     threshold
         A number, or a DataArray over some of the observation's dims (a threshold per point,
         e.g. a climatological percentile), in the units of ``obs``; for ``"interval"`` a pair
@@ -125,7 +129,9 @@ def twcrps_ensemble(
 
     vf = chain(fcst).transpose(*fcst.dims)
     vo = chain(obs).transpose(*obs.dims)
-    score = crps_pointwise(vf.astype(fcst.dtype), vo.astype(obs.dtype), member_dim=member_dim, fair=fair)
+    score = crps_pointwise(
+        vf.astype(fcst.dtype), vo.astype(obs.dtype), member_dim=member_dim, fair=fair, func="twcrps_ensemble"
+    )
     score = reduce_score(
         score, reduce_dims=reduce_dims, preserve_dims=preserve_dims, weights=weights, func="twcrps_ensemble"
     )

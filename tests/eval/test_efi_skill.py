@@ -98,3 +98,12 @@ def test_bootstrap_ci_covers_and_is_paired():
         bootstrap_ci(s, confidence=1.5)
     with pytest.raises(EnsmlError, match="must be among the reduced dims"):
         bootstrap_ci(s, preserve_dims="init_time")
+
+
+def test_efi_refuses_infinite_members_and_climate():
+    clim = xr.DataArray([0.0, 1.0, 2.0], dims="climate_sample")
+    fc = xr.DataArray([[0.5, np.inf], [1.0, 1.5]], dims=("x", "member"))
+    with pytest.raises(EnsmlError, match=r"forecast has 1 infinite value \(first at x=0, member=1\)"):
+        extreme_forecast_index(fc, clim)
+    with pytest.raises(EnsmlError, match="extreme_forecast_index: climate has 1 infinite value"):
+        extreme_forecast_index(fc.where(np.isfinite(fc), 0.0), clim.where(clim < 2, -np.inf))
