@@ -50,9 +50,10 @@ def test_predict_then_evaluate(fitted: Path, tiny_data: dict[str, Path], monkeyp
     assert (pred["z_std"] > 0).all()
     assert pred.sizes["init_time"] > 10  # the whole test split
 
+    pred[["z_std", "t_std"]].to_netcdf("runs/smoke/spread.nc")  # a spread model's file: the std alone
     args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
             f"--oracle={tiny_data['oracle']}", "--predictions=runs/smoke/predictions.nc",
-            "--spread_predictions=runs/smoke/predictions.nc", "--out_dir=runs/eval"]  # fmt: skip
+            "--spread_predictions=runs/smoke/spread.nc", "--out_dir=runs/eval"]  # fmt: skip
     assert main(args) == 0
     assert "CRPS over" in capsys.readouterr().out
     table = pd.read_csv(fitted / "runs/eval/scores.csv")

@@ -3,6 +3,11 @@
 Estimators, stated in every table: raw ensembles get the empirical (standard) ensemble CRPS;
 Gaussian predictions (post-processing model, oracle) the closed-form Gaussian CRPS. All means
 are weighted by exact cell area over latitude and averaged over the test init times.
+
+Before anything is written, each input file is checked, a failure being one line naming it:
+predictions of the kind their option scores (``ensml_task`` of ``ensml postprocess`` files,
+else a spread model's files have no ``<var>_mean``), every scored variable present, and no
+NaN or infinite value read for scoring, which NaN-skipping means would silently drop.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import xarray as xr
 
 from ensml.data.io import (
     check_lead_times,
+    check_levels,
     check_members,
     check_same_grid,
     load_dataset,
@@ -29,6 +35,7 @@ from ensml.eval.cases import load_cases
 from ensml.eval.casestudy import score_case, write_cases
 from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
+from ensml.eval.reduce import describe_position
 from ensml.eval.tables import EVALUATE_NAMES, print_table, write_outputs
 from ensml.eval.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, units_of
@@ -44,16 +51,63 @@ def _need(ds: xr.Dataset, var: str, path: str | Path, what: str) -> xr.DataArray
     return ds[var]
 
 
-def _open_predictions(paths: str | list[str], what: str, lead: np.timedelta64) -> xr.Dataset:
-    """``<var>_mean``/``<var>_std`` of ``ensml predict`` or ``ensml postprocess`` output at ``lead``.
+def check_complete(ds: xr.Dataset, name: str) -> None:
+    """Raise if a variable of ``ds`` (in memory) holds NaN or ±Inf, naming the first position."""
+    for var in ds.data_vars:
+        values = np.asarray(ds[var].values)
+        if not np.issubdtype(values.dtype, np.floating):
+            continue
+        bad = ~np.isfinite(values)
+        if bad.any():
+            n_nan = int(np.count_nonzero(np.isnan(values)))
+            counts = [(n_nan, "NaN"), (int(np.count_nonzero(bad)) - n_nan, "infinite")]
+            what = " and ".join(f"{n} {kind} value{'s' if n != 1 else ''}" for n, kind in counts if n)
+            where = describe_position(ds[var], int(np.argmax(bad.ravel())))
+            raise EnsmlError(
+                f"{name}: {what} in {var!r} (first at {where}); evaluate scores complete fields only"
+            )
+
+
+def _check_kind(ds: xr.Dataset, name: str, spread: bool) -> None:
+    """Raise unless ``ds`` holds the predictions its option scores (Gaussian, or a spread model's)."""
+    names = [str(v) for v in ds.data_vars if str(v).endswith(("_mean", "_std"))]
+    if not names:
+        found = ", ".join(map(str, ds.data_vars)) or "none"
+        raise EnsmlError(
+            f"{name} has no <var>_mean/<var>_std of ensml predict or postprocess (found: {found})"
+        )
+    task = ds.attrs.get("ensml_task")  # ensml postprocess; ensml predict: mixed files have means
+    is_spread = task == "SpreadTask" if task else not any(n.endswith("_mean") for n in names)
+    why = f"ensml_task {task}" if task else f"variables {', '.join(names)}"
+    if spread != is_spread:
+        have, option = ("a spread model's", "spread_") if is_spread else ("Gaussian (post-processing)", "")
+        raise EnsmlError(f"{name} holds {have} predictions ({why}): pass it as --{option}predictions")
+
+
+def _open_predictions(
+    paths: str | list[str], what: str, lead: np.timedelta64, variables: Sequence[str], *, spread: bool
+) -> xr.Dataset:
+    """``<var>_mean``/``<var>_std`` (spread: ``<var>_std``) of ``ensml predict`` or ``postprocess`` output.
 
     ``ensml predict`` writes one lead without a ``lead_time`` dim; ``ensml postprocess`` writes
-    every lead its checkpoints cover, one file per input (pass a glob).
+    every lead its checkpoints cover, one file per input (pass a glob). Each file is checked
+    (kind, every variable present, complete at ``lead``) and the error names it.
     """
+    suffixes = ("_std",) if spread else ("_mean", "_std")
 
     def select(ds: xr.Dataset) -> xr.Dataset:
-        ds = ds[[v for v in ds.data_vars if str(v).endswith(("_mean", "_std"))]]
-        return _at_lead(ds, lead, f"{what} {paths}")
+        name = f"{what} file {ds.encoding.get('source') or paths}"
+        _check_kind(ds, name, spread)
+        needed = [f"{v}{s}" for v in variables for s in suffixes]
+        missing = [n for n in needed if n not in ds.data_vars]
+        if missing:
+            raise EnsmlError(
+                f"{name} has no {', '.join(missing)} (found: {', '.join(map(str, ds.data_vars))}); "
+                "pass --variables to score fewer variables"
+            )
+        ds = _at_lead(ds[needed], lead, name).load()
+        check_complete(ds, name)
+        return ds
 
     return load_dataset(paths, what, select)
 
@@ -106,10 +160,11 @@ def evaluate(
     predictions
         netCDF written by ``ensml predict`` with a post-processing model, or ``ensml postprocess``
         outputs of a mixed model (files or a glob) (``<var>_mean``, ``<var>_std``): scored with
-        the Gaussian CRPS.
+        the Gaussian CRPS. A spread model's file here is an error.
     spread_predictions
         The same from a spread model (``<var>_std``): scored by RMSE and correlation against the
-        M-member spread (std, ddof 0), beside the K-member sample std.
+        M-member spread (std, ddof 0), beside the K-member sample std. A post-processing
+        model's file here is an error.
     oracle
         The generator's true predictive distribution (``<var>_mean``/``<var>_std`` by init and
         lead, from ``ensml data synth``): the best CRPS any forecast could reach.
@@ -122,7 +177,9 @@ def evaluate(
     lead_hours
         Lead time scored (h).
     variables, levels
-        Restrict to these (default: those of the predictions, else all).
+        Score these (default: all of the forecast's). Every predictions, members and oracle
+        file given must hold each variable: a file without one is an error, not a table
+        without its rows; pass ``variables`` to score fewer.
     out_dir
         Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` and the per-point
         ``scores.nc`` are written (all at the end, each to a temporary name first).
@@ -130,6 +187,13 @@ def evaluate(
         Case-study YAML files, folders or globs (see :mod:`ensml.eval.cases`): scored per case
         and forecast into ``<out_dir>/cases/`` (``cases.csv``, ``cases.md``, one map figure per
         case), computed before anything is written.
+
+    Raises
+    ------
+    EnsmlError
+        Before anything is written, naming the file: predictions of the wrong kind, a missing
+        variable or level, or a NaN or infinite value in any value read for scoring (see the
+        module docstring).
 
     Returns
     -------
@@ -140,38 +204,42 @@ def evaluate(
     check_output_folder(out_dir, "evaluate", EVALUATE_NAMES)  # before the work, not after
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in load_cases(cases or [])]
     lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
-    preds = _open_predictions(predictions, "predictions", lead) if predictions else None
-    spreads = (
-        _open_predictions(spread_predictions, "spread predictions", lead) if spread_predictions else None
-    )
-    given = [d for d in (preds, spreads) if d is not None]
-    if variables is None:
-        names = {str(v).rsplit("_", 1)[0] for d in given for v in d.data_vars}
-        variables = sorted(names) if names else None
     fc = open_forecast(forecast, variables)
+    variables = list(variables) if variables else [str(v) for v in fc.data_vars]
+    preds = (
+        _open_predictions(predictions, "predictions", lead, variables, spread=False) if predictions else None
+    )
+    spreads = None
+    if spread_predictions:
+        spreads = _open_predictions(spread_predictions, "spread predictions", lead, variables, spread=True)
     calibrated = None
     if members:
-        names = variables or [str(v) for v in fc.data_vars]
 
         def select(ds: xr.Dataset) -> xr.Dataset:
-            missing = [v for v in names if v not in ds.data_vars or MEMBER not in ds[v].dims]
+            name = f"members file {ds.encoding.get('source') or members}"
+            missing = [v for v in variables if v not in ds.data_vars or MEMBER not in ds[v].dims]
             if missing:
-                raise EnsmlError(f"members {members} have no {', '.join(missing)} with a member dim")
-            return _at_lead(ds[names], lead, f"members {members}")
+                raise EnsmlError(f"{name} has no {', '.join(missing)} with a member dim")
+            ds = _at_lead(ds[variables], lead, name).load()
+            check_complete(ds, name)
+            return ds
 
         calibrated = load_dataset(members, "members", select)
-    variables = variables or [str(v) for v in fc.data_vars]
     an = open_analysis(analysis, variables)
     fc_name, an_name = f"forecast {forecast}", f"analysis {analysis}"
     check_same_grid(fc, an, fc_name, an_name)
     check_lead_times(fc, [lead_hours], fc_name)
     m = check_members(fc, k, fc_name)
     levels = list(levels) if levels is not None else [float(x) for x in fc[LEVEL].values]
+    check_levels(fc, levels, fc_name)
+    check_levels(an, levels, an_name)
 
     inits = fc[INIT_TIME].values
-    for d, path in ((preds, predictions), (spreads, spread_predictions), (calibrated, members)):
+    given = [("predictions", preds, predictions), ("spread predictions", spreads, spread_predictions)]
+    for what, d, path in [*given, ("members", calibrated, members)]:
         if d is not None:
-            check_same_grid(fc, d, fc_name, f"predictions {path}")
+            check_same_grid(fc, d, fc_name, f"{what} {path}")
+            check_levels(d, levels, f"{what} {path}")
             inits = np.intersect1d(inits, d[INIT_TIME].values)
     inits = inits[np.isin(inits + lead, an[TIME].values)]
     if inits.size == 0:
@@ -180,13 +248,18 @@ def evaluate(
         )
 
     fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
+    check_complete(fc, fc_name)
     obs = an.sel({TIME: inits + lead, LEVEL: levels}).load()
+    check_complete(obs, an_name)
     obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
     if calibrated is not None:
         calibrated = calibrated.sel({INIT_TIME: inits, LEVEL: levels})
     orc = None
     if oracle:
-        orc = open_dataset(oracle, "oracle").sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
+        orc = open_dataset(oracle, "oracle")
+        needed = [_need(orc, f"{v}_{s}", oracle, "oracle").name for v in variables for s in ("mean", "std")]
+        orc = orc[needed].sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
+        check_complete(orc, f"oracle {oracle}")
     weights = latitude_weights(fc[LATITUDE])
 
     rows, spread_rows, fields = [], [], {}
