@@ -7,13 +7,13 @@ are weighted by exact cell area over latitude and averaged over the test init ti
 Before anything is written, each input file is checked, a failure being one line naming it:
 predictions of the kind their option scores (``ensml_task`` of ``ensml postprocess`` files,
 else a spread model's files have no ``<var>_mean``), every scored variable present, and no
-NaN or infinite value read for scoring, which NaN-skipping means would silently drop.
+NaN or infinite value read for scoring, which NaN-skipping means would silently drop
+(:mod:`ensml.eval.inputs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -35,93 +35,12 @@ from ensml.eval.cases import load_cases
 from ensml.eval.casestudy import score_case, write_cases
 from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
-from ensml.eval.reduce import describe_position
+from ensml.eval.inputs import at_lead, check_complete, need, open_predictions
 from ensml.eval.tables import EVALUATE_NAMES, print_table, write_outputs
 from ensml.eval.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, units_of
 
 POINT_DIMS = [LEVEL, LATITUDE, LONGITUDE]
-
-
-def _need(ds: xr.Dataset, var: str, path: str | Path, what: str) -> xr.DataArray:
-    if var not in ds:
-        raise EnsmlError(
-            f"{what} file {path} has no variable {var!r} (found: {', '.join(map(str, ds.data_vars))})"
-        )
-    return ds[var]
-
-
-def check_complete(ds: xr.Dataset, name: str) -> None:
-    """Raise if a variable of ``ds`` (in memory) holds NaN or ±Inf, naming the first position."""
-    for var in ds.data_vars:
-        values = np.asarray(ds[var].values)
-        if not np.issubdtype(values.dtype, np.floating):
-            continue
-        bad = ~np.isfinite(values)
-        if bad.any():
-            n_nan = int(np.count_nonzero(np.isnan(values)))
-            counts = [(n_nan, "NaN"), (int(np.count_nonzero(bad)) - n_nan, "infinite")]
-            what = " and ".join(f"{n} {kind} value{'s' if n != 1 else ''}" for n, kind in counts if n)
-            where = describe_position(ds[var], int(np.argmax(bad.ravel())))
-            raise EnsmlError(
-                f"{name}: {what} in {var!r} (first at {where}); evaluate scores complete fields only"
-            )
-
-
-def _check_kind(ds: xr.Dataset, name: str, spread: bool) -> None:
-    """Raise unless ``ds`` holds the predictions its option scores (Gaussian, or a spread model's)."""
-    names = [str(v) for v in ds.data_vars if str(v).endswith(("_mean", "_std"))]
-    if not names:
-        found = ", ".join(map(str, ds.data_vars)) or "none"
-        raise EnsmlError(
-            f"{name} has no <var>_mean/<var>_std of ensml predict or postprocess (found: {found})"
-        )
-    task = ds.attrs.get("ensml_task")  # ensml postprocess; ensml predict: mixed files have means
-    is_spread = task == "SpreadTask" if task else not any(n.endswith("_mean") for n in names)
-    why = f"ensml_task {task}" if task else f"variables {', '.join(names)}"
-    if spread != is_spread:
-        have, option = ("a spread model's", "spread_") if is_spread else ("Gaussian (post-processing)", "")
-        raise EnsmlError(f"{name} holds {have} predictions ({why}): pass it as --{option}predictions")
-
-
-def _open_predictions(
-    paths: str | list[str], what: str, lead: np.timedelta64, variables: Sequence[str], *, spread: bool
-) -> xr.Dataset:
-    """``<var>_mean``/``<var>_std`` (spread: ``<var>_std``) of ``ensml predict`` or ``postprocess`` output.
-
-    ``ensml predict`` writes one lead without a ``lead_time`` dim; ``ensml postprocess`` writes
-    every lead its checkpoints cover, one file per input (pass a glob). Each file is checked
-    (kind, every variable present, complete at ``lead``) and the error names it.
-    """
-    suffixes = ("_std",) if spread else ("_mean", "_std")
-
-    def select(ds: xr.Dataset) -> xr.Dataset:
-        name = f"{what} file {ds.encoding.get('source') or paths}"
-        _check_kind(ds, name, spread)
-        needed = [f"{v}{s}" for v in variables for s in suffixes]
-        missing = [n for n in needed if n not in ds.data_vars]
-        if missing:
-            raise EnsmlError(
-                f"{name} has no {', '.join(missing)} (found: {', '.join(map(str, ds.data_vars))}); "
-                "pass --variables to score fewer variables"
-            )
-        ds = _at_lead(ds[needed], lead, name).load()
-        check_complete(ds, name)
-        return ds
-
-    return load_dataset(paths, what, select)
-
-
-def _at_lead(ds: xr.Dataset, lead: np.timedelta64, what: str) -> xr.Dataset:
-    """``ds`` at ``lead`` when it has a ``lead_time`` dim (a one-lead file has none)."""
-    if LEAD_TIME in ds.dims:
-        if lead not in ds[LEAD_TIME].values:
-            have = [int(h / np.timedelta64(1, "h")) for h in ds[LEAD_TIME].values]
-            raise EnsmlError(
-                f"{what} has no lead time {int(lead / np.timedelta64(1, 'h'))} h (found: {have} h)"
-            )
-        ds = ds.sel({LEAD_TIME: lead})
-    return ds.drop_vars([c for c in (LEAD_TIME, "valid_time") if c in ds.coords])
 
 
 def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
@@ -207,11 +126,11 @@ def evaluate(
     fc = open_forecast(forecast, variables)
     variables = list(variables) if variables else [str(v) for v in fc.data_vars]
     preds = (
-        _open_predictions(predictions, "predictions", lead, variables, spread=False) if predictions else None
+        open_predictions(predictions, "predictions", lead, variables, spread=False) if predictions else None
     )
     spreads = None
     if spread_predictions:
-        spreads = _open_predictions(spread_predictions, "spread predictions", lead, variables, spread=True)
+        spreads = open_predictions(spread_predictions, "spread predictions", lead, variables, spread=True)
     calibrated = None
     if members:
 
@@ -220,7 +139,7 @@ def evaluate(
             missing = [v for v in variables if v not in ds.data_vars or MEMBER not in ds[v].dims]
             if missing:
                 raise EnsmlError(f"{name} has no {', '.join(missing)} with a member dim")
-            ds = _at_lead(ds[variables], lead, name).load()
+            ds = at_lead(ds[variables], lead, name).load()
             check_complete(ds, name)
             return ds
 
@@ -257,7 +176,7 @@ def evaluate(
     orc = None
     if oracle:
         orc = open_dataset(oracle, "oracle")
-        needed = [_need(orc, f"{v}_{s}", oracle, "oracle").name for v in variables for s in ("mean", "std")]
+        needed = [need(orc, f"{v}_{s}", oracle, "oracle").name for v in variables for s in ("mean", "std")]
         orc = orc[needed].sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
         check_complete(orc, f"oracle {oracle}")
     weights = latitude_weights(fc[LATITUDE])
@@ -272,10 +191,8 @@ def evaluate(
             ),
         }
         if preds is not None:
-            mu = _need(preds, f"{var}_mean", predictions, "predictions").sel(
-                {INIT_TIME: inits, LEVEL: levels}
-            )
-            sd = _need(preds, f"{var}_std", predictions, "predictions").sel({INIT_TIME: inits, LEVEL: levels})
+            mu = need(preds, f"{var}_mean", predictions, "predictions").sel({INIT_TIME: inits, LEVEL: levels})
+            sd = need(preds, f"{var}_std", predictions, "predictions").sel({INIT_TIME: inits, LEVEL: levels})
             sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=POINT_DIMS)
         if calibrated is not None:
             n = calibrated.sizes[MEMBER]
@@ -283,8 +200,8 @@ def evaluate(
                 calibrated[var], y, preserve_dims=POINT_DIMS
             )
         if orc is not None:
-            mu = _need(orc, f"{var}_mean", oracle, "oracle")
-            sd = _need(orc, f"{var}_std", oracle, "oracle")
+            mu = need(orc, f"{var}_mean", oracle, "oracle")
+            sd = need(orc, f"{var}_std", oracle, "oracle")
             sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=POINT_DIMS)
         for name, field in sources.items():
             fields[f"crps_{_slug(name)}_{var}"] = field
@@ -293,7 +210,7 @@ def evaluate(
             target = fc[var].std(MEMBER, ddof=0)
             estimators = {
                 f"{k}-member sample std (ddof 1)": fc[var].isel({MEMBER: slice(0, k)}).std(MEMBER, ddof=1),
-                "spread model": _need(spreads, f"{var}_std", spread_predictions, "spread predictions").sel(
+                "spread model": need(spreads, f"{var}_std", spread_predictions, "spread predictions").sel(
                     {INIT_TIME: inits, LEVEL: levels}
                 ),
             }
