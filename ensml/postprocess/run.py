@@ -180,6 +180,7 @@ def postprocess(
         finally:
             progress.close()
             manifest.compact()
+            remove_temporaries(out)  # of workers killed in this run (a live writer's are kept)
     elapsed = time.perf_counter() - start
     up_to_date = len(units) - len(todo)
     table, failures = summary(records, up_to_date, elapsed, spec.describe(), str(out))

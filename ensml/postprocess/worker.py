@@ -90,10 +90,7 @@ class _Forecast:
         check_lead_times(fc, models.read_lead_hours, self.what)
         self.members = check_members(fc, models.k, self.what)
         check_grid(models, fc[LATITUDE].values, fc[LONGITUDE].values, self.what)
-        inits = np.atleast_1d(fc[INIT_TIME].values).astype("datetime64[ns]")
-        if np.unique(inits).size != inits.size:
-            raise EnsmlError(f"{self.what} has duplicated init times")
-        self.inits = inits
+        self.inits = np.atleast_1d(fc[INIT_TIME].values).astype("datetime64[ns]")  # unique: open_forecast
         leads = [np.timedelta64(h, "h").astype("timedelta64[ns]") for h in models.read_lead_hours]
         self.fc = fc.sel({LEVEL: models.levels, LEAD_TIME: leads})
         self.latitude, self.longitude = fc[LATITUDE].values, fc[LONGITUDE].values
@@ -104,7 +101,7 @@ class _Forecast:
             an = _open_analysis(analysis, tuple(models.variables))
             check_same_grid(fc, an, self.what, f"analysis {', '.join(analysis)}")
             check_levels(an, models.levels, f"analysis {', '.join(analysis)}")
-            missing = inits[~np.isin(inits, an[TIME].values.astype("datetime64[ns]"))]
+            missing = self.inits[~np.isin(self.inits, an[TIME].values.astype("datetime64[ns]"))]
             if missing.size:
                 raise EnsmlError(
                     f"analysis {', '.join(analysis)} has no field at init {str(missing[0])[:16]} of "

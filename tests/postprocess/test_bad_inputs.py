@@ -46,7 +46,7 @@ BAD_FILES = {
         _edit(lambda ds: ds.assign_coords(init_time=ds.init_time + np.timedelta64(700, "D"))),
         "has no field at init 2019-",
     ),
-    "duplicated init": (_edit(_duplicate_init), "duplicated init times"),
+    "duplicated init": (_edit(_duplicate_init), "repeated init_time"),
 }
 
 
