@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
 import warnings
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.writers import check_writable
+from ensml.data.writers import atomic_path, check_writable
 from ensml.errors import EnsmlError
 from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
 
@@ -58,12 +57,10 @@ class KeepLoggedMetrics(Callback):
             rows, header = _read_rows(path)
             keep = [row for row in rows if int(float(row["step"])) < trainer.global_step]
             if len(keep) < len(rows):
-                tmp = path.with_name(f".{path.name}.resume.tmp")
-                with tmp.open("w", newline="") as f:
+                with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
                     out = csv.DictWriter(f, fieldnames=header)
                     out.writeheader()
                     out.writerows(keep)
-                os.replace(tmp, path)
 
 
 def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[str]]:
