@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import lightning as L
 import numpy as np
-import torch
 import xarray as xr
 from torch.utils.data import DataLoader
 
@@ -17,6 +16,7 @@ from ensml.data.io import (
     open_forecast,
 )
 from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
+from ensml.data.sampling import EpochSampler
 from ensml.data.splits import split_init_times
 from ensml.data.stats import compute_stats
 from ensml.errors import EnsmlError
@@ -179,7 +179,7 @@ class EnsembleDataModule(L.LightningDataModule):
         def make(split: str, sampling: MemberSampling) -> EnsembleSamples:
             return EnsembleSamples(
                 hp.forecast, hp.analysis, self.init_times(split), self.spec, sampling, slab=self.slab,
-                cache_mb=hp.cache_mb if split != "test" else 0.0,
+                cache_mb=hp.cache_mb if split != "test" else 0.0, seed=hp.seed,
             )  # fmt: skip
 
         self.train_set = make("train", hp.member_sampling)
@@ -188,18 +188,30 @@ class EnsembleDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: EnsembleSamples, shuffle: bool) -> DataLoader:
         hp = self.hparams
-        generator = torch.Generator().manual_seed(hp.seed)
+        sampler = EpochSampler(dataset, *self._replicas(), seed=hp.seed) if shuffle else None
         return DataLoader(
             dataset,
             batch_size=hp.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
             multiprocessing_context="forkserver" if hp.num_workers > 0 else None,
-            generator=generator,
         )
 
+    def _replicas(self) -> tuple[int, int]:
+        """(number of data-parallel replicas, this process's replica) of the running trainer."""
+        trainer = self.trainer
+        if trainer is None or not trainer._accelerator_connector.use_distributed_sampler:
+            return 1, 0
+        kwargs = getattr(trainer.strategy, "distributed_sampler_kwargs", None) or {}
+        return int(kwargs.get("num_replicas", 1)), int(kwargs.get("rank", 0))
+
     def train_dataloader(self) -> DataLoader:
+        """Training batches in an order that depends only on ``seed`` and the epoch.
+
+        A resumed run therefore sees what the uninterrupted run saw (see
+        :class:`~ensml.data.sampling.EpochSampler`); under DDP each replica reads its share.
+        """
         return self._loader(self.train_set, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:

@@ -17,6 +17,7 @@ import torch
 import xarray as xr
 
 from ensml.data.io import open_analysis, open_forecast
+from ensml.data.sampling import SampleKey, split_key
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
 
@@ -66,8 +67,9 @@ class EnsembleSamples(torch.utils.data.Dataset):
     ----------
     member_sampling
         ``"first"``: members 0 … K-1 (the research's choice); ``"random"``: a fresh random subset
-        per sample and epoch, drawn from torch's RNG (seeded per epoch and worker by the
-        DataLoader, hence reproducible under ``seed_everything``).
+        per sample and epoch, a function of ``(seed, epoch, index)`` only (the epoch comes with
+        the key, see :class:`~ensml.data.sampling.EpochSampler`), so it does not depend on which
+        process reads the sample or on what it drew before: a resumed run draws the same.
     slab
         ``(latitude, longitude)`` index slices: read only this part of the grid from disk (the
         rank's shard in spatial-parallel training); H and W are then the slab's sizes.
@@ -77,6 +79,11 @@ class EnsembleSamples(torch.utils.data.Dataset):
     cache_mb
         Memory (MiB, per process) for keeping what was read from disk, so later epochs skip
         the read and decompression; samples beyond the budget are read each time.
+    seed
+        Seed of the random member subsets.
+
+    Items are indexed by a plain index or by a :class:`~ensml.data.sampling.SampleKey`
+    ``(index, epoch)``.
     """
 
     def __init__(
@@ -89,6 +96,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
         slab: tuple[slice, slice] | None = None,
         targets: bool = True,
         cache_mb: float = 0.0,
+        seed: int = 0,
     ) -> None:
         self.forecast_paths = forecast
         self.analysis_paths = analysis
@@ -98,6 +106,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
         self.slab = slab
         self.targets = targets
         self.cache_bytes = int(cache_mb * 2**20)
+        self.seed = int(seed)
         self._fc: xr.Dataset | None = None
         self._an: xr.Dataset | None = None
         self._cache: dict[int, dict[str, np.ndarray]] = {}
@@ -123,12 +132,13 @@ class EnsembleSamples(torch.utils.data.Dataset):
             self._fc = self._fc.isel(box)
             self._an = None if self._an is None else self._an.isel(box)
 
-    def members_for(self, index: int) -> np.ndarray:
-        """Indices of the K members used for sample ``index``."""
+    def members_for(self, index: int, epoch: int = 0) -> np.ndarray:
+        """Indices of the K members used for sample ``index`` in ``epoch``."""
         k, m = self.spec.k, self.spec.members
         if self.member_sampling == "first":
             return np.arange(k)
-        return np.sort(torch.randperm(m)[:k].numpy())
+        rng = np.random.default_rng([self.seed, epoch, index])
+        return np.sort(rng.permutation(m)[:k])
 
     def _blocks(self, index: int) -> dict[str, np.ndarray]:
         """The arrays sample ``index`` is made of, from the cache or from disk."""
@@ -155,10 +165,11 @@ class EnsembleSamples(torch.utils.data.Dataset):
             self._cached_bytes += size
         return blocks
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, key: int | SampleKey) -> dict[str, torch.Tensor]:
+        index, epoch = split_key(key)
         blocks = self._blocks(index)
         fc = blocks["fc"]
-        item = subset_moments(fc, self.members_for(index), self.spec.k)
+        item = subset_moments(fc, self.members_for(index, epoch), self.spec.k)
         if self.targets:
             item["std_m"] = fc[:, self.spec.target_index].std(axis=1)
         item.update({key: blocks[key] for key in ("analysis_init", "obs") if key in blocks})

@@ -2,91 +2,19 @@
 
 from __future__ import annotations
 
-import csv
 import logging
 import warnings
 from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.writers import atomic_path, check_writable
+from ensml.data.writers import check_writable
 from ensml.errors import EnsmlError
+from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
 from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
-
-
-class KeepLoggedMetrics(Callback):
-    """On resume, keep the rows of ``metrics.csv`` that the checkpoint's training produced.
-
-    Lightning's CSVLogger deletes ``metrics.csv`` when a run starts in its folder. For a resumed
-    fit, :meth:`keep` (called before ``trainer.fit``) puts the earlier rows back at once; when
-    training starts from the restored step, the rows of that step and later, which the run logs
-    again (a resume from a checkpoint older than the log, such as ``best.ckpt``), are dropped.
-    """
-
-    def __init__(self) -> None:
-        self._files: list[tuple[CSVLogger, Path]] = []
-
-    def keep(self, trainer: L.Trainer) -> None:
-        if rank_zero_only.rank != 0:  # other ranks of a re-executed command (before launch)
-            return
-        for logger in trainer.loggers:
-            path = Path(logger.log_dir) / "metrics.csv" if isinstance(logger, CSVLogger) else None
-            if path is None or not path.is_file():
-                continue
-            rows, _ = _read_rows(path)
-            with warnings.catch_warnings():  # "Previous log files ... will be deleted": not here
-                warnings.filterwarnings("ignore", message="Experiment logs directory")
-                writer = logger.experiment  # deletes metrics.csv
-            for row in rows:
-                step = row.pop("step")
-                writer.log_metrics(row, step=int(float(step)))
-            writer.save()
-            self._files.append((logger, path))
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.is_global_zero:
-            return
-        for logger, path in self._files:
-            logger.experiment.save()
-            rows, header = _read_rows(path)
-            keep = [row for row in rows if int(float(row["step"])) < trainer.global_step]
-            if len(keep) < len(rows):
-                with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
-                    out = csv.DictWriter(f, fieldnames=header)
-                    out.writeheader()
-                    out.writerows(keep)
-
-
-def _read_rows(path: Path) -> tuple[list[dict[str, str]], list[str]]:
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        return list(reader), list(reader.fieldnames or [])
-
-
-def _last_every_epoch(trainer: L.Trainer) -> None:
-    """Make ``save_last`` write ``last.ckpt`` after every epoch, beside a monitored best.
-
-    Lightning's ``ModelCheckpoint(monitor=..., save_last=True)`` writes ``last.ckpt`` only when it
-    writes a new best, so ``last.ckpt`` is the best epoch, not the last. Each such callback gets
-    a companion without monitor that writes ``last.ckpt`` at the end of every training epoch.
-    """
-    for cb in list(trainer.callbacks):
-        if isinstance(cb, ModelCheckpoint) and cb.save_last and cb.monitor is not None:
-            cb.save_last = False
-            last = ModelCheckpoint(
-                dirpath=cb.dirpath,
-                filename=cb.CHECKPOINT_NAME_LAST,
-                save_weights_only=cb.save_weights_only,
-                save_on_train_epoch_end=True,
-                enable_version_counter=getattr(cb, "_enable_version_counter", True),
-            )
-            trainer.callbacks.insert(trainer.callbacks.index(cb) + 1, last)
 
 
 def _check_outputs(trainer: L.Trainer) -> None:
@@ -121,7 +49,9 @@ class EnsmlCLI(LightningCLI):
         if self.subcommand != "fit":
             trainer.loggers = []
             return trainer
-        _last_every_epoch(trainer)
+        last_every_epoch(trainer)
+        use_atomic_checkpoints(trainer)
+        trainer.callbacks.append(FlushLogs())
         if self.config[self.subcommand].get("ckpt_path"):
             trainer.callbacks.insert(0, KeepLoggedMetrics())
         return trainer

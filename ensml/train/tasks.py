@@ -21,6 +21,7 @@ from ensml.errors import EnsmlError
 from ensml.eval.gaussian import crps_gaussian
 from ensml.eval.weights import latitude_weights
 from ensml.models import build_network, is_sequence_arch
+from ensml.train.checkpoints import FollowResumedEpoch
 
 STAT_KEYS = ("clim_mean", "anom_std", "spread_scale")
 # Hyperparameters a checkpoint must share with the data it is applied to.
@@ -134,6 +135,10 @@ class EnsembleTask(L.LightningModule):
             self.set_stats(dm.stats, dm.coords["latitude"])
         if (self.uses_analysis or self.trains_on_analysis) and dm is not None and dm.hparams.analysis is None:
             raise EnsmlError(f"{type(self).__name__} needs the verifying analysis: set data.analysis")
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        # Part of training itself (also without the CLI): a resumed run continues in its epoch.
+        return [FollowResumedEpoch()]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The grid the per-point statistics belong to, and the ensemble size trained on, so that a

@@ -54,18 +54,34 @@ def test_stats_come_from_training_split_only(dm: EnsembleDataModule, tiny_data) 
     np.testing.assert_allclose(dm.stats["spread_scale"][0], spread.values, rtol=1e-4)
 
 
-def test_random_member_subsets_are_seeded(tiny_data) -> None:
-    module = EnsembleDataModule(
-        tiny_data["forecast"], tiny_data["analysis"], member_sampling="random", **TINY_PERIODS
-    )
-    module.setup("fit")
-    torch.manual_seed(0)
-    first = [tuple(module.train_set.members_for(i)) for i in range(6)]
-    torch.manual_seed(0)
-    again = [tuple(module.train_set.members_for(i)) for i in range(6)]
-    assert first == again
+def test_random_member_subsets_depend_only_on_seed_epoch_and_index(tiny_data) -> None:
+    def draws(seed: int, epoch: int) -> list[tuple[int, ...]]:
+        module = EnsembleDataModule(
+            tiny_data["forecast"], tiny_data["analysis"], member_sampling="random", seed=seed, **TINY_PERIODS
+        )
+        module.setup("fit")
+        torch.manual_seed(epoch)  # the global RNG plays no part
+        return [tuple(module.train_set.members_for(i, epoch).tolist()) for i in range(6)]
+
+    first = draws(0, 0)
+    assert draws(0, 0) == first
+    assert draws(0, 1) != first and draws(1, 0) != first  # a new subset per epoch and per seed
     assert len(set(first)) > 1 and all(len(m) == 5 and len(set(m)) == 5 for m in first)
-    assert module.val_set.member_sampling == "first"  # evaluation always uses members 0 … k-1
+
+
+def test_first_member_subsets_and_evaluation_use_members_0_to_k(dm: EnsembleDataModule) -> None:
+    assert dm.train_set.members_for(3, epoch=7).tolist() == [0, 1, 2, 3, 4]
+    assert dm.val_set.member_sampling == "first"  # evaluation always uses members 0 … k-1
+
+
+def test_training_order_depends_only_on_seed_and_epoch(dm: EnsembleDataModule) -> None:
+    def order(epoch: int) -> list[int]:
+        loader = dm.train_dataloader()  # a fresh loader, as a resumed run builds
+        loader.sampler.set_epoch(epoch)
+        return [k.index for k in loader.sampler]
+
+    assert order(3) == order(3) and order(3) != order(4)
+    assert sorted(order(3)) == list(range(len(dm.train_set)))
 
 
 def test_batches(dm: EnsembleDataModule) -> None:

@@ -7,10 +7,6 @@ always ends. The single-process runs are in-process.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +15,7 @@ import torch
 import xarray as xr
 
 from ensml.cli import main
+from tests.cli_process import run_cli
 from tests.conftest import SMOKE, tiny_data_args
 
 pytestmark = pytest.mark.distributed
@@ -32,27 +29,6 @@ CKPT = "runs/smoke/checkpoints/last.ckpt"
 def spatial(lat: int = 1, lon: int = 2) -> str:
     init = f'{{"lat": {lat}, "lon": {lon}, "timeout_s": 60}}'
     return f'{{"class_path": "ensml.train.spatial.SpatialParallelStrategy", "init_args": {init}}}'
-
-
-def run_cli(args: list[str], cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess:
-    """``python -m ensml.cli ARGS`` in a new session; on timeout the whole group is killed."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, "-m", "ensml.cli", *args]
-    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, **pipe)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"ensml {args[0]} did not finish in {timeout} s:\n{out[-3000:]}")
-    finally:
-        try:  # rank 1 is a child of rank 0's session: make sure nothing is left behind
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
 
 
 @pytest.fixture(scope="module")
