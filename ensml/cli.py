@@ -2,19 +2,22 @@
 
 ``ensml fit|validate|test|predict`` go to LightningCLI; the other verbs (``ensml data synth``,
 ``ensml evaluate``) are typed functions parsed by jsonargparse, so every verb takes
-``--config file.yaml`` and dotted overrides the same way. User errors print as one line
-(``ensml: …``) with exit status 1.
+``--config file.yaml`` and dotted overrides the same way. User errors, a bad option included,
+print as one line (``ensml: …``, see :mod:`ensml.cli_errors`) with exit status 1.
 """
 
 from __future__ import annotations
 
 import sys
+from argparse import ArgumentError
 from collections.abc import Sequence
 
+from ensml.cli_errors import check_config_files, describe
 from ensml.errors import EnsmlError
 from ensml.provenance import set_command
 
 LIGHTNING_VERBS = ("fit", "validate", "test", "predict")
+OTHER_VERBS = ("data", "evaluate", "report", "postprocess", "plan-parallel", "benchmark")
 
 
 def _components() -> dict:
@@ -26,7 +29,7 @@ def _components() -> dict:
     from ensml.train.benchmark import benchmark
     from ensml.train.plan import plan_parallel_cli
 
-    return {
+    components = {
         "data": {"synth": synth, "archive": archive},
         "evaluate": evaluate,
         "report": report,
@@ -34,6 +37,8 @@ def _components() -> dict:
         "plan-parallel": plan_parallel_cli,
         "benchmark": benchmark,
     }
+    assert tuple(components) == OTHER_VERBS
+    return components
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     set_command(args)
     try:
+        if args and not args[0].startswith("-") and args[0] not in LIGHTNING_VERBS + OTHER_VERBS:
+            verbs = ", ".join(LIGHTNING_VERBS + OTHER_VERBS)
+            raise EnsmlError(f"unknown command {args[0]!r}; the commands are {verbs} (ensml --help)")
+        check_config_files(args)
         if args and args[0] in LIGHTNING_VERBS:
             from ensml.train.cli import run_lightning
 
@@ -48,11 +57,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             from jsonargparse import auto_cli
 
-            auto_cli(_components(), args=args, as_positional=False)
+            auto_cli(_components(), args=args, as_positional=False, exit_on_error=False)
     except EnsmlError as exc:
         print(f"ensml: {exc}", file=sys.stderr)
         return 1
+    except ArgumentError as exc:  # a bad option or config value, from jsonargparse
+        verb = _verb(args)
+        print(f"ensml: {verb + ': ' if verb else ''}{describe(str(exc), verb)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _verb(args: Sequence[str]) -> str:
+    """The command named by ``args`` (``fit``, ``data synth``, …), or "" if none."""
+    words = []
+    for arg in args[:2]:
+        if arg.startswith("-") or (words and words[0] != "data"):
+            break
+        words.append(arg)
+    return " ".join(words)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ def test_unreadable_file(tiny_data, work, capsys, how) -> None:
     raw = Path(tiny_data["forecast"]).read_bytes()
     bad = work / f"{how}.nc"
     bad.write_bytes(raw[: len(raw) // 3] if how == "truncated" else b"not a netCDF file\n" * 100)
-    run_failing(fit_args(tiny_data, **{"data.forecast": bad}), capsys, "cannot be read")
+    expected = "cannot be read" if how == "truncated" else "is not a netCDF, HDF5, GRIB or zarr file"
+    run_failing(fit_args(tiny_data, **{"data.forecast": bad}), capsys, expected)
 
 
 def test_missing_file(tiny_data, work, capsys) -> None:

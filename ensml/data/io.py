@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from ensml.data.grib import is_grib, read_grib
+from ensml.data.formats import detect_format, unknown_format
+from ensml.data.grib import read_grib
 from ensml.errors import EnsmlError
 from ensml.names import (
     ANALYSIS_DIMS,
@@ -26,6 +27,7 @@ from ensml.names import (
     LEVEL,
     LONGITUDE,
     MEMBER,
+    TIME,
     VALID_TIME,
 )
 
@@ -46,17 +48,22 @@ def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[Path]:
     if not out:
         raise EnsmlError(f"no {what} files match {paths!r}")
     for p in out:
-        if not p.is_file():
-            raise EnsmlError(f"{what} file {p} does not exist")
+        if not (p.is_file() or (p.is_dir() and detect_format(p) == "zarr")):
+            reason = unknown_format(p) if p.is_dir() else "does not exist"
+            raise EnsmlError(f"{what} file {p} {reason}")
     return out
 
 
 def _open_one(path: Path, what: str, chunks: dict | None) -> xr.Dataset:
-    if is_grib(path):  # cfgrib, never writing index files next to the data
+    kind = detect_format(path)
+    if kind is None:
+        raise EnsmlError(f"{what} file {path} {unknown_format(path)}")
+    if kind == "grib":  # cfgrib, never writing index files next to the data
         return read_grib(path, chunks)
+    engine = "zarr" if kind == "zarr" else "netcdf4"
     try:
-        return xr.open_dataset(path, chunks=chunks, cache=False)
-    except Exception as exc:  # netCDF4/h5py raise OSError, ValueError, RuntimeError ...
+        return xr.open_dataset(path, engine=engine, chunks=chunks, cache=False)
+    except Exception as exc:  # netCDF4/HDF5/zarr raise OSError, ValueError, RuntimeError ...
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise EnsmlError(f"{what} file {path} cannot be read ({reason})") from None
 
@@ -135,15 +142,27 @@ def _check_vars(
 
 
 def _check_unique(ds: xr.Dataset, dims: Sequence[str], path: str, what: str) -> None:
-    """Raise naming the first repeated value of a coordinate (e.g. an init time written twice)."""
+    """Raise naming the first repeated or out-of-order value of a time coordinate.
+
+    A repeated init time (a date written twice) is ambiguous; times out of order are refused too,
+    as ensml's splits, leads and outputs assume increasing time.
+    """
     for dim in dims:
         index = ds.indexes.get(dim)
-        if index is not None and not index.is_unique:
+        if index is None:
+            continue
+        if not index.is_unique:
             repeated = index[index.duplicated()]
             first = str(repeated[0])
             raise EnsmlError(
                 f"{what} file {path} has {len(repeated)} repeated {dim} value(s), e.g. {first} "
                 f"(each {dim} must appear once)"
+            )
+        if dim in (INIT_TIME, TIME, LEAD_TIME) and not index.is_monotonic_increasing:
+            i = int(np.flatnonzero(index[1:] < index[:-1])[0])
+            raise EnsmlError(
+                f"{what} file {path}: {dim} is not in increasing order ({index[i + 1]} comes after "
+                f"{index[i]}); sort the file by {dim}"
             )
 
 

@@ -73,7 +73,11 @@ class EnsmlCLI(LightningCLI):
             super()._parse_ckpt_path()
         except Exception as exc:
             path = self.config[self.config.subcommand].get("ckpt_path")
-            raise EnsmlError(f"checkpoint {path} cannot be read ({type(exc).__name__})") from None
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise EnsmlError(
+                f"checkpoint {path} cannot be read, truncated or not a checkpoint "
+                f"({type(exc).__name__}{': ' + reason if reason else ''})"
+            ) from None
         saved = self._model_identity()
         if requested and saved and requested != saved:
             path = self.config[self.config.subcommand].get("ckpt_path")
@@ -120,6 +124,9 @@ class EnsmlCLI(LightningCLI):
     before_validate = before_test = before_predict = _check_inputs
 
 
+VERBS = ("fit", "validate", "test", "predict")
+
+
 class _NoTips(logging.Filter):
     """Drop Lightning's advertising tips (they point to cloud services ensml does not use)."""
 
@@ -143,5 +150,7 @@ def run_lightning(args: list[str]) -> None:
         subclass_mode_model=True,
         seed_everything_default=0,
         save_config_kwargs={"overwrite": True},
+        # Bad options raise (ensml.cli prints them as one line) instead of printing usage.
+        parser_kwargs={"exit_on_error": False, **{verb: {"exit_on_error": False} for verb in VERBS}},
         args=args,
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xarray as xr
 
 from ensml.data.grib import open_grib
 from ensml.data.io import open_forecast
@@ -37,8 +38,15 @@ def test_grib_errors(real_data: Path, tmp_path: Path) -> None:
         open_grib(tmp_path / "missing.grib")
     bad = tmp_path / "bad.grib"
     bad.write_bytes(b"not grib at all")
-    with pytest.raises(EnsmlError, match="cannot be read"):
+    with pytest.raises(EnsmlError, match="is not a netCDF, HDF5, GRIB or zarr file"):
         open_forecast(bad)
+
+
+def test_grib_is_recognised_by_content_not_name(real_data: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "ST4.2010010112.24h"  # a GRIB file named as NCEP names them
+    plain.write_bytes((real_data / "cfgrib" / "era5-levels-members.grib").read_bytes())
+    named = open_forecast(real_data / "cfgrib" / "era5-levels-members.grib", ["t"])
+    xr.testing.assert_equal(open_forecast(plain, ["t"]).load(), named.load())
 
 
 def test_real_spread_check_runs(real_data: Path) -> None:
