@@ -112,17 +112,34 @@ def remove_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
     ``flock``, another) is left alone. Returns the paths removed.
     """
     found = [p for p in Path(folder).rglob(".*" + TMP_SUFFIX) if _TEMPORARY.match(p.name)]
-    return [p for p in sorted(found, key=lambda p: len(p.parts), reverse=True) if _remove_if_abandoned(p)]
+    removed = []
+    for p in sorted(found, key=lambda p: len(p.parts), reverse=True):
+        with _folder_lock(p.parent, p):
+            removed += [p] if _remove_if_abandoned(p) else []
+    return removed
 
 
 def sweep_temporaries(path: str | os.PathLike[str]) -> list[Path]:
     """Remove what killed writers of ``path`` left beside it (its abandoned temporaries)."""
     path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    with _folder_lock(path.parent, path):
+        return _sweep(path)
+
+
+def _sweep(path: Path) -> list[Path]:
+    """:func:`sweep_temporaries`, with the lock on ``path.parent`` held by the caller."""
     pattern = re.compile(rf"^\.{re.escape(path.name)}\.[0-9a-f]{{12}}{re.escape(TMP_SUFFIX)}$")
     if not path.parent.is_dir():
         return []
     found = [p for p in path.parent.glob(f".{glob.escape(path.name)}.*{TMP_SUFFIX}") if pattern.match(p.name)]
     return [p for p in found if _remove_if_abandoned(p)]
+
+
+# The temporaries this process holds: writes inside them need no folder lock (and taking one
+# would wait forever on the flock that marks them live).
+_OWN_FOLDERS: set[Path] = set()
 
 
 @contextmanager
@@ -140,18 +157,24 @@ def temporary_folder(path: str | os.PathLike[str], *, sweep: bool = True) -> Ite
         permission denied).
     """
     path = Path(path)
-    if sweep:
-        sweep_temporaries(path)
-    box = temporary_name(path)
-    try:
-        box.mkdir()
-    except OSError as err:
-        raise EnsmlError(f"cannot write {path}: {err.strerror or err}") from err
-    fd = os.open(box, os.O_RDONLY)
-    try:
+    # Sweeping and creating-then-locking happen under a lock on the parent folder, so no
+    # sweeper can take a new folder for abandoned in the moment before its writer locks it.
+    with _folder_lock(path.parent, path):
+        if sweep:
+            _sweep(path)
+        box = temporary_name(path)
+        try:
+            box.mkdir()
+        except OSError as err:
+            raise EnsmlError(f"cannot write {path}: {err.strerror or err}") from err
+        fd = os.open(box, os.O_RDONLY)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    own = box.resolve()
+    _OWN_FOLDERS.add(own)
+    try:
         yield box
     finally:
+        _OWN_FOLDERS.discard(own)
         shutil.rmtree(box, ignore_errors=True)
         os.close(fd)
 
@@ -163,16 +186,44 @@ def atomic_path(path: str | os.PathLike[str], *, sweep: bool = True) -> Iterator
     The temporary lies in a :func:`temporary_folder` beside ``path``, so what a killed writer
     left is removed by the next write of ``path``. On any failure, including
     ``KeyboardInterrupt``, the temporary (a file or a folder, such as a zarr store) is removed
-    and ``path`` is left as it was. An existing ``path`` is replaced.
+    and ``path`` is left as it was. An existing ``path`` is replaced. Writers of the same
+    ``path`` at the same time each write their own temporary; ``path`` ends as one of them, whole.
     """
     path = Path(path)
     with temporary_folder(path, sweep=sweep) as box:
         tmp = box / path.name
         yield tmp
-        if tmp.is_dir() and path.is_dir():
-            # os.replace cannot replace a non-empty folder: move the old one into the box first.
-            os.replace(path, box / f"{path.name}.old")
-        os.replace(tmp, path)
+        if not tmp.is_dir():
+            os.replace(tmp, path)  # atomic: concurrent writers each leave a whole file
+            return
+        with _folder_lock(path.parent, path):
+            if path.is_dir():
+                # os.replace cannot replace a non-empty folder: move the old one into the box
+                # first. Two renames, so concurrent writers of ``path`` take turns (a lock).
+                os.replace(path, box / f"{path.name}.old")
+            os.replace(tmp, path)
+
+
+@contextmanager
+def _folder_lock(folder: Path, path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``folder`` (waiting for it) to write ``path``; writes nothing.
+
+    Held only for a few file-system calls: creating and locking a temporary, sweeping abandoned
+    ones, swapping a folder into place.
+    """
+    here = folder.resolve()
+    if here in _OWN_FOLDERS or not _OWN_FOLDERS.isdisjoint(here.parents):
+        yield  # inside a temporary of this process: no one else writes there (and it is locked)
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError as err:
+        raise EnsmlError(f"cannot write {path}: {err.strerror or err}") from err
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def global_attrs(attrs: Mapping[str, Any], history: str | None = None) -> dict[str, Any]:
