@@ -27,8 +27,11 @@ def _check_finite(ds: xr.Dataset, time_dim: str, name: str) -> None:
     """Raise naming the first variable and date with a NaN or infinite value."""
     for var in ds.data_vars:
         da = ds[var]
-        bad = ~np.isfinite(da).all([d for d in da.dims if d != time_dim])
-        bad = bad.compute()
+        try:
+            bad = (~np.isfinite(da).all([d for d in da.dims if d != time_dim])).compute()
+        except Exception as exc:  # corrupt data behind readable metadata
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EnsmlError(f"{name} cannot be read in {var!r} ({reason})") from None
         if bad.any():
             when = str(bad[time_dim].values[bad.values][0])[:16]
             raise EnsmlError(f"{name} has NaN or infinite values in {var!r} at {time_dim}={when}")

@@ -7,6 +7,7 @@ Every reader funnels through :func:`normalise`, so the rest of ensml sees the na
 from __future__ import annotations
 
 import glob
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -62,7 +63,9 @@ def _open_one(path: Path, what: str, chunks: dict | None) -> xr.Dataset:
         return read_grib(path, chunks)
     engine = "zarr" if kind == "zarr" else "netcdf4"
     try:
-        return xr.open_dataset(path, engine=engine, chunks=chunks, cache=False)
+        with warnings.catch_warnings():  # zarr v2 stores without consolidated metadata are fine
+            warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated")
+            return xr.open_dataset(path, engine=engine, chunks=chunks, cache=False)
     except Exception as exc:  # netCDF4/HDF5/zarr raise OSError, ValueError, RuntimeError ...
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise EnsmlError(f"{what} file {path} cannot be read ({reason})") from None
@@ -75,11 +78,20 @@ def _open(paths: list[Path], what: str, chunks: dict | None) -> xr.Dataset:
         return xr.open_mfdataset(paths, combine="by_coords", chunks=chunks or {}, parallel=False)
     except Exception:
         # Name the culprit: open each file on its own (the first unreadable one raises).
-        parts = [normalise(_open_one(p, what, chunks)) for p in paths]
+        parts = [_normalised(_open_one(p, what, chunks), p, what) for p in paths]
         try:
             return xr.combine_by_coords(parts, combine_attrs="drop_conflicts")
         except Exception as exc:
             raise EnsmlError(f"{what} files {paths[0]} … {paths[-1]} do not combine ({exc})") from None
+
+
+def _normalised(ds: xr.Dataset, path: object, what: str) -> xr.Dataset:
+    """:func:`normalise`, failing with one line that names the file (e.g. a corrupt coordinate)."""
+    try:
+        return normalise(ds)
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EnsmlError(f"{what} file {path} has coordinates ensml cannot interpret ({reason})") from None
 
 
 def normalise(ds: xr.Dataset) -> xr.Dataset:
@@ -174,7 +186,7 @@ def _open_checked(
     dims: Sequence[str],
 ) -> xr.Dataset:
     files = _paths(paths, what)
-    ds = normalise(_open(files, what, chunks))
+    ds = _normalised(_open(files, what, chunks), files[0] if len(files) == 1 else paths, what)
     _check_vars(ds, variables, dims, str(files[0]), what)
     _check_unique(ds, dims, str(files[0]), what)
     return ds[list(variables)] if variables else ds
@@ -196,7 +208,8 @@ def open_analysis(
 
 def open_dataset(paths: PathLike | Sequence[PathLike], what: str) -> xr.Dataset:
     """Open any other ensml file (predictions, oracle) lazily, in ensml's vocabulary."""
-    return normalise(_open(_paths(paths, what), what, None))
+    files = _paths(paths, what)
+    return _normalised(_open(files, what, None), files[0] if len(files) == 1 else paths, what)
 
 
 def load_dataset(
@@ -212,8 +225,14 @@ def load_dataset(
     parts = []
     for path in files:
         with _open_one(path, what, None) as ds:
-            one = normalise(ds)
-            parts.append((select(one) if select else one).load())
+            one = _normalised(ds, path, what)
+            try:
+                parts.append((select(one) if select else one).load())
+            except EnsmlError:
+                raise
+            except Exception as exc:  # corrupt data behind readable metadata (HDF5, zarr, GRIB)
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise EnsmlError(f"{what} file {path} cannot be read ({reason})") from None
     if len(parts) == 1:
         return parts[0]
     try:

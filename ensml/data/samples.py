@@ -184,8 +184,13 @@ def read_block(
     Reads without dask threads (safe in DataLoader and dask workers). The error names ``what``
     (the file), the variables and the selected time.
     """
-    with dask.config.set(scheduler="synchronous"):
-        arr = np.stack([ds[v].sel(indexer).transpose(*dims).values for v in variables])
+    try:
+        with dask.config.set(scheduler="synchronous"):
+            arr = np.stack([ds[v].sel(indexer).transpose(*dims).values for v in variables])
+    except Exception as exc:  # corrupt data behind readable metadata
+        when = str(next(iter(indexer.values())))[:16]
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EnsmlError(f"{what} cannot be read at {when} ({reason})") from None
     arr = arr.astype(np.float32, copy=False)
     if not np.isfinite(arr).all():
         bad = [v for v, a in zip(variables, arr) if not np.isfinite(a).all()]
