@@ -114,3 +114,17 @@ def test_extra_dimension(tmp_path: Path) -> None:
     foreign_forecast().expand_dims(surface=1).to_netcdf(tmp_path / "f.nc")
     with pytest.raises(EnsmlError, match=r"variable 't' has dims .*, unexpected surface \(expected init"):
         open_forecast(tmp_path / "f.nc", ["t"])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_zarr_stores_open_like_netcdf(tiny_data, tmp_path, zarr_format) -> None:
+    from ensml.data.io import open_analysis
+
+    with xr.open_dataset(tiny_data["analysis"]) as ds:
+        small = ds.isel(time=slice(0, 4)).load()
+    store = tmp_path / "analysis.store"  # recognised by its metadata, not its name
+    small.to_zarr(store, zarr_format=zarr_format, consolidated=zarr_format == 2)
+    xr.testing.assert_equal(
+        open_analysis(store, ["z", "t"]).load(),
+        open_analysis(tiny_data["analysis"], ["z", "t"]).isel(time=slice(0, 4)).load(),
+    )
