@@ -12,6 +12,7 @@ import sys
 from argparse import ArgumentError
 from collections.abc import Sequence
 
+from ensml import __version__
 from ensml.cli_errors import check_config_files, describe
 from ensml.errors import EnsmlError
 from ensml.provenance import set_command
@@ -45,6 +46,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ensml`` console script; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     set_command(args)
+    if not args:
+        print("ensml: give a command (ensml --help lists them)", file=sys.stderr)
+        return 1
+    if args in (["-h"], ["--help"]):
+        print(overview())
+        return 0
+    if args == ["--version"]:
+        print(f"ensml {__version__}")
+        return 0
     try:
         if args and not args[0].startswith("-") and args[0] not in LIGHTNING_VERBS + OTHER_VERBS:
             verbs = ", ".join(LIGHTNING_VERBS + OTHER_VERBS)
@@ -66,6 +76,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ensml: {verb + ': ' if verb else ''}{describe(str(exc), verb)}", file=sys.stderr)
         return 1
     return 0
+
+
+LIGHTNING_SUMMARIES = {
+    "fit": "Train a model (spread or post-processing) from a YAML config: --config configs/mixed.yaml.",
+    "validate": "Score a checkpoint on the validation split (--ckpt_path).",
+    "test": "Score a checkpoint on the test split (--ckpt_path).",
+    "predict": "Write a checkpoint's predictions for the test split to netCDF (--ckpt_path).",
+}
+
+
+def overview() -> str:
+    """``ensml --help``: every command with a one-line summary."""
+    rows = list(LIGHTNING_SUMMARIES.items())
+    for verb, target in _components().items():
+        subs = target.items() if isinstance(target, dict) else [("", target)]
+        rows += [(f"{verb} {sub}".strip(), _summary(fn)) for sub, fn in subs]
+    width = max(len(verb) for verb, _ in rows)
+    lines = [f"  {verb:<{width}}  {summary}" for verb, summary in rows]
+    return "\n".join([
+        f"ensml {__version__}: machine learning on weather ensembles.",
+        "",
+        "usage: ensml COMMAND [--config FILE.yaml] [--option value ...]",
+        "",
+        "commands:",
+        *lines,
+        "",
+        "ensml COMMAND --help lists a command's options; ensml --version prints the version.",
+    ])  # fmt: skip
+
+
+def _summary(fn: object) -> str:
+    doc = (getattr(fn, "__doc__", None) or "").strip()
+    return doc.splitlines()[0].replace("``", "") if doc else ""
 
 
 def _verb(args: Sequence[str]) -> str:

@@ -95,3 +95,36 @@ def test_predict_then_evaluate(fitted: Path, tiny_data: dict[str, Path], monkeyp
     ]
     np.testing.assert_allclose(row["rmse"].item(), rmse, rtol=1e-4)
     np.testing.assert_allclose(row["correlation"].item(), corr, rtol=1e-4)
+
+
+def test_help_lists_every_command_with_a_summary(capsys) -> None:
+    from ensml.cli import LIGHTNING_VERBS, OTHER_VERBS
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.strip().split("  ")[0]: line for line in out.splitlines() if line.startswith("  ")}
+    for verb in [*LIGHTNING_VERBS, *(v for v in OTHER_VERBS if v != "data"), "data synth", "data archive"]:
+        assert verb in rows and len(rows[verb].split(verb, 1)[1].strip()) > 20, (verb, out)
+
+
+def test_version_and_no_command(capsys) -> None:
+    from ensml import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"ensml {__version__}"
+    assert main([]) == 1
+    assert capsys.readouterr().err.strip() == "ensml: give a command (ensml --help lists them)"
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    from jsonargparse import ArgumentParser
+
+    from ensml.cli import _components
+
+    targets = [(f"{verb} {sub}", fn) for verb, t in _components().items()
+               for sub, fn in (t.items() if isinstance(t, dict) else [("", t)])]  # fmt: skip
+    for name, fn in targets:
+        parser = ArgumentParser()
+        parser.add_function_arguments(fn)
+        bare = [a.dest for a in parser._actions if a.dest != "help" and not (a.help or "").strip()]
+        assert not bare, f"ensml {name.strip()}: options without help text: {bare}"

@@ -74,8 +74,10 @@ def evaluate(
 
     Parameters
     ----------
-    forecast, analysis
-        The raw ensemble forecast and the verifying analysis (paths or globs).
+    forecast
+        The raw ensemble forecast (paths or globs).
+    analysis
+        The verifying analysis (paths or globs).
     predictions
         netCDF written by ``ensml predict`` with a post-processing model, or ``ensml postprocess``
         outputs of a mixed model (files or a glob) (``<var>_mean``, ``<var>_std``): scored with
@@ -95,10 +97,12 @@ def evaluate(
         Size of the raw subset scored beside the full ensemble (members 0 … k-1).
     lead_hours
         Lead time scored (h).
-    variables, levels
-        Score these (default: all of the forecast's). Every predictions, members and oracle
-        file given must hold each variable: a file without one is an error, not a table
+    variables
+        Score these variables (default: all of the forecast's). Every predictions, members and
+        oracle file given must hold each one: a file without one is an error, not a table
         without its rows; pass ``variables`` to score fewer.
+    levels
+        Score these pressure levels in hPa (default: all of the forecast's).
     out_dir
         Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` and the per-point
         ``scores.nc`` are written (all at the end, each to a temporary name first).

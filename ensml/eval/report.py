@@ -56,8 +56,24 @@ def report(
 
     Parameters
     ----------
-    forecast, analysis, predictions, spread_predictions, oracle, k, lead_hours, variables, levels
-        As :func:`ensml.eval.evaluate.evaluate` (whose tables the report includes).
+    forecast
+        The raw ensemble forecast (paths or globs).
+    analysis
+        The verifying analysis (paths or globs).
+    predictions
+        Mixed-model predictions (``<var>_mean``, ``<var>_std``), as for ``ensml evaluate``.
+    spread_predictions
+        Spread-model predictions (``<var>_std``), as for ``ensml evaluate``.
+    oracle
+        The generator's true predictive distribution (``ensml data synth``'s ``oracle.nc``).
+    k
+        Size of the raw subset scored beside the full ensemble (members 0 … k-1).
+    lead_hours
+        Lead time scored (h).
+    variables
+        Variables to report (default: all of the forecast's).
+    levels
+        Pressure levels to report, hPa (default: all of the forecast's).
     cases
         Case-study YAML files, folders or globs (:mod:`ensml.eval.cases`).
     n_storm_cases
@@ -69,9 +85,10 @@ def report(
         The report folder; replaced as a whole when the new report is complete.
     title
         The report's title.
-    case_variable, case_level
-        Variable and level of the automatic cases (default z500 when present, else the
-        first variable and level).
+    case_variable
+        Variable of the automatic cases (default ``z`` when present, else the first).
+    case_level
+        Level (hPa) of the automatic cases (default 500 when present, else the first).
     """
     check_output_folder(out_dir, "report", REPORT_NAMES)  # before hours of work, not after
     case_list = load_cases(cases) if cases else []

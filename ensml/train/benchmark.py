@@ -179,14 +179,30 @@ def benchmark(
 
     Parameters
     ----------
-    data_dir, synth
-        Where the embedded dataset lives and the generator options it must have been made with
-        (generated there if absent).
-    variables, levels, input_lead_hours, target_lead_hours, k, member_sampling
-        The data every model is built for (see :class:`EnsembleDataModule`); validated against
-        the dataset before any training.
-    train_period, val_period, test_period, batch_size
-        Splits (the table scores the test split) and batch size.
+    data_dir
+        Where the embedded dataset lives (generated there if absent).
+    synth
+        The generator options (``ensml data synth``'s) the dataset must have been made with.
+    variables
+        Variables every model uses (validated against the dataset before any training).
+    levels
+        Pressure levels (hPa) every model uses.
+    input_lead_hours
+        Lead times (h) fed to the models.
+    target_lead_hours
+        Lead time (h) predicted and scored; one of ``input_lead_hours``.
+    k
+        Members given to the models (members 0 … k-1 when scoring).
+    member_sampling
+        ``first`` or ``random`` training subsets (see :class:`EnsembleDataModule`).
+    train_period
+        ``[start, end]`` dates of the training split.
+    val_period
+        ``[start, end]`` dates of the validation split.
+    test_period
+        ``[start, end]`` dates of the test split, which the table scores.
+    batch_size
+        Training batch size.
     models
         Neural models (:class:`ModelSpec`); default: U-Net and temporal U-Net, mixed and spread.
     emos

@@ -33,13 +33,25 @@ def plan_parallel_cli(
         Number of ranks (GPUs) to split.
     forecast
         A forecast file whose latitude/longitude/level sizes to use (or give the sizes below).
-    n_lat, n_lon, n_level
-        Grid cells and pressure levels of one sample (override the file's).
-    n_var, n_lead, task
-        Variables and input lead times; ``mixed`` (post-processing) also feeds the analysis and
-        predicts mean and std, ``spread`` predicts the std only. They set the U-Net's channels.
-    width, depth, kernel_size
-        U-Net size, as ``model.init_args`` of the fit config.
+    n_lat
+        Latitudes of one sample (overrides the file's).
+    n_lon
+        Longitudes of one sample (overrides the file's).
+    n_level
+        Pressure levels of one sample (overrides the file's).
+    n_var
+        Variables of one sample (sets the U-Net's channels).
+    n_lead
+        Input lead times of one sample (sets the U-Net's channels).
+    task
+        ``mixed`` (post-processing: also feeds the analysis, predicts mean and std) or
+        ``spread`` (predicts the std only).
+    width
+        U-Net width, as ``model.init_args.width`` of the fit config.
+    depth
+        U-Net depth (number of poolings), as ``model.init_args.depth``.
+    kernel_size
+        Convolution kernel size, as ``model.init_args.kernel_size``.
     batch_size
         Samples per replica per step (``data.batch_size``).
     memory_gib
