@@ -4,8 +4,9 @@ cfgrib names members ``number``, initialisation ``time``, lead ``step`` and leve
 ``isobaricInhPa``; :func:`ensml.data.io.normalise` renames them. A file with a single step (an
 analysis ensemble such as the ERA5 EDA, or one forecast step) carries ``step`` as a scalar: it is
 made a length-1 ``lead_time`` dimension so that such files open as forecasts with one lead time,
-``time`` becoming ``init_time``. Index files are never written (``indexpath=""``), so read-only
-data stays untouched.
+``time`` becoming ``init_time``; a single-time file's scalar ``time`` likewise becomes a length-1
+``init_time`` (and ``valid_time`` is derived as for every forecast). Index files are never
+written (``indexpath=""``), so read-only data stays untouched.
 """
 
 from __future__ import annotations
@@ -44,12 +45,23 @@ def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict
     try:
         ds = xr.open_dataset(path, engine="cfgrib", backend_kwargs=kwargs, chunks=chunks, cache=False)
     except Exception as exc:  # cfgrib raises DatasetBuildError, ValueError, eccodes errors ...
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EnsmlError(f"GRIB file {path} cannot be read ({reason})") from None
-    if "step" in ds.coords and "step" not in ds.dims:
-        ds = ds.expand_dims("step")
+        raise EnsmlError(f"GRIB file {path} cannot be read ({_one_line(exc)})") from None
+    for dim in ("step", "time"):  # a single-step or single-time file: a length-1 dimension
+        if dim in ds.coords and dim not in ds.dims:
+            ds = ds.expand_dims(dim)
     cfgrib_order = ("time", "step", "number", "isobaricInhPa", "latitude", "longitude")
     return ds.transpose(*[d for d in cfgrib_order if d in ds.dims], ...)
+
+
+def _one_line(exc: Exception) -> str:
+    """cfgrib's message on one line, whole (its hypercube hint lists the filters to use)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].startswith("multiple values for unique key") and len(lines) > 1:
+        options = ", ".join(line.removeprefix("filter_by_keys=") for line in lines[1:])
+        return f"it holds several hypercubes; select one with filter_by_keys, e.g. {options}"
+    return "; ".join(lines)
 
 
 def open_grib(

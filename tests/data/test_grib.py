@@ -61,3 +61,18 @@ def test_real_spread_check_runs(real_data: Path) -> None:
     ddof1 = table[table["estimator"].str.contains("ddof 1")]
     ddof0 = table[table["estimator"].str.contains("ddof 0")]
     assert (ddof1["bias"].to_numpy() > ddof0["bias"].to_numpy()).all()  # ddof 1 is the larger
+
+
+def test_single_time_grib_is_normalised_like_every_forecast(real_data: Path) -> None:
+    ds = open_forecast(real_data / "metview-python" / "ztu_multi_dim.grib")
+    assert ds["t"].dims == ("init_time", "lead_time", "member", "level", "latitude", "longitude")
+    assert ds.sizes["init_time"] == 1 and ds.sizes["lead_time"] == 4
+    np.testing.assert_array_equal(ds["valid_time"].values, (ds["init_time"] + ds["lead_time"]).values)
+
+
+def test_several_hypercubes_name_the_filters_on_one_line(real_data: Path) -> None:
+    with pytest.raises(EnsmlError) as err:
+        open_forecast(real_data / "earthkit-data" / "ens_50.grib")
+    message = str(err.value)
+    assert "\n" not in message and "ens_50.grib" in message
+    assert "filter_by_keys" in message and "{'dataType': 'cf'}" in message and "{'dataType': 'pf'}" in message
