@@ -30,7 +30,7 @@ def _components() -> dict:
     from ensml.train.benchmark import benchmark
     from ensml.train.plan import plan_parallel_cli
 
-    components = {
+    return {
         "data": {"synth": synth, "archive": archive},
         "evaluate": evaluate,
         "report": report,
@@ -38,8 +38,6 @@ def _components() -> dict:
         "plan-parallel": plan_parallel_cli,
         "benchmark": benchmark,
     }
-    assert tuple(components) == OTHER_VERBS
-    return components
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,3 +21,9 @@ class EnsmlError(Exception):
             message = message.rsplit(marker, 1)[1]
         # Keep messages on one line so the CLI can print them as such.
         super().__init__(" ".join(message.split()))
+
+
+def exception_reason(exc: BaseException) -> str:
+    """The first line of a third-party exception's message (its type name if it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -107,6 +107,12 @@ def test_help_lists_every_command_with_a_summary(capsys) -> None:
         assert verb in rows and len(rows[verb].split(verb, 1)[1].strip()) > 20, (verb, out)
 
 
+def test_verb_list_matches_the_commands() -> None:
+    from ensml.cli import OTHER_VERBS, _components
+
+    assert tuple(_components()) == OTHER_VERBS  # the unknown-command check uses OTHER_VERBS
+
+
 def test_version_and_no_command(capsys) -> None:
     from ensml import __version__
 

@@ -12,7 +12,6 @@ import multiprocessing as mp
 from pathlib import Path
 
 import pandas as pd
-import pytest
 import xarray as xr
 
 from ensml.data.outdir import MARKER
@@ -64,8 +63,8 @@ def _write_folder(path: str, tag: int, rounds: int, start) -> None:
                 (tmp / name).write_text(f"{tag}-{r}\n")
 
 
-@pytest.mark.parametrize("writers", [4])
-def test_many_processes_replacing_one_folder(tmp_path: Path, writers: int) -> None:
+def test_many_processes_replacing_one_folder(tmp_path: Path) -> None:
+    writers = 4
     ctx = mp.get_context("fork")
     start = ctx.Barrier(writers)
     path = tmp_path / "out"

@@ -19,7 +19,7 @@ from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
 from ensml.data.sampling import EpochSampler
 from ensml.data.splits import split_init_times
 from ensml.data.stats import compute_stats
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, exception_reason
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
 
 
@@ -30,7 +30,7 @@ def _check_finite(ds: xr.Dataset, time_dim: str, name: str) -> None:
         try:
             bad = (~np.isfinite(da).all([d for d in da.dims if d != time_dim])).compute()
         except Exception as exc:  # corrupt data behind readable metadata
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = exception_reason(exc)
             raise EnsmlError(f"{name} cannot be read in {var!r} ({reason})") from None
         if bad.any():
             when = str(bad[time_dim].values[bad.values][0])[:16]

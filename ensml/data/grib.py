@@ -16,15 +16,8 @@ from pathlib import Path
 
 import xarray as xr
 
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, exception_reason
 from ensml.names import FORECAST_DIMS
-
-GRIB_SUFFIXES = (".grib", ".grb", ".grib1", ".grib2", ".grb2")
-
-
-def is_grib(path: str | Path) -> bool:
-    """Whether ``path`` names a GRIB file (by suffix)."""
-    return Path(path).suffix.lower() in GRIB_SUFFIXES
 
 
 def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict | None = None) -> xr.Dataset:
@@ -56,12 +49,10 @@ def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict
 def _one_line(exc: Exception) -> str:
     """cfgrib's message on one line, whole (its hypercube hint lists the filters to use)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    if lines[0].startswith("multiple values for unique key") and len(lines) > 1:
+    if lines and lines[0].startswith("multiple values for unique key") and len(lines) > 1:
         options = ", ".join(line.removeprefix("filter_by_keys=") for line in lines[1:])
         return f"it holds several hypercubes; select one with filter_by_keys, e.g. {options}"
-    return "; ".join(lines)
+    return "; ".join(lines) or exception_reason(exc)
 
 
 def open_grib(
@@ -81,4 +72,4 @@ def open_grib(
     return ds.transpose(*order, ...)
 
 
-__all__ = ["GRIB_SUFFIXES", "is_grib", "open_grib", "read_grib"]
+__all__ = ["open_grib", "read_grib"]

@@ -16,7 +16,7 @@ import xarray as xr
 
 from ensml.data.formats import detect_format, unknown_format
 from ensml.data.grib import read_grib
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, exception_reason
 from ensml.names import (
     ANALYSIS_DIMS,
     COORD_ATTRS,
@@ -67,7 +67,7 @@ def _open_one(path: Path, what: str, chunks: dict | None) -> xr.Dataset:
             warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated")
             return xr.open_dataset(path, engine=engine, chunks=chunks, cache=False)
     except Exception as exc:  # netCDF4/HDF5/zarr raise OSError, ValueError, RuntimeError ...
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = exception_reason(exc)
         raise EnsmlError(f"{what} file {path} cannot be read ({reason})") from None
 
 
@@ -90,7 +90,7 @@ def _normalised(ds: xr.Dataset, path: object, what: str) -> xr.Dataset:
     try:
         return normalise(ds)
     except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = exception_reason(exc)
         raise EnsmlError(f"{what} file {path} has coordinates ensml cannot interpret ({reason})") from None
 
 
@@ -153,7 +153,7 @@ def _check_vars(
             )
 
 
-def _check_unique(ds: xr.Dataset, dims: Sequence[str], path: str, what: str) -> None:
+def _check_index(ds: xr.Dataset, dims: Sequence[str], path: str, what: str) -> None:
     """Raise naming the first repeated or out-of-order value of a time coordinate.
 
     A repeated init time (a date written twice) is ambiguous; times out of order are refused too,
@@ -188,7 +188,7 @@ def _open_checked(
     files = _paths(paths, what)
     ds = _normalised(_open(files, what, chunks), files[0] if len(files) == 1 else paths, what)
     _check_vars(ds, variables, dims, str(files[0]), what)
-    _check_unique(ds, dims, str(files[0]), what)
+    _check_index(ds, dims, str(files[0]), what)
     return ds[list(variables)] if variables else ds
 
 
@@ -231,7 +231,7 @@ def load_dataset(
             except EnsmlError:
                 raise
             except Exception as exc:  # corrupt data behind readable metadata (HDF5, zarr, GRIB)
-                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                reason = exception_reason(exc)
                 raise EnsmlError(f"{what} file {path} cannot be read ({reason})") from None
     if len(parts) == 1:
         return parts[0]

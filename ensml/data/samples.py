@@ -18,7 +18,7 @@ import xarray as xr
 
 from ensml.data.io import open_analysis, open_forecast
 from ensml.data.sampling import SampleKey, split_key
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, exception_reason
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
 
 MemberSampling = Literal["first", "random"]
@@ -189,7 +189,7 @@ def read_block(
             arr = np.stack([ds[v].sel(indexer).transpose(*dims).values for v in variables])
     except Exception as exc:  # corrupt data behind readable metadata
         when = str(next(iter(indexer.values())))[:16]
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = exception_reason(exc)
         raise EnsmlError(f"{what} cannot be read at {when} ({reason})") from None
     arr = arr.astype(np.float32, copy=False)
     if not np.isfinite(arr).all():
