@@ -26,9 +26,9 @@ def _components() -> dict:
     from ensml.data.synth import synth
     from ensml.eval.evaluate import evaluate
     from ensml.eval.report import report
+    from ensml.experiments.benchmark import benchmark
+    from ensml.experiments.plan import plan_parallel_cli
     from ensml.postprocess import postprocess
-    from ensml.train.benchmark import benchmark
-    from ensml.train.plan import plan_parallel_cli
 
     return {
         "data": {"synth": synth, "archive": archive},

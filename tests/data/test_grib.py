@@ -50,7 +50,7 @@ def test_grib_is_recognised_by_content_not_name(real_data: Path, tmp_path: Path)
 
 
 def test_real_spread_check_runs(real_data: Path) -> None:
-    from ensml.train.real_spread import real_spread_check
+    from ensml.experiments.real_spread import real_spread_check
 
     table = real_spread_check(
         str(real_data / "cfgrib" / "era5-levels-members.grib"), epochs=1, subsets_per_time=2,

@@ -8,7 +8,7 @@ trained on the first times and scored on the last one over every subset, beside 
 own sample std with and without the small-sample correction (ddof 1 / ddof 0). Four times are a
 tiny sample: this is a check that the pipeline runs on real data, not a result.
 
-Run: ``python -m ensml.train.real_spread --grib ../shared/data/real/cfgrib/era5-levels-members.grib``
+Run: ``python -m ensml.experiments.real_spread --grib ../shared/data/real/cfgrib/era5-levels-members.grib``
 """
 
 from __future__ import annotations

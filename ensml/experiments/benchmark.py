@@ -6,7 +6,7 @@ same splits, subsets and normalisation statistics; each is seeded with ``seed`` 
 and before it is trained, so the same configuration gives the same table on CPU (apart from the
 wall-clock column ``train_s``). Scoring goes through :func:`ensml.eval.evaluate.crps_rows` and
 :func:`~ensml.eval.evaluate.spread_scores`, the code behind ``ensml evaluate``; see
-:mod:`ensml.train.benchmark_score`.
+:mod:`ensml.experiments.benchmark_score`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.outdir import check_output_folder, replace_folder
 from ensml.data.synth import synth as make_synth
 from ensml.errors import EnsmlError
+from ensml.experiments.benchmark_score import BENCHMARK_NAMES, score_all, summarise, write_tables
 from ensml.models.emos import fit_emos
-from ensml.train.benchmark_score import BENCHMARK_NAMES, score_all, summarise, write_tables
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
 
