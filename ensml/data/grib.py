@@ -11,12 +11,15 @@ written (``indexpath=""``), so read-only data stays untouched.
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import xarray as xr
 
 from ensml.errors import EnsmlError, exception_reason
+from ensml.logs import collected
 from ensml.names import FORECAST_DIMS
 
 
@@ -35,10 +38,23 @@ def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict
     kwargs = {"indexpath": ""}
     if filter_by_keys:
         kwargs["filter_by_keys"] = dict(filter_by_keys)
-    try:
-        ds = xr.open_dataset(path, engine="cfgrib", backend_kwargs=kwargs, chunks=chunks, cache=False)
-    except Exception as exc:  # cfgrib raises DatasetBuildError, ValueError, eccodes errors ...
-        raise EnsmlError(f"GRIB file {path} cannot be read ({_one_line(exc)})") from None
+    # cfgrib logs (with a traceback) and skips what it cannot place: a damaged message, a
+    # variable whose coordinates clash with the others'. Both become ensml's own report.
+    with collected("cfgrib") as records:
+        try:
+            ds = xr.open_dataset(path, engine="cfgrib", backend_kwargs=kwargs, chunks=chunks, cache=False)
+        except Exception as exc:  # cfgrib raises DatasetBuildError, ValueError, eccodes errors ...
+            raise EnsmlError(f"GRIB file {path} cannot be read ({_one_line(exc)})") from None
+    damaged = [r for r in records if r.getMessage().startswith("skipping corrupted")]
+    if damaged:
+        reason = exception_reason(damaged[0].exc_info[1]) if damaged[0].exc_info else "unreadable"
+        raise EnsmlError(
+            f"GRIB file {path} is damaged: {len(damaged)} message(s) cannot be read ({reason}); "
+            "it may be truncated or overwritten, nothing of it is used"
+        )
+    skipped = _skipped_variables(records)
+    if skipped:
+        ds.attrs[SKIPPED_ATTR] = "; ".join(f"{n}: {why}" for n, why in skipped.items())
     for dim in ("step", "time"):  # a single-step or single-time file: a length-1 dimension
         if dim in ds.coords and dim not in ds.dims:
             ds = ds.expand_dims(dim)
@@ -46,12 +62,42 @@ def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict
     return ds.transpose(*[d for d in cfgrib_order if d in ds.dims], ...)
 
 
+def _skipped_variables(records: list[logging.LogRecord]) -> dict[str, str]:
+    """``{shortName: why}`` of the variables cfgrib left out because their coordinates clash."""
+    skipped = {}
+    for record in records:
+        if record.getMessage().startswith("skipping variable") and len(record.args or ()) == 2:
+            exc = record.exc_info[1] if record.exc_info else None
+            key = re.search(r"key='(\w+)'", str(exc)) if exc is not None else None
+            why = f"its {key.group(1)!r} coordinate differs from the other variables'" if key else "clash"
+            skipped[str(record.args[1])] = why
+    return skipped
+
+
+SKIPPED_ATTR = "ensml_skipped_variables"
+
+
+def check_not_skipped(ds: xr.Dataset, var: str, path: str | Path) -> None:
+    """Raise if cfgrib left ``var`` out of ``ds`` (its coordinates clash with the others')."""
+    parts = [part.split(": ", 1) for part in str(ds.attrs.get(SKIPPED_ATTR, "")).split("; ") if part]
+    skipped = dict(p for p in parts if len(p) == 2)
+    if var in skipped:
+        raise EnsmlError(
+            f"GRIB file {path}: variable {var!r} cannot be read beside the others ({skipped[var]}); "
+            "read it from a file of its own or with "
+            f"ensml.data.grib.read_grib(path, filter_by_keys={{'shortName': {var!r}}})"
+        )
+
+
 def _one_line(exc: Exception) -> str:
     """cfgrib's message on one line, whole (its hypercube hint lists the filters to use)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if lines and lines[0].startswith("multiple values for unique key") and len(lines) > 1:
         options = ", ".join(line.removeprefix("filter_by_keys=") for line in lines[1:])
-        return f"it holds several hypercubes; select one with filter_by_keys, e.g. {options}"
+        return (
+            "it holds several hypercubes; split it (e.g. grib_copy -w dataType=pf) or read one with "
+            f"ensml.data.grib.read_grib(path, filter_by_keys=...), e.g. {options}"
+        )
     return "; ".join(lines) or exception_reason(exc)
 
 
@@ -65,6 +111,7 @@ def open_grib(
     if variables:
         missing = [v for v in variables if v not in ds.data_vars]
         if missing:
+            check_not_skipped(ds, missing[0], path)
             found = ", ".join(map(str, ds.data_vars))
             raise EnsmlError(f"GRIB file {path} has no variable {missing[0]!r} (found: {found})")
         ds = ds[list(variables)]
@@ -72,4 +119,4 @@ def open_grib(
     return ds.transpose(*order, ...)
 
 
-__all__ = ["open_grib", "read_grib"]
+__all__ = ["check_not_skipped", "open_grib", "read_grib"]

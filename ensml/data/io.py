@@ -15,7 +15,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.data.formats import detect_format, unknown_format
-from ensml.data.grib import read_grib
+from ensml.data.grib import check_not_skipped, read_grib
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import (
     ANALYSIS_DIMS,
@@ -140,6 +140,7 @@ def _check_vars(
     found = sorted(str(v) for v in ds.data_vars)
     for var in variables or []:
         if var not in ds.data_vars:
+            check_not_skipped(ds, var, path)
             raise EnsmlError(
                 f"{what} file {path} has no variable {var!r} (found: {', '.join(found) or 'none'})"
             )

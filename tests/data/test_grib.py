@@ -76,3 +76,61 @@ def test_several_hypercubes_name_the_filters_on_one_line(real_data: Path) -> Non
     message = str(err.value)
     assert "\n" not in message and "ens_50.grib" in message
     assert "filter_by_keys" in message and "{'dataType': 'cf'}" in message and "{'dataType': 'pf'}" in message
+
+
+@pytest.fixture
+def analysis_grib(real_data: Path) -> Path:
+    """ERA5 t at 850/500 hPa, 13 analysis times (every message a whole field)."""
+    return real_data / "metview-python" / "ds" / "an" / "t_pl.grib"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+def test_damaged_grib_is_an_error_not_fewer_times(analysis_grib, tmp_path, capfd, damage) -> None:
+    data = analysis_grib.read_bytes()
+    if damage == "truncated":  # cfgrib alone opens this with 12 of the 13 times, silently
+        broken = data[:-300]
+    else:
+        broken = data[:5000] + np.random.default_rng(0).bytes(3000) + data[5000:]
+    path = tmp_path / f"{damage}.grib"
+    path.write_bytes(broken)
+    capfd.readouterr()
+    with pytest.raises(EnsmlError, match=r"is damaged: 1 message\(s\) cannot be read") as err:
+        open_forecast(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+    assert capfd.readouterr().err == ""  # cfgrib's traceback is not printed beside it
+
+
+def test_variable_cfgrib_skips_is_named_with_the_reason(analysis_grib, tmp_path, capfd) -> None:
+    # t: 13 analysis times; u from the forecast folder: one time -> cfgrib drops u with a traceback.
+    mixed = tmp_path / "mixed.grib"
+    mixed.write_bytes(
+        analysis_grib.read_bytes() + (analysis_grib.parents[1] / "oper" / "u_pl.grib").read_bytes()
+    )
+    capfd.readouterr()
+    with pytest.raises(EnsmlError) as err:
+        open_forecast(mixed, ["u"])
+    message = str(err.value)
+    assert message == (
+        f"GRIB file {mixed}: variable 'u' cannot be read beside the others (its 'time' coordinate "
+        "differs from the other variables'); read it from a file of its own or with "
+        "ensml.data.grib.read_grib(path, filter_by_keys={'shortName': 'u'})"
+    )
+    assert capfd.readouterr().err == ""
+    from ensml.data.grib import read_grib
+
+    assert list(read_grib(mixed, filter_by_keys={"shortName": "u"}).data_vars) == ["u"]  # the advice works
+
+
+def test_hypercube_error_prints_nothing_else(real_data, tmp_path, capfd) -> None:
+    from ensml.cli import main
+
+    path = real_data / "earthkit-data" / "ens_50.grib"
+    capfd.readouterr()
+    assert (
+        main(
+            ["evaluate", "--forecast", str(path), "--analysis", str(path), "--out_dir", str(tmp_path / "out")]
+        )
+        == 1
+    )
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ensml: GRIB file") and "grib_copy" in err

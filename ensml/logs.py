@@ -1,0 +1,78 @@
+"""What a command prints besides its results: ``--quiet``, ``--verbose`` and third-party loggers.
+
+One switch for the whole process, set by ``ensml`` from its ``--quiet`` / ``--verbose`` flags
+(:func:`configure`); library users get the defaults (progress shown, third-party chatter off).
+
+* **default**: progress (a bar on a terminal, a line per stage otherwise) and ensml's own notes;
+  the chatter of cfgrib, ecCodes' Python bindings, dask.distributed and Lightning's banner is
+  held back at WARNING or above, and what ensml turns into its own one-line errors (cfgrib's
+  skipped variables and corrupted messages) is not printed twice.
+* **quiet**: no progress and no notes; results, warnings and errors only.
+* **verbose**: every logger at INFO, tracebacks included, for bug reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: Loggers of the libraries ensml drives, held at WARNING unless ``--verbose``.
+THIRD_PARTY = ("cfgrib", "gribapi", "eccodes", "distributed", "lightning.pytorch", "lightning.fabric")
+
+_state = {"quiet": False, "verbose": False}
+
+
+def configure(quiet: bool = False, verbose: bool = False) -> None:
+    """Set the process-wide verbosity (``ensml --quiet`` / ``--verbose``) and the loggers with it."""
+    if quiet and verbose:
+        from ensml.errors import EnsmlError
+
+        raise EnsmlError("--quiet and --verbose exclude each other: give one")
+    _state.update(quiet=quiet, verbose=verbose)
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    level = logging.INFO if verbose else logging.ERROR if quiet else logging.WARNING
+    for name in THIRD_PARTY:
+        logging.getLogger(name).setLevel(level)
+
+
+def quiet() -> bool:
+    """Whether progress and notes are off (``--quiet``)."""
+    return _state["quiet"]
+
+
+def verbose() -> bool:
+    """Whether third-party logs and tracebacks are shown (``--verbose``)."""
+    return _state["verbose"]
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextmanager
+def collected(name: str) -> Iterator[list[logging.LogRecord]]:
+    """Collect the records of logger ``name`` instead of printing them (still printed if verbose).
+
+    For libraries whose log records ensml turns into its own errors: the caller inspects the
+    records and raises one line, so the library's traceback would only repeat it.
+    """
+    logger = logging.getLogger(name)
+    handler = _Collect()
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = verbose()
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+__all__ = ["THIRD_PARTY", "collected", "configure", "quiet", "verbose"]
