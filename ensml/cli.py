@@ -9,12 +9,14 @@ print as one line (``ensml: …``, see :mod:`ensml.cli_errors`) with exit status
 from __future__ import annotations
 
 import sys
+import traceback
 from argparse import ArgumentError
 from collections.abc import Sequence
 
 from ensml import __version__
 from ensml.cli_errors import check_config_files, describe
 from ensml.errors import EnsmlError
+from ensml.logs import GLOBAL_FLAGS, take_flags, verbose
 from ensml.provenance import set_command
 
 LIGHTNING_VERBS = ("fit", "validate", "test", "predict")
@@ -54,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ensml {__version__}")
         return 0
     try:
+        args = take_flags(args)
         if args and not args[0].startswith("-") and args[0] not in LIGHTNING_VERBS + OTHER_VERBS:
             verbs = ", ".join(LIGHTNING_VERBS + OTHER_VERBS)
             raise EnsmlError(f"unknown command {args[0]!r}; the commands are {verbs} (ensml --help)")
@@ -67,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             auto_cli(_components(), args=args, as_positional=False, exit_on_error=False)
     except EnsmlError as exc:
+        if verbose():
+            traceback.print_exc()
         print(f"ensml: {exc}", file=sys.stderr)
         return 1
     except ArgumentError as exc:  # a bad option or config value, from jsonargparse
@@ -99,6 +104,9 @@ def overview() -> str:
         "",
         "commands:",
         *lines,
+        "",
+        "options of every command (before or after its name):",
+        *[f"  {short}, {flag:<{width - 4}}  {text}" for flag, (short, text) in GLOBAL_FLAGS.items()],
         "",
         "ensml COMMAND --help lists a command's options; ensml --version prints the version.",
     ])  # fmt: skip

@@ -3,11 +3,11 @@
 One switch for the whole process, set by ``ensml`` from its ``--quiet`` / ``--verbose`` flags
 (:func:`configure`); library users get the defaults (progress shown, third-party chatter off).
 
-* **default**: progress (a bar on a terminal, a line per stage otherwise) and ensml's own notes;
-  the chatter of cfgrib, ecCodes' Python bindings, dask.distributed and Lightning's banner is
-  held back at WARNING or above, and what ensml turns into its own one-line errors (cfgrib's
-  skipped variables and corrupted messages) is not printed twice.
-* **quiet**: no progress and no notes; results, warnings and errors only.
+* **default**: progress (a bar on a terminal, a line per stage otherwise), ensml's own notes and
+  Lightning's (devices, model summary); the chatter of cfgrib, ecCodes' Python bindings and
+  dask.distributed is held back at WARNING or above, and what ensml turns into its own
+  one-line errors (cfgrib's skipped variables and corrupted messages) is not printed twice.
+* **quiet**: no progress and no notes (Lightning's included); results, warnings and errors only.
 * **verbose**: every logger at INFO, tracebacks included, for bug reports.
 """
 
@@ -18,9 +18,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 #: Loggers of the libraries ensml drives, held at WARNING unless ``--verbose``.
-THIRD_PARTY = ("cfgrib", "gribapi", "eccodes", "distributed", "lightning.pytorch", "lightning.fabric")
+THIRD_PARTY = ("cfgrib", "gribapi", "eccodes", "distributed")
+#: Lightning's own notes (devices found, model summary): shown, except under ``--quiet``.
+LIGHTNING = ("lightning.pytorch", "lightning.fabric")
+
+#: Taken by every command, before or after its name: ``{flag: (short form, help)}``.
+GLOBAL_FLAGS = {
+    "--quiet": ("-q", "no progress bars, progress lines or notes: results, warnings and errors only"),
+    "--verbose": ("-v", "show the logs of cfgrib, ecCodes and dask.distributed, tracebacks included"),
+}
+_SPELLINGS = {spelling: flag for flag, (short, _) in GLOBAL_FLAGS.items() for spelling in (flag, short)}
 
 _state = {"quiet": False, "verbose": False}
+
+
+def take_flags(args: list[str]) -> list[str]:
+    """:func:`configure` from the ``--quiet`` / ``--verbose`` in ``args``; return the other args."""
+    flags = {_SPELLINGS[arg] for arg in args if arg in _SPELLINGS}
+    configure(quiet="--quiet" in flags, verbose="--verbose" in flags)
+    return [arg for arg in args if arg not in _SPELLINGS]
 
 
 def configure(quiet: bool = False, verbose: bool = False) -> None:
@@ -32,9 +48,17 @@ def configure(quiet: bool = False, verbose: bool = False) -> None:
     _state.update(quiet=quiet, verbose=verbose)
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    apply_levels()
+
+
+def apply_levels() -> None:
+    """Set the third-party loggers' levels; again after importing Lightning, which sets its own."""
+    quiet, verbose = _state["quiet"], _state["verbose"]
     level = logging.INFO if verbose else logging.ERROR if quiet else logging.WARNING
     for name in THIRD_PARTY:
         logging.getLogger(name).setLevel(level)
+    for name in LIGHTNING:
+        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.INFO)
 
 
 def quiet() -> bool:
@@ -75,4 +99,14 @@ def collected(name: str) -> Iterator[list[logging.LogRecord]]:
         logger.propagate = propagate
 
 
-__all__ = ["THIRD_PARTY", "collected", "configure", "quiet", "verbose"]
+__all__ = [
+    "GLOBAL_FLAGS",
+    "LIGHTNING",
+    "THIRD_PARTY",
+    "apply_levels",
+    "collected",
+    "configure",
+    "quiet",
+    "take_flags",
+    "verbose",
+]

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from ensml.data.io import open_forecast
 from ensml.data.splits import split_init_times
 from ensml.data.writers import write_netcdf
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LEAD_TIME
+from ensml.progress import Progress
 from ensml.provenance import command
 
 
@@ -61,8 +60,9 @@ def archive(
     except OSError as err:
         raise EnsmlError(f"cannot create {out}: {err.strerror}") from None
     written = []
-    bar = tqdm(list(zip(inits, names)), desc="archive", unit="file", disable=not sys.stderr.isatty())
-    for init, file_name in bar:
-        one = fc.sel({INIT_TIME: [init]}).load()
-        written.append(write_netcdf(one, out / file_name, history=command()))
+    with Progress("archive", len(inits), "files", every_s=30) as progress:
+        for init, file_name in zip(inits, names):
+            one = fc.sel({INIT_TIME: [init]}).load()
+            written.append(write_netcdf(one, out / file_name, history=command()))
+            progress.advance()
     return written

@@ -73,7 +73,6 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -82,11 +81,11 @@ import dask
 import numpy as np
 import pandas as pd
 import xarray as xr
-from tqdm import tqdm
 
 from ensml.data.synth_build import SynthConfig, build_datasets, encodings
 from ensml.data.writers import temporary_folder, write_netcdf
 from ensml.errors import EnsmlError
+from ensml.progress import Progress
 
 FILES = ("forecast.nc", "analysis.nc", "oracle.nc")
 
@@ -223,9 +222,9 @@ def synth(
     inits, leads = _validate(cfg)
     out_dir = Path(out_dir)
     _prepare_out_dir(out_dir, overwrite)
-    quiet = not sys.stderr.isatty()
-    with tqdm(total=len(inits), desc="ensml synth", unit="init", leave=False, disable=quiet) as bar:
-        datasets = build_datasets(cfg, inits, leads, on_progress=bar.update)
+    # Members are drawn lazily, block by block, as the files are written.
+    with Progress("ensml synth", len(inits), "init times drawn and written", every_s=30) as progress:
+        datasets = build_datasets(cfg, inits, leads, on_progress=lambda n: progress.advance(n=n))
         return _write_all(datasets, encodings(datasets, cfg), out_dir, cfg)
 
 

@@ -13,6 +13,7 @@ NaN or infinite value read for scoring, which NaN-skipping means would silently 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,6 +40,7 @@ from ensml.eval.inputs import at_lead, check_complete, need, open_predictions
 from ensml.eval.tables import EVALUATE_NAMES, print_table, write_outputs
 from ensml.eval.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, units_of
+from ensml.progress import Progress, note, seconds
 
 POINT_DIMS = [LEVEL, LATITUDE, LONGITUDE]
 
@@ -186,7 +188,9 @@ def evaluate(
     weights = latitude_weights(fc[LATITUDE])
 
     rows, spread_rows, fields = [], [], {}
+    progress = Progress("evaluate", len(variables), "variables")
     for var in variables:
+        started = time.monotonic()
         y = obs[var]
         sources: dict[str, xr.DataArray] = {
             f"raw ensemble ({m} members)": crps_ensemble(fc[var], y, preserve_dims=POINT_DIMS),
@@ -221,6 +225,9 @@ def evaluate(
             for name, est in estimators.items():
                 fields[f"spread_rmse_{_slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
             spread_rows += spread_scores(estimators, target, weights, var, levels, lead_hours, m)
+        progress.advance(f"{var} scored in {seconds(time.monotonic() - started)}")
+    progress.close()
+    note(f"evaluate: writing the tables and per-point scores to {out_dir}")
     table = pd.DataFrame(rows)
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
     with replace_folder(out_dir, "evaluate", EVALUATE_NAMES) as folder:  # one run's results, whole

@@ -12,7 +12,6 @@ wall-clock column ``train_s``). Scoring goes through :func:`ensml.eval.evaluate.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,8 +22,6 @@ import numpy as np
 import pandas as pd
 import torch
 import xarray as xr
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.outdir import check_output_folder, replace_folder
@@ -32,6 +29,7 @@ from ensml.data.synth import synth as make_synth
 from ensml.errors import EnsmlError
 from ensml.experiments.benchmark_score import BENCHMARK_NAMES, score_all, summarise, write_tables
 from ensml.models.emos import fit_emos
+from ensml.progress import Progress, note, seconds
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
 
@@ -121,10 +119,10 @@ def _train_predict(
     L.seed_everything(seed, verbose=False)
     start = time.perf_counter()
     trainer.fit(task, datamodule=dm)
-    seconds = time.perf_counter() - start
+    took = time.perf_counter() - start
     out = trainer.predict(task, dataloaders=dm.predict_dataloader())
     pred = {key: torch.cat([o[key] for o in out]).numpy() for key in out[0]}
-    return pred, seconds
+    return pred, took
 
 
 def _emos(dm: EnsembleDataModule, modes: list[str], seed: int) -> tuple[dict, dict]:
@@ -147,11 +145,11 @@ def _emos(dm: EnsembleDataModule, modes: list[str], seed: int) -> tuple[dict, di
     for mode in modes:
         start = time.perf_counter()
         model = fit_emos(train["mean"], train["std"], train["obs"], mode=mode, weights=weights)
-        seconds = time.perf_counter() - start
+        took = time.perf_counter() - start
         mu, sigma = model(test["mean"], test["std"])
         name = EMOS_NAMES[mode]
         preds[name] = {"index": test["index"].numpy(), "mean": mu.numpy(), "std": sigma.numpy()}
-        info[name] = {"params": sum(p.numel() for p in model.parameters()), "train_s": seconds}
+        info[name] = {"params": sum(p.numel() for p in model.parameters()), "train_s": took}
     return preds, info
 
 
@@ -234,6 +232,7 @@ def benchmark(
     if k > synth.members:
         raise EnsmlError(f"cannot take a subset of k={k} members: synth makes {synth.members} members")
     paths = _ensure_data(Path(data_dir), synth)
+    note(f"benchmark: {len(emos)} EMOS variants and {len(models)} networks to train on {data_dir}")
     dm = EnsembleDataModule(
         str(paths["forecast"]), str(paths["analysis"]), variables=list(variables), levels=list(levels),
         input_lead_hours=list(input_lead_hours), target_lead_hours=target_lead_hours, k=k,
@@ -244,25 +243,23 @@ def benchmark(
     # Build every model now: a model that does not fit the data fails before any training.
     tasks = [_build(spec, dm, seed) for spec in models]
 
-    console = Console(file=sys.stderr)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     preds: dict[str, dict] = {}
     info: dict[str, dict] = {}
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
-        bar = progress.add_task("benchmark", total=len(models) + 1)
-        progress.update(bar, description="EMOS")
+    with Progress("benchmark", len(models) + 1, "models") as progress:
+        progress.describe("EMOS")
+        start = time.perf_counter()
         emos_preds, emos_info = _emos(dm, list(emos), seed)
         preds.update(emos_preds)
         info.update(emos_info)
-        progress.advance(bar)
+        progress.advance(f"{' and '.join(emos_info)} fitted in {seconds(time.perf_counter() - start)}")
         for spec, task in zip(models, tasks):
-            progress.update(bar, description=spec.name)
+            progress.describe(spec.name)
             n_params = sum(p.numel() for p in task.parameters())
-            pred, seconds = _train_predict(task, spec, dm, seed, limit_train_batches)
+            pred, took = _train_predict(task, spec, dm, seed, limit_train_batches)
             preds[spec.name] = {"kind": spec.task, **pred}
-            info[spec.name] = {"params": n_params, "train_s": seconds}
-            progress.advance(bar)
+            info[spec.name] = {"params": n_params, "train_s": took}
+            progress.advance(f"{spec.name} trained in {seconds(took)}")
 
     table = score_all(dm, paths, preds, info)
     with replace_folder(out_dir, "benchmark", BENCHMARK_NAMES) as folder:

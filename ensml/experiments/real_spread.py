@@ -9,6 +9,7 @@ own sample std with and without the small-sample correction (ddof 1 / ddof 0). F
 tiny sample: this is a check that the pipeline runs on real data, not a result.
 
 Run: ``python -m ensml.experiments.real_spread --grib ../shared/data/real/cfgrib/era5-levels-members.grib``
+(``--quiet`` / ``--verbose`` as for every ``ensml`` command).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ensml.errors import EnsmlError
 from ensml.eval.tables import to_markdown
 from ensml.eval.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, MEMBER
+from ensml.progress import Progress, note
 from ensml.train.tasks import SpreadTask
 
 
@@ -58,9 +60,41 @@ def real_spread_check(
 ) -> pd.DataFrame:
     """Train on the first times' subsets, score every subset of the last ``test_times`` times.
 
-    Returns a table (also printed as Markdown) of area-weighted RMSE, bias and correlation of each
-    estimator against the M-member std (ddof 0), per variable and level, averaged over subsets
-    (all C(M, k) of them, or the first ``max_test_subsets``).
+    Parameters
+    ----------
+    grib
+        The ensemble GRIB file (analysis times × members × levels), read by ensml's GRIB reader.
+    variables
+        Variables to learn and score (cfgrib short names).
+    levels
+        Pressure levels (hPa).
+    k
+        Members in a subset (the model's input); the target is the std of all M members.
+    test_times
+        How many of the last analysis times are held out for scoring.
+    subsets_per_time
+        Random k-member subsets drawn per training time (training samples).
+    epochs
+        Training epochs.
+    batch_size
+        Subsets per optimisation step.
+    width
+        Channels of the U-Net's first level.
+    depth
+        Levels of the U-Net (pooling steps + 1).
+    lr
+        Peak learning rate of the one-cycle schedule.
+    seed
+        Seed of the subsets, the initialisation and the batch order.
+    max_test_subsets
+        Score only the first this many of the C(M, k) test subsets (all when unset).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Area-weighted RMSE, bias and correlation of each estimator against the M-member std
+        (ddof 0), per variable and level, averaged over the test subsets (also printed as
+        Markdown).
     """
     L.seed_everything(seed, verbose=False)
     fc = open_forecast(grib, variables).isel({LEAD_TIME: 0})
@@ -91,21 +125,28 @@ def real_spread_check(
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=lr, total_steps=epochs * -(-len(samples) // batch_size)
     )
+    progress = Progress("real_spread", epochs, "epochs")
     for _ in range(epochs):
+        losses = []
         order = rng.permutation(len(samples))
         for i in range(0, len(order), batch_size):
             chosen = [samples[j] for j in order[i : i + batch_size]]
             parts = [_batch(train[t], combos[[c]]) for t, c in chosen]
             batch = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
             opt.zero_grad()
-            task.loss(batch).backward()
+            loss = task.loss(batch)
+            loss.backward()
+            losses.append(float(loss.detach()))
             opt.step()
             sched.step()
+        progress.advance(f"mean training loss {np.mean(losses):.4g}")
+    progress.close()
 
     test_combos = combos[:max_test_subsets] if max_test_subsets else combos
     w = torch.as_tensor(latitude_weights(fc[LATITUDE].values).values, dtype=torch.float32)[:, None]
     sums: dict[tuple[str, int, int], np.ndarray] = {}
     task.eval()
+    note(f"real_spread: scoring {len(test) * len(test_combos)} test subsets")
     with torch.no_grad():
         for xt in test:
             for i in range(0, len(test_combos), 64):
@@ -146,8 +187,10 @@ def real_spread_check(
 if __name__ == "__main__":  # pragma: no cover
     from jsonargparse import auto_cli
 
+    from ensml.logs import take_flags
+
     try:
-        auto_cli(real_spread_check, as_positional=False)
+        auto_cli(real_spread_check, args=take_flags(sys.argv[1:]), as_positional=False)
     except EnsmlError as exc:
         print(f"ensml: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -2,67 +2,21 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
+from ensml.progress import Progress
+
+#: Without a terminal, at most one progress line per this many seconds (units are many and short).
 LOG_EVERY_S = 30.0
 
 
-class RunProgress:
+def run_progress(total: int) -> Progress:
     """Units done / failed / remaining while a run goes on."""
-
-    def __init__(self, total: int, what: str = "postprocess", stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.total, self.what = total, what
-        self.done = self.failed = 0
-        self.start = self._last_log = time.monotonic()
-        self._bar: Progress | None = None
-        if self.stream.isatty() and total:
-            self._bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("[red]{task.fields[failed]} failed"), TimeElapsedColumn(), TimeRemainingColumn(),
-                console=Console(file=self.stream),
-            )  # fmt: skip
-            self._task = self._bar.add_task(what, total=total, failed=0)
-            self._bar.start()
-
-    def advance(self, ok: bool) -> None:
-        self.done += ok
-        self.failed += not ok
-        if self._bar is not None:
-            self._bar.update(self._task, advance=1, failed=self.failed)
-            return
-        now = time.monotonic()
-        if now - self._last_log >= LOG_EVERY_S:
-            self._last_log = now
-            finished = self.done + self.failed
-            elapsed = now - self.start
-            left = elapsed / finished * (self.total - finished) if finished else float("nan")
-            print(
-                f"{self.what}: {finished}/{self.total} units ({self.failed} failed), "
-                f"{elapsed:.0f} s elapsed, about {left:.0f} s left",
-                file=self.stream,
-                flush=True,
-            )
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
+    return Progress("postprocess", total, "units", every_s=LOG_EVERY_S, failures=True)
 
 
 def summary(

@@ -34,8 +34,9 @@ from ensml.postprocess.options import (
 from ensml.postprocess.outputs import create_zarr_store, data_sha256, zarr_store_id
 from ensml.postprocess.plan import ZARR_STORE, expand_inputs, netcdf_units, zarr_units
 from ensml.postprocess.products import product_dataset
-from ensml.postprocess.progress import RunProgress, summary
+from ensml.postprocess.progress import run_progress, summary
 from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
+from ensml.progress import note
 from ensml.provenance import command
 
 
@@ -148,7 +149,7 @@ def postprocess(
     with output_lock(out):
         removed = remove_temporaries(out)
         if removed:
-            console.print(f"postprocess: removed {len(removed)} temporaries left by an interrupted run")
+            note(f"postprocess: removed {len(removed)} temporaries left by an interrupted run")
         manifest = Manifest(out)
         records: list[dict[str, Any]] = []  # this run's, including inputs that could not be planned
         units, identities, job_products = _plan(
@@ -158,14 +159,14 @@ def postprocess(
             manifest.append(record)
         todo = [u for u in units if force or not _current(manifest, u, identities[u.key], verify)]
         job = Job(models, job_products, tuple(thresholds), analysis_files, format, device, attrs, command())
-        progress = RunProgress(len(todo))
+        progress = run_progress(len(todo))
 
         def finish(unit: Unit, result: dict[str, Any]) -> None:
             stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             record = {**identities[unit.key], **result, "finished": stamp}
             manifest.append(record)
             records.append(record)
-            progress.advance(record["status"] == "done")
+            progress.advance(ok=record["status"] == "done")
 
         try:
             if todo:

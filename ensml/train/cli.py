@@ -13,7 +13,9 @@ from lightning.pytorch.cli import LightningCLI
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.writers import check_writable
 from ensml.errors import EnsmlError
+from ensml.logs import apply_levels
 from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
+from ensml.train.progress import LogProgress, use_lightning_bar
 from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
 
 
@@ -45,7 +47,11 @@ class EnsmlCLI(LightningCLI):
         # overwrite the training run's metrics.csv and config.yaml.
         if self.subcommand != "fit":
             self.save_config_callback = None
+        if not use_lightning_bar():  # a log, a pipe or --quiet: lines (or nothing), not a bar
+            kwargs["enable_progress_bar"] = False
         trainer = super().instantiate_trainer(**kwargs)
+        if not use_lightning_bar():
+            trainer.callbacks.append(LogProgress())
         if self.subcommand != "fit":
             trainer.loggers = []
             return trainer
@@ -135,9 +141,15 @@ class _NoTips(logging.Filter):
 
 
 def _quiet_lightning() -> None:
+    apply_levels()  # importing Lightning set its loggers to INFO: --quiet / --verbose decide
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoTips())
-    # Raised by Lightning itself, not actionable for ensml users.
-    for message in ("LightningCLI's args parameter", r"`isinstance\(treespec, LeafSpec\)`"):
+    # Raised by Lightning itself, not actionable for ensml users (ensml's checkpoints hold weights
+    # and hyperparameters; a predict or test run needs no checkpoint callback state).
+    for message in (
+        "LightningCLI's args parameter",
+        r"`isinstance\(treespec, LeafSpec\)`",
+        "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
+    ):
         warnings.filterwarnings("ignore", message=message)
 
 
