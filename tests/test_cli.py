@@ -134,3 +134,21 @@ def test_every_option_of_every_command_has_help_text() -> None:
         parser.add_function_arguments(fn)
         bare = [a.dest for a in parser._actions if a.dest != "help" and not (a.help or "").strip()]
         assert not bare, f"ensml {name.strip()}: options without help text: {bare}"
+
+
+def test_every_option_of_the_lightning_verbs_has_help_text() -> None:
+    import lightning as L
+    from jsonargparse import ArgumentParser
+
+    from ensml.data.datamodule import EnsembleDataModule
+    from ensml.train import tasks
+
+    task_classes = [
+        c for c in vars(tasks).values() if isinstance(c, type) and issubclass(c, tasks.EnsembleTask)
+    ]
+    assert {c.__name__ for c in task_classes} >= {"MixedTask", "SpreadTask"}
+    for cls in [EnsembleDataModule, *task_classes, L.Trainer]:
+        parser = ArgumentParser()
+        parser.add_class_arguments(cls)
+        bare = [a.dest for a in parser._actions if a.dest != "help" and not (a.help or "").strip()]
+        assert not bare, f"{cls.__name__}: options without help text: {bare}"

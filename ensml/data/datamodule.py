@@ -48,21 +48,30 @@ class EnsembleDataModule(L.LightningDataModule):
     analysis
         Verifying analysis file(s), dims (time, level, latitude, longitude). Required for
         post-processing; optional for spread estimation.
-    variables, levels
-        Variables and pressure levels (hPa) to use.
-    input_lead_hours, target_lead_hours
-        Lead times (h) fed to the model, and the lead time whose spread/analysis is predicted
-        (must be among the input leads).
+    variables
+        Variables to use.
+    levels
+        Pressure levels (hPa) to use.
+    input_lead_hours
+        Lead times (h) fed to the model.
+    target_lead_hours
+        Lead time (h) whose spread or analysis is predicted (one of ``input_lead_hours``).
     k
         Size of the member subset given to the model (the research used 5 of 10).
     member_sampling
         ``first`` (members 0 … k-1) or ``random`` (a new subset per sample and epoch while
         training; validation and test always use the first k).
-    train_period, val_period, test_period
-        ``[start, end]`` dates (inclusive); init times are assigned by date, and training or
-        validation samples whose valid times overlap a later split are dropped.
-    batch_size, num_workers
-        DataLoader settings; each worker opens the files itself.
+    train_period
+        ``[start, end]`` dates (inclusive) of the training init times; samples whose valid
+        times reach into a later split are dropped.
+    val_period
+        ``[start, end]`` dates (inclusive) of the validation init times (same rule).
+    test_period
+        ``[start, end]`` dates (inclusive) of the test init times.
+    batch_size
+        Samples per batch.
+    num_workers
+        DataLoader worker processes; each opens the files itself.
     seed
         Seed of the DataLoader shuffling and of the random member subsets.
     check_finite

@@ -41,18 +41,34 @@ class EnsembleTask(L.LightningModule):
 
     Parameters
     ----------
-    variables, levels, input_lead_hours, target_lead_hours, k
-        The data the model is built for (linked from the datamodule by the CLI).
+    variables
+        Variables the model is built for (linked from ``data.variables`` by the CLI).
+    levels
+        Pressure levels (hPa) the model is built for (linked from ``data.levels``).
+    input_lead_hours
+        Lead times (h) fed to the model (linked from ``data.input_lead_hours``).
+    target_lead_hours
+        Lead time (h) predicted (linked from ``data.target_lead_hours``).
+    k
+        Members in the input subset (linked from ``data.k``).
     arch
         Network name: ``unet3d`` (lead times stacked as channels), or a temporal network that
         takes lead time as a dimension, ``unet3d_time`` or ``convgru`` (see
         :mod:`ensml.models.temporal`; they need at least two input lead times).
-    width, depth, kernel_size, norm_groups
-        Network size (see :class:`ensml.models.UNet3d`).
+    width
+        Channels of the network's first level, doubled at each pooling level.
+    depth
+        Number of 2 × 2 lat/lon pooling steps.
+    kernel_size
+        Odd convolution kernel size.
+    norm_groups
+        GroupNorm groups after each convolution (0: none).
     arch_options
         Further keyword arguments of the network (e.g. ``gru_kernel_size`` of ``convgru``).
-    lr, weight_decay
-        AdamW settings; the learning rate follows a cosine schedule over the run.
+    lr
+        Peak AdamW learning rate; it follows a cosine schedule over the run.
+    weight_decay
+        AdamW weight decay.
     """
 
     n_outputs_per_var = 1
@@ -278,9 +294,15 @@ class MixedTask(EnsembleTask):
     trains_on_analysis = True
 
     def __init__(self, *args: Any, use_analysis: bool = True, **kwargs: Any) -> None:
-        """``use_analysis``: feed the analysis at initialisation to the network (the research's
-        stage-1 input). Without it the model needs only the forecast, at a cost in skill that
-        the README measures on the embedded data."""
+        """Build the task; arguments as :class:`EnsembleTask`'s, plus:
+
+        Parameters
+        ----------
+        use_analysis
+            Feed the analysis at initialisation to the network (the research's stage-1 input).
+            Without it the model needs only the forecast, at a cost in skill that the README
+            measures on the embedded data.
+        """
         super().__init__(*args, **kwargs)
 
     @property
