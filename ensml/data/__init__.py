@@ -1,0 +1,68 @@
+"""Data: open and validate ensembles, the synthetic ensemble, samples for training, safe writers.
+
+Readers open netCDF, GRIB and zarr files (recognised by content) lazily and rename what other
+sources call the dimensions to the names of :mod:`ensml.names`; :class:`EnsembleDataModule`
+splits init dates into train / validation / test and serves batches of float32 tensors; every
+output file is written through :func:`write_netcdf` or :func:`atomic_path`, under a temporary
+name renamed when complete.
+
+The torch-based names (:class:`EnsembleDataModule`, :class:`EnsembleSamples`,
+:class:`EpochSampler`) are imported on first use, so ``import ensml.data`` does not import torch
+or Lightning. The synthetic ensemble and the archive writer are the modules
+:mod:`ensml.data.synth` (:func:`ensml.data.synth.synth`, ``ensml data synth``) and
+:mod:`ensml.data.archive` (:func:`ensml.data.archive.archive`, ``ensml data archive``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ensml.data.formats import detect_format
+from ensml.data.grib import open_grib
+from ensml.data.io import load_dataset, normalise, open_analysis, open_dataset, open_forecast
+from ensml.data.splits import split_init_times
+from ensml.data.stats import compute_stats
+from ensml.data.writers import atomic_path, write_netcdf
+
+if TYPE_CHECKING:
+    from ensml.data.datamodule import EnsembleDataModule
+    from ensml.data.samples import EnsembleSamples
+    from ensml.data.sampling import EpochSampler
+
+# name -> module, imported on first access (PEP 562): these need torch (and Lightning).
+_LAZY = {
+    "EnsembleDataModule": "ensml.data.datamodule",
+    "EnsembleSamples": "ensml.data.samples",
+    "EpochSampler": "ensml.data.sampling",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "EnsembleDataModule",
+    "EnsembleSamples",
+    "EpochSampler",
+    "atomic_path",
+    "compute_stats",
+    "detect_format",
+    "load_dataset",
+    "normalise",
+    "open_analysis",
+    "open_dataset",
+    "open_forecast",
+    "open_grib",
+    "split_init_times",
+    "write_netcdf",
+]

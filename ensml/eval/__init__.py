@@ -4,6 +4,10 @@ Every score takes DataArrays with the names of :mod:`ensml.names` and averages w
 ``reduce_dims`` / ``preserve_dims`` and optional ``weights`` (see
 :func:`ensml.eval.weights.latitude_weights`).
 
+Also here: leave-one-member-out verification without observations (:func:`leave_one_member_out`,
+:func:`below_ground`) and the one map helper (:func:`draw_maps`, :class:`Panel`,
+:func:`display_units`), which draws offline.
+
 NaN and Inf policy, the same for every score here (shared checks in :mod:`ensml.eval.reduce`):
 
 * **±Inf is an error.** Infinite values in a forecast, an observation, a Gaussian μ or σ, a
@@ -29,6 +33,8 @@ from ensml.eval.calibration import ensemble_mean_bias, ensemble_mean_rmse, rank_
 from ensml.eval.crps import crps_ensemble, crps_ensemble_array
 from ensml.eval.efi import eecrps, extreme_forecast_index, model_climate, reforecast_efi
 from ensml.eval.gaussian import crps_gaussian, crps_gaussian_xr
+from ensml.eval.lomo import below_ground, leave_one_member_out
+from ensml.eval.maps import Panel, display_units, draw_maps
 from ensml.eval.probability import brier_score, exceedance_probability, reliability
 from ensml.eval.reduce import reduce_score
 from ensml.eval.skill import bootstrap_ci, skill_score
@@ -36,18 +42,23 @@ from ensml.eval.twcrps import twcrps_ensemble
 from ensml.eval.weights import latitude_weights
 
 __all__ = [
+    "Panel",
+    "below_ground",
     "bootstrap_ci",
     "brier_score",
     "crps_ensemble",
     "crps_ensemble_array",
     "crps_gaussian",
     "crps_gaussian_xr",
+    "display_units",
+    "draw_maps",
     "eecrps",
     "ensemble_mean_bias",
     "ensemble_mean_rmse",
     "exceedance_probability",
     "extreme_forecast_index",
     "latitude_weights",
+    "leave_one_member_out",
     "model_climate",
     "rank_histogram",
     "reduce_score",

@@ -1,13 +1,21 @@
-"""Plain ``nn.Module`` networks. No Lightning here."""
+"""Plain ``nn.Module`` networks. No Lightning here.
+
+The 3D U-Net of the research (:class:`UNet3d`; its spatially partitioned twin, with the same
+parameters, is :class:`ensml.models.spatial.SpatialUNet3d`), the temporal networks
+(:class:`ConvGRUUNet`, :class:`TimeUNet`) and EMOS (:class:`EMOS`, :func:`fit_emos`). Tasks
+build them by name through :func:`build_network`.
+"""
 
 from __future__ import annotations
 
 from torch import nn
 
 from ensml.errors import EnsmlError
+from ensml.models.emos import EMOS, fit_emos
 from ensml.models.temporal import ConvGRUUNet, TimeUNet
 from ensml.models.unet3d import UNet3d
 
+#: The networks :func:`build_network` knows, by the name a task's ``arch`` gives.
 ARCHITECTURES: dict[str, type[nn.Module]] = {
     "unet3d": UNet3d,
     "convgru": ConvGRUUNet,
@@ -29,4 +37,13 @@ def build_network(arch: str, in_channels: int, out_channels: int, **kwargs) -> n
     return cls(in_channels, out_channels, **kwargs)
 
 
-__all__ = ["ARCHITECTURES", "ConvGRUUNet", "TimeUNet", "UNet3d", "build_network", "is_sequence_arch"]
+__all__ = [
+    "ARCHITECTURES",
+    "EMOS",
+    "ConvGRUUNet",
+    "TimeUNet",
+    "UNet3d",
+    "build_network",
+    "fit_emos",
+    "is_sequence_arch",
+]
