@@ -13,21 +13,32 @@ the code sees one vocabulary. Conventions fixed here:
 from __future__ import annotations
 
 # Dimensions, in the canonical order of an ensemble forecast array.
+#: Initialisation time of a forecast (datetime64).
 INIT_TIME = "init_time"
+#: Lead time, ``timedelta64[ns]``.
 LEAD_TIME = "lead_time"
+#: Ensemble member number.
 MEMBER = "member"
+#: Pressure level, hPa.
 LEVEL = "level"
+#: Latitude, degrees north, running north to south.
 LATITUDE = "latitude"
+#: Longitude, degrees east, in [0, 360).
 LONGITUDE = "longitude"
+#: ``init_time + lead_time``: a coordinate, not a dimension, of forecasts.
 VALID_TIME = "valid_time"
 
+#: The dimensions of an ensemble forecast variable, in their canonical order.
 FORECAST_DIMS = (INIT_TIME, LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE)
-# The verifying analysis is indexed by valid time ("time" in files, renamed on open).
+#: The verifying analysis is indexed by valid time ("time" in files, renamed on open).
 TIME = "time"
+#: The dimensions of an analysis variable, in their canonical order.
 ANALYSIS_DIMS = (TIME, LEVEL, LATITUDE, LONGITUDE)
+#: The horizontal dimensions.
 SPATIAL_DIMS = (LATITUDE, LONGITUDE)
 
-# What other sources call them (cfgrib, ENS-10, CMIP-like files, WeatherBench).
+#: What other sources call the dimensions (cfgrib, ENS-10, CMIP-like files, WeatherBench), renamed
+#: on open.
 DIM_ALIASES: dict[str, str] = {
     "number": MEMBER,
     "realization": MEMBER,
@@ -42,7 +53,7 @@ DIM_ALIASES: dict[str, str] = {
     "forecast_reference_time": INIT_TIME,
 }
 
-# CF attributes of coordinates.
+#: CF attributes of the coordinates.
 COORD_ATTRS: dict[str, dict[str, str]] = {
     INIT_TIME: {"standard_name": "forecast_reference_time", "long_name": "initialisation time"},
     LEAD_TIME: {"standard_name": "forecast_period", "long_name": "lead time"},
@@ -70,7 +81,7 @@ COORD_ATTRS: dict[str, dict[str, str]] = {
     },
 }
 
-# CF attributes of the physical variables ensml knows by name. Others pass through unchanged.
+#: CF attributes of the physical variables ensml knows by name. Others pass through unchanged.
 VARIABLE_ATTRS: dict[str, dict[str, str]] = {
     "z": {"standard_name": "geopotential", "long_name": "geopotential", "units": "m2 s-2"},
     "t": {"standard_name": "air_temperature", "long_name": "temperature", "units": "K"},

@@ -63,6 +63,9 @@ class EnsembleSamples(torch.utils.data.Dataset):
       the target valid time (only when an analysis is given);
     - ``index``: the position of the init time in :attr:`init_times`.
 
+    Items are indexed by a plain index or by a :class:`~ensml.data.sampling.SampleKey`
+    ``(index, epoch)``.
+
     Parameters
     ----------
     member_sampling
@@ -81,9 +84,6 @@ class EnsembleSamples(torch.utils.data.Dataset):
         the read and decompression; samples beyond the budget are read each time.
     seed
         Seed of the random member subsets.
-
-    Items are indexed by a plain index or by a :class:`~ensml.data.sampling.SampleKey`
-    ``(index, epoch)``.
     """
 
     def __init__(

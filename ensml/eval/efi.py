@@ -214,13 +214,13 @@ def eecrps(
     preserve_dims: str | Iterable[Hashable] | None = None,
     weights: xr.DataArray | None = None,
 ) -> xr.DataArray:
-    r"""Extreme-event CRPS: pointwise CRPS weighted by the extremeness |EFI|.
+    r"""Extreme-event CRPS: pointwise CRPS weighted by the extremeness ``|EFI|``.
 
     * ``normalised=False`` (ENS-10's EECRPS, Ashkboos et al. 2022):
       :math:`\overline{|\mathrm{EFI}|\cdot\mathrm{CRPS}}`, the plain (weighted) mean of the
       product; it shrinks with the number of non-extreme points.
     * ``normalised=True``: :math:`\sum w|\mathrm{EFI}|\,\mathrm{CRPS} / \sum w|\mathrm{EFI}|`,
-      an |EFI|-weighted mean CRPS in CRPS units, comparable across regions and periods.
+      an ``|EFI|``-weighted mean CRPS in CRPS units, comparable across regions and periods.
 
     ``crps`` is the pointwise (unreduced) CRPS of the model being scored; ``efi`` the EFI of
     the raw ensemble, which says how extreme the situation was (the same for every model).
