@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 DATA ?= data/synth
 RUNS ?= runs
 
-.PHONY: demo test lint env clean
+.PHONY: demo test lint env clean docs
 
 env: $(VENV)/.installed
 
@@ -37,6 +37,12 @@ demo: env
 test: env
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q --nbmake tests notebooks
+
+# The documentation site: the README's sections as guides, both notebooks executed and rendered with
+# their outputs, the command-line and API references generated; warnings are errors (about 1 min).
+# Open docs/_build/html/index.html.
+docs: env
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 lint: env
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
