@@ -46,7 +46,7 @@ def remove_stale(app: Sphinx) -> None:
     keep = listed_names(Path(app.srcdir))
     for page in sorted(folder.glob("*.rst")):
         if page.stem not in keep:
-            logger.info("api_stubs: removing %s (no longer documented)", page.name)
+            logger.info("api_reference: removing api/%s (no longer documented)", page.name)
             page.unlink(missing_ok=True)
 
 

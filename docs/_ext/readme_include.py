@@ -12,7 +12,8 @@ rewrites it, in prose only (never inside fenced code blocks or inline code):
   it is, so MyST reports it;
 * a link to a file of the repository, ``[text](configs/x.yaml)``, which the site does not hold,
   becomes plain text naming the file: ``text (`configs/x.yaml`)``, or just ``text`` when the text
-  already is the path. Web links and images are left alone.
+  already is the path. Web links are left alone, and so are images (the includes'
+  ``:relative-images:`` option finds them from the README's folder).
 
 Which page holds which section is read from the pages' own ``start-after`` options.
 """
