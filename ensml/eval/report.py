@@ -10,6 +10,7 @@ beside ``out_dir``, which replaces ``out_dir`` only when complete: a failure lea
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from ensml.eval.report_scores import gaussians, scores_by_lead
 from ensml.eval.tables import to_markdown
 from ensml.eval.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, TIME, units_of
+from ensml.progress import Progress, seconds
 
 EVENT = "analysis > monthly climatological mean + 1 std"
 REPORT_NAMES = ("report.md", "report.html", "figures", "tables")  # what a report folder holds
@@ -95,6 +97,14 @@ def report(
     # the YAML cases first: a bad case fails in seconds, before the global scores
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
     out = Path(out_dir)
+    progress = Progress("report", 4, "stages")
+    started = time.monotonic()
+
+    def stage(what: str) -> None:
+        nonlocal started
+        progress.advance(f"{what} in {seconds(time.monotonic() - started)}")
+        started = time.monotonic()
+
     with replace_folder(out, "report", REPORT_NAMES) as tmp:
         table = evaluate(
             forecast,
@@ -108,6 +118,7 @@ def report(
             levels=levels,
             out_dir=str(tmp / "tables"),
         )
+        stage("global scores")
         variables = list(dict.fromkeys(table["variable"]))
         levels = [float(v) for v in dict.fromkeys(table["level_hPa"])]
         fc, an = open_forecast(forecast, variables), open_analysis(analysis, variables)
@@ -123,6 +134,7 @@ def report(
         lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
         hists = {key: h for p in parts for key, h in p[1][lead].items()}
         rel = {(v, lev): s for p in parts for (ld, v, lev), s in p[2].items() if ld == lead}
+        stage("scores by lead time, rank histograms and reliability")
 
         var0 = case_variable or ("z" if "z" in variables else variables[0])
         lev0 = float(case_level if case_level is not None else (500.0 if 500.0 in levels else levels[0]))
@@ -142,6 +154,7 @@ def report(
             n_storm += is_storm
             case_list.append(c)
             studies.append(score_case(c, forecast, analysis, predictions, oracle, k))
+        stage(f"{len(studies)} case studies")
         skill_map = _skill_maps(tmp / "tables" / "scores.nc", variables, levels, lead_hours)
 
         blocks: list = [("h1", title)]
@@ -206,6 +219,8 @@ def report(
         ]
         blocks += _case_blocks(studies)
         render(blocks, tmp, title)
+        stage("maps, charts and pages")
+    progress.close()
     print(f"ensml report: wrote {out / 'report.md'} and {out / 'report.html'}")
     return out
 

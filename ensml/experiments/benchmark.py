@@ -232,7 +232,6 @@ def benchmark(
     if k > synth.members:
         raise EnsmlError(f"cannot take a subset of k={k} members: synth makes {synth.members} members")
     paths = _ensure_data(Path(data_dir), synth)
-    note(f"benchmark: {len(emos)} EMOS variants and {len(models)} networks to train on {data_dir}")
     dm = EnsembleDataModule(
         str(paths["forecast"]), str(paths["analysis"]), variables=list(variables), levels=list(levels),
         input_lead_hours=list(input_lead_hours), target_lead_hours=target_lead_hours, k=k,
@@ -242,6 +241,8 @@ def benchmark(
     dm.setup("fit")
     # Build every model now: a model that does not fit the data fails before any training.
     tasks = [_build(spec, dm, seed) for spec in models]
+    plural = "" if len(models) == 1 else "s"
+    note(f"benchmark: {len(emos)} EMOS variants and {len(models)} network{plural} to train on {data_dir}")
 
     preds: dict[str, dict] = {}
     info: dict[str, dict] = {}

@@ -19,6 +19,7 @@ from typing import Any
 import dask
 
 from ensml.errors import EnsmlError
+from ensml.logs import verbose
 from ensml.postprocess.options import ClusterKind, JobQueue
 
 # Dask settings for workers that run one long unit at a time, a few queued. distributed's
@@ -158,7 +159,7 @@ def connect(spec: ClusterSpec, plugin: Any) -> Iterator[Any]:
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
-                    silence_logs=logging.ERROR,
+                    silence_logs=logging.INFO if verbose() else logging.ERROR,  # workers' logs: --verbose
                 )
             client = Client(cluster)
         else:

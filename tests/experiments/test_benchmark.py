@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -19,8 +20,17 @@ def run(data: dict[str, Path], out: Path, *extra: str) -> int:
     return main(["benchmark", "--config", BENCH_SMOKE, f"--data_dir={data_dir}", f"--out_dir={out}", *extra])
 
 
-def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: Path) -> None:
+def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: Path, capfd) -> None:
     assert run(tiny_data, tmp_path / "a") == 0
+    # Without a terminal: a line per model, with the time it took and what remains.
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("benchmark: ")]
+    assert lines[0] == f"benchmark: 2 EMOS variants and 4 networks to train on {tiny_data['forecast'].parent}"
+    emos = r"benchmark: 1/5 models, global EMOS and local EMOS fitted in \d+ s; .* about \d+ s left"
+    assert re.fullmatch(emos, lines[1])
+    assert lines[5].startswith("benchmark: 5/5 models, temporal spread trained in") and lines[5].endswith(
+        "finished"
+    )
+    assert len(lines) == 6
     assert run(tiny_data, tmp_path / "b") == 0
     a, b = (pd.read_csv(tmp_path / d / "benchmark.csv") for d in ("a", "b"))
     pd.testing.assert_frame_equal(a.drop(columns="train_s"), b.drop(columns="train_s"))
