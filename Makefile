@@ -48,4 +48,4 @@ lint: env
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(RUNS) $(DATA) data/archive
+	rm -rf $(RUNS) $(DATA) data/archive docs/_build docs/api docs/cli.md
