@@ -14,7 +14,7 @@ One switch for the whole process, set by ``ensml`` from its ``--quiet`` / ``--ve
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 #: Loggers of the libraries ensml drives, held at WARNING unless ``--verbose``.
@@ -72,23 +72,28 @@ def verbose() -> bool:
 
 
 class _Collect(logging.Handler):
-    def __init__(self) -> None:
+    def __init__(self, keep: Callable[[logging.LogRecord], bool]) -> None:
         super().__init__(logging.DEBUG)
+        self.keep = keep
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
+        if self.keep(record):
+            self.records.append(record)
+        elif not verbose():  # not ensml's to report: on to the root's handlers, as without us
+            logging.getLogger().handle(record)
 
 
 @contextmanager
-def collected(name: str) -> Iterator[list[logging.LogRecord]]:
-    """Collect the records of logger ``name`` instead of printing them (still printed if verbose).
+def collected(name: str, keep: Callable[[logging.LogRecord], bool]) -> Iterator[list[logging.LogRecord]]:
+    """Collect the records of logger ``name`` that ``keep`` accepts instead of printing them.
 
     For libraries whose log records ensml turns into its own errors: the caller inspects the
-    records and raises one line, so the library's traceback would only repeat it.
+    records and raises one line, so the library's traceback would only repeat it. Other records
+    are handled as usual; under ``--verbose`` every record is, the collected ones included.
     """
     logger = logging.getLogger(name)
-    handler = _Collect()
+    handler = _Collect(keep)
     propagate = logger.propagate
     logger.addHandler(handler)
     logger.propagate = verbose()

@@ -26,6 +26,9 @@ from rich.progress import Progress as RichProgress
 
 from ensml.logs import quiet
 
+#: Without a terminal, at most one line per this many seconds for many short units (``every_s``).
+EVERY_S = 30.0
+
 
 def note(message: str, stream: TextIO | None = None) -> None:
     """Print ``message`` on stderr (or ``stream``) unless ``--quiet``."""
@@ -78,7 +81,7 @@ class Progress:
         self.what, self.total, self.unit, self.every_s = what, int(total), unit, every_s
         self.stream = stream or sys.stderr
         self.done, self.failed, self._first = int(start), 0, int(start)
-        self.start = self._last_line = time.monotonic()
+        self.start = self._last_line = self._last_unit = time.monotonic()
         self.silent = quiet() or not self.total
         self._failures = failures
         self._lock = threading.Lock()
@@ -102,6 +105,11 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, description=f"{self.what}: {text}")
 
+    @property
+    def lap(self) -> float:
+        """Seconds since the previous unit finished (or since the start): the current unit's time."""
+        return time.monotonic() - self._last_unit
+
     def advance(self, detail: str = "", ok: bool = True, n: int = 1) -> None:
         """``n`` units finished (``ok=False``: failed); ``detail`` says what, e.g. how long it took.
 
@@ -113,6 +121,7 @@ class Progress:
     def _advance(self, detail: str, ok: bool, n: int) -> None:
         self.done += n if ok else 0
         self.failed += 0 if ok else n
+        self._last_unit = time.monotonic()
         if self.silent:
             return
         if self._bar is not None:
@@ -139,4 +148,4 @@ class Progress:
             self._bar = None
 
 
-__all__ = ["Progress", "note", "seconds"]
+__all__ = ["EVERY_S", "Progress", "note", "seconds"]

@@ -12,7 +12,7 @@ from ensml.data.splits import split_init_times
 from ensml.data.writers import write_netcdf
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LEAD_TIME
-from ensml.progress import Progress
+from ensml.progress import EVERY_S, Progress
 from ensml.provenance import command
 
 
@@ -60,7 +60,7 @@ def archive(
     except OSError as err:
         raise EnsmlError(f"cannot create {out}: {err.strerror}") from None
     written = []
-    with Progress("archive", len(inits), "files", every_s=30) as progress:
+    with Progress("archive", len(inits), "files", every_s=EVERY_S) as progress:
         for init, file_name in zip(inits, names):
             one = fc.sel({INIT_TIME: [init]}).load()
             written.append(write_netcdf(one, out / file_name, history=command()))

@@ -40,7 +40,7 @@ def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict
         kwargs["filter_by_keys"] = dict(filter_by_keys)
     # cfgrib logs (with a traceback) and skips what it cannot place: a damaged message, a
     # variable whose coordinates clash with the others'. Both become ensml's own report.
-    with collected("cfgrib") as records:
+    with collected("cfgrib", _reported) as records:
         try:
             ds = xr.open_dataset(path, engine="cfgrib", backend_kwargs=kwargs, chunks=chunks, cache=False)
         except Exception as exc:  # cfgrib raises DatasetBuildError, ValueError, eccodes errors ...
@@ -52,14 +52,18 @@ def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict
             f"GRIB file {path} is damaged: {len(damaged)} message(s) cannot be read ({reason}); "
             "it may be truncated or overwritten, nothing of it is used"
         )
-    skipped = _skipped_variables(records)
-    if skipped:
-        ds.attrs[SKIPPED_ATTR] = "; ".join(f"{n}: {why}" for n, why in skipped.items())
+    for name, why in _skipped_variables(records).items():
+        ds.attrs[SKIPPED_PREFIX + name] = why
     for dim in ("step", "time"):  # a single-step or single-time file: a length-1 dimension
         if dim in ds.coords and dim not in ds.dims:
             ds = ds.expand_dims(dim)
     cfgrib_order = ("time", "step", "number", "isobaricInhPa", "latitude", "longitude")
     return ds.transpose(*[d for d in cfgrib_order if d in ds.dims], ...)
+
+
+def _reported(record: logging.LogRecord) -> bool:
+    """cfgrib's records that ensml reports itself: skipped messages and variables."""
+    return record.getMessage().startswith(("skipping corrupted", "skipping variable"))
 
 
 def _skipped_variables(records: list[logging.LogRecord]) -> dict[str, str]:
@@ -74,16 +78,16 @@ def _skipped_variables(records: list[logging.LogRecord]) -> dict[str, str]:
     return skipped
 
 
-SKIPPED_ATTR = "ensml_skipped_variables"
+#: ``attrs[SKIPPED_PREFIX + name]``: why cfgrib left variable ``name`` out of the dataset.
+SKIPPED_PREFIX = "ensml_skipped_"
 
 
 def check_not_skipped(ds: xr.Dataset, var: str, path: str | Path) -> None:
     """Raise if cfgrib left ``var`` out of ``ds`` (its coordinates clash with the others')."""
-    parts = [part.split(": ", 1) for part in str(ds.attrs.get(SKIPPED_ATTR, "")).split("; ") if part]
-    skipped = dict(p for p in parts if len(p) == 2)
-    if var in skipped:
+    why = ds.attrs.get(SKIPPED_PREFIX + var)
+    if why is not None:
         raise EnsmlError(
-            f"GRIB file {path}: variable {var!r} cannot be read beside the others ({skipped[var]}); "
+            f"GRIB file {path}: variable {var!r} cannot be read beside the others ({why}); "
             "read it from a file of its own or with "
             f"ensml.data.grib.read_grib(path, filter_by_keys={{'shortName': {var!r}}})"
         )

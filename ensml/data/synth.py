@@ -85,7 +85,7 @@ import xarray as xr
 from ensml.data.synth_build import SynthConfig, build_datasets, encodings
 from ensml.data.writers import temporary_folder, write_netcdf
 from ensml.errors import EnsmlError
-from ensml.progress import Progress
+from ensml.progress import EVERY_S, Progress
 
 FILES = ("forecast.nc", "analysis.nc", "oracle.nc")
 
@@ -223,7 +223,7 @@ def synth(
     out_dir = Path(out_dir)
     _prepare_out_dir(out_dir, overwrite)
     # Members are drawn lazily, block by block, as the files are written.
-    with Progress("ensml synth", len(inits), "init times drawn and written", every_s=30) as progress:
+    with Progress("ensml synth", len(inits), "init times drawn and written", every_s=EVERY_S) as progress:
         datasets = build_datasets(cfg, inits, leads, on_progress=lambda n: progress.advance(n=n))
         return _write_all(datasets, encodings(datasets, cfg), out_dir, cfg)
 

@@ -13,7 +13,6 @@ NaN or infinite value read for scoring, which NaN-skipping means would silently 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -190,7 +189,6 @@ def evaluate(
     rows, spread_rows, fields = [], [], {}
     progress = Progress("evaluate", len(variables), "variables")
     for var in variables:
-        started = time.monotonic()
         y = obs[var]
         sources: dict[str, xr.DataArray] = {
             f"raw ensemble ({m} members)": crps_ensemble(fc[var], y, preserve_dims=POINT_DIMS),
@@ -225,7 +223,7 @@ def evaluate(
             for name, est in estimators.items():
                 fields[f"spread_rmse_{_slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
             spread_rows += spread_scores(estimators, target, weights, var, levels, lead_hours, m)
-        progress.advance(f"{var} scored in {seconds(time.monotonic() - started)}")
+        progress.advance(f"{var} scored in {seconds(progress.lap)}")
     progress.close()
     note(f"evaluate: writing the tables and per-point scores to {out_dir}")
     table = pd.DataFrame(rows)

@@ -10,7 +10,6 @@ beside ``out_dir``, which replaces ``out_dir`` only when complete: a failure lea
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -98,12 +97,9 @@ def report(
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
     out = Path(out_dir)
     progress = Progress("report", 4, "stages")
-    started = time.monotonic()
 
     def stage(what: str) -> None:
-        nonlocal started
-        progress.advance(f"{what} in {seconds(time.monotonic() - started)}")
-        started = time.monotonic()
+        progress.advance(f"{what} in {seconds(progress.lap)}")
 
     with replace_folder(out, "report", REPORT_NAMES) as tmp:
         table = evaluate(

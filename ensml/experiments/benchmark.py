@@ -249,11 +249,10 @@ def benchmark(
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     with Progress("benchmark", len(models) + 1, "models") as progress:
         progress.describe("EMOS")
-        start = time.perf_counter()
         emos_preds, emos_info = _emos(dm, list(emos), seed)
         preds.update(emos_preds)
         info.update(emos_info)
-        progress.advance(f"{' and '.join(emos_info)} fitted in {seconds(time.perf_counter() - start)}")
+        progress.advance(f"{' and '.join(emos_info)} fitted in {seconds(progress.lap)}")
         for spec, task in zip(models, tasks):
             progress.describe(spec.name)
             n_params = sum(p.numel() for p in task.parameters())

@@ -125,22 +125,21 @@ def real_spread_check(
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=lr, total_steps=epochs * -(-len(samples) // batch_size)
     )
-    progress = Progress("real_spread", epochs, "epochs")
-    for _ in range(epochs):
-        losses = []
-        order = rng.permutation(len(samples))
-        for i in range(0, len(order), batch_size):
-            chosen = [samples[j] for j in order[i : i + batch_size]]
-            parts = [_batch(train[t], combos[[c]]) for t, c in chosen]
-            batch = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
-            opt.zero_grad()
-            loss = task.loss(batch)
-            loss.backward()
-            losses.append(float(loss.detach()))
-            opt.step()
-            sched.step()
-        progress.advance(f"mean training loss {np.mean(losses):.4g}")
-    progress.close()
+    with Progress("real_spread", epochs, "epochs") as progress:
+        for _ in range(epochs):
+            losses = []
+            order = rng.permutation(len(samples))
+            for i in range(0, len(order), batch_size):
+                chosen = [samples[j] for j in order[i : i + batch_size]]
+                parts = [_batch(train[t], combos[[c]]) for t, c in chosen]
+                batch = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+                opt.zero_grad()
+                loss = task.loss(batch)
+                loss.backward()
+                losses.append(float(loss.detach()))
+                opt.step()
+                sched.step()
+            progress.advance(f"mean training loss {np.mean(losses):.4g}")
 
     test_combos = combos[:max_test_subsets] if max_test_subsets else combos
     w = torch.as_tensor(latitude_weights(fc[LATITUDE].values).values, dtype=torch.float32)[:, None]

@@ -8,15 +8,12 @@ from typing import Any
 
 from rich.table import Table
 
-from ensml.progress import Progress
-
-#: Without a terminal, at most one progress line per this many seconds (units are many and short).
-LOG_EVERY_S = 30.0
+from ensml.progress import EVERY_S, Progress
 
 
 def run_progress(total: int) -> Progress:
     """Units done / failed / remaining while a run goes on."""
-    return Progress("postprocess", total, "units", every_s=LOG_EVERY_S, failures=True)
+    return Progress("postprocess", total, "units", every_s=EVERY_S, failures=True)
 
 
 def summary(

@@ -14,10 +14,7 @@ import sys
 import lightning as L
 
 from ensml.logs import quiet
-from ensml.progress import Progress
-
-#: Without a terminal, at most one line per this many seconds while evaluating or predicting.
-EVAL_EVERY_S = 30.0
+from ensml.progress import EVERY_S, Progress
 
 
 def use_lightning_bar() -> bool:
@@ -60,7 +57,7 @@ class LogProgress(L.Callback):
     def _start(self, trainer: L.Trainer, what: str, batches: list[int | float]) -> None:
         total = sum(int(b) for b in batches if math.isfinite(b))
         if trainer.is_global_zero and not trainer.sanity_checking and self._fit is None:
-            self._eval = Progress(what, total, "batches", every_s=EVAL_EVERY_S)
+            self._eval = Progress(what, total, "batches", every_s=EVERY_S)
 
     def _step(self, *args: object, **kwargs: object) -> None:
         if self._eval is not None:
