@@ -1,4 +1,4 @@
-"""EFI (closed form vs quadrature), model climate, EECRPS, skill scores and bootstrap CIs."""
+"""EFI (continuous closed form vs quadrature), model climate, EECRPS, skill scores and bootstrap CIs."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_efi_matches_definition_and_limits():
     clim = xr.DataArray(rng.normal(size=(4, 500)), dims=("x", "climate_sample"))
     shift = np.array([0.0, 0.7, 50.0, -50.0])
     fc = xr.DataArray(rng.normal(size=(4, 20)) + shift[:, None], dims=("x", "member"))
-    efi = extreme_forecast_index(fc, clim)
+    efi = extreme_forecast_index(fc, clim, method="continuous")
     for i in range(2):
         np.testing.assert_allclose(efi[i], _efi_quadrature(fc.values[i], clim.values[i]), atol=2e-3)
     np.testing.assert_allclose(efi[2:], [1.0, -1.0])
@@ -39,7 +39,7 @@ def test_efi_matches_definition_and_limits():
 def test_efi_nan_policy_and_broadcast_climate():
     clim = xr.DataArray([0.0, 1.0, np.nan], dims="climate_sample")
     fc = xr.DataArray([[0.5, np.nan], [np.nan, np.nan]], dims=("x", "member"))
-    efi = extreme_forecast_index(fc, clim)
+    efi = extreme_forecast_index(fc, clim, method="continuous")
     np.testing.assert_allclose(efi[0], 4 / np.pi * np.arcsin(np.sqrt(0.5)) - 1)
     assert np.isnan(efi[1])
 
@@ -104,6 +104,8 @@ def test_efi_refuses_infinite_members_and_climate():
     clim = xr.DataArray([0.0, 1.0, 2.0], dims="climate_sample")
     fc = xr.DataArray([[0.5, np.inf], [1.0, 1.5]], dims=("x", "member"))
     with pytest.raises(EnsmlError, match=r"forecast has 1 infinite value \(first at x=0, member=1\)"):
-        extreme_forecast_index(fc, clim)
+        extreme_forecast_index(fc, clim, method="continuous")
     with pytest.raises(EnsmlError, match="extreme_forecast_index: climate has 1 infinite value"):
-        extreme_forecast_index(fc.where(np.isfinite(fc), 0.0), clim.where(clim < 2, -np.inf))
+        extreme_forecast_index(
+            fc.where(np.isfinite(fc), 0.0), clim.where(clim < 2, -np.inf), method="continuous"
+        )
