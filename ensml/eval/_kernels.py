@@ -57,6 +57,7 @@ def _crps_block(
     obs: np.ndarray,
     fair: bool,
     g: int,
+    nreg: int,
     net_a: np.ndarray,
     net_b: np.ndarray,
     out: np.ndarray,
@@ -66,7 +67,8 @@ def _crps_block(
     acc_abs: np.ndarray,
     acc_w: np.ndarray,
     tmp: np.ndarray,
-) -> None:
+) -> int:
+    """CRPS of points ``start:stop`` into ``out`` (its dtype); returns how many are not finite."""
     m = fc.shape[0]
     n = stop - start
     # 1. copy the block into rows 0..m-1 of buf (rows m.. hold +inf padding)
@@ -90,10 +92,10 @@ def _crps_block(
                 buf[i, k] = fc[i, start + k]
     # 2. sort each column (point) along members
     if g == 8:
-        for r in range(0, buf.shape[0], 8):
+        for r in range(0, nreg, 8):
             _sort8(buf, r, n)
     elif g == 16:
-        for r in range(0, buf.shape[0], 16):
+        for r in range(0, nreg, 16):
             _sort16(buf, r, n)
     for c in range(net_a.shape[0]):
         a = net_a[c]
@@ -104,12 +106,12 @@ def _crps_block(
             lt = hi < lo
             buf[a, k] = hi if lt else lo
             buf[b, k] = lo if lt else hi
-    # 3. reduce in float64, centred on the observation, four rows per pass over the accumulators
+    # 3. reduce in float64, centred on the observation, eight rows per pass over the accumulators
     for k in range(n):
         acc_abs[k] = 0.0
         acc_w[k] = 0.0
     i = 0
-    while i + 4 <= m:
+    while i + 8 <= m:
         w = 2.0 * i - m + 1.0
         for k in range(n):
             y = np.float64(obs[start + k])
@@ -117,9 +119,17 @@ def _crps_block(
             d1 = np.float64(buf[i + 1, k]) - y
             d2 = np.float64(buf[i + 2, k]) - y
             d3 = np.float64(buf[i + 3, k]) - y
-            acc_abs[k] += (abs(d0) + abs(d1)) + (abs(d2) + abs(d3))
-            acc_w[k] += (w * d0 + (w + 2.0) * d1) + ((w + 4.0) * d2 + (w + 6.0) * d3)
-        i += 4
+            d4 = np.float64(buf[i + 4, k]) - y
+            d5 = np.float64(buf[i + 5, k]) - y
+            d6 = np.float64(buf[i + 6, k]) - y
+            d7 = np.float64(buf[i + 7, k]) - y
+            acc_abs[k] += ((abs(d0) + abs(d1)) + (abs(d2) + abs(d3))) + (
+                (abs(d4) + abs(d5)) + (abs(d6) + abs(d7))
+            )
+            acc_w[k] += ((w * d0 + (w + 2.0) * d1) + ((w + 4.0) * d2 + (w + 6.0) * d3)) + (
+                ((w + 8.0) * d4 + (w + 10.0) * d5) + ((w + 12.0) * d6 + (w + 14.0) * d7)
+            )
+        i += 8
     while i < m:
         w = 2.0 * i - m + 1.0
         for k in range(n):
@@ -137,10 +147,16 @@ def _crps_block(
         r = acc_abs[k] * inv_m - acc_w[k] * c2
         out[start + k] = r
         nbad += not (abs(r) < np.inf)
-    if nbad:  # NaN or infinite member or observation (or m == 1 for fair): scalar path
-        for k in range(n):
-            if not (abs(out[start + k]) < np.inf):
-                out[start + k] = _crps_point(fc[:, start + k], np.float64(obs[start + k]), fair, tmp)
+    if nbad == 0:
+        return 0
+    # NaN or infinite member or observation (or m == 1 for fair): scalar path
+    nbad = 0
+    for k in range(n):
+        if not (abs(out[start + k]) < np.inf):
+            r = _crps_point(fc[:, start + k], np.float64(obs[start + k]), fair, tmp)
+            out[start + k] = r
+            nbad += not (abs(out[start + k]) < np.inf)
+    return nbad
 
 
 @numba.njit(cache=True, nogil=True)
@@ -157,41 +173,32 @@ def crps_parallel(
     obs: np.ndarray,
     fair: bool,
     g: int,
+    nreg: int,
     mp: int,
     net_a: np.ndarray,
     net_b: np.ndarray,
     bsize: int,
     nchunks: int,
-) -> np.ndarray:
-    """Ensemble CRPS of ``fc`` (M, N) against ``obs`` (N,), ``nchunks`` chunks of blocks in parallel.
+    out: np.ndarray,
+) -> int:
+    """Ensemble CRPS of ``fc`` (M, N) against ``obs`` (N,) into ``out``, ``nchunks`` chunks in parallel.
 
     ``flat`` is ``fc`` as a flat point-major array when its members are contiguous, else empty.
+    Returns the number of points whose CRPS is not finite.
     """
     m, n = fc.shape
-    out = np.empty(n)
     nblocks = (n + bsize - 1) // bsize
     per = (nblocks + nchunks - 1) // nchunks
+    bad = np.zeros(nchunks, dtype=np.int64)
     for t in numba.prange(nchunks):
         buf, acc_abs, acc_w, tmp = _scratch(m, mp, bsize, fc.dtype)
         for blk in range(t * per, min((t + 1) * per, nblocks)):
             start = blk * bsize
-            _crps_block(
-                fc,
-                flat,
-                obs,
-                fair,
-                g,
-                net_a,
-                net_b,
-                out,
-                start,
-                min(start + bsize, n),
-                buf,
-                acc_abs,
-                acc_w,
-                tmp,
+            stop = min(start + bsize, n)
+            bad[t] += _crps_block(
+                fc, flat, obs, fair, g, nreg, net_a, net_b, out, start, stop, buf, acc_abs, acc_w, tmp
             )
-    return out
+    return bad.sum()
 
 
 @numba.njit(cache=True, nogil=True)
@@ -201,38 +208,51 @@ def crps_serial(
     obs: np.ndarray,
     fair: bool,
     g: int,
+    nreg: int,
     mp: int,
     net_a: np.ndarray,
     net_b: np.ndarray,
     bsize: int,
-) -> np.ndarray:
+    out: np.ndarray,
+) -> int:
     """As :func:`crps_parallel` on the calling thread (for dask workers, which are threads)."""
     m, n = fc.shape
-    out = np.empty(n)
     buf, acc_abs, acc_w, tmp = _scratch(m, mp, bsize, fc.dtype)
+    bad = 0
     for start in range(0, n, bsize):
-        _crps_block(
-            fc, flat, obs, fair, g, net_a, net_b, out, start, min(start + bsize, n), buf, acc_abs, acc_w, tmp
+        stop = min(start + bsize, n)
+        bad += _crps_block(
+            fc, flat, obs, fair, g, nreg, net_a, net_b, out, start, stop, buf, acc_abs, acc_w, tmp
         )
-    return out
+    return bad
 
 
-def crps_2d(fc: np.ndarray, obs: np.ndarray, fair: bool, parallel: bool = True) -> np.ndarray:
-    """Ensemble CRPS (float64) of a ``(M, N)`` forecast view against ``(N,)`` observations."""
+def crps_2d(
+    fc: np.ndarray, obs: np.ndarray, fair: bool, parallel: bool = True, dtype: type = np.float64
+) -> tuple[np.ndarray, int]:
+    """Ensemble CRPS of a ``(M, N)`` forecast view against ``(N,)`` observations.
+
+    Returns the ``(N,)`` CRPS in ``dtype`` (computed in float64, rounded once on store) and the
+    number of points where it is not finite (a NaN or infinite input), so callers search the
+    input only when there is something to find.
+    """
     m, n = fc.shape
-    g, mp, net_a, net_b, bsize = plan(m, fc.dtype.itemsize)
+    g, nreg, mp, net_a, net_b, bsize = plan(m, fc.dtype.itemsize)
     item = fc.dtype.itemsize
     if fc.strides[0] == item and fc.strides[1] == m * item:
         flat = fc.T.reshape(-1)  # a view: members contiguous, points dense
     else:
         flat = np.empty(0, dtype=fc.dtype)
+    out = np.empty(n, dtype=dtype)
     if parallel and n > 4 * bsize:
         nthreads = numba.get_num_threads()
         nblocks = -(-n // bsize)
         nchunks = min(nblocks, _BLOCKS_PER_THREAD * nthreads)
         with numba.parallel_chunksize(1):
-            return crps_parallel(fc, flat, obs, fair, g, mp, net_a, net_b, bsize, nchunks)
-    return crps_serial(fc, flat, obs, fair, g, mp, net_a, net_b, bsize)
+            bad = crps_parallel(fc, flat, obs, fair, g, nreg, mp, net_a, net_b, bsize, nchunks, out)
+    else:
+        bad = crps_serial(fc, flat, obs, fair, g, nreg, mp, net_a, net_b, bsize, out)
+    return out, int(bad)
 
 
 def warm_up() -> None:
@@ -243,5 +263,5 @@ def warm_up() -> None:
         for f in (fc, fc.T.copy().T, fc[:, ::2]):
             o = obs[: f.shape[1]]
             for fair in (False, True):
-                crps_2d(f, o, fair, parallel=True)
-                crps_2d(f, o, fair, parallel=False)
+                for parallel in (True, False):
+                    crps_2d(f, o, fair, parallel=parallel, dtype=dtype)

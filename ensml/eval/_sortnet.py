@@ -14,6 +14,7 @@ import numba
 import numpy as np
 
 _L1_BYTES = 24 * 1024  # buffer budget per thread: half of a typical 32-48 KiB L1d
+_MAX_BLOCK = 128
 _BLOCKS_PER_THREAD = 8  # dynamic scheduling granularity: a thread slowed by other load is caught up
 
 
@@ -47,35 +48,39 @@ def sorting_network(m: int) -> tuple[np.ndarray, np.ndarray]:
 def block_size(m: int, itemsize: int = 4) -> int:
     """Points per block so that the ``(m, B)`` sort buffer (input dtype) fits the L1 budget."""
     b = _L1_BYTES // (itemsize * max(m, 1))
-    return int(max(16, min(1024, (b // 16) * 16)))
+    return int(max(16, min(_MAX_BLOCK, (b // 16) * 16)))
 
 
 @functools.cache
-def plan(m: int, itemsize: int) -> tuple[int, int, np.ndarray, np.ndarray, int]:
-    """``(G, M', a, b, B)``: register group size (0: none), padded rows, buffer comparators, block.
+def plan(m: int, itemsize: int) -> tuple[int, int, int, np.ndarray, np.ndarray, int]:
+    """``(G, R, M', a, b, B)``: register group size (0: none), rows sorted in registers, padded rows,
+    buffer comparators, block.
 
-    ``G`` minimises a count of memory operations and exchanges per point; the buffer comparators
-    are those of the network for ``M'`` not inside one group, pruned to ``b < m`` (the ``+inf``
-    padding rows never move).
+    The network for ``M'`` (``m`` rounded up to ``G``) begins with the sorts of its groups of ``G``
+    rows. The ``R`` rows of the groups that hold only members are sorted in registers; the buffer
+    comparators are all the others (the partial last group's own first, then the merges), pruned to
+    ``b < m`` (the ``+inf`` padding rows never move). ``G`` minimises a count of memory operations
+    and exchanges per point.
     """
 
-    def rest(g: int, cg: int) -> tuple[int, np.ndarray, np.ndarray]:
-        # the network's first layers (merges of width < g) are the (M'/g) sorts of the groups
+    def rest(g: int, cg: int) -> tuple[int, int, np.ndarray, np.ndarray]:
         mp = -(-m // g) * g
+        nreg = (m // g) * g
         na, nb = sorting_network(mp)
-        keep = (np.arange(na.size) >= (mp // g) * cg) & (nb < m)
-        return mp, na[keep], nb[keep]
+        first = np.arange(na.size) < (mp // g) * cg  # the group sorts: merges of width < g
+        keep = (nb < m) & (~first | (na >= nreg))
+        return nreg, mp, na[keep], nb[keep]
 
     best = (4 * len(sorting_network(m)[0]), 0, 0)
     for g, cg in ((8, 19), (16, 63)):
-        mp, na, _ = rest(g, cg)
-        best = min(best, ((mp // g) * (2 * g + 2 * cg) + 4 * na.size, g, cg))
+        nreg, _, na, _ = rest(g, cg)
+        best = min(best, ((nreg // g) * (2 * g + 2 * cg) + 4 * na.size, g, cg))
     _, g, cg = best
     if g == 0:
         na, nb = sorting_network(m)
-        return 0, m, na, nb, block_size(m, itemsize)
-    mp, na, nb = rest(g, cg)
-    return g, mp, na, nb, block_size(mp, itemsize)
+        return 0, 0, m, na, nb, block_size(m, itemsize)
+    nreg, mp, na, nb = rest(g, cg)
+    return g, nreg, mp, na, nb, block_size(mp, itemsize)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -131,8 +131,8 @@ def _crps_array(
     y1 = np.ascontiguousarray(y, dtype=work).reshape(-1)
     if y1.size == 0:
         return np.empty(y.shape, dtype=out_dtype)
-    res = _kernels.crps_2d(f2, y1, bool(fair), parallel=parallel)
-    found = _first_inf(res, f2, y1)
+    res, nbad = _kernels.crps_2d(f2, y1, bool(fair), parallel=parallel, dtype=out_dtype)
+    found = _first_inf(res, f2, y1) if nbad else None
     if found:
         name, n, point, member = found
         idx = [int(i) for i in np.unravel_index(point, y.shape)]
@@ -140,7 +140,7 @@ def _crps_array(
             idx.insert(axis % f.ndim, member)  # the index in the caller's array
         where = f"index {tuple(idx)}" if func == "crps_ensemble_array" else ""
         raise _InfiniteInput(str(infinite_error(func, name, n, where, chunk=chunk)))
-    return res.reshape(y.shape).astype(out_dtype, copy=False)
+    return res.reshape(y.shape)
 
 
 def _crps_core(fcst: np.ndarray, obs: np.ndarray, fair: bool, chunked: bool, func: str) -> np.ndarray:

@@ -26,7 +26,7 @@ def _reference(fc: np.ndarray, obs: np.ndarray, fair: bool) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("m", [3, 10, 20, 50, 100])
+@pytest.mark.parametrize("m", [3, 10, 20, 50, 51, 100])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_paths_layouts_and_nan(m, dtype):
     g = _sortnet.plan(m, np.dtype(dtype).itemsize)[0]
@@ -64,12 +64,13 @@ def test_paths_layouts_and_nan(m, dtype):
 
 def test_plan_network_sorts():
     rng = np.random.default_rng(0)
-    for m in (1, 2, 5, 9, 16, 17, 33, 50, 64, 100):
-        g, mp, na, nb, _ = _sortnet.plan(m, 4)
+    for m in (1, 2, 5, 9, 10, 16, 17, 33, 50, 51, 64, 100):
+        g, nreg, mp, na, nb, _ = _sortnet.plan(m, 4)
+        assert nreg <= m and (nreg % g == 0 if g else nreg == 0)
         ga, gb = _sortnet.sorting_network(g) if g else (np.zeros(0, int), np.zeros(0, int))
         x = np.full((mp, 300), np.inf)
         x[:m] = rng.integers(0, 4, size=(m, 300))  # many ties
-        for r in range(0, mp, g or mp):
+        for r in range(0, nreg, g or 1):  # the groups sorted in registers
             for a, b in zip(ga + r, gb + r):
                 lo, hi = np.minimum(x[a], x[b]), np.maximum(x[a], x[b])
                 x[a], x[b] = lo, hi
