@@ -29,15 +29,19 @@ NaN and Inf policy, the same for every score here (shared checks in :mod:`ensml.
   within valid points counts 0).
 """
 
+from ensml.eval.brier_roc import brier_decomposition, roc_curve
 from ensml.eval.calibration import ensemble_mean_bias, ensemble_mean_rmse, rank_histogram, spread_skill_ratio
+from ensml.eval.climate import climate_quantiles, model_climate
 from ensml.eval.crps import crps_ensemble, crps_ensemble_array
-from ensml.eval.efi import eecrps, extreme_forecast_index, model_climate, reforecast_efi
+from ensml.eval.efi import eecrps, extreme_forecast_index, reforecast_efi
 from ensml.eval.gaussian import crps_gaussian, crps_gaussian_xr
 from ensml.eval.lomo import below_ground, leave_one_member_out
 from ensml.eval.maps import Panel, display_units, draw_maps
+from ensml.eval.multivariate import energy_score, variogram_score
 from ensml.eval.probability import brier_score, exceedance_probability, reliability
 from ensml.eval.reduce import reduce_score
 from ensml.eval.skill import bootstrap_ci, skill_score
+from ensml.eval.sot import shift_of_tails
 from ensml.eval.twcrps import twcrps_ensemble
 from ensml.eval.weights import latitude_weights
 
@@ -45,7 +49,9 @@ __all__ = [
     "Panel",
     "below_ground",
     "bootstrap_ci",
+    "brier_decomposition",
     "brier_score",
+    "climate_quantiles",
     "crps_ensemble",
     "crps_ensemble_array",
     "crps_gaussian",
@@ -53,6 +59,7 @@ __all__ = [
     "display_units",
     "draw_maps",
     "eecrps",
+    "energy_score",
     "ensemble_mean_bias",
     "ensemble_mean_rmse",
     "exceedance_probability",
@@ -64,7 +71,10 @@ __all__ = [
     "reduce_score",
     "reforecast_efi",
     "reliability",
+    "roc_curve",
+    "shift_of_tails",
     "skill_score",
     "spread_skill_ratio",
     "twcrps_ensemble",
+    "variogram_score",
 ]
