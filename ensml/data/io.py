@@ -16,6 +16,13 @@ import xarray as xr
 
 from ensml.data.formats import detect_format, unknown_format
 from ensml.data.grib import check_not_skipped, read_grib
+from ensml.data.grid import (
+    add_geographic,
+    check_grid,
+    check_same_grid_2d,
+    grid_mapping_names,
+    horizontal_dims,
+)
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import (
     ANALYSIS_DIMS,
@@ -28,6 +35,7 @@ from ensml.names import (
     LEVEL,
     LONGITUDE,
     MEMBER,
+    SPATIAL_DIMS,
     TIME,
     VALID_TIME,
 )
@@ -99,6 +107,10 @@ def normalise(ds: xr.Dataset) -> xr.Dataset:
 
     Latitude is sorted north → south, longitude is mapped to [0, 360) and sorted, ``lead_time``
     becomes timedelta64 (integer steps are read as hours), and CF attributes are attached.
+    Projected grids (:mod:`ensml.data.grid`) keep their dims and order: 2-D latitude/longitude
+    (also when stored as data variables) and CF grid-mapping variables become coordinates,
+    longitude is mapped to [0, 360), and a grid with only projection x/y and a grid mapping gets
+    latitude/longitude computed (:func:`ensml.data.grid.add_geographic`).
     """
     renames = {k: v for k, v in DIM_ALIASES.items() if k in ds.variables and v not in ds.variables}
     if "time" in ds.dims and LEAD_TIME in {renames.get(d, d) for d in ds.dims} and INIT_TIME not in ds.dims:
@@ -106,9 +118,15 @@ def normalise(ds: xr.Dataset) -> xr.Dataset:
     if "valid_time" in ds.coords and "valid_time" not in ds.dims:
         ds = ds.drop_vars("valid_time")
     ds = ds.rename(renames)
+    coords = grid_mapping_names(ds)  # scalar CF grid mappings: not variables to score
+    coords += [n for n in (LATITUDE, LONGITUDE) if n in ds.data_vars and ds[n].ndim == 2]
+    ds = add_geographic(ds.set_coords(coords) if coords else ds)
     if LEAD_TIME in ds.coords and not np.issubdtype(ds[LEAD_TIME].dtype, np.timedelta64):
         ds = ds.assign_coords({LEAD_TIME: ds[LEAD_TIME].values.astype("timedelta64[h]")})
-    if LONGITUDE in ds.coords:
+    if LONGITUDE in ds.coords and ds[LONGITUDE].ndim == 2:
+        lon = ds[LONGITUDE]
+        ds = ds.assign_coords({LONGITUDE: (lon.dims, lon.values % 360.0, lon.attrs)})
+    elif LONGITUDE in ds.coords:
         lon = ds[LONGITUDE].values % 360.0
         if not np.array_equal(lon, ds[LONGITUDE].values):
             ds = ds.assign_coords({LONGITUDE: lon})
@@ -128,7 +146,8 @@ def normalise(ds: xr.Dataset) -> xr.Dataset:
                 {
                     k: v
                     for k, v in attrs.items()
-                    if not np.issubdtype(ds[name].dtype, np.datetime64) or k != "units"
+                    if (not np.issubdtype(ds[name].dtype, np.datetime64) or k != "units")
+                    and (k != "axis" or ds[name].ndim == 1)  # CF: axis on 1-D coordinates only
                 }
             )
     return ds
@@ -138,6 +157,9 @@ def _check_vars(
     ds: xr.Dataset, variables: Sequence[str] | None, dims: Sequence[str], path: str, what: str
 ) -> None:
     found = sorted(str(v) for v in ds.data_vars)
+    horizontal = horizontal_dims(ds)
+    if horizontal is not None and horizontal != SPATIAL_DIMS:  # a projected grid: its own dims
+        dims = [d for d in dims if d not in SPATIAL_DIMS] + list(horizontal)
     for var in variables or []:
         if var not in ds.data_vars:
             check_not_skipped(ds, var, path)
@@ -188,6 +210,7 @@ def _open_checked(
 ) -> xr.Dataset:
     files = _paths(paths, what)
     ds = _normalised(_open(files, what, chunks), files[0] if len(files) == 1 else paths, what)
+    check_grid(ds, variables or list(ds.data_vars), str(files[0]), what)
     _check_vars(ds, variables, dims, str(files[0]), what)
     _check_index(ds, dims, str(files[0]), what)
     return ds[list(variables)] if variables else ds
@@ -243,7 +266,10 @@ def load_dataset(
 
 
 def check_same_grid(a: xr.Dataset, b: xr.Dataset, name_a: str, name_b: str) -> None:
-    """Raise if ``a`` and ``b`` are not on the same latitude/longitude grid."""
+    """Raise if ``a`` and ``b`` are not on the same grid (regular, or projected: :mod:`ensml.data.grid`)."""
+    if horizontal_dims(a) != SPATIAL_DIMS or horizontal_dims(b) != SPATIAL_DIMS:
+        check_same_grid_2d(a, b, name_a, name_b)
+        return
     for dim in (LATITUDE, LONGITUDE):
         va, vb = a[dim].values, b[dim].values
         if va.shape != vb.shape or not np.allclose(va, vb, atol=1e-6):
