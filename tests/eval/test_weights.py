@@ -65,3 +65,14 @@ def test_bad_latitudes(lat, match):
 def test_dataset_without_latitude():
     with pytest.raises(EnsmlError, match="no 'latitude' coordinate"):
         latitude_weights(xr.Dataset({"a": ("x", [1.0])}))
+
+
+def test_area_weights_on_a_regular_grid_are_latitude_weights():
+    from ensml.eval.weights import area_weights
+
+    lat, lon = np.linspace(90, -90, 19), np.arange(0.0, 360.0, 20.0)
+    coords = {"latitude": lat, "longitude": lon}
+    da = xr.DataArray(np.zeros((19, 18)), dims=("latitude", "longitude"), coords=coords)
+    w = area_weights(da)
+    assert w.dims == ("latitude",) and w.attrs["weighting"] == "exact cell area"
+    np.testing.assert_array_equal(w.values, latitude_weights(lat).values)
