@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from ensml.data.grid import describe, is_projected
 from ensml.errors import EnsmlError
 from ensml.eval.cases import Case, Region, Threshold
 from ensml.eval.weights import latitude_weights
@@ -46,6 +47,14 @@ def _box(lat_lo: float, lat_hi: float, west: float, east: float, margin: float) 
     return Region((max(-90.0, lat_lo - margin), min(90.0, lat_hi + margin)), (west, east))
 
 
+def _regular_grid(da: xr.DataArray, func: str) -> None:
+    """Raise unless ``da`` is on a regular latitude/longitude grid (boxes are found in its indices)."""
+    if is_projected(da):
+        raise EnsmlError(
+            f"{func}: finds latitude/longitude boxes on a regular grid, and the data are on a {describe(da)}"
+        )
+
+
 def find_extreme_cases(
     analysis: xr.DataArray,
     *,
@@ -73,6 +82,7 @@ def find_extreme_cases(
         raise EnsmlError(f"find_extreme_cases: tail must be 'upper' or 'lower', got {tail!r}")
     if not 0 < quantile < 1:
         raise EnsmlError(f"find_extreme_cases: quantile must be in (0, 1), got {quantile}")
+    _regular_grid(analysis, "find_extreme_cases")
     an = analysis.transpose(TIME, LATITUDE, LONGITUDE).load()
     thr = an.groupby(f"{TIME}.month").quantile(quantile, dim=TIME)
     above = an.groupby(f"{TIME}.month") - thr
@@ -146,6 +156,7 @@ def storm_cases(
     if lead not in oracle[LEAD_TIME].values:
         raise EnsmlError(f"storm_cases: the oracle has no lead time {lead_hours} h")
     mask = oracle["event_mask"].sel({LEAD_TIME: lead})
+    _regular_grid(mask, "storm_cases")
     if init_times is not None:
         mask = mask.sel({INIT_TIME: np.intersect1d(mask[INIT_TIME].values, init_times)})
     mask = mask.load()

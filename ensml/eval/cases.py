@@ -25,6 +25,7 @@ data, by :func:`storm_cases` (the stored storms of ``oracle.nc``'s ``event_mask`
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ import numpy as np
 import xarray as xr
 import yaml
 
+from ensml.data.grid import horizontal_dims
 from ensml.errors import EnsmlError
 from ensml.names import LATITUDE, LONGITUDE, TIME
 
@@ -57,8 +59,35 @@ class Region:
         idx = np.flatnonzero(rel <= width + 1e-9)
         return idx[np.argsort(rel[idx], kind="stable")]
 
+    def inside(self, lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
+        """Whether each point (latitude, longitude in degrees, any shape) lies in the box."""
+        lat, lon = np.asarray(lat, dtype=float), np.asarray(lon, dtype=float)
+        west, east = self.lon
+        width = (east - west) % 360.0 or 360.0
+        in_lat = (lat >= self.lat[0] - 1e-9) & (lat <= self.lat[1] + 1e-9)
+        return in_lat & ((lon - west) % 360.0 <= width + 1e-9)
+
     def select(self, da: xr.DataArray | xr.Dataset) -> xr.DataArray | xr.Dataset:
-        """The box of ``da`` (latitude order kept, longitudes contiguous west → east)."""
+        """The box of ``da`` (latitude order kept, longitudes contiguous west → east).
+
+        On a projected grid (2-D latitude/longitude): the smallest block of rows and columns that
+        holds every point in the box, with the points outside the box set to NaN (missing, so
+        left out of every score and map); no row or column when no point is in the box.
+        """
+        dims = horizontal_dims(da)
+        if dims is not None and dims != (LATITUDE, LONGITUDE):
+            if LATITUDE not in da.coords or LONGITUDE not in da.coords:
+                raise EnsmlError(
+                    f"region {self} is a latitude/longitude box, and the data's projected grid "
+                    f"({', '.join(dims)}) has no latitude/longitude coordinates to place it"
+                )
+            inside = self.inside(da[LATITUDE].transpose(*dims).values, da[LONGITUDE].transpose(*dims).values)
+            rows, cols = np.flatnonzero(inside.any(axis=1)), np.flatnonzero(inside.any(axis=0))
+            if rows.size == 0:
+                return da.isel({dims[0]: slice(0, 0), dims[1]: slice(0, 0)})
+            block = {dims[0]: slice(rows[0], rows[-1] + 1), dims[1]: slice(cols[0], cols[-1] + 1)}
+            mask = xr.DataArray(inside[block[dims[0]], block[dims[1]]], dims=dims)
+            return da.isel(block).where(mask)
         lat = np.asarray(da[LATITUDE].values, dtype=float)
         ilat = np.flatnonzero((lat >= self.lat[0] - 1e-9) & (lat <= self.lat[1] + 1e-9))
         return da.isel({LATITUDE: ilat, LONGITUDE: self.lon_indices(da[LONGITUDE].values)})
@@ -254,7 +283,9 @@ def climatological_threshold(analysis: xr.DataArray, case: Case) -> xr.DataArray
             f"case {case.name!r}: only {clim.sizes[TIME]} analysis times in months {months.tolist()} to "
             "estimate a climatological quantile from (need 10)"
         )
-    q = clim.quantile(case.threshold.quantile, dim=TIME).drop_vars("quantile")
+    with warnings.catch_warnings():  # points outside the box of a projected grid are all NaN
+        warnings.filterwarnings("ignore", "All-NaN slice", RuntimeWarning)
+        q = clim.quantile(case.threshold.quantile, dim=TIME).drop_vars("quantile")
     return q.assign_attrs(long_name=f"climatological q{100 * case.threshold.quantile:g}")
 
 

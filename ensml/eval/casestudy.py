@@ -24,6 +24,7 @@ import pandas as pd
 import xarray as xr
 from scipy.stats import norm
 
+from ensml.data.grid import horizontal_dims
 from ensml.data.io import (
     check_lead_times,
     check_levels,
@@ -39,11 +40,10 @@ from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
 from ensml.eval.maps import Panel, display_units, draw_maps
 from ensml.eval.twcrps import twcrps_ensemble
-from ensml.eval.weights import latitude_weights
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, units_of
+from ensml.eval.weights import area_weights
+from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME, units_of
 
 N_QUANTILES = 100
-SPATIAL = [LATITUDE, LONGITUDE]
 
 
 @dataclass
@@ -96,7 +96,8 @@ def score_case(
     check_lead_times(fc_ds, [case.lead_hours], f"forecast {forecast} (case {name!r})")
     lead = np.timedelta64(case.lead_hours, "h").astype("timedelta64[ns]")
     box = case.region.select(fc_ds[var].isel({INIT_TIME: 0, LEAD_TIME: 0, MEMBER: 0, LEVEL: 0}))
-    if box.sizes[LATITUDE] == 0 or box.sizes[LONGITUDE] == 0:
+    spatial = list(horizontal_dims(box) or ())
+    if any(box.sizes[d] == 0 for d in spatial):
         raise EnsmlError(f"case {name!r}: region {case.region} selects no grid point of forecast {forecast}")
 
     inits = fc_ds[INIT_TIME].values
@@ -135,8 +136,10 @@ def score_case(
                 )
         else:
             thr = climatological_threshold(an_box.load(), case)
+            if bool(thr.isnull().any()):  # outside the box of a projected grid: scored nowhere
+                thr = thr.fillna(float(thr.median()))
 
-    w = latitude_weights(y[LATITUDE])
+    w = area_weights(y, what=f"case {name!r}", note=False)  # evaluate notes uniform weights
     m = fc.sizes[MEMBER]
     ensembles = {
         f"raw ensemble ({m} members)": fc,
@@ -154,9 +157,9 @@ def score_case(
     fields: dict[str, xr.DataArray] = {}
     rows = []
     for label, ens in ensembles.items():
-        fields[label] = crps_ensemble(ens, y, preserve_dims=[INIT_TIME, *SPATIAL])
+        fields[label] = crps_ensemble(ens, y, preserve_dims=[INIT_TIME, *spatial])
     for label, (mu, sd) in gaussians.items():
-        fields[label] = crps_gaussian_xr(mu, sd, y, preserve_dims=[INIT_TIME, *SPATIAL])
+        fields[label] = crps_gaussian_xr(mu, sd, y, preserve_dims=[INIT_TIME, *spatial])
     for label, crps in fields.items():
         row = {
             "case": name, "variable": var, "level_hPa": case.level, "lead_h": case.lead_hours,
@@ -174,19 +177,18 @@ def score_case(
     table["crps_vs_raw"] = 1.0 - table["crps"] / raw["crps"]
     if thr is not None:
         table["twcrps_vs_raw"] = 1.0 - table["twcrps"] / raw["twcrps"] if raw["twcrps"] > 0 else np.nan
-    figure = _figure(case, y, thr, tail, ensembles, gaussians, fields)
+    figure = _figure(case, y, thr, tail, ensembles, gaussians, fields, w)
     return CaseResult(case, table, figure, int(inits.size))
 
 
-def _figure(case, y, thr, tail, ensembles, gaussians, fields) -> bytes:
+def _figure(case, y, thr, tail, ensembles, gaussians, fields, w) -> bytes:
     var = case.variable
     fs, fo, fu, fl = display_units(var, "field")
     ds_, _, du, dl = display_units(var, "difference")
-    w = latitude_weights(y[LATITUDE])
     event = None
     if thr is not None:
         event = (y > thr) if tail == "upper" else (y < thr)
-        peak = int(np.argmax(event.weighted(w).mean(SPATIAL).values))
+        peak = int(np.argmax(event.weighted(w).mean(list(horizontal_dims(y) or ())).values))
     else:
         peak = 0
     t_peak = y[INIT_TIME].values[peak]

@@ -2,7 +2,9 @@
 
 Estimators, stated in every table: raw ensembles get the empirical (standard) ensemble CRPS;
 Gaussian predictions (post-processing model, oracle) the closed-form Gaussian CRPS. All means
-are weighted by exact cell area over latitude and averaged over the test init times.
+are weighted by cell area (:func:`ensml.eval.weights.area_weights`: exact over latitude on a
+regular grid, from the 2-D latitude/longitude on a projected grid, uniform with a note where
+the coordinates define no cells) and averaged over the test init times.
 
 Before anything is written, each input file is checked, a failure being one line naming it:
 predictions of the kind their option scores (``ensml_task`` of ``ensml postprocess`` files,
@@ -19,6 +21,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ensml.data.grid import grid_mapping, horizontal_dims
 from ensml.data.io import (
     check_lead_times,
     check_levels,
@@ -37,11 +40,9 @@ from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
 from ensml.eval.inputs import at_lead, check_complete, need, open_predictions
 from ensml.eval.tables import EVALUATE_NAMES, print_table, write_outputs
-from ensml.eval.weights import latitude_weights
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, units_of
+from ensml.eval.weights import area_weights
+from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME, units_of
 from ensml.progress import Progress, note, seconds
-
-POINT_DIMS = [LEVEL, LATITUDE, LONGITUDE]
 
 
 def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
@@ -184,31 +185,32 @@ def evaluate(
         needed = [need(orc, f"{v}_{s}", oracle, "oracle").name for v in variables for s in ("mean", "std")]
         orc = orc[needed].sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
         check_complete(orc, f"oracle {oracle}")
-    weights = latitude_weights(fc[LATITUDE])
+    weights = area_weights(fc, what=fc_name)
+    point_dims = [LEVEL, *horizontal_dims(fc)]
 
     rows, spread_rows, fields = [], [], {}
     progress = Progress("evaluate", len(variables), "variables")
     for var in variables:
         y = obs[var]
         sources: dict[str, xr.DataArray] = {
-            f"raw ensemble ({m} members)": crps_ensemble(fc[var], y, preserve_dims=POINT_DIMS),
+            f"raw ensemble ({m} members)": crps_ensemble(fc[var], y, preserve_dims=point_dims),
             f"raw subset ({k} members)": crps_ensemble(
-                fc[var].isel({MEMBER: slice(0, k)}), y, preserve_dims=POINT_DIMS
+                fc[var].isel({MEMBER: slice(0, k)}), y, preserve_dims=point_dims
             ),
         }
         if preds is not None:
             mu = need(preds, f"{var}_mean", predictions, "predictions").sel({INIT_TIME: inits, LEVEL: levels})
             sd = need(preds, f"{var}_std", predictions, "predictions").sel({INIT_TIME: inits, LEVEL: levels})
-            sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=POINT_DIMS)
+            sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
         if calibrated is not None:
             n = calibrated.sizes[MEMBER]
             sources[f"post-processed members ({n})"] = crps_ensemble(
-                calibrated[var], y, preserve_dims=POINT_DIMS
+                calibrated[var], y, preserve_dims=point_dims
             )
         if orc is not None:
             mu = need(orc, f"{var}_mean", oracle, "oracle")
             sd = need(orc, f"{var}_std", oracle, "oracle")
-            sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=POINT_DIMS)
+            sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
         for name, field in sources.items():
             fields[f"crps_{_slug(name)}_{var}"] = field
         rows += crps_rows(sources, weights, var, levels, lead_hours, f"raw ensemble ({m} members)")
@@ -229,7 +231,10 @@ def evaluate(
     table = pd.DataFrame(rows)
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
     with replace_folder(out_dir, "evaluate", EVALUATE_NAMES) as folder:  # one run's results, whole
-        write_outputs(folder, table, spread_table, xr.Dataset(fields), n_inits=inits.size)
+        write_outputs(
+            folder, table, spread_table, _on_grid(xr.Dataset(fields), fc), n_inits=inits.size,
+            weighting=weights.attrs["weighting"],
+        )  # fmt: skip
         if studies:
             write_cases(folder / "cases", studies)
     print_table(table, spread_table, n_inits=inits.size)
@@ -255,7 +260,7 @@ def crps_rows(
         name; a name with "Gaussian" in it is labelled as scored by the closed form, others as
         empirical.
     weights
-        Latitude weights (:func:`latitude_weights`).
+        Area weights (:func:`ensml.eval.weights.area_weights`).
     raw_key, oracle_key
         Sources that skill (``1 - crps / crps_raw``) and ``gap_closed``
         (``(crps_raw - crps) / (crps_raw - crps_oracle)``) refer to; no gap without an oracle.
@@ -317,6 +322,17 @@ def spread_scores(
                 "correlation": float(corr.sel({LEVEL: lev})), "units": units_of(var),
             })  # fmt: skip
     return rows
+
+
+def _on_grid(fields: xr.Dataset, fc: xr.Dataset) -> xr.Dataset:
+    """The per-point scores with the forecast's CF grid mapping (projected grids), for other tools' maps."""
+    gm = grid_mapping(fc)
+    if gm is None:
+        return fields
+    fields = fields.assign_coords({gm.name: gm.variable})
+    for var in fields.data_vars.values():
+        var.attrs["grid_mapping"] = str(gm.name)
+    return fields
 
 
 def _slug(name: str) -> str:

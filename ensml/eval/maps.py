@@ -1,11 +1,18 @@
 """The one map helper of ensml: every map goes through :func:`draw_maps`.
 
-Maps use cartopy's PlateCarree projection centred on the region (so regions across 0° or the
-dateline are drawn in one piece), coastlines from the Natural Earth 110m file shipped in
-``ensml/eval/mapdata`` (public domain; see its README), and a colour bar with units under each
-panel. Nothing here uses cartopy's own coastline or feature downloads, or anything else that would download
-data: ensml draws offline. Figures are rendered with the Agg canvas (no pyplot, no display) and
-returned as PNG bytes, which callers write atomically with the rest of their outputs.
+Maps of a regular latitude/longitude grid use cartopy's PlateCarree projection centred on the
+region (so regions across 0° or the dateline are drawn in one piece). Maps of a projected grid
+(2-D latitude/longitude, :mod:`ensml.data.grid`) are drawn in the data's own projection when a
+CF ``grid_mapping`` and 1-D projection x/y coordinates give one (pyproj, then cartopy), cell
+edges half-way between the x/y points; otherwise from the 2-D latitude/longitude, cell corners
+estimated as for the area weights (:func:`ensml.eval.weights.cell_corners`), in PlateCarree
+centred on the grid, or a polar stereographic view when the grid encloses a pole (where
+PlateCarree would tear the cells around it). All maps take coastlines from the Natural Earth
+110m file shipped in ``ensml/eval/mapdata`` (public domain; see its README), and a colour bar
+with units under each panel. Nothing here uses cartopy's own coastline or feature downloads,
+or anything else that would download data: ensml draws offline. Figures are rendered with the
+Agg canvas (no pyplot, no display) and returned as PNG bytes, which callers write atomically
+with the rest of their outputs.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ from itertools import pairwise
 import numpy as np
 import xarray as xr
 
+from ensml.data.grid import grid_mapping, horizontal_dims, projection_coords, to_crs
 from ensml.errors import EnsmlError
+from ensml.eval.weights import cell_corners
 from ensml.names import LATITUDE, LONGITUDE
 
 COASTLINE_FILE = "ne_110m_coastline.npz"
@@ -28,7 +37,10 @@ GRAVITY = 9.80665  # m s-2, to show geopotential as geopotential height
 
 @dataclass
 class Panel:
-    """One map panel: a 2-D (latitude, longitude) field and how to colour it.
+    """One map panel: a 2-D field and how to colour it.
+
+    ``data`` is on a regular grid (latitude, longitude) or a projected one (e.g. (y, x) with 2-D
+    latitude/longitude coordinates and, optionally, a CF grid mapping and x/y coordinates).
 
     ``contour`` (optional, same grid) is overlaid as labelled black lines, ``hatch`` (optional
     boolean field) as hatching, e.g. where the analysis exceeds the case threshold.
@@ -141,12 +153,169 @@ def _draw(fig, ax, data_crs, panel: Panel, lon: np.ndarray, lat: np.ndarray) -> 
     cb.ax.tick_params(labelsize=7)
 
 
+@dataclass
+class _Geometry:
+    """Where the cells of a projected grid lie on the map: corners and centres in ``crs``."""
+
+    dims: tuple[str, str]
+    crs: object  # cartopy CRS of the axes (and of the coordinates below)
+    x_corner: np.ndarray  # (ny + 1, nx + 1)
+    y_corner: np.ndarray
+    x_centre: np.ndarray  # (ny, nx)
+    y_centre: np.ndarray
+    plate_carree: bool  # PlateCarree axes: grid lines at _ticks, labelled on two sides
+
+    @property
+    def extent(self) -> list[float]:
+        x, y = self.x_corner[np.isfinite(self.x_corner)], self.y_corner[np.isfinite(self.y_corner)]
+        return [float(x.min()), float(x.max()), float(y.min()), float(y.max())]
+
+
+def _cartopy_crs(gm: xr.DataArray, x_edges: np.ndarray, y_edges: np.ndarray):
+    """The cartopy CRS of a CF grid mapping, or ``None`` when cartopy cannot draw in it."""
+    import cartopy.crs as ccrs
+
+    attrs = gm.attrs
+    try:
+        if attrs.get("grid_mapping_name") == "rotated_latitude_longitude":
+            return ccrs.RotatedPole(
+                pole_longitude=float(attrs["grid_north_pole_longitude"]),
+                pole_latitude=float(attrs["grid_north_pole_latitude"]),
+                central_rotated_longitude=float(attrs.get("north_pole_grid_longitude", 0.0)),
+            )
+        crs = to_crs(gm)
+        if not crs.is_projected:
+            return None
+        proj = ccrs.Projection(crs)
+    except Exception:  # a mapping pyproj or cartopy does not know: drawn from latitude/longitude
+        return None
+    if proj.bounds is None:  # no area of use (a CRS from CF): the data's extent, with a margin
+        width, height = np.ptp(x_edges), np.ptp(y_edges)
+        pad = 0.5 * max(width, height)
+        proj.bounds = (x_edges.min() - pad, x_edges.max() + pad, y_edges.min() - pad, y_edges.max() + pad)
+        proj.threshold = min(width, height) / 100.0
+    return proj
+
+
+def _encloses_pole(lat_c: np.ndarray, lon_c: np.ndarray) -> int:
+    """+1 / -1 when the outer ring of corners winds once around the north / south pole, else 0."""
+    ring = np.concatenate([lon_c[0, :], lon_c[1:, -1], lon_c[-1, -2::-1], lon_c[-2:0:-1, 0], lon_c[:1, 0]])
+    turn = np.sum((np.diff(ring) + 180.0) % 360.0 - 180.0)
+    return 0 if abs(turn) < 180.0 else (1 if lat_c.mean() > 0 else -1)
+
+
+def _geometry(data: xr.DataArray) -> _Geometry:
+    """The map geometry of a field on a projected grid (see the module docstring)."""
+    import cartopy.crs as ccrs
+
+    dims = horizontal_dims(data)
+    assert dims is not None
+    gm, coords = grid_mapping(data), projection_coords(data)
+    if gm is not None and coords is not None and all(np.all(np.isfinite(c)) for c in coords):
+        y, x = coords
+        ye, xe = _edges(y), _edges(x)
+        crs = _cartopy_crs(gm, xe, ye)
+        if crs is not None:
+            xc, yc = np.meshgrid(xe, ye)
+            xm, ym = np.meshgrid(x, y)
+            return _Geometry(dims, crs, xc, yc, xm, ym, plate_carree=False)
+    if LATITUDE not in data.coords or LONGITUDE not in data.coords:
+        raise EnsmlError(f"draw_maps: {unmappable(data)}")
+    lat = np.asarray(data[LATITUDE].transpose(*dims).values, dtype=float)
+    lon = np.asarray(data[LONGITUDE].transpose(*dims).values, dtype=float)
+    lat_c, lon_c = cell_corners(lat, lon)
+    pole = _encloses_pole(lat_c, lon_c)
+    rad = np.deg2rad(lon)
+    centre = float(np.rad2deg(np.arctan2(np.sin(rad).mean(), np.cos(rad).mean())))
+    if pole:
+        crs = (ccrs.NorthPolarStereo if pole > 0 else ccrs.SouthPolarStereo)(central_longitude=centre)
+    else:
+        crs = ccrs.PlateCarree(central_longitude=centre)
+    geo = ccrs.PlateCarree()
+    corners = crs.transform_points(geo, lon_c, lat_c)
+    centres = crs.transform_points(geo, lon, lat)
+    return _Geometry(
+        dims, crs, corners[..., 0], corners[..., 1], centres[..., 0], centres[..., 1], plate_carree=not pole
+    )
+
+
+def unmappable(data: xr.DataArray) -> str | None:
+    """Why :func:`draw_maps` cannot place ``data`` on a map, or ``None`` when it can."""
+    dims = horizontal_dims(data)
+    if dims is None:
+        return f"the field has no horizontal grid (dims {', '.join(map(str, data.dims))})"
+    if dims == (LATITUDE, LONGITUDE) or (LATITUDE in data.coords and LONGITUDE in data.coords):
+        return None
+    gm, coords = grid_mapping(data), projection_coords(data)
+    if gm is not None and coords is not None and all(np.all(np.isfinite(c)) for c in coords):
+        y, x = coords
+        if _cartopy_crs(gm, _edges(x), _edges(y)) is not None:
+            return None
+    return (
+        f"the field on ({', '.join(dims)}) has neither latitude/longitude nor a CF grid mapping "
+        "with x/y coordinates that cartopy can draw"
+    )
+
+
+def _values(da: xr.DataArray, dims: tuple[str, str]) -> np.ndarray:
+    return np.asarray(da.transpose(*dims).values, dtype=float)
+
+
+def _draw_projected(fig, ax, geo: _Geometry, panel: Panel) -> None:
+    import cartopy.crs as ccrs
+
+    values = _values(panel.data, geo.dims)
+    if not np.isfinite(values).any():
+        raise EnsmlError(f"map {panel.title!r}: the field has no finite value")
+    if geo.plate_carree:  # a cell across the map's seam (180° from its centre) would span the map
+        span = np.ptp(np.stack([geo.x_corner[:-1, :-1], geo.x_corner[1:, :-1], geo.x_corner[:-1, 1:],
+                                geo.x_corner[1:, 1:]]), axis=0)  # fmt: skip
+        values = np.where(span > 180.0, np.nan, values)
+    mesh = ax.pcolormesh(
+        geo.x_corner, geo.y_corner, np.ma.masked_invalid(values), cmap=panel.cmap, vmin=panel.vmin,
+        vmax=panel.vmax, transform=geo.crs, shading="flat", rasterized=True,
+    )  # fmt: skip
+    if panel.contour is not None:
+        c = _values(panel.contour, geo.dims)
+        cs = ax.contour(
+            geo.x_centre, geo.y_centre, c, levels=8, colors="k", linewidths=0.7, transform=geo.crs
+        )
+        ax.clabel(cs, fontsize=6, fmt="%.0f", inline=True)
+    if panel.hatch is not None and bool(panel.hatch.any()):
+        h = _values(panel.hatch, geo.dims)
+        ax.contourf(geo.x_centre, geo.y_centre, h, levels=[0.5, 1.5], colors="none", hatches=["////"],
+                    transform=geo.crs)  # fmt: skip
+        ax.contour(geo.x_centre, geo.y_centre, h, levels=[0.5], colors="m", linewidths=1.0, transform=geo.crs)
+    data_crs = ccrs.PlateCarree()
+    ax.add_geometries(
+        [coastlines()], crs=data_crs, facecolor="none", edgecolor="0.15", linewidth=0.8, zorder=3
+    )
+    if geo.plate_carree:
+        lon_e = geo.x_corner + float(geo.crs.proj4_params.get("lon_0", 0.0))
+        xs = _ticks(float(np.nanmin(lon_e)), float(np.nanmax(lon_e)))
+        ys = _ticks(float(np.nanmin(geo.y_corner)), float(np.nanmax(geo.y_corner)))
+        gl = ax.gridlines(
+            crs=data_crs, draw_labels=True, linewidth=0.3, color="0.5", alpha=0.6,
+            xlocs=(xs + 180.0) % 360.0 - 180.0, ylocs=ys,
+        )  # fmt: skip
+        gl.top_labels = gl.right_labels = False
+    else:
+        gl = ax.gridlines(crs=data_crs, draw_labels=True, linewidth=0.3, color="0.5", alpha=0.6)
+    gl.xlabel_style = gl.ylabel_style = {"size": 7}
+    ax.set_title(panel.title, fontsize=9)
+    cb = fig.colorbar(mesh, ax=ax, orientation="horizontal", pad=0.02, shrink=0.9, aspect=30)
+    cb.set_label(f"{panel.label} ({panel.units})", fontsize=8)
+    cb.ax.tick_params(labelsize=7)
+
+
 def draw_maps(panels: list[list[Panel | None]], title: str = "", *, dpi: int = 110) -> bytes:
     """Draw a grid of map panels (rows × columns, ``None`` leaves a cell empty) as PNG bytes.
 
-    All panels of one figure share the grid of the first panel's ``data``: latitude north →
-    south or south → north, longitude increasing (unwrapped across 0°/360° where the region
-    crosses it, see :func:`unwrap_longitude`).
+    All panels of one figure share the grid of the first panel's ``data``. On a regular grid:
+    latitude north → south or south → north, longitude increasing (unwrapped across 0°/360°
+    where the region crosses it, see :func:`unwrap_longitude`). On a projected grid: its two
+    horizontal dims, drawn in its CF grid mapping or from its 2-D latitude/longitude (see the
+    module docstring).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -155,10 +324,18 @@ def draw_maps(panels: list[list[Panel | None]], title: str = "", *, dpi: int = 1
     if not cells:
         raise EnsmlError("draw_maps: no panel to draw")
     first = cells[0].data
-    lon = unwrap_longitude(first[LONGITUDE].values)
-    lat = np.asarray(first[LATITUDE].values, dtype=float)
+    dims = horizontal_dims(first)
+    if dims is None:
+        raise EnsmlError(f"draw_maps: {unmappable(first)}")
+    geo = None if dims == (LATITUDE, LONGITUDE) else _geometry(first)
+    if geo is None:
+        lon = unwrap_longitude(first[LONGITUDE].values)
+        lat = np.asarray(first[LATITUDE].values, dtype=float)
+        aspect = max(0.2, min(1.5, np.ptp(_edges(lat, -90.0, 90.0)) / max(np.ptp(_edges(lon)), 1.0)))
+    else:
+        x0, x1, y0, y1 = geo.extent
+        aspect = max(0.2, min(1.5, (y1 - y0) / (x1 - x0)))
     n_rows, n_cols = len(panels), max(len(r) for r in panels)
-    aspect = max(0.2, min(1.5, np.ptp(_edges(lat, -90.0, 90.0)) / max(np.ptp(_edges(lon)), 1.0)))
     panel_w = 3.8 if n_cols > 1 else 6.0
     height = n_rows * (panel_w * aspect + 1.0) + (0.4 if title else 0.0)
     fig = Figure(figsize=(panel_w * n_cols, height), layout="constrained")
@@ -167,8 +344,14 @@ def draw_maps(panels: list[list[Panel | None]], title: str = "", *, dpi: int = 1
         for c, panel in enumerate(row):
             if panel is None:
                 continue
-            ax, data_crs = _setup_axes(fig, n_rows, n_cols, r * n_cols + c + 1, lon, lat)
-            _draw(fig, ax, data_crs, panel, lon, lat)
+            index = r * n_cols + c + 1
+            if geo is None:
+                ax, data_crs = _setup_axes(fig, n_rows, n_cols, index, lon, lat)
+                _draw(fig, ax, data_crs, panel, lon, lat)
+            else:
+                ax = fig.add_subplot(n_rows, n_cols, index, projection=geo.crs)
+                ax.set_extent(geo.extent, crs=geo.crs)
+                _draw_projected(fig, ax, geo, panel)
     if title:
         fig.suptitle(title, fontsize=11)
     buf = io.BytesIO()
@@ -176,4 +359,4 @@ def draw_maps(panels: list[list[Panel | None]], title: str = "", *, dpi: int = 1
     return buf.getvalue()
 
 
-__all__ = ["Panel", "coastlines", "display_units", "draw_maps", "unwrap_longitude"]
+__all__ = ["Panel", "coastlines", "display_units", "draw_maps", "unmappable", "unwrap_longitude"]

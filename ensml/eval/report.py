@@ -16,19 +16,21 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ensml.data.grid import describe, is_projected
 from ensml.data.io import open_analysis, open_dataset, open_forecast
 from ensml.data.outdir import check_output_folder, replace_folder
+from ensml.errors import EnsmlError
 from ensml.eval import plots
 from ensml.eval.casefind import find_extreme_cases, storm_cases
 from ensml.eval.cases import load_cases
 from ensml.eval.casestudy import cases_table, formatted, score_case
 from ensml.eval.evaluate import evaluate
-from ensml.eval.maps import Panel, draw_maps
+from ensml.eval.maps import Panel, draw_maps, unmappable
 from ensml.eval.report_render import Figure, render
 from ensml.eval.report_scores import gaussians, scores_by_lead
-from ensml.eval.tables import to_markdown
-from ensml.eval.weights import latitude_weights
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, TIME, units_of
+from ensml.eval.tables import to_markdown, weighting_phrase
+from ensml.eval.weights import area_weights
+from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, TIME, units_of
 from ensml.progress import Progress, seconds
 
 EVENT = "analysis > monthly climatological mean + 1 std"
@@ -92,6 +94,14 @@ def report(
         Level (hPa) of the automatic cases (default 500 when present, else the first).
     """
     check_output_folder(out_dir, "report", REPORT_NAMES)  # before hours of work, not after
+    if n_storm_cases or n_extreme_cases:
+        grid = open_forecast(forecast, variables)
+        if is_projected(grid):
+            option = "n_extreme_cases" if n_extreme_cases else "n_storm_cases"
+            raise EnsmlError(
+                f"report: {option} searches latitude/longitude boxes of a regular grid, and forecast "
+                f"{forecast} is on a {describe(grid)}; give the cases as YAML files (--cases)"
+            )
     case_list = load_cases(cases) if cases else []
     # the YAML cases first: a bad case fails in seconds, before the global scores
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
@@ -124,7 +134,7 @@ def report(
         if preds is not None:
             inits = np.intersect1d(inits, preds[INIT_TIME].values)
         inits = inits[np.isin(inits + fc[LEAD_TIME].values.max(), an[TIME].values)]
-        w = latitude_weights(fc[LATITUDE])
+        w = area_weights(fc, note=False)  # evaluate has noted uniform weights already
         parts = [scores_by_lead(fc, an, gaussians(preds, orc), v, levels, inits, w, k) for v in variables]
         by_lead = pd.concat([p[0] for p in parts], ignore_index=True)
         lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
@@ -151,15 +161,16 @@ def report(
             case_list.append(c)
             studies.append(score_case(c, forecast, analysis, predictions, oracle, k))
         stage(f"{len(studies)} case studies")
-        skill_map = _skill_maps(tmp / "tables" / "scores.nc", variables, levels, lead_hours)
+        skill_map, no_map = _skill_maps(tmp / "tables" / "scores.nc", variables, levels, lead_hours)
 
         blocks: list = [("h1", title)]
         blocks += [
             (
                 "p",
                 f"Forecast `{forecast}` verified against `{analysis}` over {inits.size} init times "
-                f"({np.datetime64(inits[0], 'D')} … {np.datetime64(inits[-1], 'D')}). All means are weighted "
-                "by exact cell area. Raw ensembles are scored with the empirical ensemble CRPS, Gaussian "
+                f"({np.datetime64(inits[0], 'D')} … {np.datetime64(inits[-1], 'D')}) on a {describe(fc)}. "
+                f"All means are {weighting_phrase(w.attrs['weighting'])}. "
+                "Raw ensembles are scored with the empirical ensemble CRPS, Gaussian "
                 "forecasts (post-processed, oracle) with the closed-form Gaussian CRPS; lower is better. "
                 f"Skill = 1 − CRPS / CRPS(raw ensemble).",
             )
@@ -182,6 +193,8 @@ def report(
                     "forecast over the raw ensemble (blue: better than raw).",
                 )
             ]
+        if no_map:
+            blocks += [("p", f"No map of the per-point CRPS skill: {no_map}.")]
         blocks += [
             ("h2", "Scores by lead time"),
             Figure("crps_by_lead.png", plots.scores_by_lead(by_lead, "crps", "CRPS"), "CRPS by lead time."),
@@ -233,11 +246,15 @@ def _same_event(a, b) -> bool:
     return bool(np.intersect1d(a.region.lon_indices(lon), b.region.lon_indices(lon)).size)
 
 
-def _skill_maps(scores_nc: Path, variables, levels, lead_hours) -> bytes | None:
+def _skill_maps(scores_nc: Path, variables, levels, lead_hours) -> tuple[bytes | None, str | None]:
+    """The skill maps (PNG), or ``None`` and why not when the grid cannot be drawn."""
     ds = xr.open_dataset(scores_nc).load()
     raw_name = next((v for v in ds.data_vars if str(v).startswith("crps_raw_ensemble_")), None)
     if raw_name is None or not any(str(v).startswith("crps_post_processed_") for v in ds.data_vars):
-        return None
+        return None, None
+    why = unmappable(ds[raw_name])
+    if why:
+        return None, why
     panels = []
     for var in variables:
         pp, raw = ds.get(f"crps_post_processed_{var}"), ds.get(f"crps_raw_ensemble_{var}")
@@ -257,7 +274,8 @@ def _skill_maps(scores_nc: Path, variables, levels, lead_hours) -> bytes | None:
                 for lev in levels
             ]
         )
-    return draw_maps(panels, "Post-processed forecast: CRPS skill over the raw ensemble") if panels else None
+    title = "Post-processed forecast: CRPS skill over the raw ensemble"
+    return (draw_maps(panels, title) if panels else None), None
 
 
 def _case_blocks(studies) -> list:

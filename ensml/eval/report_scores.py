@@ -11,12 +11,13 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ensml.data.grid import horizontal_dims
 from ensml.eval.calibration import ensemble_mean_rmse, rank_histogram, spread_skill_ratio
 from ensml.eval.casestudy import gaussian_members
 from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
 from ensml.eval.probability import reliability
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
+from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME
 
 
 def gaussians(preds: xr.Dataset | None, orc: xr.Dataset | None) -> dict[str, xr.Dataset]:
@@ -26,8 +27,13 @@ def gaussians(preds: xr.Dataset | None, orc: xr.Dataset | None) -> dict[str, xr.
 
 
 def scores_by_lead(fc, an, gauss, var, levels, inits, w, k) -> tuple[pd.DataFrame, dict, dict]:
-    """CRPS / spread / RMSE rows by lead, rank histograms and reliability at each lead."""
+    """CRPS / spread / RMSE rows by lead, rank histograms and reliability at each lead.
+
+    ``w`` are the area weights of the grid (:func:`ensml.eval.weights.area_weights`); means are
+    over the init times and the horizontal dims (latitude/longitude, or a projected grid's y/x).
+    """
     rows, hists, rel = [], {}, {}
+    over = [INIT_TIME, *horizontal_dims(fc)]
     clim = an[var].groupby(f"{TIME}.month")
     mean, std = clim.mean(TIME), clim.std(TIME)
     for lead in fc[LEAD_TIME].values:
@@ -52,7 +58,7 @@ def scores_by_lead(fc, an, gauss, var, levels, inits, w, k) -> tuple[pd.DataFram
             crps = crps_ensemble(ens, y, **kw)
             ssr = spread_skill_ratio(ens, y, finite_ensemble_correction=True, **kw)
             rmse = ensemble_mean_rmse(ens, y, **kw)
-            spread = np.sqrt((ens.var(MEMBER, ddof=1)).weighted(w).mean([INIT_TIME, LATITUDE, LONGITUDE]))
+            spread = np.sqrt((ens.var(MEMBER, ddof=1)).weighted(w).mean(over))
             for lev in levels:
                 sel = {LEVEL: lev}
                 rows.append(
@@ -75,8 +81,8 @@ def scores_by_lead(fc, an, gauss, var, levels, inits, w, k) -> tuple[pd.DataFram
             mu = ds[f"{var}_mean"].sel(sel).drop_vars([LEAD_TIME, "valid_time"], errors="ignore").load()
             sd = ds[f"{var}_std"].sel(sel).drop_vars([LEAD_TIME, "valid_time"], errors="ignore").load()
             crps = crps_gaussian_xr(mu, sd, y, preserve_dims=[LEVEL], weights=w)
-            spread = np.sqrt((sd**2).weighted(w).mean([INIT_TIME, LATITUDE, LONGITUDE]))
-            rmse = np.sqrt(((mu - y) ** 2).weighted(w).mean([INIT_TIME, LATITUDE, LONGITUDE]))
+            spread = np.sqrt((sd**2).weighted(w).mean(over))
+            rmse = np.sqrt(((mu - y) ** 2).weighted(w).mean(over))
             for lev in levels:
                 s_, r_ = float(spread.sel({LEVEL: lev})), float(rmse.sel({LEVEL: lev}))
                 rows.append(

@@ -43,21 +43,35 @@ def to_markdown(df: pd.DataFrame) -> str:
 EVALUATE_NAMES = ("scores.csv", "scores.md", "scores.nc", "spread.csv", "spread.md", "cases")
 
 
+def weighting_phrase(weighting: str) -> str:
+    """How means were weighted, for tables and reports (``weighting`` of ``area_weights``)."""
+    return f"unweighted ({weighting})" if weighting.startswith("uniform") else f"area-weighted ({weighting})"
+
+
 def write_outputs(
-    folder: Path, table: pd.DataFrame, spread: pd.DataFrame | None, fields: xr.Dataset, n_inits: int
+    folder: Path,
+    table: pd.DataFrame,
+    spread: pd.DataFrame | None,
+    fields: xr.Dataset,
+    n_inits: int,
+    weighting: str = "exact cell area",
 ) -> None:
     """Write evaluate's tables and per-point scores into ``folder`` (a new, empty folder).
 
     ``evaluate`` builds its output folder this way inside :func:`ensml.data.outdir.replace_folder`,
-    so ``out_dir`` holds one run's results, complete, or the earlier run's.
+    so ``out_dir`` holds one run's results, complete, or the earlier run's. ``weighting`` (the
+    attribute of :func:`ensml.eval.weights.area_weights`) is stated in the headers and in
+    ``scores.nc``.
     """
-    header = f"Scores over {n_inits} init times, area-weighted (exact cell area).\n\n"
+    header = f"Scores over {n_inits} init times, {weighting_phrase(weighting)}.\n\n"
     table.to_csv(folder / "scores.csv", index=False)
     (folder / "scores.md").write_text(header + to_markdown(table))
     if spread is not None:
         spread.to_csv(folder / "spread.csv", index=False)
         (folder / "spread.md").write_text(header + to_markdown(spread))
-    fields.attrs.update(title="ensml per-point scores (mean over init times)", init_times=n_inits)
+    fields.attrs.update(
+        title="ensml per-point scores (mean over init times)", init_times=n_inits, weighting=weighting
+    )
     write_netcdf(fields, folder / "scores.nc")
 
 
