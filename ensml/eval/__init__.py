@@ -43,14 +43,16 @@ from ensml.eval.reduce import reduce_score
 from ensml.eval.skill import bootstrap_ci, skill_score
 from ensml.eval.sot import shift_of_tails
 from ensml.eval.twcrps import twcrps_ensemble
-from ensml.eval.weights import latitude_weights
+from ensml.eval.weights import area_weights, cell_areas, latitude_weights
 
 __all__ = [
     "Panel",
+    "area_weights",
     "below_ground",
     "bootstrap_ci",
     "brier_decomposition",
     "brier_score",
+    "cell_areas",
     "climate_quantiles",
     "crps_ensemble",
     "crps_ensemble_array",
