@@ -26,14 +26,22 @@ import numpy as np
 from ensml.eval._sortnet import _BLOCKS_PER_THREAD, _sort8, _sort16, plan
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _chain(v, lo: float, hi: float):
+    """``min(max(v, lo), hi)`` (``lo``, ``hi`` in ``v``'s dtype); NaN and ±Inf pass unchanged."""
+    c = lo if v < lo else v
+    c = hi if c > hi else c
+    return v if abs(v) == np.inf else c
+
+
 @numba.njit(cache=True, nogil=True)
-def _crps_point(x: np.ndarray, y: float, fair: bool, tmp: np.ndarray) -> float:
+def _crps_point(x: np.ndarray, y: float, fair: bool, tmp: np.ndarray, lo: float, hi: float) -> float:
     """CRPS of one point with NaN members dropped (NaN when none, or one for fair)."""
     if y != y:
         return np.nan
     m = 0
     for i in range(x.shape[0]):
-        v = np.float64(x[i])
+        v = np.float64(_chain(x[i], lo, hi))
         if v == v:
             tmp[m] = v - y
             m += 1
@@ -56,6 +64,8 @@ def _crps_block(
     flat: np.ndarray,
     obs: np.ndarray,
     fair: bool,
+    lo: float,
+    hi: float,
     g: int,
     nreg: int,
     net_a: np.ndarray,
@@ -66,6 +76,7 @@ def _crps_block(
     buf: np.ndarray,
     acc_abs: np.ndarray,
     acc_w: np.ndarray,
+    yb: np.ndarray,
     tmp: np.ndarray,
 ) -> int:
     """CRPS of points ``start:stop`` into ``out`` (its dtype); returns how many are not finite."""
@@ -90,6 +101,12 @@ def _crps_block(
         for i in range(m):
             for k in range(n):
                 buf[i, k] = fc[i, start + k]
+    for k in range(n):
+        yb[k] = np.float64(_chain(obs[start + k], lo, hi))
+    if lo > -np.inf or hi < np.inf:  # twCRPS: the chaining function, on the block in L1
+        for i in range(m):
+            for k in range(n):
+                buf[i, k] = _chain(buf[i, k], lo, hi)
     # 2. sort each column (point) along members
     if g == 8:
         for r in range(0, nreg, 8):
@@ -101,11 +118,11 @@ def _crps_block(
         a = net_a[c]
         b = net_b[c]
         for k in range(n):
-            lo = buf[a, k]
-            hi = buf[b, k]
-            lt = hi < lo
-            buf[a, k] = hi if lt else lo
-            buf[b, k] = lo if lt else hi
+            u = buf[a, k]
+            v = buf[b, k]
+            lt = v < u
+            buf[a, k] = v if lt else u
+            buf[b, k] = u if lt else v
     # 3. reduce in float64, centred on the observation, eight rows per pass over the accumulators
     for k in range(n):
         acc_abs[k] = 0.0
@@ -114,7 +131,7 @@ def _crps_block(
     while i + 8 <= m:
         w = 2.0 * i - m + 1.0
         for k in range(n):
-            y = np.float64(obs[start + k])
+            y = yb[k]
             d0 = np.float64(buf[i, k]) - y
             d1 = np.float64(buf[i + 1, k]) - y
             d2 = np.float64(buf[i + 2, k]) - y
@@ -133,7 +150,7 @@ def _crps_block(
     while i < m:
         w = 2.0 * i - m + 1.0
         for k in range(n):
-            d = np.float64(buf[i, k]) - np.float64(obs[start + k])
+            d = np.float64(buf[i, k]) - yb[k]
             acc_abs[k] += abs(d)
             acc_w[k] += w * d
         i += 1
@@ -153,7 +170,7 @@ def _crps_block(
     nbad = 0
     for k in range(n):
         if not (abs(out[start + k]) < np.inf):
-            r = _crps_point(fc[:, start + k], np.float64(obs[start + k]), fair, tmp)
+            r = _crps_point(fc[:, start + k], yb[k], fair, tmp, lo, hi)
             out[start + k] = r
             nbad += not (abs(out[start + k]) < np.inf)
     return nbad
@@ -163,7 +180,7 @@ def _crps_block(
 def _scratch(m: int, mp: int, bsize: int, dtype: np.dtype) -> tuple:
     buf = np.empty((mp, bsize), dtype=dtype)
     buf[m:, :] = np.inf
-    return buf, np.empty(bsize), np.empty(bsize), np.empty(m)
+    return buf, np.empty(bsize), np.empty(bsize), np.empty(bsize), np.empty(m)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -172,6 +189,8 @@ def crps_parallel(
     flat: np.ndarray,
     obs: np.ndarray,
     fair: bool,
+    lo: float,
+    hi: float,
     g: int,
     nreg: int,
     mp: int,
@@ -191,12 +210,29 @@ def crps_parallel(
     per = (nblocks + nchunks - 1) // nchunks
     bad = np.zeros(nchunks, dtype=np.int64)
     for t in numba.prange(nchunks):
-        buf, acc_abs, acc_w, tmp = _scratch(m, mp, bsize, fc.dtype)
+        buf, acc_abs, acc_w, yb, tmp = _scratch(m, mp, bsize, fc.dtype)
         for blk in range(t * per, min((t + 1) * per, nblocks)):
             start = blk * bsize
             stop = min(start + bsize, n)
             bad[t] += _crps_block(
-                fc, flat, obs, fair, g, nreg, net_a, net_b, out, start, stop, buf, acc_abs, acc_w, tmp
+                fc,
+                flat,
+                obs,
+                fair,
+                lo,
+                hi,
+                g,
+                nreg,
+                net_a,
+                net_b,
+                out,
+                start,
+                stop,
+                buf,
+                acc_abs,
+                acc_w,
+                yb,
+                tmp,
             )
     return bad.sum()
 
@@ -207,6 +243,8 @@ def crps_serial(
     flat: np.ndarray,
     obs: np.ndarray,
     fair: bool,
+    lo: float,
+    hi: float,
     g: int,
     nreg: int,
     mp: int,
@@ -217,27 +255,37 @@ def crps_serial(
 ) -> int:
     """As :func:`crps_parallel` on the calling thread (for dask workers, which are threads)."""
     m, n = fc.shape
-    buf, acc_abs, acc_w, tmp = _scratch(m, mp, bsize, fc.dtype)
+    buf, acc_abs, acc_w, yb, tmp = _scratch(m, mp, bsize, fc.dtype)
     bad = 0
     for start in range(0, n, bsize):
         stop = min(start + bsize, n)
         bad += _crps_block(
-            fc, flat, obs, fair, g, nreg, net_a, net_b, out, start, stop, buf, acc_abs, acc_w, tmp
+            fc, flat, obs, fair, lo, hi, g, nreg, net_a, net_b, out, start, stop, buf, acc_abs, acc_w, yb, tmp
         )
     return bad
 
 
 def crps_2d(
-    fc: np.ndarray, obs: np.ndarray, fair: bool, parallel: bool = True, dtype: type = np.float64
+    fc: np.ndarray,
+    obs: np.ndarray,
+    fair: bool,
+    parallel: bool = True,
+    dtype: type = np.float64,
+    lo: float = -np.inf,
+    hi: float = np.inf,
 ) -> tuple[np.ndarray, int]:
     """Ensemble CRPS of a ``(M, N)`` forecast view against ``(N,)`` observations.
 
     Returns the ``(N,)`` CRPS in ``dtype`` (computed in float64, rounded once on store) and the
     number of points where it is not finite (a NaN or infinite input), so callers search the
-    input only when there is something to find.
+    input only when there is something to find. Finite ``lo``/``hi`` score the chained values
+    ``min(max(x, lo), hi)`` (the threshold-weighted CRPS), chained block by block in cache;
+    ±Inf inputs are not chained, so they are still found.
     """
     m, n = fc.shape
     g, nreg, mp, net_a, net_b, bsize = plan(m, fc.dtype.itemsize)
+    # in the input's dtype: clamping to the rounded threshold is clamping in float64, then rounding
+    lo, hi = fc.dtype.type(lo), fc.dtype.type(hi)
     item = fc.dtype.itemsize
     if fc.strides[0] == item and fc.strides[1] == m * item:
         flat = fc.T.reshape(-1)  # a view: members contiguous, points dense
@@ -249,9 +297,9 @@ def crps_2d(
         nblocks = -(-n // bsize)
         nchunks = min(nblocks, _BLOCKS_PER_THREAD * nthreads)
         with numba.parallel_chunksize(1):
-            bad = crps_parallel(fc, flat, obs, fair, g, nreg, mp, net_a, net_b, bsize, nchunks, out)
+            bad = crps_parallel(fc, flat, obs, fair, lo, hi, g, nreg, mp, net_a, net_b, bsize, nchunks, out)
     else:
-        bad = crps_serial(fc, flat, obs, fair, g, nreg, mp, net_a, net_b, bsize, out)
+        bad = crps_serial(fc, flat, obs, fair, lo, hi, g, nreg, mp, net_a, net_b, bsize, out)
     return out, int(bad)
 
 
@@ -265,3 +313,4 @@ def warm_up() -> None:
             for fair in (False, True):
                 for parallel in (True, False):
                     crps_2d(f, o, fair, parallel=parallel, dtype=dtype)
+                    crps_2d(f, o, fair, parallel=parallel, dtype=dtype, lo=0.0)

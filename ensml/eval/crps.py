@@ -100,7 +100,14 @@ def crps_ensemble_array(
 
 
 def _crps_array(
-    fcst: Any, obs: Any, axis: int, fair: bool, parallel: bool, func: str, chunk: bool = False
+    fcst: Any,
+    obs: Any,
+    axis: int,
+    fair: bool,
+    parallel: bool,
+    func: str,
+    chunk: bool = False,
+    bounds: tuple[float, float] = (-np.inf, np.inf),
 ) -> np.ndarray:
     """:func:`crps_ensemble_array`, errors named after ``func`` (an index only when called directly)."""
     f = np.asarray(fcst)
@@ -131,7 +138,8 @@ def _crps_array(
     y1 = np.ascontiguousarray(y, dtype=work).reshape(-1)
     if y1.size == 0:
         return np.empty(y.shape, dtype=out_dtype)
-    res, nbad = _kernels.crps_2d(f2, y1, bool(fair), parallel=parallel, dtype=out_dtype)
+    lo, hi = bounds
+    res, nbad = _kernels.crps_2d(f2, y1, bool(fair), parallel=parallel, dtype=out_dtype, lo=lo, hi=hi)
     found = _first_inf(res, f2, y1) if nbad else None
     if found:
         name, n, point, member = found
@@ -143,9 +151,11 @@ def _crps_array(
     return res.reshape(y.shape)
 
 
-def _crps_core(fcst: np.ndarray, obs: np.ndarray, fair: bool, chunked: bool, func: str) -> np.ndarray:
+def _crps_core(
+    fcst: np.ndarray, obs: np.ndarray, fair: bool, chunked: bool, func: str, bounds: tuple[float, float]
+) -> np.ndarray:
     # apply_ufunc moves the member (core) dim last; dask chunks run in its threads, not numba's.
-    return _crps_array(fcst, obs, -1, fair, not chunked, func, chunk=chunked)
+    return _crps_array(fcst, obs, -1, fair, not chunked, func, chunk=chunked, bounds=bounds)
 
 
 def crps_pointwise(
@@ -155,10 +165,13 @@ def crps_pointwise(
     member_dim: str = MEMBER,
     fair: bool = False,
     func: str = "crps_pointwise",
+    bounds: tuple[float, float] = (-np.inf, np.inf),
 ) -> xr.DataArray:
     """Unreduced ensemble CRPS of aligned DataArrays (lazy, chunk by chunk, under dask).
 
     NaN/Inf as :func:`crps_ensemble_array`; ``func`` names the caller in error messages.
+    ``bounds=(lo, hi)`` scores ``min(max(x, lo), hi)`` of members and observation alike (the
+    chaining function of the threshold-weighted CRPS), applied inside the kernel.
     """
     chunked = fcst.chunks is not None or obs.chunks is not None
     if chunked and fcst.chunks is not None:
@@ -170,7 +183,7 @@ def crps_pointwise(
             fcst,
             obs,
             input_core_dims=[[member_dim], []],
-            kwargs={"fair": fair, "chunked": chunked, "func": func},
+            kwargs={"fair": fair, "chunked": chunked, "func": func, "bounds": bounds},
             dask="parallelized",
             output_dtypes=[out_dtype],
         )

@@ -91,26 +91,36 @@ def twcrps_ensemble(
     tail
         ``"upper"``, ``"lower"`` or ``"interval"``.
 
+    Numeric thresholds are applied inside the CRPS kernel, block by block in cache, so no
+    chained copy of the data is made (±Inf members are left unchained there, so they are still
+    reported); DataArray thresholds chain in xarray first.
+
     Raises
     ------
     EnsmlError
         Also when the weighted region lies entirely outside the data range (the score would be
         identically 0); checked for in-memory data only.
     """
-    fcst, obs = check_fcst_obs(fcst, obs, "twcrps_ensemble", member_dim)
     if tail == "interval":
         if not (isinstance(threshold, (tuple, list)) and len(threshold) == 2):
             raise EnsmlError("twcrps_ensemble: tail='interval' needs threshold=(lower, upper)")
-        lo = _as_threshold(threshold[0], obs, "lower threshold")
-        hi = _as_threshold(threshold[1], obs, "upper threshold")
-        if bool(np.any(np.asarray(xr.DataArray(hi) - xr.DataArray(lo)) <= 0)):
-            raise EnsmlError("twcrps_ensemble: interval thresholds need lower < upper everywhere")
+        lo_t, hi_t = threshold
     elif tail in ("upper", "lower"):
-        lo = hi = _as_threshold(threshold, obs, "threshold")
+        lo_t = hi_t = threshold
     else:
         raise EnsmlError(f"twcrps_ensemble: tail must be 'upper', 'lower' or 'interval', got {tail!r}")
+    # numeric thresholds are chained inside the CRPS kernel, which also finds ±Inf (left unchained)
+    fused = not isinstance(lo_t, xr.DataArray) and not isinstance(hi_t, xr.DataArray)
+    fcst, obs = check_fcst_obs(fcst, obs, "twcrps_ensemble", member_dim, finite=not fused)
+    if tail == "interval":
+        lo = _as_threshold(lo_t, obs, "lower threshold")
+        hi = _as_threshold(hi_t, obs, "upper threshold")
+        if bool(np.any(np.asarray(xr.DataArray(hi) - xr.DataArray(lo)) <= 0)):
+            raise EnsmlError("twcrps_ensemble: interval thresholds need lower < upper everywhere")
+    else:
+        lo = hi = _as_threshold(lo_t, obs, "threshold")
 
-    if fcst.chunks is None and obs.chunks is None:
+    def check_range() -> None:  # a weighted region outside the data scores identically 0
         dmin = float(np.fmin(fcst.min(skipna=True), obs.min(skipna=True)))
         dmax = float(np.fmax(fcst.max(skipna=True), obs.max(skipna=True)))
         rng = f"[{dmin:.6g}, {dmax:.6g}]"
@@ -119,19 +129,35 @@ def twcrps_ensemble(
         if tail in ("lower", "interval") and _tmax(hi) <= dmin:
             raise EnsmlError(f"twcrps_ensemble: threshold {_tmax(hi):.6g} is below the data range {rng}")
 
-    def chain(x: xr.DataArray) -> xr.DataArray:
-        # np.maximum/np.minimum keep NaN, so NaN members are still dropped later.
-        if tail in ("upper", "interval"):
-            x = np.maximum(x, lo)
-        if tail in ("lower", "interval"):
-            x = np.minimum(x, hi)
-        return x
+    in_memory = fcst.chunks is None and obs.chunks is None
+    if fused:
+        bounds = (lo if tail != "lower" else -np.inf, hi if tail != "upper" else np.inf)
+        score = crps_pointwise(
+            fcst, obs, member_dim=member_dim, fair=fair, func="twcrps_ensemble", bounds=bounds
+        )
+        if in_memory and not bool((score > 0).any()):  # all 0 (or NaN): only then look at the range
+            check_range()
+    else:
+        if in_memory:
+            check_range()
 
-    vf = chain(fcst).transpose(*fcst.dims)
-    vo = chain(obs).transpose(*obs.dims)
-    score = crps_pointwise(
-        vf.astype(fcst.dtype), vo.astype(obs.dtype), member_dim=member_dim, fair=fair, func="twcrps_ensemble"
-    )
+        def chain(x: xr.DataArray) -> xr.DataArray:
+            # np.maximum/np.minimum keep NaN, so NaN members are still dropped later.
+            if tail in ("upper", "interval"):
+                x = np.maximum(x, lo)
+            if tail in ("lower", "interval"):
+                x = np.minimum(x, hi)
+            return x
+
+        vf = chain(fcst).transpose(*fcst.dims)
+        vo = chain(obs).transpose(*obs.dims)
+        score = crps_pointwise(
+            vf.astype(fcst.dtype, copy=False),
+            vo.astype(obs.dtype, copy=False),
+            member_dim=member_dim,
+            fair=fair,
+            func="twcrps_ensemble",
+        )
     score = reduce_score(
         score, reduce_dims=reduce_dims, preserve_dims=preserve_dims, weights=weights, func="twcrps_ensemble"
     )

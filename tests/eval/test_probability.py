@@ -107,3 +107,42 @@ def test_bad_inputs(ens):
         reliability(fc, obs, 0.0, n_bins=0)
     with pytest.raises(EnsmlError, match="one threshold at a time"):
         reliability(fc, obs, [0.0, 1.0])
+
+
+@pytest.mark.parametrize("m", [5, 10, 20, 51])
+@pytest.mark.parametrize("tail", ["upper", "lower", "interval"])
+def test_twcrps_chained_in_kernel_matches_scoringrules(m, tail):
+    """Numeric thresholds are chained inside the CRPS kernel: NaN members (the scalar path),
+    float32 values around 5.5e4, members first or last, in blocks large enough to run in parallel."""
+    rng = np.random.default_rng(m)
+    n = 3000
+    fc = (5.5e4 + 300 * rng.standard_normal((m, n))).astype(np.float32)
+    obs = (5.5e4 + 300 * rng.standard_normal(n)).astype(np.float32)
+    fc[rng.random(fc.shape) < 0.05] = np.nan
+    threshold = {"upper": 5.51e4, "lower": 5.49e4, "interval": (5.48e4, 5.52e4)}[tail]
+    kw = {"upper": {"a": 5.51e4}, "lower": {"b": 5.49e4}, "interval": {"a": 5.48e4, "b": 5.52e4}}[tail]
+    ref = np.array(
+        [
+            sr.twcrps_ensemble(
+                np.float64(obs[k]), fc[:, k][~np.isnan(fc[:, k])].astype(np.float64), estimator="nrg", **kw
+            )
+            for k in range(n)
+        ]
+    )
+    for da in (
+        xr.DataArray(fc, dims=("member", "x")),
+        xr.DataArray(np.ascontiguousarray(fc.T), dims=("x", "member")),
+    ):
+        got = twcrps_ensemble(da, xr.DataArray(obs, dims="x"), threshold, tail=tail, preserve_dims="x")
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got.values, ref, rtol=2e-6, atol=1e-3)
+
+
+def test_twcrps_infinite_member_is_found_before_chaining(ens):
+    fc, obs = ens
+    fc = fc.copy()
+    fc[3, 17] = -np.inf  # chained, max(-inf, t) would be a finite t
+    with pytest.raises(EnsmlError, match="twcrps_ensemble: forecast has 1 infinite value"):
+        twcrps_ensemble(fc, obs, 0.5)
+    with pytest.raises(EnsmlError, match="twcrps_ensemble: observation has 1 infinite value"):
+        twcrps_ensemble(fc.where(np.isfinite(fc), 0.0), obs.where(obs.x != 5, np.inf), 0.5, tail="lower")
