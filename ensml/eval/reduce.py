@@ -142,7 +142,7 @@ def check_fcst_obs(
                 f"({fcst.sizes[d]} vs {obs.sizes[d]}) and there is no coordinate to align them"
             )
     try:
-        f2, o2 = xr.align(fcst, obs, join="inner")
+        f2, o2 = xr.align(fcst, obs, join="inner", copy=False)  # scores never write to inputs
     except ValueError as exc:
         raise EnsmlError(f"{func}: forecast and observation cannot be aligned: {exc}") from exc
     for d in obs.dims:
