@@ -11,24 +11,24 @@ spherical cell areas on projected grids with 2-D latitude/longitude, uniform oth
   exact band × longitude-width areas; any other grid gets spherical quadrilaterals whose corners
   are estimated from the cell centres;
 * otherwise (no latitude/longitude, latitude not monotone, cells that fold over): uniform
-  weights, with one logged one-line note saying why.
+  weights, with a one-line note on stderr saying why (:func:`ensml.progress.note`: not under
+  ``--quiet``).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
+from ensml import progress
 from ensml.data.grid import horizontal_dims
 from ensml.errors import EnsmlError
 from ensml.names import LATITUDE, LONGITUDE
 
 __all__ = ["area_weights", "cell_areas", "cell_corners", "latitude_weights"]
 
-log = logging.getLogger(__name__)
 
 #: How the weights were computed (the ``weighting`` attribute of :func:`area_weights`' result).
 EXACT = "exact cell area"
@@ -235,7 +235,7 @@ def cell_areas(latitude: Any, longitude: Any) -> np.ndarray:
 
 def _uniform(obj: xr.Dataset | xr.DataArray, dims: tuple[str, str], why: str, what: str, note: bool):
     if note:
-        log.warning("ensml: note: %s: %s; weighting every grid point the same (uniform weights)", what, why)
+        progress.note(f"ensml: note: {what}: {why}; weighting every grid point the same (uniform weights)")
     return _weights(np.ones([obj.sizes[d] for d in dims]), obj, dims, f"uniform: {why}")
 
 
@@ -260,8 +260,8 @@ def area_weights(obj: xr.Dataset | xr.DataArray, *, what: str = "data", note: bo
     what
         How to name ``obj`` in the note and errors (e.g. ``"forecast f.nc"``).
     note
-        Log the one-line note when falling back to uniform weights (a warning of the
-        ``ensml.eval.weights`` logger); ``False`` when the caller has logged it already.
+        Print the one-line note when falling back to uniform weights (:func:`ensml.progress.note`,
+        silent under ``--quiet``); ``False`` when the caller has said it already.
 
     Raises
     ------

@@ -7,7 +7,6 @@ one-line errors that leave nothing behind. The weights' closed forms: test_weigh
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 
@@ -159,11 +158,10 @@ def _crps(members: np.ndarray, obs: np.ndarray) -> np.ndarray:
     return skill - 0.5 * np.abs(members[:, None] - members[None]).mean((0, 1))
 
 
-def test_evaluate_scores_a_polar_stereographic_ensemble(polar, tmp_path, caplog) -> None:
+def test_evaluate_scores_a_polar_stereographic_ensemble(polar, tmp_path, capsys) -> None:
     out = tmp_path / "eval"
-    with caplog.at_level(logging.WARNING, logger="ensml.eval.weights"):
-        assert main(_cli("evaluate", polar, out, f"--predictions={polar['predictions']}")) == 0
-    assert not caplog.records  # cell areas, no uniform fallback
+    assert main(_cli("evaluate", polar, out, f"--predictions={polar['predictions']}")) == 0
+    assert "uniform weights" not in capsys.readouterr().err  # cell areas, no uniform fallback
     table = pd.read_csv(out / "scores.csv")
     assert set(table["forecast"]) == {"raw ensemble (6 members)", "raw subset (3 members)",
                                       "post-processed (Gaussian)"}  # fmt: skip
@@ -226,14 +224,12 @@ def test_case_region_on_a_projected_grid(polar: dict[str, Path]) -> None:
     assert empty.sizes["y"] == 0 and empty.sizes["x"] == 0
 
 
-def test_uniform_weights_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                    caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_uniform_weights_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     # no latitude/longitude and no grid mapping: scored with uniform weights, one note, no map
     data = write_projected(tmp_path / "bare", with_latlon=False, with_mapping=False)
     out = tmp_path / "report"
-    with caplog.at_level(logging.WARNING, logger="ensml.eval.weights"):
-        assert main(_cli("report", data, out, f"--predictions={data['predictions']}")) == 0
-    notes = [r.getMessage() for r in caplog.records if r.name == "ensml.eval.weights"]
+    assert main(_cli("report", data, out, f"--predictions={data['predictions']}")) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "uniform weights" in line]
     assert len(notes) == 1 and "without latitude/longitude coordinates" in notes[0], notes
     md = (out / "report.md").read_text()
     assert "unweighted (uniform: projected grid (y, x) without latitude/longitude coordinates)" in md

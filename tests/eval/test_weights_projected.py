@@ -4,16 +4,28 @@ weights with one note where the coordinates define no cells."""
 
 from __future__ import annotations
 
-import logging
+import contextlib
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import xarray as xr
 
+from ensml import logs
 from ensml.data.grid import horizontal_dims
 from ensml.errors import EnsmlError
 from ensml.eval.weights import area_weights, cell_areas, cell_corners, latitude_weights
 from tests.eval.projected import POLAR, R, geographic, grid
+
+
+@contextlib.contextmanager
+def logs_quiet() -> Iterator[None]:
+    """As under ``ensml --quiet``."""
+    logs.configure(quiet=True)
+    try:
+        yield
+    finally:
+        logs.configure()
 
 
 @pytest.mark.parametrize("transpose", [False, True])
@@ -106,19 +118,20 @@ def _uniform_cases() -> dict[str, xr.DataArray]:
 
 
 @pytest.mark.parametrize("why", list(_uniform_cases()))
-def test_uniform_weights_with_one_note(why: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_uniform_weights_with_one_note(why: str, capsys: pytest.CaptureFixture) -> None:
     da = _uniform_cases()[why]
-    with caplog.at_level(logging.WARNING, logger="ensml.eval.weights"):
-        w = area_weights(da, what="forecast f.nc")
+    w = area_weights(da, what="forecast f.nc")
     assert np.all(w.values == 1.0) and w.attrs["weighting"].startswith("uniform: ")
     assert set(w.dims) == set(horizontal_dims(da))
-    notes = [r.getMessage() for r in caplog.records if r.name == "ensml.eval.weights"]
-    assert len(notes) == 1 and "\n" not in notes[0], notes
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == 1, notes
     assert notes[0].startswith("ensml: note: forecast f.nc: ") and why in notes[0]
     assert notes[0].endswith("weighting every grid point the same (uniform weights)")
-    caplog.clear()
     area_weights(da, note=False)
-    assert not caplog.records
+    assert not capsys.readouterr().err
+    with logs_quiet():
+        area_weights(da)
+    assert not capsys.readouterr().err  # --quiet
 
 
 def test_bad_coordinates_are_errors_not_uniform() -> None:
