@@ -24,19 +24,7 @@ from ensml.eval.maps import Panel, _geometry, draw_maps, unmappable
 from ensml.eval.weights import area_weights, cell_areas
 from tests.eval.projected import GM, POLAR, geographic, grid
 from tests.eval.test_cases import run_failing
-
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(autouse=True)
-def no_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any attempt by cartopy to fetch map data fails the test."""
-    import cartopy.io
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("cartopy tried to download map data")
-
-    monkeypatch.setattr(cartopy.io.Downloader, "acquire_resource", refuse)
+from tests.eval.test_maps import PNG, no_downloads  # noqa: F401  (autouse: cartopy may not download)
 
 
 def write_projected(
