@@ -2,11 +2,14 @@
 
 Layout: the forecast is a 2-D view ``(M members, N points)`` of any strides, the observation
 ``(N,)``. Points are taken in blocks of ``B``; each block is copied (exactly, in the input dtype:
-float32 ordering is the ordering of the values) into an ``(M', B)`` buffer that fits in L1,
-``M'`` being ``M`` rounded up to the register group size ``G`` (8 or 16) with ``+inf`` padding
-rows. The buffer is sorted along members by a sorting network whose first layers sort each group
-of ``G`` rows in registers, the remaining compare-exchanges running over ``B`` contiguous lanes of
-the buffer (each vectorises across points), then reduced in float64 with the sorted-order identity
+float32 ordering is the ordering of the values; members-contiguous input by 8x8 tiles transposed
+in registers, :func:`ensml.eval._simd.tile8`) into an ``(M', B)`` buffer that fits in L1, with
+``+inf`` padding rows from ``M``. For 9 to 128 members ``M'`` is 16, 32, 64 or 128 and the
+columns are sorted a vector of points at a time in registers (:func:`ensml.eval._simd.sort_columns`);
+otherwise ``M'`` is ``M`` rounded up to the register group size ``G`` (8 or 16) and a sorting
+network sorts each group of ``G`` rows in registers, its remaining compare-exchanges running over
+``B`` contiguous lanes of the buffer (each vectorises across points). The sorted buffer is
+reduced in float64 with the sorted-order identity
 
 .. math::
     \\sum_{i<j} |x_i - x_j| = \\sum_{i=1}^{M} (2i - M - 1)\\, x_{(i)} ,
@@ -14,8 +17,8 @@ the buffer (each vectorises across points), then reduced in float64 with the sor
 both sums centred on the observation (a float32 difference is exact in float64).
 Compare-exchanges swap, so a NaN stays in the buffer and makes its point's sum NaN: points whose
 result is not finite (a NaN or infinite member or observation) are redone by a scalar path that
-drops the NaN members. Members-contiguous inputs (member axis last) are read without a transpose
-copy. Compilation is cached on disk (``cache=True``); :func:`warm_up` compiles ahead of timing.
+drops the NaN members. Members-contiguous inputs (member axis last) are read without a whole-array
+transpose copy. Compilation is cached on disk (``cache=True``); :func:`warm_up` compiles ahead of timing.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ensml.eval._simd import sort_columns, tile8
 from ensml.eval._sortnet import _BLOCKS_PER_THREAD, _sort8, _sort16, plan
 
 
@@ -66,6 +70,7 @@ def _crps_block(
     fair: bool,
     lo: float,
     hi: float,
+    p: int,
     g: int,
     nreg: int,
     net_a: np.ndarray,
@@ -86,8 +91,11 @@ def _crps_block(
     if flat.size:  # members contiguous, points dense: read the flat array (no transpose copy)
         base = flat[start * m : stop * m]
         n8 = n - n % 8
-        for k0 in range(0, n8, 8):  # tiles of 8 points: fastest measured at 10-100 members
-            for i in range(m):
+        m8 = m - m % 8
+        for k0 in range(0, n8, 8):  # tiles of 8 points x 8 members, transposed in registers
+            for i0 in range(0, m8, 8):
+                tile8(base, k0 * m + i0, m, buf, i0, k0)
+            for i in range(m8, m):
                 for kk in range(8):
                     buf[i, k0 + kk] = base[(k0 + kk) * m + i]
         for k in range(n8, n):
@@ -108,7 +116,9 @@ def _crps_block(
             for k in range(n):
                 buf[i, k] = _chain(buf[i, k], lo, hi)
     # 2. sort each column (point) along members
-    if g == 8:
+    if p:
+        sort_columns(buf, p, n)
+    elif g == 8:
         for r in range(0, nreg, 8):
             _sort8(buf, r, n)
     elif g == 16:
@@ -167,6 +177,8 @@ def _crps_block(
     if nbad == 0:
         return 0
     # NaN or infinite member or observation (or m == 1 for fair): scalar path
+    if p:  # a NaN stays in place, so values moved around it may have left +inf padding rows
+        buf[m:, :] = np.inf
     nbad = 0
     for k in range(n):
         if not (abs(out[start + k]) < np.inf):
@@ -191,6 +203,7 @@ def crps_parallel(
     fair: bool,
     lo: float,
     hi: float,
+    p: int,
     g: int,
     nreg: int,
     mp: int,
@@ -221,6 +234,7 @@ def crps_parallel(
                 fair,
                 lo,
                 hi,
+                p,
                 g,
                 nreg,
                 net_a,
@@ -245,6 +259,7 @@ def crps_serial(
     fair: bool,
     lo: float,
     hi: float,
+    p: int,
     g: int,
     nreg: int,
     mp: int,
@@ -260,7 +275,25 @@ def crps_serial(
     for start in range(0, n, bsize):
         stop = min(start + bsize, n)
         bad += _crps_block(
-            fc, flat, obs, fair, lo, hi, g, nreg, net_a, net_b, out, start, stop, buf, acc_abs, acc_w, yb, tmp
+            fc,
+            flat,
+            obs,
+            fair,
+            lo,
+            hi,
+            p,
+            g,
+            nreg,
+            net_a,
+            net_b,
+            out,
+            start,
+            stop,
+            buf,
+            acc_abs,
+            acc_w,
+            yb,
+            tmp,
         )
     return bad
 
@@ -283,7 +316,7 @@ def crps_2d(
     ±Inf inputs are not chained, so they are still found.
     """
     m, n = fc.shape
-    g, nreg, mp, net_a, net_b, bsize = plan(m, fc.dtype.itemsize)
+    p, g, nreg, mp, net_a, net_b, bsize = plan(m, fc.dtype.itemsize)
     # in the input's dtype: clamping to the rounded threshold is clamping in float64, then rounding
     lo, hi = fc.dtype.type(lo), fc.dtype.type(hi)
     item = fc.dtype.itemsize
@@ -297,9 +330,11 @@ def crps_2d(
         nblocks = -(-n // bsize)
         nchunks = min(nblocks, _BLOCKS_PER_THREAD * nthreads)
         with numba.parallel_chunksize(1):
-            bad = crps_parallel(fc, flat, obs, fair, lo, hi, g, nreg, mp, net_a, net_b, bsize, nchunks, out)
+            bad = crps_parallel(
+                fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, nchunks, out
+            )
     else:
-        bad = crps_serial(fc, flat, obs, fair, lo, hi, g, nreg, mp, net_a, net_b, bsize, out)
+        bad = crps_serial(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out)
     return out, int(bad)
 
 

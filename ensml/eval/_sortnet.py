@@ -1,7 +1,8 @@
 """Sorting networks for the CRPS kernels (:mod:`ensml.eval._kernels`).
 
 ``sorting_network(m)`` gives the compare-exchange pairs of an ``m``-input network; ``plan`` picks
-the register group size (0, 8 or 16) and block size for ``m`` members; ``_sort8``/``_sort16``
+how ``m`` members are sorted (whole in registers, or by register groups of 8/16 and a network
+over the buffer) and the block size; ``_sort8``/``_sort16``
 sort groups of 8/16 buffer rows in registers with hard-coded networks. Compare-exchanges swap
 rather than take min/max, so a NaN stays in the buffer (and is caught by the caller).
 """
@@ -15,6 +16,7 @@ import numpy as np
 
 _L1_BYTES = 24 * 1024  # buffer budget per thread: half of a typical 32-48 KiB L1d
 _MAX_BLOCK = 128
+_REGISTER_RANGE = (9, 128)  # members sorted whole in registers (ensml.eval._simd.sort_columns)
 _BLOCKS_PER_THREAD = 8  # dynamic scheduling granularity: a thread slowed by other load is caught up
 
 
@@ -52,16 +54,25 @@ def block_size(m: int, itemsize: int = 4) -> int:
 
 
 @functools.cache
-def plan(m: int, itemsize: int) -> tuple[int, int, int, np.ndarray, np.ndarray, int]:
-    """``(G, R, M', a, b, B)``: register group size (0: none), rows sorted in registers, padded rows,
-    buffer comparators, block.
+def plan(m: int, itemsize: int) -> tuple[int, int, int, int, np.ndarray, np.ndarray, int]:
+    """``(P, G, R, M', a, b, B)`` for ``m`` members: how the kernels sort them.
 
-    The network for ``M'`` (``m`` rounded up to ``G``) begins with the sorts of its groups of ``G``
-    rows. The ``R`` rows of the groups that hold only members are sorted in registers; the buffer
-    comparators are all the others (the partial last group's own first, then the merges), pruned to
-    ``b < m`` (the ``+inf`` padding rows never move). ``G`` minimises a count of memory operations
-    and exchanges per point.
+    ``P > 0`` (``_REGISTER_RANGE``): the ``P`` = 16, 32, 64 or 128 buffer rows (``+inf`` padding
+    from ``m``) are sorted whole by :func:`ensml.eval._simd.sort_columns`, in registers.
+    Otherwise ``G`` is the register group size (0: none) of the generic network for ``M'`` (``m``
+    rounded up to ``G``), which begins with the sorts of its groups of ``G`` rows. The ``R`` rows
+    of the groups that hold only members are sorted in registers; the buffer comparators ``a, b``
+    are all the others (the partial last group's own first, then the merges), pruned to ``b < m``
+    (the ``+inf`` padding rows never move). ``G`` minimises a count of memory operations and
+    exchanges per point. ``B`` is the block of points whose ``(M', B)`` buffer fits in L1.
     """
+    lo, hi = _REGISTER_RANGE
+    if lo <= m <= hi:
+        p = 16
+        while p < m:
+            p *= 2
+        none = np.zeros(0, dtype=np.int64)
+        return p, 0, 0, p, none, none, block_size(p, itemsize)
 
     def rest(g: int, cg: int) -> tuple[int, int, np.ndarray, np.ndarray]:
         mp = -(-m // g) * g
@@ -78,9 +89,9 @@ def plan(m: int, itemsize: int) -> tuple[int, int, int, np.ndarray, np.ndarray, 
     _, g, cg = best
     if g == 0:
         na, nb = sorting_network(m)
-        return 0, 0, m, na, nb, block_size(m, itemsize)
+        return 0, 0, 0, m, na, nb, block_size(m, itemsize)
     nreg, mp, na, nb = rest(g, cg)
-    return g, nreg, mp, na, nb, block_size(mp, itemsize)
+    return 0, g, nreg, mp, na, nb, block_size(mp, itemsize)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -1,14 +1,15 @@
-"""CRPS kernel paths: register groups (8/16 members), layouts, NaN points inside big blocks.
+"""CRPS kernel paths: whole-register sorts, register groups (8/16 members), layouts, NaN points.
 
 An infinite member or observation is an error (tests/eval/test_nan_policy.py).
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 
-from ensml.eval import _sortnet
+from ensml.eval import _simd, _sortnet
 from ensml.eval.crps import crps_ensemble_array
 
 
@@ -26,11 +27,11 @@ def _reference(fc: np.ndarray, obs: np.ndarray, fair: bool) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("m", [3, 10, 20, 50, 51, 100])
+@pytest.mark.parametrize("m", [3, 10, 20, 50, 51, 100, 130])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_paths_layouts_and_nan(m, dtype):
-    g = _sortnet.plan(m, np.dtype(dtype).itemsize)[0]
-    assert g in (0, 8, 16)
+    p, g = _sortnet.plan(m, np.dtype(dtype).itemsize)[:2]
+    assert (p, g) == ((0, 0) if m < 9 else (0, 16) if m > 128 else (p, 0)) and p in (0, 16, 32, 64, 128)
     rng = np.random.default_rng(m)
     n = 5000
     fc = (5.5e4 + 300 * rng.standard_normal((n, m))).astype(dtype)  # members last
@@ -64,8 +65,9 @@ def test_paths_layouts_and_nan(m, dtype):
 
 def test_plan_network_sorts():
     rng = np.random.default_rng(0)
-    for m in (1, 2, 5, 9, 10, 16, 17, 33, 50, 51, 64, 100):
-        g, nreg, mp, na, nb, _ = _sortnet.plan(m, 4)
+    for m in (1, 2, 5, 8, 129, 150, 200):  # the generic network (9..128: sort_columns, below)
+        p, g, nreg, mp, na, nb, _ = _sortnet.plan(m, 4)
+        assert p == 0
         assert nreg <= m and (nreg % g == 0 if g else nreg == 0)
         ga, gb = _sortnet.sorting_network(g) if g else (np.zeros(0, int), np.zeros(0, int))
         x = np.full((mp, 300), np.inf)
@@ -78,3 +80,42 @@ def test_plan_network_sorts():
             lo, hi = np.minimum(x[a], x[b]), np.maximum(x[a], x[b])
             x[a], x[b] = lo, hi
         assert np.all(np.diff(x[:m], axis=0) >= 0), m
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("p", [16, 32, 64, 128])
+def test_sort_columns_sorts_in_registers(p, dtype):
+    rng = np.random.default_rng(p)
+    x = rng.integers(-3, 4, size=(p, 48)).astype(dtype)  # many ties
+    x[:, 5] = rng.standard_normal(p)
+    x[p // 2 :, 6] = np.inf  # padding rows, as the kernel leaves them
+    got = x.copy()
+    _simd.sort_columns(got, p, 41)  # whole vectors up to column 48 (16 float32, 8 float64)
+    np.testing.assert_array_equal(got, np.sort(x, axis=0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tile8_transposes(dtype):
+    m, n = 11, 16
+    src = np.arange(m * n, dtype=dtype)  # (points, members) flat
+    dst = np.zeros((16, 32), dtype=dtype)
+    _tile(src, m, dst)
+    np.testing.assert_array_equal(dst[:8, 8:16], src.reshape(n, m)[8:16, 3:11].T)
+    assert not dst[8:].any() and not dst[:8, :8].any() and not dst[:8, 16:].any()
+
+
+@numba.njit
+def _tile(src, m, dst):
+    _simd.tile8(src, 8 * m + 3, m, dst, 0, 8)  # points 8..15, members 3..10 -> rows 0..7, cols 8..15
+
+
+def test_nan_member_does_not_leak_into_later_blocks():
+    """A NaN stays in place, so the register sort can move +inf padding into member rows."""
+    rng = np.random.default_rng(1)
+    m, n = 20, 20_000  # P = 32: 12 padding rows
+    fc = rng.standard_normal((n, m)).astype(np.float32)
+    obs = rng.standard_normal(n).astype(np.float32)
+    fc[: n // 2 : 7, 3] = np.nan  # NaN members in many early blocks, none later
+    got = crps_ensemble_array(fc, obs, axis=-1, parallel=False)
+    ref = _reference(fc.T, obs, False)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-9)

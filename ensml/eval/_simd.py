@@ -1,0 +1,170 @@
+"""Vector building blocks of the CRPS kernels, emitted as LLVM IR (numba ``@intrinsic``).
+
+numba vectorises a loop over the points of a block, but a compare-exchange of two buffer rows
+then costs two loads and two stores per vector, and the transposing copy moves one scalar at a
+time. These intrinsics work on whole vectors of ``lanes(dtype)`` points (one 64-byte vector:
+16 float32 or 8 float64) that LLVM keeps in registers:
+
+- :func:`tile8` copies an 8 points x 8 members tile of a members-contiguous array into 8 buffer
+  rows with 24 shuffles (the classic 8x8 transpose), instead of 64 scalar moves;
+- :func:`sort16` sorts 16 rows and :func:`merge32` merges two sorted runs of 16 rows in
+  registers (rows ``r0 + s * i``, so a run may be strided), one load and one store per row;
+- :func:`cx` is one compare-exchange of two rows;
+- :func:`sort_columns` sorts a ``(P, B)`` buffer, ``P`` = 16, 32, 64 or 128 rows, with them
+  (Batcher's odd-even merge sort, its merges of 64 and 128 split into strided merges of 32).
+
+A compare-exchange swaps when ``b < a`` (ordered), so a NaN stays where it is, as in
+:mod:`ensml.eval._sortnet`. Every intrinsic takes the buffer as a 2-D C-ordered array and works
+on columns ``k0 .. k0 + lanes - 1``: the caller keeps ``k0 + lanes`` within the row.
+"""
+
+from __future__ import annotations
+
+import numba
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ensml.eval._sortnet import sorting_network
+
+VECTOR_BYTES = 64  # one AVX-512 register, or two AVX2 ones: LLVM splits where it must
+
+_I64 = ir.IntType(64)
+
+
+def _vector(context, dtype) -> tuple[ir.Type, ir.VectorType]:
+    elt = context.get_data_type(dtype)
+    return elt, ir.VectorType(elt, VECTOR_BYTES // context.get_abi_sizeof(elt))
+
+
+def _row_ptr(context, builder, arrty, arr, row, k0, vty):
+    """Pointer to ``arr[row, k0:k0 + lanes]`` as a vector pointer."""
+    a = context.make_array(arrty)(context, builder, arr)
+    stride = cgutils.unpack_tuple(builder, a.strides, 2)[0]
+    elems = builder.sdiv(stride, ir.Constant(_I64, context.get_abi_sizeof(vty.element)))
+    off = builder.add(builder.mul(row, elems), k0)
+    return builder.bitcast(builder.gep(a.data, [off]), vty.as_pointer())
+
+
+def _exchange(builder, u, v):
+    lt = builder.fcmp_ordered("<", v, u)
+    return builder.select(lt, v, u), builder.select(lt, u, v)
+
+
+def _shuffle(builder, a, b, mask):
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), len(mask)), mask))
+
+
+def _network_intrinsic(pairs: list[tuple[int, int]], nrows: int, doc: str):
+    """An intrinsic ``f(buf, r0, s, k0)`` applying ``pairs`` to rows ``r0 + s*i`` in registers."""
+
+    @intrinsic
+    def network(typingctx, buf, r0, s, k0):
+        def codegen(context, builder, sig, args):
+            buf_v, r0_v, s_v, k0_v = args
+            _, vty = _vector(context, sig.args[0].dtype)
+            rows = [builder.add(r0_v, builder.mul(s_v, ir.Constant(_I64, i))) for i in range(nrows)]
+            ptrs = [_row_ptr(context, builder, sig.args[0], buf_v, r, k0_v, vty) for r in rows]
+            x = [builder.load(p, align=1) for p in ptrs]
+            for a, b in pairs:
+                x[a], x[b] = _exchange(builder, x[a], x[b])
+            for p, v in zip(ptrs, x):
+                builder.store(v, p, align=1)
+            return context.get_dummy_value()
+
+        return types.void(buf, types.int64, types.int64, types.int64), codegen
+
+    network.__doc__ = doc
+    return network
+
+
+def _batcher(n: int, first: int = 0) -> list[tuple[int, int]]:
+    a, b = sorting_network(n)
+    return list(zip(a[first:].tolist(), b[first:].tolist()))
+
+
+# Batcher's network for 32 inputs is the sorts of its two halves (2 x 63 comparators) then the
+# odd-even merge (65): the merge alone merges two sorted runs of 16.
+sort16 = _network_intrinsic(_batcher(16), 16, "Sort rows r0 + s*i (i < 16) at columns k0.. in registers.")
+merge32 = _network_intrinsic(
+    _batcher(32, 2 * len(sorting_network(16)[0])),
+    32,
+    "Merge the sorted runs r0 + s*i (i < 16) and r0 + s*(16 + i) at columns k0.. in registers.",
+)
+
+
+@intrinsic
+def cx(typingctx, buf, a, b, k0):
+    """Compare-exchange rows ``a`` and ``b`` at columns ``k0 ..`` (swap where ``buf[b] < buf[a]``)."""
+
+    def codegen(context, builder, sig, args):
+        buf_v, a_v, b_v, k0_v = args
+        _, vty = _vector(context, sig.args[0].dtype)
+        pa = _row_ptr(context, builder, sig.args[0], buf_v, a_v, k0_v, vty)
+        pb = _row_ptr(context, builder, sig.args[0], buf_v, b_v, k0_v, vty)
+        u, v = _exchange(builder, builder.load(pa, align=1), builder.load(pb, align=1))
+        builder.store(u, pa, align=1)
+        builder.store(v, pb, align=1)
+        return context.get_dummy_value()
+
+    return types.void(buf, types.int64, types.int64, types.int64), codegen
+
+
+_UNPACK = ([0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15])  # unpacklo/hi per 128 bits
+_PAIRS = ([0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15])  # shufps, per 128 bits
+_HALVES = ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])  # permute2f128
+
+
+@intrinsic
+def tile8(typingctx, src, soff, sstride, dst, row, k0):
+    """``dst[row + i, k0 + p] = src[soff + p * sstride + i]`` for ``i, p < 8`` (an 8x8 transpose)."""
+
+    def codegen(context, builder, sig, args):
+        src_v, soff_v, sstride_v, dst_v, row_v, k0_v = args
+        elt = context.get_data_type(sig.args[0].dtype)
+        vty = ir.VectorType(elt, 8)
+        data = context.make_array(sig.args[0])(context, builder, src_v).data
+        v = []
+        for p in range(8):
+            off = builder.add(soff_v, builder.mul(sstride_v, ir.Constant(_I64, p)))
+            v.append(builder.load(builder.bitcast(builder.gep(data, [off]), vty.as_pointer()), align=1))
+        t = [_shuffle(builder, v[q], v[q + 1], m) for q in range(0, 8, 2) for m in _UNPACK]
+        s = [_shuffle(builder, t[h + j], t[h + j + 2], m) for h in (0, 4) for j in (0, 1) for m in _PAIRS]
+        r = [_shuffle(builder, s[j], s[j + 4], _HALVES[h]) for h in (0, 1) for j in range(4)]
+        for i in range(8):
+            row = builder.add(row_v, ir.Constant(_I64, i))
+            builder.store(r[i], _row_ptr(context, builder, sig.args[3], dst_v, row, k0_v, vty), align=1)
+        return context.get_dummy_value()
+
+    return types.void(src, types.int64, types.int64, dst, types.int64, types.int64), codegen
+
+
+@numba.njit(cache=True, nogil=True)
+def sort_columns(buf, p: int, n: int) -> None:
+    """Sort rows ``0 .. p-1`` of ``buf`` per column, columns ``0 .. n-1`` (``p`` in 16, 32, 64, 128).
+
+    Groups of 16 rows are sorted and pairs merged in registers; Batcher's merge of two runs of
+    ``q`` = 64 (128) rows is the merges of their even and of their odd rows (strided merges of 32)
+    then one layer of exchanges of rows ``2i+1, 2i+2``. Columns are taken a vector at a time up to
+    ``n`` rounded up to the vector: the buffer must be that wide.
+    """
+    lanes = VECTOR_BYTES // buf.itemsize
+    for k0 in range(0, n, lanes):
+        for r in range(0, p, 16):
+            sort16(buf, r, 1, k0)
+        for r in range(0, p if p >= 32 else 0, 32):
+            merge32(buf, r, 1, k0)
+        for r in range(0, p if p >= 64 else 0, 64):
+            merge32(buf, r, 2, k0)
+            merge32(buf, r + 1, 2, k0)
+            for i in range(31):
+                cx(buf, r + 2 * i + 1, r + 2 * i + 2, k0)
+        if p == 128:
+            for q in range(2):  # the merge of 64 on the even rows, then on the odd ones
+                merge32(buf, q, 4, k0)
+                merge32(buf, q + 2, 4, k0)
+                for i in range(31):
+                    cx(buf, q + 4 * i + 2, q + 4 * i + 4, k0)
+            for i in range(63):
+                cx(buf, 2 * i + 1, 2 * i + 2, k0)
