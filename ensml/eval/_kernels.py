@@ -117,7 +117,7 @@ def _crps_block(
                 buf[i, k] = _chain(buf[i, k], lo, hi)
     # 2. sort each column (point) along members
     if p:
-        sort_columns(buf, p, n)
+        sort_columns(buf, p, n, m)
     elif g == 8:
         for r in range(0, nreg, 8):
             _sort8(buf, r, n)

@@ -86,6 +86,7 @@ def _batcher(n: int, first: int = 0) -> list[tuple[int, int]]:
 
 # Batcher's network for 32 inputs is the sorts of its two halves (2 x 63 comparators) then the
 # odd-even merge (65): the merge alone merges two sorted runs of 16.
+sort8 = _network_intrinsic(_batcher(8), 8, "Sort rows r0 + s*i (i < 8) at columns k0.. in registers.")
 sort16 = _network_intrinsic(_batcher(16), 16, "Sort rows r0 + s*i (i < 16) at columns k0.. in registers.")
 merge32 = _network_intrinsic(
     _batcher(32, 2 * len(sorting_network(16)[0])),
@@ -141,21 +142,29 @@ def tile8(typingctx, src, soff, sstride, dst, row, k0):
 
 
 @numba.njit(cache=True, nogil=True)
-def sort_columns(buf, p: int, n: int) -> None:
+def sort_columns(buf, p: int, n: int, m: int) -> None:
     """Sort rows ``0 .. p-1`` of ``buf`` per column, columns ``0 .. n-1`` (``p`` in 16, 32, 64, 128).
 
-    Groups of 16 rows are sorted and pairs merged in registers; Batcher's merge of two runs of
-    ``q`` = 64 (128) rows is the merges of their even and of their odd rows (strided merges of 32)
-    then one layer of exchanges of rows ``2i+1, 2i+2``. Columns are taken a vector at a time up to
-    ``n`` rounded up to the vector: the buffer must be that wide.
+    Rows ``m ..`` are ``+inf`` padding. Groups of 16 rows are sorted and pairs merged in registers;
+    Batcher's merge of two runs of 64 (128) rows is the merges of their even and of their odd rows
+    (strided merges of 32) then one layer of exchanges of rows ``2i+1, 2i+2``. Sorts and merges
+    of padding alone are skipped, and a last group of at most 8 members is sorted as 8 rows.
+    Columns are taken a vector at a time up to ``n`` rounded up to the vector: the buffer must be
+    that wide.
     """
     lanes = VECTOR_BYTES // buf.itemsize
     for k0 in range(0, n, lanes):
         for r in range(0, p, 16):
-            sort16(buf, r, 1, k0)
+            if m - r > 8:
+                sort16(buf, r, 1, k0)
+            elif m - r > 1:
+                sort8(buf, r, 1, k0)
         for r in range(0, p if p >= 32 else 0, 32):
-            merge32(buf, r, 1, k0)
+            if m > r + 16:
+                merge32(buf, r, 1, k0)
         for r in range(0, p if p >= 64 else 0, 64):
+            if m <= r + 32:
+                continue
             merge32(buf, r, 2, k0)
             merge32(buf, r + 1, 2, k0)
             for i in range(31):

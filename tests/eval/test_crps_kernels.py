@@ -88,10 +88,12 @@ def test_sort_columns_sorts_in_registers(p, dtype):
     rng = np.random.default_rng(p)
     x = rng.integers(-3, 4, size=(p, 48)).astype(dtype)  # many ties
     x[:, 5] = rng.standard_normal(p)
-    x[p // 2 :, 6] = np.inf  # padding rows, as the kernel leaves them
-    got = x.copy()
-    _simd.sort_columns(got, p, 41)  # whole vectors up to column 48 (16 float32, 8 float64)
-    np.testing.assert_array_equal(got, np.sort(x, axis=0))
+    x[p // 2 :, 6] = np.inf
+    for m in sorted({p, p - 1, p // 2 + 1, p // 2 + 7, p // 2 + 9, p // 2 + 17} & set(range(9, p + 1))):
+        x[m:] = np.inf  # padding rows, as the kernel leaves them
+        got = x.copy()
+        _simd.sort_columns(got, p, 41, m)  # whole vectors up to column 48 (16 float32, 8 float64)
+        np.testing.assert_array_equal(got, np.sort(x, axis=0), err_msg=str(m))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
