@@ -91,11 +91,13 @@ def _crps_block(
     if flat.size:  # members contiguous, points dense: read the flat array (no transpose copy)
         base = flat[start * m : stop * m]
         n8 = n - n % 8
-        m8 = m - m % 8
+        m8 = m - m % 8 if m >= 8 else 0
         for k0 in range(0, n8, 8):  # tiles of 8 points x 8 members, transposed in registers
             for i0 in range(0, m8, 8):
                 tile8(base, k0 * m + i0, m, buf, i0, k0)
-            for i in range(m8, m):
+            if m8 and m8 < m:  # the last members: a tile overlapping the previous one
+                tile8(base, k0 * m + m - 8, m, buf, m - 8, k0)
+            for i in range(m8, m if m < 8 else 0):
                 for kk in range(8):
                     buf[i, k0 + kk] = base[(k0 + kk) * m + i]
         for k in range(n8, n):

@@ -7,8 +7,8 @@ time. These intrinsics work on whole vectors of ``lanes(dtype)`` points (one 64-
 
 - :func:`tile8` copies an 8 points x 8 members tile of a members-contiguous array into 8 buffer
   rows with 24 shuffles (the classic 8x8 transpose), instead of 64 scalar moves;
-- :func:`sort16` sorts 16 rows and :func:`merge32` merges two sorted runs of 16 rows in
-  registers (rows ``r0 + s * i``, so a run may be strided), one load and one store per row;
+- :func:`sort_group` sorts up to 16 rows and :func:`merge32` merges two sorted runs of 16 rows
+  in registers (rows ``r0 + s * i``, so a run may be strided), one load and one store per row;
 - :func:`cx` is one compare-exchange of two rows;
 - :func:`sort_columns` sorts a ``(P, B)`` buffer, ``P`` = 16, 32, 64 or 128 rows, with them
   (Batcher's odd-even merge sort, its merges of 64 and 128 split into strided merges of 32).
@@ -56,29 +56,6 @@ def _shuffle(builder, a, b, mask):
     return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), len(mask)), mask))
 
 
-def _network_intrinsic(pairs: list[tuple[int, int]], nrows: int, doc: str):
-    """An intrinsic ``f(buf, r0, s, k0)`` applying ``pairs`` to rows ``r0 + s*i`` in registers."""
-
-    @intrinsic
-    def network(typingctx, buf, r0, s, k0):
-        def codegen(context, builder, sig, args):
-            buf_v, r0_v, s_v, k0_v = args
-            _, vty = _vector(context, sig.args[0].dtype)
-            rows = [builder.add(r0_v, builder.mul(s_v, ir.Constant(_I64, i))) for i in range(nrows)]
-            ptrs = [_row_ptr(context, builder, sig.args[0], buf_v, r, k0_v, vty) for r in rows]
-            x = [builder.load(p, align=1) for p in ptrs]
-            for a, b in pairs:
-                x[a], x[b] = _exchange(builder, x[a], x[b])
-            for p, v in zip(ptrs, x):
-                builder.store(v, p, align=1)
-            return context.get_dummy_value()
-
-        return types.void(buf, types.int64, types.int64, types.int64), codegen
-
-    network.__doc__ = doc
-    return network
-
-
 def _batcher(n: int, first: int = 0) -> list[tuple[int, int]]:
     a, b = sorting_network(n)
     return list(zip(a[first:].tolist(), b[first:].tolist()))
@@ -86,13 +63,55 @@ def _batcher(n: int, first: int = 0) -> list[tuple[int, int]]:
 
 # Batcher's network for 32 inputs is the sorts of its two halves (2 x 63 comparators) then the
 # odd-even merge (65): the merge alone merges two sorted runs of 16.
-sort8 = _network_intrinsic(_batcher(8), 8, "Sort rows r0 + s*i (i < 8) at columns k0.. in registers.")
-sort16 = _network_intrinsic(_batcher(16), 16, "Sort rows r0 + s*i (i < 16) at columns k0.. in registers.")
-merge32 = _network_intrinsic(
-    _batcher(32, 2 * len(sorting_network(16)[0])),
-    32,
-    "Merge the sorted runs r0 + s*i (i < 16) and r0 + s*(16 + i) at columns k0.. in registers.",
-)
+_MERGE32 = _batcher(32, 2 * len(sorting_network(16)[0]))
+
+
+def _network(context, builder, arrty, buf, rows, k0, pairs) -> None:
+    """Load ``rows`` (at columns ``k0 ..``), apply the exchanges ``pairs`` in registers, store."""
+    _, vty = _vector(context, arrty.dtype)
+    ptrs = [_row_ptr(context, builder, arrty, buf, r, k0, vty) for r in rows]
+    x = [builder.load(p, align=1) for p in ptrs]
+    for a, b in pairs:
+        x[a], x[b] = _exchange(builder, x[a], x[b])
+    for p, v in zip(ptrs, x):
+        builder.store(v, p, align=1)
+
+
+@intrinsic
+def merge32(typingctx, buf, r0, s, k0):
+    """Merge the sorted runs ``r0 + s*i`` (i < 16) and ``r0 + s*(16 + i)`` at columns ``k0 ..``."""
+
+    def codegen(context, builder, sig, args):
+        buf_v, r0_v, s_v, k0_v = args
+        rows = [builder.add(r0_v, builder.mul(s_v, ir.Constant(_I64, i))) for i in range(32)]
+        _network(context, builder, sig.args[0], buf_v, rows, k0_v, _MERGE32)
+        return context.get_dummy_value()
+
+    return types.void(buf, types.int64, types.int64, types.int64), codegen
+
+
+@intrinsic
+def sort_group(typingctx, buf, r0, k0, q):
+    """Sort rows ``r0 .. r0+q-1`` at columns ``k0 ..`` in registers, Batcher's network for ``q``.
+
+    ``q`` <= 16 is a run-time value: a switch over the 15 networks (nothing for ``q`` < 2).
+    """
+
+    def codegen(context, builder, sig, args):
+        buf_v, r0_v, k0_v, q_v = args
+        done = builder.append_basic_block("sorted")
+        switch = builder.switch(q_v, done)
+        for q in range(2, 17):
+            block = builder.append_basic_block(f"sort{q}")
+            switch.add_case(ir.Constant(q_v.type, q), block)
+            builder.position_at_end(block)
+            rows = [builder.add(r0_v, ir.Constant(_I64, i)) for i in range(q)]
+            _network(context, builder, sig.args[0], buf_v, rows, k0_v, _batcher(q))
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return types.void(buf, types.int64, types.int64, types.int64), codegen
 
 
 @intrinsic
@@ -148,17 +167,15 @@ def sort_columns(buf, p: int, n: int, m: int) -> None:
     Rows ``m ..`` are ``+inf`` padding. Groups of 16 rows are sorted and pairs merged in registers;
     Batcher's merge of two runs of 64 (128) rows is the merges of their even and of their odd rows
     (strided merges of 32) then one layer of exchanges of rows ``2i+1, 2i+2``. Sorts and merges
-    of padding alone are skipped, and a last group of at most 8 members is sorted as 8 rows.
+    of padding alone are skipped, and a last group of ``q < 16`` members is sorted by a network
+    for ``q`` rows.
     Columns are taken a vector at a time up to ``n`` rounded up to the vector: the buffer must be
     that wide.
     """
     lanes = VECTOR_BYTES // buf.itemsize
     for k0 in range(0, n, lanes):
         for r in range(0, p, 16):
-            if m - r > 8:
-                sort16(buf, r, 1, k0)
-            elif m - r > 1:
-                sort8(buf, r, 1, k0)
+            sort_group(buf, r, k0, min(m - r, 16))
         for r in range(0, p if p >= 32 else 0, 32):
             if m > r + 16:
                 merge32(buf, r, 1, k0)
