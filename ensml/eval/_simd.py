@@ -194,3 +194,57 @@ def sort_columns(buf, p: int, n: int, m: int) -> None:
                     cx(buf, q + 4 * i + 2, q + 4 * i + 4, k0)
             for i in range(63):
                 cx(buf, 2 * i + 1, 2 * i + 2, k0)
+
+
+@intrinsic
+def reduce_columns(typingctx, buf, m, k0, yb, acc_abs, acc_w):
+    """Sums of sorted rows ``0 .. m-1`` at columns ``k0 ..``, centred on ``yb``, in float64.
+
+    ``acc_abs[k] = sum_i |x_ik - y_k|`` and ``acc_w[k] = sum_i (2i - m + 1)(x_ik - y_k)``, written at
+    ``k0 ..`` of the float64 arrays; two rows per step into two sets of accumulators.
+    """
+
+    def codegen(context, builder, sig, args):
+        buf_v, m_v, k0_v, yb_v, aa_v, aw_v = args
+        _, vty = _vector(context, sig.args[0].dtype)
+        dty = ir.VectorType(ir.DoubleType(), vty.count)
+        f64 = ir.DoubleType()
+
+        def f64_ptr(arrty, arr):
+            data = context.make_array(arrty)(context, builder, arr).data
+            return builder.bitcast(builder.gep(data, [k0_v]), dty.as_pointer())
+
+        y = builder.load(f64_ptr(sig.args[3], yb_v), align=1)
+        zero = ir.Constant(dty, [0.0] * vty.count)
+        accs = [cgutils.alloca_once_value(builder, zero) for _ in range(4)]  # |d| and w*d, two rows
+        fabs = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(dty, [dty]), f"llvm.fabs.v{vty.count}f64"
+        )
+        w0 = builder.fsub(ir.Constant(f64, 1.0), builder.sitofp(m_v, f64))  # weight of row 0
+
+        def add_row(row, a_acc, w_acc):
+            x = builder.load(_row_ptr(context, builder, sig.args[0], buf_v, row, k0_v, vty), align=1)
+            if vty.element != f64:
+                x = builder.fpext(x, dty)
+            d = builder.fsub(x, y)
+            builder.store(builder.fadd(builder.load(a_acc), builder.call(fabs, [d])), a_acc)
+            w = builder.fadd(w0, builder.fmul(ir.Constant(f64, 2.0), builder.sitofp(row, f64)))
+            wv = builder.insert_element(ir.Constant(dty, ir.Undefined), w, ir.Constant(ir.IntType(32), 0))
+            wv = _shuffle(builder, wv, wv, [0] * vty.count)
+            builder.store(builder.fadd(builder.load(w_acc), builder.fmul(wv, d)), w_acc)
+
+        pairs = builder.sdiv(m_v, ir.Constant(_I64, 2))
+        with cgutils.for_range(builder, pairs) as loop:
+            row = builder.mul(loop.index, ir.Constant(_I64, 2))
+            add_row(row, accs[0], accs[1])
+            add_row(builder.add(row, ir.Constant(_I64, 1)), accs[2], accs[3])
+        odd = builder.icmp_signed("!=", builder.mul(pairs, ir.Constant(_I64, 2)), m_v)
+        with builder.if_then(odd):
+            add_row(builder.sub(m_v, ir.Constant(_I64, 1)), accs[0], accs[1])
+        total_abs = builder.fadd(builder.load(accs[0]), builder.load(accs[2]))
+        total_w = builder.fadd(builder.load(accs[1]), builder.load(accs[3]))
+        builder.store(total_abs, f64_ptr(sig.args[4], aa_v), align=1)
+        builder.store(total_w, f64_ptr(sig.args[5], aw_v), align=1)
+        return context.get_dummy_value()
+
+    return types.void(buf, types.int64, types.int64, yb, acc_abs, acc_w), codegen
