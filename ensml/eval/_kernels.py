@@ -135,41 +135,9 @@ def _crps_block(
             lt = v < u
             buf[a, k] = v if lt else u
             buf[b, k] = u if lt else v
-    # 3. reduce in float64, centred on the observation
-    if p:
-        for k0 in range(0, n, VECTOR_BYTES // buf.itemsize):
-            reduce_columns(buf, m, k0, yb, acc_abs, acc_w)
-    else:
-        for k in range(n):
-            acc_abs[k] = 0.0
-            acc_w[k] = 0.0
-        i = 0
-        while i + 8 <= m:
-            w = 2.0 * i - m + 1.0
-            for k in range(n):
-                y = yb[k]
-                d0 = np.float64(buf[i, k]) - y
-                d1 = np.float64(buf[i + 1, k]) - y
-                d2 = np.float64(buf[i + 2, k]) - y
-                d3 = np.float64(buf[i + 3, k]) - y
-                d4 = np.float64(buf[i + 4, k]) - y
-                d5 = np.float64(buf[i + 5, k]) - y
-                d6 = np.float64(buf[i + 6, k]) - y
-                d7 = np.float64(buf[i + 7, k]) - y
-                acc_abs[k] += ((abs(d0) + abs(d1)) + (abs(d2) + abs(d3))) + (
-                    (abs(d4) + abs(d5)) + (abs(d6) + abs(d7))
-                )
-                acc_w[k] += ((w * d0 + (w + 2.0) * d1) + ((w + 4.0) * d2 + (w + 6.0) * d3)) + (
-                    ((w + 8.0) * d4 + (w + 10.0) * d5) + ((w + 12.0) * d6 + (w + 14.0) * d7)
-                )
-            i += 8
-        while i < m:
-            w = 2.0 * i - m + 1.0
-            for k in range(n):
-                d = np.float64(buf[i, k]) - yb[k]
-                acc_abs[k] += abs(d)
-                acc_w[k] += w * d
-            i += 1
+    # 3. reduce in float64, centred on the observation, a vector of points at a time
+    for k0 in range(0, n, VECTOR_BYTES // buf.itemsize):
+        reduce_columns(buf, m, k0, yb, acc_abs, acc_w)
     if fair:
         c2 = 1.0 / (m * (m - 1.0)) if m > 1 else np.nan
     else:
