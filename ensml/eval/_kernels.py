@@ -151,8 +151,6 @@ def _crps_block(
     if nbad == 0:
         return 0
     # NaN or infinite member or observation (or m == 1 for fair): scalar path
-    if p:  # a NaN stays in place, so values moved around it may have left +inf padding rows
-        buf[m:, :] = np.inf
     nbad = 0
     for k in range(n):
         if not (abs(out[start + k]) < np.inf):

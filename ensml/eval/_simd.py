@@ -67,27 +67,50 @@ _MERGE32 = _batcher(32, 2 * len(sorting_network(16)[0]))
 
 
 def _network(context, builder, arrty, buf, rows, k0, pairs) -> None:
-    """Load ``rows`` (at columns ``k0 ..``), apply the exchanges ``pairs`` in registers, store."""
+    """Load the ``rows`` that ``pairs`` use (columns ``k0 ..``), exchange in registers, store them."""
     _, vty = _vector(context, arrty.dtype)
-    ptrs = [_row_ptr(context, builder, arrty, buf, r, k0, vty) for r in rows]
-    x = [builder.load(p, align=1) for p in ptrs]
+    used = sorted({i for pair in pairs for i in pair})
+    ptrs = {i: _row_ptr(context, builder, arrty, buf, rows[i], k0, vty) for i in used}
+    x = {i: builder.load(ptrs[i], align=1) for i in used}
     for a, b in pairs:
         x[a], x[b] = _exchange(builder, x[a], x[b])
-    for p, v in zip(ptrs, x):
-        builder.store(v, p, align=1)
+    for i in used:
+        builder.store(x[i], ptrs[i], align=1)
+
+
+def _switch(builder, q_v, cases: range, emit) -> None:
+    """``emit(q)`` in a block per case of the run-time value ``q_v``; other values do nothing."""
+    done = builder.append_basic_block("done")
+    switch = builder.switch(q_v, done)
+    for q in cases:
+        block = builder.append_basic_block(f"case{q}")
+        switch.add_case(ir.Constant(q_v.type, q), block)
+        builder.position_at_end(block)
+        emit(q)
+        builder.branch(done)
+    builder.position_at_end(done)
 
 
 @intrinsic
-def merge32(typingctx, buf, r0, s, k0):
-    """Merge the sorted runs ``r0 + s*i`` (i < 16) and ``r0 + s*(16 + i)`` at columns ``k0 ..``."""
+def merge32(typingctx, buf, r0, s, k0, q):
+    """Merge the sorted runs ``r0 + s*i`` (i < 16) and ``r0 + s*(16 + i)`` at columns ``k0 ..``.
+
+    Only the first ``q`` of those 32 rows hold members (the rest is ``+inf`` padding): the
+    network is pruned to them, one variant per ``q`` in 17 .. 32 (nothing to merge below).
+    """
 
     def codegen(context, builder, sig, args):
-        buf_v, r0_v, s_v, k0_v = args
+        buf_v, r0_v, s_v, k0_v, q_v = args
         rows = [builder.add(r0_v, builder.mul(s_v, ir.Constant(_I64, i))) for i in range(32)]
-        _network(context, builder, sig.args[0], buf_v, rows, k0_v, _MERGE32)
+
+        def emit(q):
+            pairs = [(a, b) for a, b in _MERGE32 if b < q]
+            _network(context, builder, sig.args[0], buf_v, rows, k0_v, pairs)
+
+        _switch(builder, q_v, range(17, 33), emit)
         return context.get_dummy_value()
 
-    return types.void(buf, types.int64, types.int64, types.int64), codegen
+    return types.void(buf, types.int64, types.int64, types.int64, types.int64), codegen
 
 
 @intrinsic
@@ -99,16 +122,12 @@ def sort_group(typingctx, buf, r0, k0, q):
 
     def codegen(context, builder, sig, args):
         buf_v, r0_v, k0_v, q_v = args
-        done = builder.append_basic_block("sorted")
-        switch = builder.switch(q_v, done)
-        for q in range(2, 17):
-            block = builder.append_basic_block(f"sort{q}")
-            switch.add_case(ir.Constant(q_v.type, q), block)
-            builder.position_at_end(block)
-            rows = [builder.add(r0_v, ir.Constant(_I64, i)) for i in range(q)]
+        rows = [builder.add(r0_v, ir.Constant(_I64, i)) for i in range(16)]
+
+        def emit(q):
             _network(context, builder, sig.args[0], buf_v, rows, k0_v, _batcher(q))
-            builder.branch(done)
-        builder.position_at_end(done)
+
+        _switch(builder, q_v, range(2, 17), emit)
         return context.get_dummy_value()
 
     return types.void(buf, types.int64, types.int64, types.int64), codegen
@@ -162,38 +181,47 @@ def tile8(typingctx, src, soff, sstride, dst, row, k0):
 
 @numba.njit(cache=True, nogil=True)
 def sort_columns(buf, p: int, n: int, m: int) -> None:
-    """Sort rows ``0 .. p-1`` of ``buf`` per column, columns ``0 .. n-1`` (``p`` in 16, 32, 64, 128).
+    """Sort rows ``0 .. m-1`` of ``buf`` per column, columns ``0 .. n-1``, as a network for ``p`` rows.
 
-    Rows ``m ..`` are ``+inf`` padding. Groups of 16 rows are sorted and pairs merged in registers;
-    Batcher's merge of two runs of 64 (128) rows is the merges of their even and of their odd rows
-    (strided merges of 32) then one layer of exchanges of rows ``2i+1, 2i+2``. Sorts and merges
-    of padding alone are skipped, and a last group of ``q < 16`` members is sorted by a network
-    for ``q`` rows.
-    Columns are taken a vector at a time up to ``n`` rounded up to the vector: the buffer must be
-    that wide.
+    ``p`` is 16, 32, 64 or 128 >= ``m``, the rows from ``m`` count as ``+inf`` padding. Groups
+    of 16 rows are sorted and pairs merged in registers; Batcher's merge of two runs of 64 (128)
+    rows is the merges of their even and of their odd rows (strided merges of 32) then one layer
+    of exchanges of rows ``2i+1, 2i+2``. Every exchange that involves a padding row is pruned,
+    as in :func:`ensml.eval._sortnet.sorting_network` (padding never moves): the padding rows are
+    never read or written. Columns are taken a vector at a time up to ``n`` rounded up to the
+    vector: the buffer must be that wide.
     """
     lanes = VECTOR_BYTES // buf.itemsize
     for k0 in range(0, n, lanes):
         for r in range(0, p, 16):
             sort_group(buf, r, k0, min(m - r, 16))
         for r in range(0, p if p >= 32 else 0, 32):
-            if m > r + 16:
-                merge32(buf, r, 1, k0)
+            _merge(buf, r, 1, k0, m)
         for r in range(0, p if p >= 64 else 0, 64):
-            if m <= r + 32:
-                continue
-            merge32(buf, r, 2, k0)
-            merge32(buf, r + 1, 2, k0)
-            for i in range(31):
-                cx(buf, r + 2 * i + 1, r + 2 * i + 2, k0)
+            _merge(buf, r, 2, k0, m)
+            _merge(buf, r + 1, 2, k0, m)
+            _layer(buf, r + 1, 1, 31, k0, m)
         if p == 128:
             for q in range(2):  # the merge of 64 on the even rows, then on the odd ones
-                merge32(buf, q, 4, k0)
-                merge32(buf, q + 2, 4, k0)
-                for i in range(31):
-                    cx(buf, q + 4 * i + 2, q + 4 * i + 4, k0)
-            for i in range(63):
-                cx(buf, 2 * i + 1, 2 * i + 2, k0)
+                _merge(buf, q, 4, k0, m)
+                _merge(buf, q + 2, 4, k0, m)
+                _layer(buf, q + 2, 2, 31, k0, m)
+            _layer(buf, 1, 1, 63, k0, m)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _merge(buf, r: int, s: int, k0: int, m: int) -> None:
+    """:func:`merge32` of rows ``r + s*i``, told how many of them are members."""
+    if m > r:
+        merge32(buf, r, s, k0, min(32, (m - r + s - 1) // s))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _layer(buf, r: int, s: int, count: int, k0: int, m: int) -> None:
+    """Exchanges of rows ``r + 2si`` and ``r + 2si + s`` (``i < count``) below row ``m``."""
+    for i in range(count):
+        if r + 2 * s * i + s < m:
+            cx(buf, r + 2 * s * i, r + 2 * s * i + s, k0)
 
 
 @intrinsic
