@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ensml.eval._simd import VECTOR_BYTES, reduce_columns, sort_columns, tile8
+from ensml.eval._simd import VECTOR_BYTES, prefetch, reduce_columns, sort_column, tile8
 from ensml.eval._sortnet import _BLOCKS_PER_THREAD, _sort8, _sort16, plan
 
 
@@ -118,8 +118,16 @@ def _crps_block(
             for k in range(n):
                 buf[i, k] = _chain(buf[i, k], lo, hi)
     # 2. sort each column (point) along members
-    if p:
-        sort_columns(buf, p, n, m)
+    if p:  # a vector of columns at a time, the next block's lines prefetched in between
+        lanes = VECTOR_BYTES // buf.itemsize  # one vector is one 64-byte cache line
+        nvec = (n + lanes - 1) // lanes
+        pf0 = stop * m if flat.size else 0
+        pf1 = min(flat.size, pf0 + n * m)
+        per = ((pf1 - pf0) // nvec + lanes) // lanes * lanes if pf1 > pf0 else 0
+        for v in range(nvec):
+            for o in range(pf0 + v * per, min(pf1, pf0 + (v + 1) * per), lanes):
+                prefetch(flat, o)
+            sort_column(buf, p, v * lanes, m)
     elif g == 8:
         for r in range(0, nreg, 8):
             _sort8(buf, r, n)

@@ -191,22 +191,27 @@ def sort_columns(buf, p: int, n: int, m: int) -> None:
     never read or written. Columns are taken a vector at a time up to ``n`` rounded up to the
     vector: the buffer must be that wide.
     """
-    lanes = VECTOR_BYTES // buf.itemsize
-    for k0 in range(0, n, lanes):
-        for r in range(0, p, 16):
-            sort_group(buf, r, k0, min(m - r, 16))
-        for r in range(0, p if p >= 32 else 0, 32):
-            _merge(buf, r, 1, k0, m)
-        for r in range(0, p if p >= 64 else 0, 64):
-            _merge(buf, r, 2, k0, m)
-            _merge(buf, r + 1, 2, k0, m)
-            _layer(buf, r + 1, 1, 31, k0, m)
-        if p == 128:
-            for q in range(2):  # the merge of 64 on the even rows, then on the odd ones
-                _merge(buf, q, 4, k0, m)
-                _merge(buf, q + 2, 4, k0, m)
-                _layer(buf, q + 2, 2, 31, k0, m)
-            _layer(buf, 1, 1, 63, k0, m)
+    for k0 in range(0, n, VECTOR_BYTES // buf.itemsize):
+        sort_column(buf, p, k0, m)
+
+
+@numba.njit(cache=True, nogil=True)
+def sort_column(buf, p: int, k0: int, m: int) -> None:
+    """:func:`sort_columns` for the one vector of columns from ``k0``."""
+    for r in range(0, p, 16):
+        sort_group(buf, r, k0, min(m - r, 16))
+    for r in range(0, p if p >= 32 else 0, 32):
+        _merge(buf, r, 1, k0, m)
+    for r in range(0, p if p >= 64 else 0, 64):
+        _merge(buf, r, 2, k0, m)
+        _merge(buf, r + 1, 2, k0, m)
+        _layer(buf, r + 1, 1, 31, k0, m)
+    if p == 128:
+        for q in range(2):  # the merge of 64 on the even rows, then on the odd ones
+            _merge(buf, q, 4, k0, m)
+            _merge(buf, q + 2, 4, k0, m)
+            _layer(buf, q + 2, 2, 31, k0, m)
+        _layer(buf, 1, 1, 63, k0, m)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -276,3 +281,22 @@ def reduce_columns(typingctx, buf, m, k0, yb, acc_abs, acc_w):
         return context.get_dummy_value()
 
     return types.void(buf, types.int64, types.int64, yb, acc_abs, acc_w), codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, off):
+    """Hint the cache line of ``arr[off]`` into L2 (``llvm.prefetch``: read, locality 2, data)."""
+
+    def codegen(context, builder, sig, args):
+        arr_v, off_v = args
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        data = context.make_array(sig.args[0])(context, builder, arr_v).data
+        ptr = builder.bitcast(builder.gep(data, [off_v]), i8p)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8"
+        )
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, types.int64), codegen
