@@ -250,6 +250,9 @@ def reduce_columns(typingctx, buf, m, k0, yb, acc_abs, acc_w):
         y = builder.load(f64_ptr(sig.args[3], yb_v), align=1)
         zero = ir.Constant(dty, [0.0] * vty.count)
         accs = [cgutils.alloca_once_value(builder, zero) for _ in range(4)]  # |d| and w*d, two rows
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(dty, [dty, dty, dty]), f"llvm.fma.v{vty.count}f64"
+        )
         fabs = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(dty, [dty]), f"llvm.fabs.v{vty.count}f64"
         )
@@ -264,7 +267,7 @@ def reduce_columns(typingctx, buf, m, k0, yb, acc_abs, acc_w):
             w = builder.fadd(w0, builder.fmul(ir.Constant(f64, 2.0), builder.sitofp(row, f64)))
             wv = builder.insert_element(ir.Constant(dty, ir.Undefined), w, ir.Constant(ir.IntType(32), 0))
             wv = _shuffle(builder, wv, wv, [0] * vty.count)
-            builder.store(builder.fadd(builder.load(w_acc), builder.fmul(wv, d)), w_acc)
+            builder.store(builder.call(fma, [wv, d, builder.load(w_acc)]), w_acc)
 
         pairs = builder.sdiv(m_v, ir.Constant(_I64, 2))
         with cgutils.for_range(builder, pairs) as loop:
