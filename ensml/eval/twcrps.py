@@ -135,7 +135,8 @@ def twcrps_ensemble(
         score = crps_pointwise(
             fcst, obs, member_dim=member_dim, fair=fair, func="twcrps_ensemble", bounds=bounds
         )
-        if in_memory and not bool((score > 0).any()):  # all 0 (or NaN): only then look at the range
+        # all 0 (or NaN): only then look at the range (fmax skips NaN and allocates nothing)
+        if in_memory and not (score.size and np.fmax.reduce(score.values, axis=None) > 0):
             check_range()
     else:
         if in_memory:
