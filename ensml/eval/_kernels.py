@@ -104,15 +104,18 @@ def _crps_block(
             for i in range(m):
                 buf[i, k] = base[k * m + i]
     elif fc.strides[0] < fc.strides[1]:
+        fb = fc[:, start:stop]  # block views: indices from 0 let LLVM vectorise the loops
         for k in range(n):
             for i in range(m):
-                buf[i, k] = fc[i, start + k]
+                buf[i, k] = fb[i, k]
     else:
+        fb = fc[:, start:stop]
         for i in range(m):
             for k in range(n):
-                buf[i, k] = fc[i, start + k]
+                buf[i, k] = fb[i, k]
+    ob = obs[start:stop]
     for k in range(n):
-        yb[k] = np.float64(_chain(obs[start + k], lo, hi))
+        yb[k] = np.float64(_chain(ob[k], lo, hi))
     if lo > -np.inf or hi < np.inf:  # twCRPS: the chaining function, on the block in L1
         for i in range(m):
             for k in range(n):
@@ -152,19 +155,19 @@ def _crps_block(
         c2 = 1.0 / (m * float(m))
     inv_m = 1.0 / m
     nbad = 0
+    ob = out[start:stop]
     for k in range(n):
         r = acc_abs[k] * inv_m - acc_w[k] * c2
-        out[start + k] = r
+        ob[k] = r
         nbad += not (abs(r) < np.inf)
     if nbad == 0:
         return 0
     # NaN or infinite member or observation (or m == 1 for fair): scalar path
     nbad = 0
     for k in range(n):
-        if not (abs(out[start + k]) < np.inf):
-            r = _crps_point(fc[:, start + k], yb[k], fair, tmp, lo, hi)
-            out[start + k] = r
-            nbad += not (abs(out[start + k]) < np.inf)
+        if not (abs(ob[k]) < np.inf):
+            ob[k] = _crps_point(fc[:, start + k], yb[k], fair, tmp, lo, hi)
+            nbad += not (abs(ob[k]) < np.inf)
     return nbad
 
 
