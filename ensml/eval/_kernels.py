@@ -121,10 +121,10 @@ def _crps_block(
             for k in range(n):
                 buf[i, k] = _chain(buf[i, k], lo, hi)
     # 2. sort each column (point) along members
-    if p:  # a vector of columns at a time, the next block's lines prefetched in between
+    if p:  # a vector of columns at a time, the lines of the block after next prefetched in between
         lanes = VECTOR_BYTES // buf.itemsize  # one vector is one 64-byte cache line
         nvec = (n + lanes - 1) // lanes
-        pf0 = stop * m if flat.size else 0
+        pf0 = (stop + n) * m if flat.size else 0
         pf1 = min(flat.size, pf0 + n * m)
         per = ((pf1 - pf0) // nvec + lanes) // lanes * lanes if pf1 > pf0 else 0
         for v in range(nvec):
