@@ -158,6 +158,29 @@ def _crps_core(
     return _crps_array(fcst, obs, -1, fair, not chunked, func, chunk=chunked, bounds=bounds)
 
 
+def _in_memory(
+    fcst: xr.DataArray, obs: xr.DataArray, member_dim: str, fair: bool, func: str, bounds: tuple[float, float]
+) -> xr.DataArray:
+    """:func:`crps_pointwise` of numpy-backed inputs on the same dims, as ``xr.apply_ufunc`` would
+    return it (dims in the forecast's order, the coordinates of both without the member dim,
+    conflicting ones dropped, the forecast's attrs) without its alignment pass and wrapping,
+    ~0.6 ms a call."""
+    dims = tuple(d for d in fcst.dims if d != member_dim)
+    f = fcst.transpose(*dims, member_dim)
+    o = obs.transpose(*dims)
+    res = _crps_array(f.data, o.data, -1, fair, True, func, bounds=bounds)
+    coords = {k: v.variable for k, v in o.coords.items()}
+    for k, v in f.coords.items():
+        if member_dim in v.dims:
+            continue
+        if k not in coords:
+            coords[k] = v.variable
+        elif k not in dims and not coords[k].equals(v.variable):
+            del coords[k]  # a scalar or auxiliary coordinate that disagrees
+    name = fcst.name if fcst.name == obs.name else None
+    return xr.DataArray(res, dims=dims, coords=coords, name=name, attrs=dict(fcst.attrs))
+
+
 def crps_pointwise(
     fcst: xr.DataArray,
     obs: xr.DataArray,
@@ -178,6 +201,8 @@ def crps_pointwise(
         fcst = fcst.chunk({member_dim: -1})  # each chunk needs all members
     out_dtype = _float_dtype(np.empty(0, fcst.dtype), np.empty(0, obs.dtype))
     try:
+        if not chunked and set(obs.dims) == set(fcst.dims) - {member_dim}:
+            return _in_memory(fcst, obs, member_dim, fair, func, bounds)
         return xr.apply_ufunc(
             _crps_core,
             fcst,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ensml.errors import EnsmlError
-from ensml.eval.crps import crps_ensemble, crps_ensemble_array
+from ensml.eval.crps import crps_ensemble, crps_ensemble_array, crps_pointwise
 from ensml.eval.weights import latitude_weights
 
 
@@ -200,6 +200,40 @@ def test_dask_matches_eager_and_is_lazy():
     assert lazy.chunks is not None
     eager = crps_ensemble(fc.compute(), obs, fair=True, preserve_dims=["init_time", "latitude"])
     xr.testing.assert_allclose(lazy.compute(), eager)
+
+
+def test_in_memory_result_is_what_apply_ufunc_gives():
+    """numpy inputs skip xr.apply_ufunc; dims, coordinates, name and attrs must not change."""
+    rng = np.random.default_rng(3)
+    fc = xr.DataArray(
+        rng.standard_normal((4, 3, 5)),
+        dims=("lat", "member", "lon"),
+        coords={
+            "lat": [10.0, 20.0, 30.0, 40.0],
+            "lon": np.arange(5.0),
+            "member": [1, 2, 3],
+            "height": 2.0,  # scalar, agrees
+            "level": 500,  # scalar, disagrees: dropped
+            "mask": (("lat", "lon"), rng.random((4, 5)) > 0.5),
+            "number": ("member", [7, 8, 9]),  # on the member dim: dropped
+        },
+        name="t2m",
+        attrs={"units": "K"},
+    )
+    obs = xr.DataArray(
+        rng.standard_normal((5, 4)),
+        dims=("lon", "lat"),
+        coords={"lon": np.arange(5.0), "lat": [10.0, 20.0, 30.0, 40.0], "height": 2.0, "level": 850},
+        name="t2m",
+        attrs={"units": "K"},
+    )
+    for bounds in ((-np.inf, np.inf), (0.0, np.inf)):
+        eager = crps_pointwise(fc, obs, bounds=bounds)
+        lazy = crps_pointwise(fc.chunk(lat=2), obs, bounds=bounds).compute()
+        xr.testing.assert_identical(eager, lazy)
+        assert eager.dims == ("lat", "lon") and "level" not in eager.coords and "number" not in eager.coords
+        assert eager.name == "t2m" and eager.attrs == {"units": "K"}
+    assert crps_pointwise(fc, obs.rename("obs")).name is None
 
 
 def test_all_nan_point_is_nan_not_zero():
