@@ -146,10 +146,13 @@ def check_fcst_obs(
                 f"{func}: forecast and observation sizes differ along '{d}' "
                 f"({fcst.sizes[d]} vs {obs.sizes[d]}) and there is no coordinate to align them"
             )
-    try:
-        f2, o2 = xr.align(fcst, obs, join="inner", copy=False)  # scores never write to inputs
-    except ValueError as exc:
-        raise EnsmlError(f"{func}: forecast and observation cannot be aligned: {exc}") from exc
+    if not fcst.xindexes and not obs.xindexes:
+        f2, o2 = fcst, obs  # nothing to align by (the sizes are checked above)
+    else:
+        try:
+            f2, o2 = xr.align(fcst, obs, join="inner", copy=False)  # scores never write to inputs
+        except ValueError as exc:
+            raise EnsmlError(f"{func}: forecast and observation cannot be aligned: {exc}") from exc
     for d in obs.dims:
         if o2.sizes[d] == 0 and obs.sizes[d] > 0:
             raise EnsmlError(f"{func}: forecast and observation share no coordinates along '{d}'")
