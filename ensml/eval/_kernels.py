@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ensml.eval._simd import VECTOR_BYTES, prefetch, reduce_columns, sort_column, tile8
+from ensml.eval._simd import VECTOR_BYTES, crps_small, prefetch, reduce_columns, sort_column, tile8
 from ensml.eval._sortnet import _BLOCKS_PER_THREAD, _sort8, _sort16, plan
 
 
@@ -62,6 +62,13 @@ def _crps_point(x: np.ndarray, y: float, fair: bool, tmp: np.ndarray, lo: float,
     return acc_abs / m - acc_w / (m * float(m))
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _prefetch_part(flat: np.ndarray, pf0: int, pf1: int, per: int, v: int, step: int) -> None:
+    """Prefetch part ``v`` (``per`` elements, a line every ``step``) of ``flat[pf0:pf1]``."""
+    for o in range(pf0 + v * per, min(pf1, pf0 + (v + 1) * per), step):
+        prefetch(flat, o)
+
+
 @numba.njit(cache=True, nogil=True)
 def _crps_block(
     fc: np.ndarray,
@@ -87,12 +94,27 @@ def _crps_block(
     """CRPS of points ``start:stop`` into ``out`` (its dtype); returns how many are not finite."""
     m = fc.shape[0]
     n = stop - start
-    # 1. copy the block into rows 0..m-1 of buf (rows m.. hold +inf padding)
+    lanes = VECTOR_BYTES // buf.itemsize  # one vector is one 64-byte cache line
+    ob = obs[start:stop]
+    for k in range(n):
+        yb[k] = np.float64(_chain(ob[k], lo, hi))
+    # the lines of the block after next, prefetched a part per vector of points (register path)
+    pf0 = (stop + n) * m if flat.size and p else 0
+    pf1 = min(flat.size, pf0 + n * m)
+    per = ((pf1 - pf0) // ((n + lanes - 1) // lanes) + lanes) // lanes * lanes if pf1 > pf0 else 0
+    # 0. 9..16 float32 members, contiguous, unchained: tiles of 16 points scored in registers
+    n0 = 0
+    if p == 16 and flat.size and lanes == 16 and lo == -np.inf and hi == np.inf:
+        n0 = max(0, min(n, (flat.size - 16) // m - start + 1)) // 16 * 16  # 16-float reads in bounds
+        for k0 in range(0, n0, 16):
+            _prefetch_part(flat, pf0, pf1, per, k0 // 16, lanes)
+            crps_small(flat, (start + k0) * m, m, yb, k0, acc_abs, acc_w)
+    # 1. copy the (other) points of the block into rows 0..m-1 of buf (rows m.. are +inf padding)
     if flat.size:  # members contiguous, points dense: read the flat array (no transpose copy)
         base = flat[start * m : stop * m]
         n8 = n - n % 8
         m8 = m - m % 8 if m >= 8 else 0
-        for k0 in range(0, n8, 8):  # tiles of 8 points x 8 members, transposed in registers
+        for k0 in range(n0, n8, 8):  # tiles of 8 points x 8 members, transposed in registers
             for i0 in range(0, m8, 8):
                 tile8(base, k0 * m + i0, m, buf, i0, k0)
             if m8 and m8 < m:  # the last members: a tile overlapping the previous one
@@ -113,23 +135,14 @@ def _crps_block(
         for i in range(m):
             for k in range(n):
                 buf[i, k] = fb[i, k]
-    ob = obs[start:stop]
-    for k in range(n):
-        yb[k] = np.float64(_chain(ob[k], lo, hi))
     if lo > -np.inf or hi < np.inf:  # twCRPS: the chaining function, on the block in L1
         for i in range(m):
             for k in range(n):
                 buf[i, k] = _chain(buf[i, k], lo, hi)
     # 2. sort each column (point) along members
-    if p:  # a vector of columns at a time, the lines of the block after next prefetched in between
-        lanes = VECTOR_BYTES // buf.itemsize  # one vector is one 64-byte cache line
-        nvec = (n + lanes - 1) // lanes
-        pf0 = (stop + n) * m if flat.size else 0
-        pf1 = min(flat.size, pf0 + n * m)
-        per = ((pf1 - pf0) // nvec + lanes) // lanes * lanes if pf1 > pf0 else 0
-        for v in range(nvec):
-            for o in range(pf0 + v * per, min(pf1, pf0 + (v + 1) * per), lanes):
-                prefetch(flat, o)
+    if p:  # a vector of columns at a time, with a part of the prefetches
+        for v in range(n0 // lanes, (n + lanes - 1) // lanes):
+            _prefetch_part(flat, pf0, pf1, per, v, lanes)
             sort_column(buf, p, v * lanes, m)
     elif g == 8:
         for r in range(0, nreg, 8):
@@ -147,7 +160,7 @@ def _crps_block(
             buf[a, k] = v if lt else u
             buf[b, k] = u if lt else v
     # 3. reduce in float64, centred on the observation, a vector of points at a time
-    for k0 in range(0, n, VECTOR_BYTES // buf.itemsize):
+    for k0 in range(n0, n, lanes):
         reduce_columns(buf, m, k0, yb, acc_abs, acc_w)
     if fair:
         c2 = 1.0 / (m * (m - 1.0)) if m > 1 else np.nan

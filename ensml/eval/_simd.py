@@ -303,3 +303,62 @@ def prefetch(typingctx, arr, off):
         return context.get_dummy_value()
 
     return types.void(arr, types.int64), codegen
+
+
+_INTERLEAVE = (
+    [j for i in range(8) for j in (i, 16 + i)],  # lanes 0..7 of two vectors, interleaved
+    [j for i in range(8, 16) for j in (i, 16 + i)],  # lanes 8..15
+)
+
+
+@intrinsic
+def crps_small(typingctx, src, soff, m, yb, k0, acc_abs, acc_w):
+    """:func:`reduce_columns` sums of 16 points of 9 .. 16 float32 members, all in registers.
+
+    Point ``p`` is ``src[soff + p*m : soff + p*m + m]`` (members contiguous): each is read as
+    one 16-float vector (the caller keeps ``soff + 15*m + 16`` within ``src``), the 16 x 16 tile
+    transposed by four rounds of interleaving (perfect shuffles), the ``m`` member rows sorted
+    by Batcher's network for ``m`` and reduced against ``yb[k0 ..]`` into ``acc_abs``/``acc_w``
+    at ``k0 ..``: no buffer, one switch over ``m``.
+    """
+
+    def codegen(context, builder, sig, args):
+        src_v, soff_v, m_v, yb_v, k0_v, aa_v, aw_v = args
+        f32 = ir.FloatType()
+        vty, dty = ir.VectorType(f32, 16), ir.VectorType(ir.DoubleType(), 16)
+        data = context.make_array(sig.args[0])(context, builder, src_v).data
+        v = []
+        for p in range(16):
+            off = builder.add(soff_v, builder.mul(m_v, ir.Constant(_I64, p)))
+            v.append(builder.load(builder.bitcast(builder.gep(data, [off]), vty.as_pointer()), align=1))
+        for _ in range(4):
+            v = [_shuffle(builder, v[i], v[i + 8], mask) for i in range(8) for mask in _INTERLEAVE]
+
+        def f64_ptr(arrty, arr):
+            d = context.make_array(arrty)(context, builder, arr).data
+            return builder.bitcast(builder.gep(d, [k0_v]), dty.as_pointer())
+
+        y = builder.load(f64_ptr(sig.args[3], yb_v), align=1)
+        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(dty, [dty]), "llvm.fabs.v16f64")
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(dty, [dty, dty, dty]), "llvm.fma.v16f64"
+        )
+
+        def emit(q):
+            x = list(v[:q])
+            for a, b in _batcher(q):
+                x[a], x[b] = _exchange(builder, x[a], x[b])
+            acc = [ir.Constant(dty, [0.0] * 16)] * 4  # |d| and w*d, even and odd rows
+            for i in range(q):
+                d = builder.fsub(builder.fpext(x[i], dty), y)
+                j = 2 * (i % 2)
+                acc[j] = builder.fadd(acc[j], builder.call(fabs, [d]))
+                w = ir.Constant(dty, [float(2 * i - q + 1)] * 16)
+                acc[j + 1] = builder.call(fma, [w, d, acc[j + 1]])
+            builder.store(builder.fadd(acc[0], acc[2]), f64_ptr(sig.args[5], aa_v), align=1)
+            builder.store(builder.fadd(acc[1], acc[3]), f64_ptr(sig.args[6], aw_v), align=1)
+
+        _switch(builder, m_v, range(9, 17), emit)
+        return context.get_dummy_value()
+
+    return types.void(src, types.int64, types.int64, yb, types.int64, acc_abs, acc_w), codegen

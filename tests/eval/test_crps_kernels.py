@@ -121,3 +121,19 @@ def test_nan_member_does_not_leak_into_later_blocks():
     got = crps_ensemble_array(fc, obs, axis=-1, parallel=False)
     ref = _reference(fc.T, obs, False)
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("m", range(9, 17))
+def test_small_ensembles_scored_in_registers(m):
+    """9..16 float32 members: 16-point tiles in registers, the last points (whose 16-float reads
+    would pass the array's end) and the tail through the buffer; all against the reference."""
+    rng = np.random.default_rng(m)
+    n = 16 * 40 + 7
+    fc = (5.5e4 + 300 * rng.standard_normal((n, m))).astype(np.float32)
+    obs = (5.5e4 + 300 * rng.standard_normal(n)).astype(np.float32)
+    fc[5, 2] = np.nan  # inside a register tile: redone by the scalar path
+    for fair in (False, True):
+        ref = _reference(fc.T, obs, fair)
+        for parallel in (True, False):
+            got = crps_ensemble_array(fc, obs, axis=-1, fair=fair, parallel=parallel)
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-9)
