@@ -191,64 +191,8 @@ def _scratch(m: int, mp: int, bsize: int, dtype: np.dtype) -> tuple:
     return buf, np.empty(bsize), np.empty(bsize), np.empty(bsize), np.empty(m)
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def crps_parallel(
-    fc: np.ndarray,
-    flat: np.ndarray,
-    obs: np.ndarray,
-    fair: bool,
-    lo: float,
-    hi: float,
-    p: int,
-    g: int,
-    nreg: int,
-    mp: int,
-    net_a: np.ndarray,
-    net_b: np.ndarray,
-    bsize: int,
-    nchunks: int,
-    out: np.ndarray,
-) -> int:
-    """Ensemble CRPS of ``fc`` (M, N) against ``obs`` (N,) into ``out``, ``nchunks`` chunks in parallel.
-
-    ``flat`` is ``fc`` as a flat point-major array when its members are contiguous, else empty.
-    Returns the number of points whose CRPS is not finite.
-    """
-    m, n = fc.shape
-    nblocks = (n + bsize - 1) // bsize
-    per = (nblocks + nchunks - 1) // nchunks
-    bad = np.zeros(nchunks, dtype=np.int64)
-    for t in numba.prange(nchunks):
-        buf, acc_abs, acc_w, yb, tmp = _scratch(m, mp, bsize, fc.dtype)
-        for blk in range(t * per, min((t + 1) * per, nblocks)):
-            start = blk * bsize
-            stop = min(start + bsize, n)
-            bad[t] += _crps_block(
-                fc,
-                flat,
-                obs,
-                fair,
-                lo,
-                hi,
-                p,
-                g,
-                nreg,
-                net_a,
-                net_b,
-                out,
-                start,
-                stop,
-                buf,
-                acc_abs,
-                acc_w,
-                yb,
-                tmp,
-            )
-    return bad.sum()
-
-
 @numba.njit(cache=True, nogil=True)
-def crps_serial(
+def _blocks(
     fc: np.ndarray,
     flat: np.ndarray,
     obs: np.ndarray,
@@ -263,12 +207,15 @@ def crps_serial(
     net_b: np.ndarray,
     bsize: int,
     out: np.ndarray,
+    b0: int,
+    b1: int,
 ) -> int:
-    """As :func:`crps_parallel` on the calling thread (for dask workers, which are threads)."""
+    """Blocks ``b0 .. b1-1`` (of ``bsize`` points) on the calling thread, with their own scratch."""
     m, n = fc.shape
     buf, acc_abs, acc_w, yb, tmp = _scratch(m, mp, bsize, fc.dtype)
     bad = 0
-    for start in range(0, n, bsize):
+    for blk in range(b0, b1):
+        start = blk * bsize
         stop = min(start + bsize, n)
         bad += _crps_block(
             fc,
@@ -292,6 +239,39 @@ def crps_serial(
             tmp,
         )
     return bad
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def crps_parallel(
+    fc: np.ndarray,
+    flat: np.ndarray,
+    obs: np.ndarray,
+    fair: bool,
+    lo: float,
+    hi: float,
+    p: int,
+    g: int,
+    nreg: int,
+    mp: int,
+    net_a: np.ndarray,
+    net_b: np.ndarray,
+    bsize: int,
+    nchunks: int,
+    out: np.ndarray,
+) -> int:
+    """Ensemble CRPS of ``fc`` (M, N) against ``obs`` (N,) into ``out``, ``nchunks`` chunks in parallel.
+
+    ``flat`` is ``fc`` as a flat point-major array when its members are contiguous, else empty.
+    Returns the number of points whose CRPS is not finite. Dask workers (threads) call
+    :func:`_blocks` for all blocks on their own thread instead.
+    """
+    nblocks = (fc.shape[1] + bsize - 1) // bsize
+    per = (nblocks + nchunks - 1) // nchunks
+    bad = np.zeros(nchunks, dtype=np.int64)
+    for t in numba.prange(nchunks):
+        b1 = min((t + 1) * per, nblocks)
+        bad[t] = _blocks(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out, t * per, b1)
+    return bad.sum()
 
 
 def crps_2d(
@@ -330,7 +310,8 @@ def crps_2d(
                 fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, nchunks, out
             )
     else:
-        bad = crps_serial(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out)
+        nblocks = -(-n // bsize)
+        bad = _blocks(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out, 0, nblocks)
     return out, int(bad)
 
 
