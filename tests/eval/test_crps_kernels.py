@@ -9,6 +9,7 @@ import numba
 import numpy as np
 import pytest
 
+from ensml.errors import EnsmlError
 from ensml.eval import _simd, _sortnet
 from ensml.eval.crps import crps_ensemble_array
 
@@ -137,3 +138,6 @@ def test_small_ensembles_scored_in_registers(m):
         for parallel in (True, False):
             got = crps_ensemble_array(fc, obs, axis=-1, fair=fair, parallel=parallel)
             np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-9)
+    fc[100, 3] = -np.inf  # inside a register tile: still found and refused
+    with pytest.raises(EnsmlError, match=r"forecast has 1 infinite value \(first at index \(100, 3\)\)"):
+        crps_ensemble_array(fc, obs, axis=-1)
