@@ -5,7 +5,7 @@ Layout: the forecast is a 2-D view ``(M members, N points)`` of any strides, the
 float32 ordering is the ordering of the values; members-contiguous input by 8x8 tiles transposed
 in registers, :func:`ensml.eval._simd.tile8`) into an ``(M', B)`` buffer that fits in L1, with
 ``+inf`` padding rows from ``M``. For 9 to 128 members ``M'`` is 16, 32, 64 or 128 and the
-columns are sorted a vector of points at a time in registers (:func:`ensml.eval._simd.sort_columns`);
+columns are sorted a vector of points at a time in registers (:func:`ensml.eval._simd.sort_column`);
 otherwise ``M'`` is ``M`` rounded up to the register group size ``G`` (8 or 16) and a sorting
 network sorts each group of ``G`` rows in registers, its remaining compare-exchanges running over
 ``B`` contiguous lanes of the buffer (each vectorises across points). The sorted buffer is

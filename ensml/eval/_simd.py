@@ -2,7 +2,7 @@
 
 numba vectorises a loop over the points of a block, but a compare-exchange of two buffer rows
 then costs two loads and two stores per vector, and the transposing copy moves one scalar at a
-time. These intrinsics work on whole vectors of ``lanes(dtype)`` points (one 64-byte vector:
+time. These intrinsics work on whole vectors of points (one 64-byte vector, ``VECTOR_BYTES``:
 16 float32 or 8 float64) that LLVM keeps in registers:
 
 - :func:`tile8` copies an 8 points x 8 members tile of a members-contiguous array into 8 buffer
@@ -10,8 +10,11 @@ time. These intrinsics work on whole vectors of ``lanes(dtype)`` points (one 64-
 - :func:`sort_group` sorts up to 16 rows and :func:`merge32` merges two sorted runs of 16 rows
   in registers (rows ``r0 + s * i``, so a run may be strided), one load and one store per row;
 - :func:`cx` is one compare-exchange of two rows;
-- :func:`sort_columns` sorts a ``(P, B)`` buffer, ``P`` = 16, 32, 64 or 128 rows, with them
-  (Batcher's odd-even merge sort, its merges of 64 and 128 split into strided merges of 32).
+- :func:`sort_column` sorts a vector of columns of ``P`` = 16, 32, 64 or 128 rows with them
+  (Batcher's odd-even merge sort, its merges of 64 and 128 split into strided merges of 32);
+- :func:`reduce_columns` takes the float64 sums of the sorted rows, :func:`crps_small` does
+  all of it for 16 points of 9-16 float32 members without a buffer, and :func:`prefetch` asks
+  for a cache line ahead of use.
 
 A compare-exchange swaps when ``b < a`` (ordered), so a NaN stays where it is, as in
 :mod:`ensml.eval._sortnet`. Every intrinsic takes the buffer as a 2-D C-ordered array and works
@@ -180,24 +183,16 @@ def tile8(typingctx, src, soff, sstride, dst, row, k0):
 
 
 @numba.njit(cache=True, nogil=True)
-def sort_columns(buf, p: int, n: int, m: int) -> None:
-    """Sort rows ``0 .. m-1`` of ``buf`` per column, columns ``0 .. n-1``, as a network for ``p`` rows.
-
-    ``p`` is 16, 32, 64 or 128 >= ``m``, the rows from ``m`` count as ``+inf`` padding. Groups
-    of 16 rows are sorted and pairs merged in registers; Batcher's merge of two runs of 64 (128)
-    rows is the merges of their even and of their odd rows (strided merges of 32) then one layer
-    of exchanges of rows ``2i+1, 2i+2``. Every exchange that involves a padding row is pruned,
-    as in :func:`ensml.eval._sortnet.sorting_network` (padding never moves): the padding rows are
-    never read or written. Columns are taken a vector at a time up to ``n`` rounded up to the
-    vector: the buffer must be that wide.
-    """
-    for k0 in range(0, n, VECTOR_BYTES // buf.itemsize):
-        sort_column(buf, p, k0, m)
-
-
-@numba.njit(cache=True, nogil=True)
 def sort_column(buf, p: int, k0: int, m: int) -> None:
-    """:func:`sort_columns` for the one vector of columns from ``k0``."""
+    """Sort rows ``0 .. m-1`` of ``buf`` per column, for the vector of columns from ``k0``.
+
+    A network for ``p`` = 16, 32, 64 or 128 >= ``m`` rows, the rows from ``m`` counting as
+    ``+inf`` padding. Groups of 16 rows are sorted and pairs merged in registers; Batcher's merge
+    of two runs of 64 (128) rows is the merges of their even and of their odd rows (strided
+    merges of 32) then one layer of exchanges of rows ``2i+1, 2i+2``. Every exchange that
+    involves a padding row is pruned, as in :func:`ensml.eval._sortnet.sorting_network`
+    (padding never moves): the padding rows are never read or written.
+    """
     for r in range(0, p, 16):
         sort_group(buf, r, k0, min(m - r, 16))
     for r in range(0, p if p >= 32 else 0, 32):

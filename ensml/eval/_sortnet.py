@@ -16,7 +16,7 @@ import numpy as np
 
 _L1_BYTES = 24 * 1024  # buffer budget per thread: half of a typical 32-48 KiB L1d
 _MAX_BLOCK = 512
-_REGISTER_RANGE = (9, 128)  # members sorted whole in registers (ensml.eval._simd.sort_columns)
+_REGISTER_RANGE = (9, 128)  # members sorted whole in registers (ensml.eval._simd.sort_column)
 _BLOCKS_PER_THREAD = 8  # dynamic scheduling granularity: a thread slowed by other load is caught up
 
 
@@ -58,7 +58,7 @@ def plan(m: int, itemsize: int) -> tuple[int, int, int, int, np.ndarray, np.ndar
     """``(P, G, R, M', a, b, B)`` for ``m`` members: how the kernels sort them.
 
     ``P > 0`` (``_REGISTER_RANGE``): the ``P`` = 16, 32, 64 or 128 buffer rows (``+inf`` padding
-    from ``m``) are sorted whole by :func:`ensml.eval._simd.sort_columns`, in registers.
+    from ``m``) are sorted whole by :func:`ensml.eval._simd.sort_column`, in registers.
     Otherwise ``G`` is the register group size (0: none) of the generic network for ``M'`` (``m``
     rounded up to ``G``), which begins with the sorts of its groups of ``G`` rows. The ``R`` rows
     of the groups that hold only members are sorted in registers; the buffer comparators ``a, b``

@@ -66,7 +66,7 @@ def test_paths_layouts_and_nan(m, dtype):
 
 def test_plan_network_sorts():
     rng = np.random.default_rng(0)
-    for m in (1, 2, 5, 8, 129, 150, 200):  # the generic network (9..128: sort_columns, below)
+    for m in (1, 2, 5, 8, 129, 150, 200):  # the generic network (9..128: sort_column, below)
         p, g, nreg, mp, na, nb, _ = _sortnet.plan(m, 4)
         assert p == 0
         assert nreg <= m and (nreg % g == 0 if g else nreg == 0)
@@ -85,7 +85,7 @@ def test_plan_network_sorts():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("p", [16, 32, 64, 128])
-def test_sort_columns_sorts_in_registers(p, dtype):
+def test_sort_column_sorts_in_registers(p, dtype):
     rng = np.random.default_rng(p)
     x = rng.integers(-3, 4, size=(p, 48)).astype(dtype)  # many ties
     x[:, 5] = rng.standard_normal(p)
@@ -93,8 +93,14 @@ def test_sort_columns_sorts_in_registers(p, dtype):
     for m in sorted({p, p - 1, p // 2 + 1, p // 2 + 7, p // 2 + 9, p // 2 + 17} & set(range(9, p + 1))):
         x[m:] = np.inf  # padding rows, as the kernel leaves them
         got = x.copy()
-        _simd.sort_columns(got, p, 41, m)  # whole vectors up to column 48 (16 float32, 8 float64)
+        _sort_columns(got, p, 41, m)  # whole vectors up to column 48 (16 float32, 8 float64)
         np.testing.assert_array_equal(got, np.sort(x, axis=0), err_msg=str(m))
+
+
+@numba.njit
+def _sort_columns(buf, p, n, m):
+    for k0 in range(0, n, _simd.VECTOR_BYTES // buf.itemsize):
+        _simd.sort_column(buf, p, k0, m)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
