@@ -3,8 +3,9 @@
 Layout: the forecast is a 2-D view ``(M members, N points)`` of any strides, the observation
 ``(N,)``. Points are taken in blocks of ``B``; each block is copied (exactly, in the input dtype:
 float32 ordering is the ordering of the values; members-contiguous input by 8x8 tiles transposed
-in registers, :func:`ensml.eval._simd.tile8`) into an ``(M', B)`` buffer that fits in L1, with
-``+inf`` padding rows from ``M``. For 9 to 128 members ``M'`` is 16, 32, 64 or 128 and the
+in registers, :func:`ensml.eval._simd.tile8`) into an ``(M, B)`` buffer, ``B`` chosen so that
+``M'`` rows fit in L1: the networks are those for ``M'`` rows pruned to the ``M`` member rows,
+as if the rows from ``M`` held ``+inf``. For 9 to 128 members ``M'`` is 16, 32, 64 or 128 and the
 columns are sorted a vector of points at a time in registers (:func:`ensml.eval._simd.sort_column`);
 otherwise ``M'`` is ``M`` rounded up to the register group size ``G`` (8 or 16) and a sorting
 network sorts each group of ``G`` rows in registers, its remaining compare-exchanges running over
@@ -109,7 +110,7 @@ def _crps_block(
         for k0 in range(0, n0, 16):
             _prefetch_part(flat, pf0, pf1, per, k0 // 16, lanes)
             crps_small(flat, (start + k0) * m, m, yb, k0, acc_abs, acc_w)
-    # 1. copy the (other) points of the block into rows 0..m-1 of buf (rows m.. are +inf padding)
+    # 1. copy the (other) points of the block into the m rows of buf
     if flat.size:  # members contiguous, points dense: read the flat array (no transpose copy)
         base = flat[start * m : stop * m]
         n8 = n - n % 8
@@ -186,8 +187,9 @@ def _crps_block(
 
 @numba.njit(cache=True, nogil=True)
 def _scratch(m: int, mp: int, bsize: int, dtype: np.dtype) -> tuple:
-    buf = np.empty((mp, bsize), dtype=dtype)
-    buf[m:, :] = np.inf
+    # the networks are pruned to the member rows, so the padding rows m .. mp-1 (which size the
+    # block) are never read or written and need no buffer
+    buf = np.empty((m, bsize), dtype=dtype)
     return buf, np.empty(bsize), np.empty(bsize), np.empty(bsize), np.empty(m)
 
 
