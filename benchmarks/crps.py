@@ -94,17 +94,14 @@ def peers(fc: np.ndarray, obs: np.ndarray, kind: str, t: float) -> dict[str, Cal
 
 
 def ours(fc: np.ndarray, obs: np.ndarray, kind: str, t: float) -> Callable[[], object]:
-    import xarray as xr
-
-    from ensml.eval import crps_ensemble_array, twcrps_ensemble
+    """ensml's numpy-level functions, as the peers but ``scores`` are called (xarray: see ``--xarray``)."""
+    from ensml.eval import crps_ensemble_array, twcrps_ensemble_array
 
     if kind == "crps":
         return lambda: crps_ensemble_array(fc, obs, axis=-1)
     if kind == "fair":
         return lambda: crps_ensemble_array(fc, obs, axis=-1, fair=True)
-    fda = xr.DataArray(fc, dims=("point", "member"))
-    oda = xr.DataArray(obs, dims=("point",))
-    return lambda: twcrps_ensemble(fda, oda, t, preserve_dims="all")
+    return lambda: twcrps_ensemble_array(fc, obs, t, axis=-1)
 
 
 def compare(m: int, n: int, label: str, repeats: int) -> list[bool]:

@@ -42,7 +42,7 @@ from ensml.eval.probability import brier_score, exceedance_probability, reliabil
 from ensml.eval.reduce import reduce_score
 from ensml.eval.skill import bootstrap_ci, skill_score
 from ensml.eval.sot import shift_of_tails
-from ensml.eval.twcrps import twcrps_ensemble
+from ensml.eval.twcrps import twcrps_ensemble, twcrps_ensemble_array
 from ensml.eval.weights import area_weights, cell_areas, latitude_weights
 
 __all__ = [
@@ -78,5 +78,6 @@ __all__ = [
     "skill_score",
     "spread_skill_ratio",
     "twcrps_ensemble",
+    "twcrps_ensemble_array",
     "variogram_score",
 ]

@@ -27,8 +27,19 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ensml.eval._simd import VECTOR_BYTES, crps_small, prefetch, reduce_columns, sort_column, tile8
-from ensml.eval._sortnet import _BLOCKS_PER_THREAD, _sort8, _sort16, plan
+from ensml.eval._simd import (
+    VECTOR_BYTES,
+    crps_small,
+    crps_small_chained,
+    fetch_add,
+    prefetch,
+    reduce_columns,
+    sort_column,
+    tile8,
+)
+from ensml.eval._sortnet import _sort8, _sort16, plan
+
+_GRAB = 32  # blocks a thread takes from the shared counter at a time: one stream, ~0.6 MB of input
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -96,6 +107,7 @@ def _crps_block(
     m = fc.shape[0]
     n = stop - start
     lanes = VECTOR_BYTES // buf.itemsize  # one vector is one 64-byte cache line
+    chained = lo > -np.inf or hi < np.inf  # the twCRPS
     ob = obs[start:stop]
     for k in range(n):
         yb[k] = np.float64(_chain(ob[k], lo, hi))
@@ -103,13 +115,16 @@ def _crps_block(
     pf0 = (stop + n) * m if flat.size and p else 0
     pf1 = min(flat.size, pf0 + n * m)
     per = ((pf1 - pf0) // ((n + lanes - 1) // lanes) + lanes) // lanes * lanes if pf1 > pf0 else 0
-    # 0. 9..16 float32 members, contiguous, unchained: tiles of 16 points scored in registers
+    # 0. 9..16 float32 members, contiguous: tiles of 16 points scored (and chained) in registers
     n0 = 0
-    if p == 16 and flat.size and lanes == 16 and lo == -np.inf and hi == np.inf:
+    if p == 16 and flat.size and lanes == 16:
         n0 = max(0, min(n, (flat.size - 16) // m - start + 1)) // 16 * 16  # 16-float reads in bounds
         for k0 in range(0, n0, 16):
             _prefetch_part(flat, pf0, pf1, per, k0 // 16, lanes)
-            crps_small(flat, (start + k0) * m, m, yb, k0, acc_abs, acc_w)
+            if chained:
+                crps_small_chained(flat, (start + k0) * m, m, yb, k0, acc_abs, acc_w, lo, hi)
+            else:
+                crps_small(flat, (start + k0) * m, m, yb, k0, acc_abs, acc_w)
     # 1. copy the (other) points of the block into the m rows of buf
     if flat.size:  # members contiguous, points dense: read the flat array (no transpose copy)
         base = flat[start * m : stop * m]
@@ -136,7 +151,7 @@ def _crps_block(
         for i in range(m):
             for k in range(n):
                 buf[i, k] = fb[i, k]
-    if lo > -np.inf or hi < np.inf:  # twCRPS: the chaining function, on the block in L1
+    if chained and not p:  # twCRPS: the chaining function, on the block in L1 (sort_column chains)
         for i in range(m):
             for k in range(n):
                 buf[i, k] = _chain(buf[i, k], lo, hi)
@@ -144,7 +159,7 @@ def _crps_block(
     if p:  # a vector of columns at a time, with a part of the prefetches
         for v in range(n0 // lanes, (n + lanes - 1) // lanes):
             _prefetch_part(flat, pf0, pf1, per, v, lanes)
-            sort_column(buf, p, v * lanes, m)
+            sort_column(buf, p, v * lanes, m, lo, hi)
     elif g == 8:
         for r in range(0, nreg, 8):
             _sort8(buf, r, n)
@@ -209,14 +224,22 @@ def _blocks(
     net_b: np.ndarray,
     bsize: int,
     out: np.ndarray,
-    b0: int,
-    b1: int,
+    counter: np.ndarray,
+    grab: int,
 ) -> int:
-    """Blocks ``b0 .. b1-1`` (of ``bsize`` points) on the calling thread, with their own scratch."""
+    """The blocks (of ``bsize`` points) on the calling thread, with their own scratch.
+
+    With ``grab`` 0 all of them; else runs of ``grab`` blocks it takes from ``counter``
+    (:func:`ensml.eval._simd.fetch_add`) until none is left, so the threads share the blocks
+    whenever each of them starts (a thread that wakes late, or is slowed, takes fewer runs).
+    """
     m, n = fc.shape
+    nblocks = (n + bsize - 1) // bsize
     buf, acc_abs, acc_w, yb, tmp = _scratch(m, mp, bsize, fc.dtype)
     bad = 0
-    for blk in range(b0, b1):
+    blk = fetch_add(counter) * grab if grab else 0
+    end = min(blk + grab, nblocks) if grab else nblocks
+    while blk < nblocks:
         start = blk * bsize
         stop = min(start + bsize, n)
         bad += _crps_block(
@@ -240,6 +263,10 @@ def _blocks(
             yb,
             tmp,
         )
+        blk += 1
+        if blk == end and grab:
+            blk = fetch_add(counter) * grab
+            end = min(blk + grab, nblocks)
     return bad
 
 
@@ -258,21 +285,23 @@ def crps_parallel(
     net_a: np.ndarray,
     net_b: np.ndarray,
     bsize: int,
-    nchunks: int,
+    nthreads: int,
     out: np.ndarray,
 ) -> int:
-    """Ensemble CRPS of ``fc`` (M, N) against ``obs`` (N,) into ``out``, ``nchunks`` chunks in parallel.
+    """Ensemble CRPS of ``fc`` (M, N) against ``obs`` (N,) into ``out`` on ``nthreads`` threads.
 
     ``flat`` is ``fc`` as a flat point-major array when its members are contiguous, else empty.
-    Returns the number of points whose CRPS is not finite. Dask workers (threads) call
-    :func:`_blocks` for all blocks on their own thread instead.
+    Returns the number of points whose CRPS is not finite. The threads take blocks from a shared
+    counter: numba's OpenMP and workqueue layers hand out ``prange`` chunks statically, so a
+    thread that wakes late (an idle vCPU can take milliseconds) would otherwise hold up its
+    share. Dask workers (threads) call :func:`_blocks` for all blocks on their own thread instead.
     """
+    counter = np.zeros(1, dtype=np.int64)
     nblocks = (fc.shape[1] + bsize - 1) // bsize
-    per = (nblocks + nchunks - 1) // nchunks
-    bad = np.zeros(nchunks, dtype=np.int64)
-    for t in numba.prange(nchunks):
-        b1 = min((t + 1) * per, nblocks)
-        bad[t] = _blocks(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out, t * per, b1)
+    grab = max(1, min(_GRAB, nblocks // (4 * nthreads)))  # at least 4 runs a thread
+    bad = np.zeros(nthreads, dtype=np.int64)
+    for t in numba.prange(nthreads):
+        bad[t] = _blocks(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out, counter, grab)
     return bad.sum()
 
 
@@ -305,15 +334,13 @@ def crps_2d(
     out = np.empty(n, dtype=dtype)
     if parallel and n > 4 * bsize:
         nthreads = numba.get_num_threads()
-        nblocks = -(-n // bsize)
-        nchunks = min(nblocks, _BLOCKS_PER_THREAD * nthreads)
-        with numba.parallel_chunksize(1):
+        with numba.parallel_chunksize(1):  # one prange iteration per thread
             bad = crps_parallel(
-                fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, nchunks, out
+                fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, nthreads, out
             )
     else:
-        nblocks = -(-n // bsize)
-        bad = _blocks(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out, 0, nblocks)
+        none = np.empty(0, dtype=np.int64)
+        bad = _blocks(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out, none, 0)
     return out, int(bad)
 
 

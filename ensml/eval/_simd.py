@@ -13,8 +13,9 @@ time. These intrinsics work on whole vectors of points (one 64-byte vector, ``VE
 - :func:`sort_column` sorts a vector of columns of ``P`` = 16, 32, 64 or 128 rows with them
   (Batcher's odd-even merge sort, its merges of 64 and 128 split into strided merges of 32);
 - :func:`reduce_columns` takes the float64 sums of the sorted rows, :func:`crps_small` does
-  all of it for 16 points of 9-16 float32 members without a buffer, and :func:`prefetch` asks
-  for a cache line ahead of use.
+  all of it for 16 points of 9-16 float32 members without a buffer, :func:`prefetch` asks
+  for a cache line ahead of use, and :func:`fetch_add` is the atomic counter threads take
+  blocks of points from.
 
 A compare-exchange swaps when ``b < a`` (ordered), so a NaN stays where it is, as in
 :mod:`ensml.eval._sortnet`. Every intrinsic takes the buffer as a 2-D C-ordered array and works
@@ -24,6 +25,7 @@ on columns ``k0 .. k0 + lanes - 1``: the caller keeps ``k0 + lanes`` within the 
 from __future__ import annotations
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -69,12 +71,35 @@ def _batcher(n: int, first: int = 0) -> list[tuple[int, int]]:
 _MERGE32 = _batcher(32, 2 * len(sorting_network(16)[0]))
 
 
-def _network(context, builder, arrty, buf, rows, k0, pairs) -> None:
-    """Load the ``rows`` that ``pairs`` use (columns ``k0 ..``), exchange in registers, store them."""
+def _splat(builder, value, vty):
+    """``value`` in every lane of a ``vty`` vector."""
+    v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+    return _shuffle(builder, v, v, [0] * vty.count)
+
+
+def _chain(builder, v, bounds):
+    """``min(max(v, lo), hi)`` lane by lane, ``bounds = (lo, hi)`` scalars; NaN and ±Inf unchanged
+    (as :func:`ensml.eval._kernels._chain`: an infinite member is still found afterwards)."""
+    lo, hi = (_splat(builder, b, v.type) for b in bounds)
+    c = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+    c = builder.select(builder.fcmp_ordered(">", c, hi), hi, c)
+    inf = ir.Constant(v.type, [float("inf")] * v.type.count)
+    ninf = ir.Constant(v.type, [float("-inf")] * v.type.count)
+    infinite = builder.or_(builder.fcmp_ordered("==", v, inf), builder.fcmp_ordered("==", v, ninf))
+    return builder.select(infinite, v, c)
+
+
+def _network(context, builder, arrty, buf, rows, k0, pairs, chain=None) -> None:
+    """Load the ``rows`` that ``pairs`` use (columns ``k0 ..``), exchange in registers, store them.
+
+    With ``chain = (lo, hi, q)`` the first ``q`` rows are all loaded and chained (:func:`_chain`) first.
+    """
     _, vty = _vector(context, arrty.dtype)
-    used = sorted({i for pair in pairs for i in pair})
+    used = sorted({i for pair in pairs for i in pair} | set(range(chain[2] if chain else 0)))
     ptrs = {i: _row_ptr(context, builder, arrty, buf, rows[i], k0, vty) for i in used}
     x = {i: builder.load(ptrs[i], align=1) for i in used}
+    if chain:
+        x = {i: _chain(builder, xi, chain[:2]) for i, xi in x.items()}
     for a, b in pairs:
         x[a], x[b] = _exchange(builder, x[a], x[b])
     for i in used:
@@ -116,6 +141,11 @@ def merge32(typingctx, buf, r0, s, k0, q):
     return types.void(buf, types.int64, types.int64, types.int64, types.int64), codegen
 
 
+def _bounds(context, builder, sig, args, dtype) -> tuple:
+    """The ``lo, hi`` arguments (the last two) in the buffer's dtype."""
+    return tuple(context.cast(builder, v, t, dtype) for v, t in zip(args[-2:], sig.args[-2:]))
+
+
 @intrinsic
 def sort_group(typingctx, buf, r0, k0, q):
     """Sort rows ``r0 .. r0+q-1`` at columns ``k0 ..`` in registers, Batcher's network for ``q``.
@@ -134,6 +164,25 @@ def sort_group(typingctx, buf, r0, k0, q):
         return context.get_dummy_value()
 
     return types.void(buf, types.int64, types.int64, types.int64), codegen
+
+
+@intrinsic
+def sort_group_chained(typingctx, buf, r0, k0, q, lo, hi):
+    """:func:`sort_group` of the chained rows ``min(max(x, lo), hi)`` (the twCRPS), chained as
+    they are loaded (rows of a group of one too)."""
+
+    def codegen(context, builder, sig, args):
+        buf_v, r0_v, k0_v, q_v = args[:4]
+        rows = [builder.add(r0_v, ir.Constant(_I64, i)) for i in range(16)]
+        bounds = _bounds(context, builder, sig, args, sig.args[0].dtype)
+
+        def emit(q):
+            _network(context, builder, sig.args[0], buf_v, rows, k0_v, _batcher(q), (*bounds, q))
+
+        _switch(builder, q_v, range(1, 17), emit)
+        return context.get_dummy_value()
+
+    return types.void(buf, types.int64, types.int64, types.int64, lo, hi), codegen
 
 
 @intrinsic
@@ -183,7 +232,7 @@ def tile8(typingctx, src, soff, sstride, dst, row, k0):
 
 
 @numba.njit(cache=True, nogil=True)
-def sort_column(buf, p: int, k0: int, m: int) -> None:
+def sort_column(buf, p: int, k0: int, m: int, lo, hi) -> None:
     """Sort rows ``0 .. m-1`` of ``buf`` per column, for the vector of columns from ``k0``.
 
     A network for ``p`` = 16, 32, 64 or 128 >= ``m`` rows, the rows from ``m`` counting as
@@ -191,10 +240,15 @@ def sort_column(buf, p: int, k0: int, m: int) -> None:
     of two runs of 64 (128) rows is the merges of their even and of their odd rows (strided
     merges of 32) then one layer of exchanges of rows ``2i+1, 2i+2``. Every exchange that
     involves a padding row is pruned, as in :func:`ensml.eval._sortnet.sorting_network`
-    (padding never moves): the padding rows are never read or written.
+    (padding never moves): the padding rows are never read or written. Unless ``lo, hi`` are
+    ``-inf, inf``, the rows are chained (``min(max(x, lo), hi)``) as the groups are loaded.
     """
+    chained = lo > -np.inf or hi < np.inf
     for r in range(0, p, 16):
-        sort_group(buf, r, k0, min(m - r, 16))
+        if chained:
+            sort_group_chained(buf, r, k0, min(m - r, 16), lo, hi)
+        else:
+            sort_group(buf, r, k0, min(m - r, 16))
     for r in range(0, p if p >= 32 else 0, 32):
         _merge(buf, r, 1, k0, m)
     for r in range(0, p if p >= 64 else 0, 64):
@@ -300,6 +354,17 @@ def prefetch(typingctx, arr, off):
     return types.void(arr, types.int64), codegen
 
 
+@intrinsic
+def fetch_add(typingctx, counter):
+    """Atomically ``counter[0] += 1``; returns the value before (threads take work from it)."""
+
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        return builder.atomic_rmw("add", data, ir.Constant(_I64, 1), "monotonic")
+
+    return types.int64(counter), codegen
+
+
 _INTERLEAVE = (
     [j for i in range(8) for j in (i, 16 + i)],  # lanes 0..7 of two vectors, interleaved
     [j for i in range(8, 16) for j in (i, 16 + i)],  # lanes 8..15
@@ -316,44 +381,53 @@ def crps_small(typingctx, src, soff, m, yb, k0, acc_abs, acc_w):
     by Batcher's network for ``m`` and reduced against ``yb[k0 ..]`` into ``acc_abs``/``acc_w``
     at ``k0 ..``: no buffer, one switch over ``m``.
     """
+    return types.void(src, types.int64, types.int64, yb, types.int64, acc_abs, acc_w), _crps_small_codegen
 
-    def codegen(context, builder, sig, args):
-        src_v, soff_v, m_v, yb_v, k0_v, aa_v, aw_v = args
-        f32 = ir.FloatType()
-        vty, dty = ir.VectorType(f32, 16), ir.VectorType(ir.DoubleType(), 16)
-        data = context.make_array(sig.args[0])(context, builder, src_v).data
-        v = []
-        for p in range(16):
-            off = builder.add(soff_v, builder.mul(m_v, ir.Constant(_I64, p)))
-            v.append(builder.load(builder.bitcast(builder.gep(data, [off]), vty.as_pointer()), align=1))
-        for _ in range(4):
-            v = [_shuffle(builder, v[i], v[i + 8], mask) for i in range(8) for mask in _INTERLEAVE]
 
-        def f64_ptr(arrty, arr):
-            d = context.make_array(arrty)(context, builder, arr).data
-            return builder.bitcast(builder.gep(d, [k0_v]), dty.as_pointer())
+@intrinsic
+def crps_small_chained(typingctx, src, soff, m, yb, k0, acc_abs, acc_w, lo, hi):
+    """:func:`crps_small` of the chained members ``min(max(x, lo), hi)`` (the twCRPS)."""
+    sig = types.void(src, types.int64, types.int64, yb, types.int64, acc_abs, acc_w, lo, hi)
+    return sig, _crps_small_codegen
 
-        y = builder.load(f64_ptr(sig.args[3], yb_v), align=1)
-        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(dty, [dty]), "llvm.fabs.v16f64")
-        fma = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(dty, [dty, dty, dty]), "llvm.fma.v16f64"
-        )
 
-        def emit(q):
-            x = list(v[:q])
-            for a, b in _batcher(q):
-                x[a], x[b] = _exchange(builder, x[a], x[b])
-            acc = [ir.Constant(dty, [0.0] * 16)] * 4  # |d| and w*d, even and odd rows
-            for i in range(q):
-                d = builder.fsub(builder.fpext(x[i], dty), y)
-                j = 2 * (i % 2)
-                acc[j] = builder.fadd(acc[j], builder.call(fabs, [d]))
-                w = ir.Constant(dty, [float(2 * i - q + 1)] * 16)
-                acc[j + 1] = builder.call(fma, [w, d, acc[j + 1]])
-            builder.store(builder.fadd(acc[0], acc[2]), f64_ptr(sig.args[5], aa_v), align=1)
-            builder.store(builder.fadd(acc[1], acc[3]), f64_ptr(sig.args[6], aw_v), align=1)
+def _crps_small_codegen(context, builder, sig, args):
+    src_v, soff_v, m_v, yb_v, k0_v, aa_v, aw_v = args[:7]
+    f32 = ir.FloatType()
+    vty, dty = ir.VectorType(f32, 16), ir.VectorType(ir.DoubleType(), 16)
+    data = context.make_array(sig.args[0])(context, builder, src_v).data
+    bounds = _bounds(context, builder, sig, args, types.float32) if len(args) > 7 else None
+    v = []
+    for p in range(16):
+        off = builder.add(soff_v, builder.mul(m_v, ir.Constant(_I64, p)))
+        x = builder.load(builder.bitcast(builder.gep(data, [off]), vty.as_pointer()), align=1)
+        v.append(_chain(builder, x, bounds) if bounds else x)
+    for _ in range(4):
+        v = [_shuffle(builder, v[i], v[i + 8], mask) for i in range(8) for mask in _INTERLEAVE]
 
-        _switch(builder, m_v, range(9, 17), emit)
-        return context.get_dummy_value()
+    def f64_ptr(arrty, arr):
+        d = context.make_array(arrty)(context, builder, arr).data
+        return builder.bitcast(builder.gep(d, [k0_v]), dty.as_pointer())
 
-    return types.void(src, types.int64, types.int64, yb, types.int64, acc_abs, acc_w), codegen
+    y = builder.load(f64_ptr(sig.args[3], yb_v), align=1)
+    fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(dty, [dty]), "llvm.fabs.v16f64")
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(dty, [dty, dty, dty]), "llvm.fma.v16f64"
+    )
+
+    def emit(q):
+        x = list(v[:q])
+        for a, b in _batcher(q):
+            x[a], x[b] = _exchange(builder, x[a], x[b])
+        acc = [ir.Constant(dty, [0.0] * 16)] * 4  # |d| and w*d, even and odd rows
+        for i in range(q):
+            d = builder.fsub(builder.fpext(x[i], dty), y)
+            j = 2 * (i % 2)
+            acc[j] = builder.fadd(acc[j], builder.call(fabs, [d]))
+            w = ir.Constant(dty, [float(2 * i - q + 1)] * 16)
+            acc[j + 1] = builder.call(fma, [w, d, acc[j + 1]])
+        builder.store(builder.fadd(acc[0], acc[2]), f64_ptr(sig.args[5], aa_v), align=1)
+        builder.store(builder.fadd(acc[1], acc[3]), f64_ptr(sig.args[6], aw_v), align=1)
+
+    _switch(builder, m_v, range(9, 17), emit)
+    return context.get_dummy_value()

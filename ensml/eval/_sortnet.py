@@ -17,7 +17,6 @@ import numpy as np
 _L1_BYTES = 24 * 1024  # buffer budget per thread: half of a typical 32-48 KiB L1d
 _MAX_BLOCK = 512
 _REGISTER_RANGE = (9, 128)  # members sorted whole in registers (ensml.eval._simd.sort_column)
-_BLOCKS_PER_THREAD = 8  # dynamic scheduling granularity: a thread slowed by other load is caught up
 
 
 @functools.cache

@@ -109,27 +109,27 @@ def _crps_array(
     chunk: bool = False,
     bounds: tuple[float, float] = (-np.inf, np.inf),
 ) -> np.ndarray:
-    """:func:`crps_ensemble_array`, errors named after ``func`` (an index only when called directly)."""
+    """:func:`crps_ensemble_array`; errors name ``func`` (and an index, for ``*_array`` functions)."""
     f = np.asarray(fcst)
     y = np.asarray(obs)
     for name, a in (("forecast", f), ("observation", y)):
         if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
-            raise EnsmlError(f"crps_ensemble_array: {name} must be numeric, got dtype {a.dtype}")
+            raise EnsmlError(f"{func}: {name} must be numeric, got dtype {a.dtype}")
     if f.ndim == 0:
-        raise EnsmlError("crps_ensemble_array: forecast must have a member axis, got a scalar")
+        raise EnsmlError(f"{func}: forecast must have a member axis, got a scalar")
     if not -f.ndim <= axis < f.ndim:
-        raise EnsmlError(f"crps_ensemble_array: member axis {axis} out of range for {f.ndim}-D forecast")
+        raise EnsmlError(f"{func}: member axis {axis} out of range for {f.ndim}-D forecast")
     f = np.moveaxis(f, axis, 0)
     m = f.shape[0]
     if m == 0:
-        raise EnsmlError("crps_ensemble_array: forecast has no members (member axis is empty)")
+        raise EnsmlError(f"{func}: forecast has no members (member axis is empty)")
     if y.shape != f.shape[1:]:
         raise EnsmlError(
-            f"crps_ensemble_array: observation shape {y.shape} does not match forecast shape "
+            f"{func}: observation shape {y.shape} does not match forecast shape "
             f"{f.shape[1:]} without the member axis"
         )
     if fair and m < 2:
-        raise EnsmlError("crps_ensemble_array: the fair CRPS needs at least 2 members, got 1")
+        raise EnsmlError(f"{func}: the fair CRPS needs at least 2 members, got 1")
     out_dtype = _float_dtype(f, y)
     work = np.float32 if out_dtype == np.float32 else np.float64
     f2 = f.reshape(m, -1)  # a view when the non-member axes are contiguous, else a copy
@@ -146,7 +146,7 @@ def _crps_array(
         idx = [int(i) for i in np.unravel_index(point, y.shape)]
         if member is not None:
             idx.insert(axis % f.ndim, member)  # the index in the caller's array
-        where = f"index {tuple(idx)}" if func == "crps_ensemble_array" else ""
+        where = f"index {tuple(idx)}" if func.endswith("_array") else ""
         raise _InfiniteInput(str(infinite_error(func, name, n, where, chunk=chunk)))
     return res.reshape(y.shape)
 

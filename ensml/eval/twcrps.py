@@ -13,13 +13,46 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.eval.crps import crps_pointwise
-from ensml.eval.reduce import check_fcst_obs, reduce_score
+from ensml.eval.crps import _crps_array, crps_pointwise
+from ensml.eval.reduce import check_fcst_obs, infinite_error, reduce_score
 from ensml.names import MEMBER
 
-__all__ = ["twcrps_ensemble"]
+__all__ = ["twcrps_ensemble", "twcrps_ensemble_array"]
 
 Tail = Literal["upper", "lower", "interval"]
+
+
+def _tail_thresholds(threshold: Any, tail: str, func: str) -> tuple[Any, Any]:
+    """The (lower, upper) thresholds of the chaining function as given (one of them unused)."""
+    if tail == "interval":
+        if not (isinstance(threshold, (tuple, list)) and len(threshold) == 2):
+            raise EnsmlError(f"{func}: tail='interval' needs threshold=(lower, upper)")
+        return threshold[0], threshold[1]
+    if tail in ("upper", "lower"):
+        return threshold, threshold
+    raise EnsmlError(f"{func}: tail must be 'upper', 'lower' or 'interval', got {tail!r}")
+
+
+def _chain_bounds(tail: str, lo: Any, hi: Any) -> tuple[Any, Any]:
+    """``(lo, hi)`` of ``v(z) = min(max(z, lo), hi)`` for the tail: ±Inf where it does not clamp."""
+    return (lo if tail != "lower" else -np.inf, hi if tail != "upper" else np.inf)
+
+
+def _check_range(func: str, tail: str, lo: Any, hi: Any, dmin: float, dmax: float) -> None:
+    """Refuse a weighted region entirely outside the data ``[dmin, dmax]`` (the score is all 0)."""
+    rng = f"[{dmin:.6g}, {dmax:.6g}]"
+    if tail in ("upper", "interval") and float(np.min(lo)) >= dmax:
+        raise EnsmlError(f"{func}: threshold {float(np.min(lo)):.6g} is above the data range {rng}")
+    if tail in ("lower", "interval") and float(np.max(hi)) <= dmin:
+        raise EnsmlError(f"{func}: threshold {float(np.max(hi)):.6g} is below the data range {rng}")
+
+
+def _as_number(t: Any, func: str, name: str, other: str) -> float:
+    if not np.isscalar(t) or isinstance(t, (str, bool)):
+        raise EnsmlError(f"{func}: {name} must be a number or {other}, got {type(t).__name__}")
+    if not np.isfinite(t):
+        raise EnsmlError(f"{func}: {name} must be finite, got {t}")
+    return float(t)
 
 
 def _as_threshold(t: Any, obs: xr.DataArray, name: str) -> xr.DataArray | float:
@@ -39,19 +72,7 @@ def _as_threshold(t: Any, obs: xr.DataArray, name: str) -> xr.DataArray | float:
         if t.chunks is None and not np.all(np.isfinite(t.values)):
             raise EnsmlError(f"twcrps_ensemble: {name} contains NaN or infinite values")
         return t
-    if not np.isscalar(t) or isinstance(t, (str, bool)):
-        raise EnsmlError(f"twcrps_ensemble: {name} must be a number or a DataArray, got {type(t).__name__}")
-    if not np.isfinite(t):
-        raise EnsmlError(f"twcrps_ensemble: {name} must be finite, got {t}")
-    return float(t)
-
-
-def _tmin(t: xr.DataArray | float) -> float:
-    return float(t.min()) if isinstance(t, xr.DataArray) else t
-
-
-def _tmax(t: xr.DataArray | float) -> float:
-    return float(t.max()) if isinstance(t, xr.DataArray) else t
+    return _as_number(t, "twcrps_ensemble", name, "a DataArray")
 
 
 def twcrps_ensemble(
@@ -101,14 +122,7 @@ def twcrps_ensemble(
         Also when the weighted region lies entirely outside the data range (the score would be
         identically 0); checked for in-memory data only.
     """
-    if tail == "interval":
-        if not (isinstance(threshold, (tuple, list)) and len(threshold) == 2):
-            raise EnsmlError("twcrps_ensemble: tail='interval' needs threshold=(lower, upper)")
-        lo_t, hi_t = threshold
-    elif tail in ("upper", "lower"):
-        lo_t = hi_t = threshold
-    else:
-        raise EnsmlError(f"twcrps_ensemble: tail must be 'upper', 'lower' or 'interval', got {tail!r}")
+    lo_t, hi_t = _tail_thresholds(threshold, tail, "twcrps_ensemble")
     # numeric thresholds are chained inside the CRPS kernel, which also finds ±Inf (left unchained)
     fused = not isinstance(lo_t, xr.DataArray) and not isinstance(hi_t, xr.DataArray)
     fcst, obs = check_fcst_obs(fcst, obs, "twcrps_ensemble", member_dim, finite=not fused)
@@ -123,15 +137,11 @@ def twcrps_ensemble(
     def check_range() -> None:  # a weighted region outside the data scores identically 0
         dmin = float(np.fmin(fcst.min(skipna=True), obs.min(skipna=True)))
         dmax = float(np.fmax(fcst.max(skipna=True), obs.max(skipna=True)))
-        rng = f"[{dmin:.6g}, {dmax:.6g}]"
-        if tail in ("upper", "interval") and _tmin(lo) >= dmax:
-            raise EnsmlError(f"twcrps_ensemble: threshold {_tmin(lo):.6g} is above the data range {rng}")
-        if tail in ("lower", "interval") and _tmax(hi) <= dmin:
-            raise EnsmlError(f"twcrps_ensemble: threshold {_tmax(hi):.6g} is below the data range {rng}")
+        _check_range("twcrps_ensemble", tail, lo, hi, dmin, dmax)
 
     in_memory = fcst.chunks is None and obs.chunks is None
     if fused:
-        bounds = (lo if tail != "lower" else -np.inf, hi if tail != "upper" else np.inf)
+        bounds = _chain_bounds(tail, lo, hi)
         score = crps_pointwise(
             fcst, obs, member_dim=member_dim, fair=fair, func="twcrps_ensemble", bounds=bounds
         )
@@ -166,3 +176,72 @@ def twcrps_ensemble(
     if "units" in obs.attrs:
         attrs["units"] = obs.attrs["units"]
     return score.rename("twcrps").assign_attrs(attrs)
+
+
+def _as_threshold_array(t: Any, shape: tuple[int, ...], func: str, name: str) -> np.ndarray | float:
+    if not isinstance(t, np.ndarray):
+        return _as_number(t, func, name, "an array")
+    if t.shape != shape:
+        raise EnsmlError(f"{func}: {name} shape {t.shape} does not match the observation shape {shape}")
+    if not np.issubdtype(t.dtype, np.number) or not np.all(np.isfinite(t)):
+        raise EnsmlError(f"{func}: {name} must be finite numbers")
+    return t
+
+
+def twcrps_ensemble_array(
+    fcst: Any,
+    obs: Any,
+    threshold: Any,
+    axis: int = 0,
+    *,
+    tail: Tail = "upper",
+    fair: bool = False,
+    parallel: bool = True,
+) -> np.ndarray:
+    """Threshold-weighted CRPS of numpy arrays, point by point: :func:`twcrps_ensemble` without xarray.
+
+    ``fcst``, ``obs``, ``axis``, ``fair`` and ``parallel`` as
+    :func:`ensml.eval.crps.crps_ensemble_array` (same NaN/Inf policy); ``threshold`` and
+    ``tail`` as :func:`twcrps_ensemble`, a threshold being a number (chained inside the kernel,
+    no copy of the data) or an array of the observation's shape (chained in numpy first).
+
+    Raises
+    ------
+    EnsmlError
+        As :func:`ensml.eval.crps.crps_ensemble_array`, for a bad threshold or tail, and when
+        the weighted region lies entirely outside the data range (the score would be all 0).
+    """
+    func = "twcrps_ensemble_array"
+    lo_t, hi_t = _tail_thresholds(threshold, tail, func)
+    y = np.asarray(obs)
+    lo = _as_threshold_array(lo_t, y.shape, func, "lower threshold" if tail == "interval" else "threshold")
+    hi = _as_threshold_array(hi_t, y.shape, func, "upper threshold" if tail == "interval" else "threshold")
+    if tail == "interval" and np.any(np.asarray(hi) - np.asarray(lo) <= 0):
+        raise EnsmlError(f"{func}: interval thresholds need lower < upper everywhere")
+    lo_c, hi_c = _chain_bounds(tail, lo, hi)
+    if np.isscalar(lo_c) and np.isscalar(hi_c):
+        score = _crps_array(fcst, y, axis, fair, parallel, func, bounds=(lo_c, hi_c))
+    else:  # per-point thresholds: refuse ±Inf first (chaining would make it finite), then chain
+        f = np.asarray(fcst)
+        for name, a in (("forecast", f), ("observation", y)):
+            n_inf = int(np.count_nonzero(np.isinf(a))) if np.issubdtype(a.dtype, np.floating) else 0
+            if n_inf:
+                raise infinite_error(func, name, n_inf)
+        if not -f.ndim <= axis < f.ndim:  # before expand_dims, which would raise numpy's error
+            raise EnsmlError(f"{func}: member axis {axis} out of range for {f.ndim}-D forecast")
+
+        def members(t: np.ndarray | float) -> np.ndarray | float:  # a per-point threshold, per member
+            return np.expand_dims(t, axis % f.ndim) if np.ndim(t) else t
+
+        def same(v: np.ndarray, like: np.ndarray) -> np.ndarray:  # float32 stays float32
+            return v.astype(like.dtype, copy=False) if np.issubdtype(like.dtype, np.floating) else v
+
+        vf = same(np.minimum(np.maximum(f, members(lo_c)), members(hi_c)), f)
+        vy = same(np.minimum(np.maximum(y, lo_c), hi_c), y)
+        score = _crps_array(vf, vy, axis, fair, parallel, func)
+    if score.size and not np.fmax.reduce(score, axis=None) > 0:  # all 0 (or NaN): outside the data?
+        f = np.asarray(fcst, dtype=float)
+        dmin = float(np.fmin(np.nanmin(f, initial=np.inf), np.nanmin(y, initial=np.inf)))
+        dmax = float(np.fmax(np.nanmax(f, initial=-np.inf), np.nanmax(y, initial=-np.inf)))
+        _check_range(func, tail, lo, hi, dmin, dmax)
+    return score

@@ -98,9 +98,26 @@ def test_sort_column_sorts_in_registers(p, dtype):
 
 
 @numba.njit
-def _sort_columns(buf, p, n, m):
+def _sort_columns(buf, p, n, m, lo=-np.inf, hi=np.inf):
     for k0 in range(0, n, _simd.VECTOR_BYTES // buf.itemsize):
-        _simd.sort_column(buf, p, k0, m)
+        _simd.sort_column(buf, p, k0, m, lo, hi)
+
+
+@pytest.mark.parametrize("m", [9, 16, 17, 33, 49, 50, 64, 100])
+def test_sort_column_chains_as_it_loads(m):
+    """twCRPS: the rows are chained (min(max(x, lo), hi)) as the register groups load them, a
+    group of one row (m = 17, 33, 49) included; NaN and ±Inf are left as they are."""
+    p = next(q for q in (16, 32, 64, 128) if q >= m)
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((m, 32)).astype(np.float32)
+    x[m - 1, 3], x[0, 4], x[m // 2, 5] = np.inf, -np.inf, np.nan
+    lo, hi = np.float32(-0.5), np.float32(0.8)
+    got = x.copy()
+    _sort_columns(got, p, 32, m, lo, hi)
+    chained = np.where(np.isinf(x), x, np.clip(x, lo, hi))
+    ok = ~np.isnan(x).any(axis=0)
+    np.testing.assert_array_equal(got[:, ok], np.sort(chained[:, ok], axis=0))
+    assert np.isnan(got[:, 5]).sum() == 1 and np.nanmax(got[:, 5]) <= hi
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
