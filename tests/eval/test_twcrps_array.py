@@ -76,7 +76,7 @@ def _fc_obs():
         ({"threshold": 1.0, "tail": "middle"}, "tail must be 'upper', 'lower' or 'interval'"),
         ({"threshold": "1"}, "threshold must be a number or an array, got str"),
         ({"threshold": np.inf}, "threshold must be finite, got inf"),
-        ({"threshold": np.zeros(49)}, "threshold shape \\(49,\\) does not match the observation shape \\(50,\\)"),
+        ({"threshold": np.zeros(49)}, "threshold shape \\(49,\\) does not match the observation shape"),
         ({"threshold": np.full(50, np.nan)}, "threshold must be finite numbers"),
         ({"threshold": 0.0, "axis": 2}, "member axis 2 out of range for 2-D forecast"),
         ({"threshold": np.zeros(50), "axis": 2}, "member axis 2 out of range for 2-D forecast"),
