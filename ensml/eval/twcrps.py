@@ -179,6 +179,8 @@ def twcrps_ensemble(
 
 
 def _as_threshold_array(t: Any, shape: tuple[int, ...], func: str, name: str) -> np.ndarray | float:
+    if isinstance(t, np.ndarray) and t.ndim == 0:
+        t = t.item()
     if not isinstance(t, np.ndarray):
         return _as_number(t, func, name, "an array")
     if t.shape != shape:
@@ -240,8 +242,8 @@ def twcrps_ensemble_array(
         vy = same(np.minimum(np.maximum(y, lo_c), hi_c), y)
         score = _crps_array(vf, vy, axis, fair, parallel, func)
     if score.size and not np.fmax.reduce(score, axis=None) > 0:  # all 0 (or NaN): outside the data?
-        f = np.asarray(fcst, dtype=float)
-        dmin = float(np.fmin(np.nanmin(f, initial=np.inf), np.nanmin(y, initial=np.inf)))
-        dmax = float(np.fmax(np.nanmax(f, initial=-np.inf), np.nanmax(y, initial=-np.inf)))
+        f = np.asarray(fcst)  # fmin/fmax skip NaN (all NaN: NaN, and no error)
+        dmin = float(np.fmin(np.fmin.reduce(f, axis=None), np.fmin.reduce(y, axis=None)))
+        dmax = float(np.fmax(np.fmax.reduce(f, axis=None), np.fmax.reduce(y, axis=None)))
         _check_range(func, tail, lo, hi, dmin, dmax)
     return score

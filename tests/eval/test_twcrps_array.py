@@ -59,6 +59,9 @@ def test_nan_members_dropped():
     ref = sr.twcrps_ensemble(0.5, np.array([0.0, 1.0, 2.0]), a=0.8, estimator="nrg", backend="numpy")
     np.testing.assert_allclose(got[0], ref)
     assert np.isnan(got[1])
+    all_nan = twcrps_ensemble_array(np.full((3, 4), np.nan), np.full(3, np.nan), 0.8, axis=-1)
+    assert np.isnan(all_nan).all()  # no data: NaN, not a range error
+    np.testing.assert_array_equal(twcrps_ensemble_array(fc, obs, np.array(0.8), axis=-1), got)
 
 
 def _fc_obs():
