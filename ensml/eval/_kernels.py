@@ -19,7 +19,10 @@ both sums centred on the observation (a float32 difference is exact in float64).
 Compare-exchanges swap, so a NaN stays in the buffer and makes its point's sum NaN: points whose
 result is not finite (a NaN or infinite member or observation) are redone by a scalar path that
 drops the NaN members. Members-contiguous inputs (member axis last) are read without a whole-array
-transpose copy. Compilation is cached on disk (``cache=True``); :func:`warm_up` compiles ahead of timing.
+transpose copy. The twCRPS chains the members (``min(max(x, lo), hi)``) as the register networks
+load them, or in one pass over the block for other member counts. In parallel, each thread takes
+runs of ``_GRAB`` blocks from a shared atomic counter until none is left. Compilation is cached
+on disk (``cache=True``); :func:`warm_up` compiles ahead of timing.
 """
 
 from __future__ import annotations
