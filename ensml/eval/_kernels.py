@@ -30,16 +30,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ensml.eval._simd import (
-    VECTOR_BYTES,
-    crps_small,
-    crps_small_chained,
-    fetch_add,
-    prefetch,
-    reduce_columns,
-    sort_column,
-    tile8,
-)
+from ensml.eval._simd import VECTOR_BYTES, fetch_add, prefetch, sort_column, tile8
+from ensml.eval._simd_sums import crps_small, crps_small_chained, reduce_columns
 from ensml.eval._sortnet import _sort8, _sort16, plan
 
 _GRAB = 32  # blocks a thread takes from the shared counter at a time: one stream, ~0.6 MB of input
@@ -92,21 +84,19 @@ def _crps_block(
     fair: bool,
     lo: float,
     hi: float,
-    p: int,
-    g: int,
-    nreg: int,
-    net_a: np.ndarray,
-    net_b: np.ndarray,
+    net: tuple,
     out: np.ndarray,
     start: int,
     stop: int,
-    buf: np.ndarray,
-    acc_abs: np.ndarray,
-    acc_w: np.ndarray,
-    yb: np.ndarray,
-    tmp: np.ndarray,
+    scratch: tuple,
 ) -> int:
-    """CRPS of points ``start:stop`` into ``out`` (its dtype); returns how many are not finite."""
+    """CRPS of points ``start:stop`` into ``out`` (its dtype); returns how many are not finite.
+
+    ``net`` is ``(P, G, R, comparators a, comparators b, B)`` of
+    :func:`ensml.eval._sortnet.plan`; ``scratch`` the buffers of :func:`_scratch`.
+    """
+    p, g, nreg, net_a, net_b, _ = net
+    buf, acc_abs, acc_w, yb, tmp = scratch
     m = fc.shape[0]
     n = stop - start
     lanes = VECTOR_BYTES // buf.itemsize  # one vector is one 64-byte cache line
@@ -204,8 +194,8 @@ def _crps_block(
 
 
 @numba.njit(cache=True, nogil=True)
-def _scratch(m: int, mp: int, bsize: int, dtype: np.dtype) -> tuple:
-    # the networks are pruned to the member rows, so the padding rows m .. mp-1 (which size the
+def _scratch(m: int, bsize: int, dtype: np.dtype) -> tuple:
+    # the networks are pruned to the member rows, so the padding rows from m (which size the
     # block) are never read or written and need no buffer
     buf = np.empty((m, bsize), dtype=dtype)
     return buf, np.empty(bsize), np.empty(bsize), np.empty(bsize), np.empty(m)
@@ -219,53 +209,28 @@ def _blocks(
     fair: bool,
     lo: float,
     hi: float,
-    p: int,
-    g: int,
-    nreg: int,
-    mp: int,
-    net_a: np.ndarray,
-    net_b: np.ndarray,
-    bsize: int,
+    net: tuple,
     out: np.ndarray,
     counter: np.ndarray,
     grab: int,
 ) -> int:
-    """The blocks (of ``bsize`` points) on the calling thread, with their own scratch.
+    """The blocks (of ``net[-1]`` points) on the calling thread, with their own scratch.
 
     With ``grab`` 0 all of them; else runs of ``grab`` blocks it takes from ``counter``
     (:func:`ensml.eval._simd.fetch_add`) until none is left, so the threads share the blocks
     whenever each of them starts (a thread that wakes late, or is slowed, takes fewer runs).
     """
     m, n = fc.shape
+    bsize = net[-1]
     nblocks = (n + bsize - 1) // bsize
-    buf, acc_abs, acc_w, yb, tmp = _scratch(m, mp, bsize, fc.dtype)
+    scratch = _scratch(m, bsize, fc.dtype)
     bad = 0
     blk = fetch_add(counter) * grab if grab else 0
     end = min(blk + grab, nblocks) if grab else nblocks
     while blk < nblocks:
         start = blk * bsize
         stop = min(start + bsize, n)
-        bad += _crps_block(
-            fc,
-            flat,
-            obs,
-            fair,
-            lo,
-            hi,
-            p,
-            g,
-            nreg,
-            net_a,
-            net_b,
-            out,
-            start,
-            stop,
-            buf,
-            acc_abs,
-            acc_w,
-            yb,
-            tmp,
-        )
+        bad += _crps_block(fc, flat, obs, fair, lo, hi, net, out, start, stop, scratch)
         blk += 1
         if blk == end and grab:
             blk = fetch_add(counter) * grab
@@ -281,13 +246,7 @@ def crps_parallel(
     fair: bool,
     lo: float,
     hi: float,
-    p: int,
-    g: int,
-    nreg: int,
-    mp: int,
-    net_a: np.ndarray,
-    net_b: np.ndarray,
-    bsize: int,
+    net: tuple,
     nthreads: int,
     out: np.ndarray,
 ) -> int:
@@ -300,11 +259,11 @@ def crps_parallel(
     share. Dask workers (threads) call :func:`_blocks` for all blocks on their own thread instead.
     """
     counter = np.zeros(1, dtype=np.int64)
-    nblocks = (fc.shape[1] + bsize - 1) // bsize
+    nblocks = (fc.shape[1] + net[-1] - 1) // net[-1]
     grab = max(1, min(_GRAB, nblocks // (4 * nthreads)))  # at least 4 runs a thread
     bad = np.zeros(nthreads, dtype=np.int64)
     for t in numba.prange(nthreads):
-        bad[t] = _blocks(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out, counter, grab)
+        bad[t] = _blocks(fc, flat, obs, fair, lo, hi, net, out, counter, grab)
     return bad.sum()
 
 
@@ -326,7 +285,8 @@ def crps_2d(
     ±Inf inputs are not chained, so they are still found.
     """
     m, n = fc.shape
-    p, g, nreg, mp, net_a, net_b, bsize = plan(m, fc.dtype.itemsize)
+    p, g, nreg, _, net_a, net_b, bsize = plan(m, fc.dtype.itemsize)
+    net = (p, g, nreg, net_a, net_b, bsize)
     # in the input's dtype: clamping to the rounded threshold is clamping in float64, then rounding
     lo, hi = fc.dtype.type(lo), fc.dtype.type(hi)
     item = fc.dtype.itemsize
@@ -338,12 +298,10 @@ def crps_2d(
     if parallel and n > 4 * bsize:
         nthreads = numba.get_num_threads()
         with numba.parallel_chunksize(1):  # one prange iteration per thread
-            bad = crps_parallel(
-                fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, nthreads, out
-            )
+            bad = crps_parallel(fc, flat, obs, fair, lo, hi, net, nthreads, out)
     else:
         none = np.empty(0, dtype=np.int64)
-        bad = _blocks(fc, flat, obs, fair, lo, hi, p, g, nreg, mp, net_a, net_b, bsize, out, none, 0)
+        bad = _blocks(fc, flat, obs, fair, lo, hi, net, out, none, 0)
     return out, int(bad)
 
 
