@@ -154,37 +154,28 @@ def sort_group(typingctx, buf, r0, k0, q):
 
     ``q`` <= 16 is a run-time value: a switch over the 15 networks (nothing for ``q`` < 2).
     """
-
-    def codegen(context, builder, sig, args):
-        buf_v, r0_v, k0_v, q_v = args
-        rows = [builder.add(r0_v, ir.Constant(_I64, i)) for i in range(16)]
-
-        def emit(q):
-            _network(context, builder, sig.args[0], buf_v, rows, k0_v, _batcher(q))
-
-        _switch(builder, q_v, range(2, 17), emit)
-        return context.get_dummy_value()
-
-    return types.void(buf, types.int64, types.int64, types.int64), codegen
+    return types.void(buf, types.int64, types.int64, types.int64), _sort_group_codegen
 
 
 @intrinsic
 def sort_group_chained(typingctx, buf, r0, k0, q, lo, hi):
     """:func:`sort_group` of the chained rows ``min(max(x, lo), hi)`` (the twCRPS), chained as
     they are loaded (rows of a group of one too)."""
+    return types.void(buf, types.int64, types.int64, types.int64, lo, hi), _sort_group_codegen
 
-    def codegen(context, builder, sig, args):
-        buf_v, r0_v, k0_v, q_v = args[:4]
-        rows = [builder.add(r0_v, ir.Constant(_I64, i)) for i in range(16)]
-        bounds = _bounds(context, builder, sig, args, sig.args[0].dtype)
 
-        def emit(q):
-            _network(context, builder, sig.args[0], buf_v, rows, k0_v, _batcher(q), (*bounds, q))
+def _sort_group_codegen(context, builder, sig, args):
+    """Both :func:`sort_group` intrinsics: chained when given ``lo, hi`` (two more arguments)."""
+    buf_v, r0_v, k0_v, q_v = args[:4]
+    rows = [builder.add(r0_v, ir.Constant(_I64, i)) for i in range(16)]
+    bounds = _bounds(context, builder, sig, args, sig.args[0].dtype) if len(args) > 4 else None
 
-        _switch(builder, q_v, range(1, 17), emit)
-        return context.get_dummy_value()
+    def emit(q):
+        chain = (*bounds, q) if bounds else None
+        _network(context, builder, sig.args[0], buf_v, rows, k0_v, _batcher(q), chain)
 
-    return types.void(buf, types.int64, types.int64, types.int64, lo, hi), codegen
+    _switch(builder, q_v, range(1 if bounds else 2, 17), emit)
+    return context.get_dummy_value()
 
 
 @intrinsic

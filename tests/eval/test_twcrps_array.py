@@ -48,8 +48,13 @@ def test_per_point_threshold_axis_and_agreement_with_xarray():
     da = xr.DataArray(fc, dims=("member", "y", "x"))
     via_xr = twcrps_ensemble(da, xr.DataArray(obs, dims=("y", "x")), 0.1, preserve_dims="all")
     np.testing.assert_allclose(twcrps_ensemble_array(fc, obs, 0.1), via_xr.values, rtol=1e-12)
-    ints = twcrps_ensemble_array(np.round(fc * 3).astype(int), np.round(obs * 3).astype(int), t * 3)
-    assert ints.dtype == np.float64 and np.all(ints >= 0)
+    fi, oi = np.round(fc * 3).astype(int), np.round(obs * 3).astype(int)
+    ints = twcrps_ensemble_array(fi, oi, t * 3)  # integers are scored as float64
+    ref_i = sr.twcrps_ensemble(
+        oi.astype(float), fi.astype(float), a=t * 3, m_axis=0, estimator="nrg", backend="numpy"
+    )
+    assert ints.dtype == np.float64
+    np.testing.assert_allclose(ints, ref_i, rtol=1e-12)
 
 
 def test_nan_members_dropped():
@@ -108,7 +113,7 @@ def test_infinite_values_refused_before_chaining(threshold):
 @pytest.mark.parametrize("blocks", [5, 9, 200])
 def test_threads_share_the_blocks(m, blocks):
     """The threads take runs of blocks from a shared counter: every point is scored once, as
-    the serial path scores it, for few blocks (runs of one) and many (runs of 32)."""
+    the serial path scores it, for few blocks (runs of one block) and many (runs of 25)."""
     bsize = plan(m, 4)[-1]
     n = blocks * bsize - 3
     rng = np.random.default_rng(blocks)
