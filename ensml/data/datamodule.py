@@ -19,6 +19,7 @@ from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
 from ensml.data.sampling import EpochSampler
 from ensml.data.splits import split_init_times
 from ensml.data.stats import compute_stats
+from ensml.data.surface import broadcast_levels, check_same_surface, surface_mask
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
 
@@ -125,6 +126,9 @@ class EnsembleDataModule(L.LightningDataModule):
         check_levels(fc, hp.levels, name)
         check_lead_times(fc, hp.input_lead_hours, name)
         m = check_members(fc, hp.k, name)
+        surface, fc_levels = surface_mask(fc, hp.variables), fc
+        # Surface variables: one channel repeated over the levels (ensml.data.surface).
+        fc = broadcast_levels(fc.sel({LEVEL: list(hp.levels)}))
         self._spec = SampleSpec(
             variables=tuple(hp.variables),
             levels=tuple(float(x) for x in hp.levels),
@@ -140,6 +144,7 @@ class EnsembleDataModule(L.LightningDataModule):
             an = open_analysis(hp.analysis, hp.variables, chunks={})
             check_same_grid(fc, an, name, f"analysis {hp.analysis}")
             check_levels(an, hp.levels, f"analysis {hp.analysis}")
+            check_same_surface(fc_levels, an, hp.variables, name, f"analysis {hp.analysis}")
             have = an[TIME].values.astype("datetime64[ns]")
             for split, inits in splits.items():
                 ok = np.isin(inits, have) & np.isin(inits + self._spec.target_lead, have)
@@ -162,6 +167,7 @@ class EnsembleDataModule(L.LightningDataModule):
             fc, splits["train"], self._spec.variables, self._spec.levels, self._spec.input_leads,
             self._spec.target_lead,
         )  # fmt: skip
+        self._stats["surface"] = surface
         self.coords = {LATITUDE: fc[LATITUDE].values, LONGITUDE: fc[LONGITUDE].values}
 
     @property

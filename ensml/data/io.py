@@ -166,8 +166,10 @@ def _check_vars(
             raise EnsmlError(
                 f"{what} file {path} has no variable {var!r} (found: {', '.join(found) or 'none'})"
             )
-        missing = [d for d in dims if d not in ds[var].dims]
-        extra = [str(d) for d in ds[var].dims if d not in dims]
+        # A surface (single-level) variable has every dim but level (see ensml.data.surface).
+        want = [d for d in dims if d != LEVEL] if LEVEL not in ds[var].dims else dims
+        missing = [d for d in want if d not in ds[var].dims]
+        extra = [str(d) for d in ds[var].dims if d not in want]
         if missing or extra:
             wrong = f"missing {', '.join(missing)}" if missing else f"unexpected {', '.join(extra)}"
             raise EnsmlError(

@@ -18,6 +18,7 @@ import xarray as xr
 
 from ensml.data.io import open_analysis, open_forecast
 from ensml.data.sampling import SampleKey, split_key
+from ensml.data.surface import read_levels
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
 
@@ -186,7 +187,7 @@ def read_block(
     """
     try:
         with dask.config.set(scheduler="synchronous"):
-            arr = np.stack([ds[v].sel(indexer).transpose(*dims).values for v in variables])
+            arr = np.stack([_values(ds[v].sel(indexer), dims, ds.sizes.get(LEVEL, 1)) for v in variables])
     except Exception as exc:  # corrupt data behind readable metadata
         when = str(next(iter(indexer.values())))[:16]
         reason = exception_reason(exc)
@@ -197,6 +198,14 @@ def read_block(
         when = str(next(iter(indexer.values())))[:16]
         raise EnsmlError(f"{what} has NaN or infinite values in {', '.join(bad)} at {when}")
     return arr
+
+
+def _values(da: xr.DataArray, dims: Sequence[str], n_levels: int) -> np.ndarray:
+    """``da`` read as an array of ``dims``; a surface variable repeated along the level axis."""
+    if LEVEL in da.dims or LEVEL not in dims:
+        return da.transpose(*dims).values
+    flat = [d for d in dims if d != LEVEL]
+    return read_levels(da.transpose(*flat).values, n_levels, list(dims).index(LEVEL))
 
 
 def subset_moments(fc: np.ndarray, members: np.ndarray, k: int) -> dict[str, np.ndarray]:

@@ -23,6 +23,10 @@ MEMBER_STEPS_PER_SPREAD = 32
 MEAN_STEPS_PER_STD = 256
 STD_BITS = 11
 BLOCK_INITS = 4  # inits drawn per task while writing (temporaries below 32 MB)
+#: The synthetic 2 m temperature ``t2m`` is the synthetic atmosphere's temperature at this level.
+SURFACE_HPA = 1000
+SURFACE_NOTE = f"synthetic: the temperature of the synthetic atmosphere at {SURFACE_HPA} hPa"
+MEMBER_NOTE = "rounded to power-of-two steps of at most 1/32 of the ensemble spread"
 
 
 def _quantise(a: np.ndarray, scale: np.ndarray, steps: int) -> None:
@@ -98,17 +102,23 @@ def build_datasets(
     block while the file is written, so memory stays bounded and drawing overlaps compression.
     ``on_progress(n)`` is called as the members of ``n`` more inits are drawn.
     """
+    # t2m is the temperature of the synthetic atmosphere at SURFACE_HPA, drawn as one more level.
+    gen_levels = list(cfg.levels) + ([SURFACE_HPA] if SURFACE_HPA not in cfg.levels else [])
+    k_sfc, nk = gen_levels.index(SURFACE_HPA), len(cfg.levels)
     out = synth_model.generate(
         n_lat=cfg.n_lat,
         n_lon=cfg.n_lon,
-        levels=np.asarray(cfg.levels, dtype=float),
+        levels=np.asarray(gen_levels, dtype=float),
         inits=inits,
         leads=leads,
         members=cfg.members,
         storms_per_year=cfg.storms_per_year,
         seed=cfg.seed,
     )
-    members = _lazy_members(out["member_block"], out["member_spread"], cfg, len(inits), on_progress)
+    members = _lazy_members(
+        out["member_block"], out["member_spread"], cfg, len(inits), len(gen_levels), on_progress
+    )
+    surface_dims = tuple(d for d in names.FORECAST_DIMS if d != names.LEVEL)
     lat, lon, times = out["latitude"], out["longitude"], out["times"]
     level = np.asarray(cfg.levels, dtype="int32")
     space = {names.LEVEL: level, names.LATITUDE: lat, names.LONGITUDE: lon}
@@ -119,34 +129,47 @@ def build_datasets(
         {
             v: (
                 names.FORECAST_DIMS,
-                members[n],
-                {
-                    **names.VARIABLE_ATTRS[v],
-                    "comment": "rounded to power-of-two steps of at most 1/32 of the ensemble spread",
-                },
+                members[n][..., :nk, :, :],
+                {**names.VARIABLE_ATTRS[v], "comment": MEMBER_NOTE},
             )
             for n, v in enumerate(("z", "t"))
+        }
+        | {
+            "t2m": (
+                surface_dims,
+                members[1][..., k_sfc, :, :],
+                {**names.VARIABLE_ATTRS["t2m"], "comment": f"{SURFACE_NOTE}; {MEMBER_NOTE}"},
+            )
         },
         coords={**fc_coords, names.MEMBER: np.arange(1, cfg.members + 1, dtype="int32"), **space},
     ).assign_coords({names.VALID_TIME: valid[1:]})
     fc.attrs = _global_attrs(cfg, "ensemble forecast")
 
     an = xr.Dataset(
-        {v: (names.ANALYSIS_DIMS, out["truth"][v], dict(names.VARIABLE_ATTRS[v])) for v in ("z", "t")},
+        {v: (names.ANALYSIS_DIMS, out["truth"][v][:, :nk], dict(names.VARIABLE_ATTRS[v])) for v in ("z", "t")}
+        | {
+            "t2m": (
+                (names.TIME, names.LATITUDE, names.LONGITUDE),
+                out["truth"]["t"][:, k_sfc],
+                {**names.VARIABLE_ATTRS["t2m"], "comment": SURFACE_NOTE},
+            )
+        },
         coords={names.TIME: times, **space},
     )
     an.attrs = _global_attrs(cfg, "verifying analysis (truth) by valid time")
 
     odims = (names.INIT_TIME, names.LEAD_TIME, names.LEVEL, names.LATITUDE, names.LONGITUDE)
     ovars = {}
-    for v in ("z", "t"):
+    levels_of = {"z": ("z", slice(0, nk)), "t": ("t", slice(0, nk)), "t2m": ("t", k_sfc)}
+    for v, (source, k) in levels_of.items():
         a = names.VARIABLE_ATTRS[v]
-        mean = out["mean"][v].astype(np.float32)
-        _quantise(mean, out["std"][v], MEAN_STEPS_PER_STD)
-        std = out["std"][v].astype(np.float32)
+        dims = odims if isinstance(k, slice) else tuple(d for d in odims if d != names.LEVEL)
+        mean = out["mean"][source][:, :, k].astype(np.float32)
+        _quantise(mean, out["std"][source][:, :, k], MEAN_STEPS_PER_STD)
+        std = out["std"][source][:, :, k].astype(np.float32)
         _round_mantissa(std, STD_BITS)
         ovars[f"{v}_mean"] = (
-            odims,
+            dims,
             mean,
             {
                 **a,
@@ -155,7 +178,7 @@ def build_datasets(
             },
         )
         ovars[f"{v}_std"] = (
-            odims,
+            dims,
             std,
             {
                 "standard_name": f"{a['standard_name']} standard_error",
@@ -201,7 +224,7 @@ def build_datasets(
     return {"forecast": _coord_attrs(fc), "analysis": _coord_attrs(an), "oracle": _coord_attrs(orc)}
 
 
-def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, on_progress):
+def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, n_levels: int, on_progress):
     """Dask array ``(v, init, lead, member, level, lat, lon)`` of rounded float32 members."""
 
     def make(i0: int, i1: int) -> np.ndarray:
@@ -212,7 +235,7 @@ def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, on_p
         return x
 
     token = uuid.uuid4().hex
-    shape = (len(cfg.lead_hours), cfg.members, len(cfg.levels), cfg.n_lat, cfg.n_lon)
+    shape = (len(cfg.lead_hours), cfg.members, n_levels, cfg.n_lat, cfg.n_lon)
     blocks = [
         da.from_delayed(
             # Explicit keys: tokenising ``make`` would hash the arrays in its closure per block.

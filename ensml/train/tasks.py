@@ -121,6 +121,8 @@ class EnsembleTask(L.LightningModule):
         for key in STAT_KEYS:
             self.register_buffer(key, torch.empty(0))
         self.register_buffer("lat_weights", torch.empty(0))
+        # (V,) 1 for a surface variable (no level dimension; see ensml.data.surface), else 0.
+        self.register_buffer("surface", torch.zeros(n_var))
 
     @property
     def target_index(self) -> int:
@@ -135,6 +137,8 @@ class EnsembleTask(L.LightningModule):
         """Install the training-split statistics and the latitude grid's area weights."""
         for key in STAT_KEYS:
             setattr(self, key, torch.as_tensor(stats[key], dtype=torch.float32, device=self.device))
+        if "surface" in stats:
+            self.surface = torch.as_tensor(stats["surface"], dtype=torch.float32, device=self.device)
         w = latitude_weights(np.asarray(latitude)).values
         self.lat_weights = torch.as_tensor(w, dtype=torch.float32, device=self.device)
 
@@ -143,6 +147,8 @@ class EnsembleTask(L.LightningModule):
         for key in (*STAT_KEYS, "lat_weights"):
             if prefix + key in state_dict:
                 setattr(self, key, torch.empty_like(state_dict[prefix + key]))
+        # Checkpoints from before surface variables: every variable has levels.
+        state_dict.setdefault(prefix + "surface", torch.zeros_like(self.surface))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def setup(self, stage: str) -> None:
@@ -202,6 +208,17 @@ class EnsembleTask(L.LightningModule):
         """The K-member std at the target lead (B, V, D, H, W): the starting guess for σ."""
         return batch["std_k"][:, :, self.target_index]
 
+    def tie_surface(self, out: torch.Tensor) -> torch.Tensor:
+        """Network output (B, n·V, D, H, W) with surface variables' channels made level-constant.
+
+        Channel ``c`` belongs to variable ``c % V``; a surface variable's channels are replaced
+        by their mean over the level axis, so its prediction is one field.
+        """
+        if not bool(self.surface.any()):
+            return out
+        tied = self.surface.repeat(out.shape[1] // self.surface.numel()).bool()[:, None, None, None]
+        return torch.where(tied, out.mean(dim=2, keepdim=True).expand_as(out), out)
+
     # Reduction of area_mean; spatial-parallel training sets it to a mean over all shards.
     reduce_mean: Callable[[torch.Tensor], torch.Tensor] | None = None
 
@@ -227,9 +244,10 @@ class EnsembleTask(L.LightningModule):
         self.log(f"{stage}/loss", self.loss(batch), prog_bar=True, batch_size=n)
         for name, per_var in self.scores(batch).items():
             for i, var in enumerate(self.hparams.variables):
-                for j, lev in enumerate(self.hparams.levels):
+                levels = [None] if self.surface[i] else self.hparams.levels
+                for j, lev in enumerate(levels):
                     self.log(
-                        f"{stage}/{name}_{var}{lev:g}",
+                        f"{stage}/{name}_{var}{'' if lev is None else f'{lev:g}'}",
                         self.area_mean(per_var[:, i, j, None, None]),
                         batch_size=n,
                     )
@@ -268,7 +286,7 @@ class SpreadTask(EnsembleTask):
     """
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = self.net(self.features(batch))
+        out = self.tie_surface(self.net(self.features(batch)))
         return self.scale() * F.softplus(out + inverse_softplus(self.prior_std(batch) / self.scale()))
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -310,7 +328,7 @@ class MixedTask(EnsembleTask):
         return bool(self.hparams.get("use_analysis", True))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.net(self.features(batch))
+        out = self.tie_surface(self.net(self.features(batch)))
         n_var = len(self.hparams.variables)
         mu = batch["mean_k"][:, :, self.target_index] + self.scale() * out[:, :n_var]
         sigma = self.scale() * F.softplus(

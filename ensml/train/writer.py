@@ -25,13 +25,15 @@ from ensml.names import (
 )
 
 DIMS = (INIT_TIME, LEVEL, LATITUDE, LONGITUDE)
+SURFACE_DIMS = (INIT_TIME, LATITUDE, LONGITUDE)
 
 
 class PredictionWriter(BasePredictionWriter):
     """Collect the predictions of ``ensml predict`` and write one netCDF file.
 
     Variables: ``<var>_std`` (spread or predictive std) and, for post-processing, ``<var>_mean``
-    (predictive mean), dims (init_time, level, latitude, longitude), at the target lead time.
+    (predictive mean), dims (init_time, level, latitude, longitude), at the target lead time;
+    a surface variable's without ``level`` (see :mod:`ensml.data.surface`).
 
     Parameters
     ----------
@@ -82,7 +84,10 @@ class PredictionWriter(BasePredictionWriter):
                 if key == "std" and kind == "SpreadTask":
                     what = f"predicted {dm.spec.members}-member ensemble standard deviation"
                 attrs["long_name"] = f"{base}: {what}"
-                ds[f"{var}_{key}"] = (DIMS, values[:, i], attrs)
+                if pl_module.surface[i]:  # a surface variable: its levels are tied, keep one
+                    ds[f"{var}_{key}"] = (SURFACE_DIMS, values[:, i, 0], attrs)
+                else:
+                    ds[f"{var}_{key}"] = (DIMS, values[:, i], attrs)
         for name in ds.coords:
             ds[name].attrs.update(COORD_ATTRS.get(str(name), {}))
         ds = ds.sortby(INIT_TIME)

@@ -77,9 +77,10 @@ def test_no_matching_files(tmp_path: Path) -> None:
 
 
 def test_analysis_missing_dimension(tmp_path: Path) -> None:
-    ds = xr.Dataset({"z": (("time", "latitude", "longitude"), np.zeros((2, 3, 4)))})
+    # Without level it would be a surface variable (ensml.data.surface); without longitude it is wrong.
+    ds = xr.Dataset({"z": (("time", "level", "latitude"), np.zeros((2, 1, 3)))}, coords={"level": [500.0]})
     ds.to_netcdf(tmp_path / "a.nc")
-    with pytest.raises(EnsmlError, match="missing level"):
+    with pytest.raises(EnsmlError, match="missing longitude"):
         open_analysis(tmp_path / "a.nc", ["z"])
 
 

@@ -1,0 +1,145 @@
+"""Surface (single-level) variables beside pressure-level ones: samples, statistics, tasks, output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+from ensml.data.datamodule import EnsembleDataModule
+from ensml.data.surface import broadcast_levels, check_not_at_level, read_levels, surface_mask
+from ensml.errors import EnsmlError
+from ensml.train.tasks import MixedTask, SpreadTask
+from tests.conftest import SMOKE, TINY_PERIODS, tiny_data_args
+
+VARIABLES = ["z", "t", "t2m"]
+
+
+@pytest.fixture(scope="module")
+def data(tiny_data):
+    dm = EnsembleDataModule(
+        tiny_data["forecast"], tiny_data["analysis"], variables=VARIABLES, batch_size=3, **TINY_PERIODS
+    )
+    dm.setup("fit")
+    return dm, next(iter(dm.val_dataloader()))
+
+
+def make(cls, dm):
+    torch.manual_seed(0)
+    task = cls(variables=VARIABLES, width=4, depth=2)
+    task.set_stats(dm.stats, dm.coords["latitude"])
+    return task
+
+
+def test_synth_t2m_is_the_1000_hpa_temperature_and_leaves_z_t_unchanged(tmp_path) -> None:
+    from ensml.data.synth import synth
+
+    kw = dict(n_lat=8, n_lon=16, start="2017-01-01", end="2017-01-20", every_days=2, seed=3)
+    a = synth(tmp_path / "a", levels=(500, 850), **kw)
+    b = synth(tmp_path / "b", levels=(500, 850, 1000), **kw)
+    with xr.open_dataset(a["forecast"]) as fa, xr.open_dataset(b["forecast"]) as fb:
+        assert fa["t2m"].dims == ("init_time", "lead_time", "member", "latitude", "longitude")
+        np.testing.assert_array_equal(fa["t2m"].values, fb["t"].sel(level=1000).values)
+        np.testing.assert_array_equal(fa["z"].values, fb["z"].sel(level=[500, 850]).values)
+    with xr.open_dataset(a["analysis"]) as aa, xr.open_dataset(b["analysis"]) as ab:
+        np.testing.assert_array_equal(aa["t2m"].values, ab["t"].sel(level=1000).values)
+        assert 270 < float(aa["t2m"].mean()) < 290  # K: a warm, near-surface level
+    with xr.open_dataset(a["oracle"]) as oa, xr.open_dataset(b["oracle"]) as ob:
+        np.testing.assert_array_equal(oa["t2m_std"].values, ob["t_std"].sel(level=1000).values)
+
+
+def test_oracle_of_t2m_is_calibrated(tiny_data) -> None:
+    """(analysis − oracle mean) / oracle std is standard normal for the surface variable too."""
+    with xr.open_dataset(tiny_data["oracle"]) as orc, xr.open_dataset(tiny_data["analysis"]) as an:
+        lead = orc["lead_time"].values[-1]
+        mu, sd = orc["t2m_mean"].sel(lead_time=lead), orc["t2m_std"].sel(lead_time=lead)
+        obs = an["t2m"].sel(time=orc["init_time"].values + lead).values
+        z = (obs - mu.values) / sd.values
+    assert abs(z.mean()) < 0.05 and abs(z.std() - 1.0) < 0.05
+
+
+def test_sample_repeats_the_surface_field_over_levels(data, tiny_data) -> None:
+    dm, batch = data
+    assert batch["mean_k"].shape[1:4] == (3, 3, 2)  # (V, L, D)
+    np.testing.assert_array_equal(dm.stats["surface"], [0, 0, 1])
+    t2m = batch["mean_k"][:, 2]  # (B, L, D, H, W)
+    torch.testing.assert_close(t2m[:, :, 0], t2m[:, :, 1], rtol=0, atol=0)
+    init = dm.val_set.init_times[int(batch["index"][0])]
+    with xr.open_dataset(tiny_data["forecast"]) as fc:
+        ref = fc["t2m"].sel(init_time=init).isel(member=slice(0, 5)).mean("member").values
+        obs = xr.open_dataset(tiny_data["analysis"])["t2m"].sel(time=init + np.timedelta64(48, "h")).values
+    np.testing.assert_allclose(t2m[0, :, 0].numpy(), ref, rtol=1e-6)
+    np.testing.assert_allclose(batch["obs"][0, 2, 1].numpy(), obs, rtol=1e-6)
+    # Statistics: the surface variable's are one field, the same at every level.
+    np.testing.assert_array_equal(dm.stats["clim_mean"][2, 0], dm.stats["clim_mean"][2, 1])
+
+
+@pytest.mark.parametrize("cls", [SpreadTask, MixedTask])
+def test_outputs_of_a_surface_variable_are_tied_across_levels(cls, data) -> None:
+    dm, batch = data
+    task = make(cls, dm)
+    out = task(batch)
+    for x in out if isinstance(out, tuple) else (out,):
+        torch.testing.assert_close(x[:, 2, 0], x[:, 2, 1], rtol=0, atol=0)
+        assert not torch.equal(x[:, 0, 0], x[:, 0, 1])  # pressure levels stay free
+    loss = task.loss(batch)
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in task.parameters())
+
+
+def test_checkpoint_without_surface_buffer_loads(data) -> None:
+    dm, _ = data
+    old = make(MixedTask, dm)
+    state = {k: v for k, v in old.state_dict().items() if k != "surface"}  # as saved before
+    new = MixedTask(variables=VARIABLES, width=4, depth=2)
+    new.load_state_dict(state)
+    assert new.surface.tolist() == [0, 0, 0]
+
+
+def test_fit_and_predict_write_the_surface_variable_without_level(tiny_data, tmp_path, monkeypatch) -> None:
+    from ensml.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    args = [*tiny_data_args(tiny_data), "--data.variables=[z, t, t2m]"]
+    assert main(["fit", "--config", SMOKE, *args]) == 0
+    assert main(["predict", "--config", SMOKE, *args, "--ckpt_path=runs/smoke/checkpoints/best.ckpt"]) == 0
+    with xr.open_dataset(tmp_path / "runs/smoke/predictions.nc") as pred:
+        assert pred["t2m_mean"].dims == ("init_time", "latitude", "longitude")
+        assert pred["t_mean"].dims == ("init_time", "level", "latitude", "longitude")
+        assert float(pred["t2m_std"].min()) > 0
+        assert 250 < float(pred["t2m_mean"].mean()) < 300
+
+
+def test_helpers_on_a_hand_made_dataset() -> None:
+    ds = xr.Dataset(
+        {
+            "t": (("time", "level", "latitude", "longitude"), np.zeros((2, 3, 4, 1))),
+            "t2m": (("time", "latitude", "longitude"), np.ones((2, 4, 1))),
+        },
+        coords={"level": [300.0, 500.0, 850.0]},
+    )
+    np.testing.assert_array_equal(surface_mask(ds, ["t", "t2m"]), [0, 1])
+    out = broadcast_levels(ds)
+    assert out["t2m"].dims == ("time", "level", "latitude", "longitude") and float(out["t2m"].sum()) == 24
+    np.testing.assert_array_equal(read_levels(np.arange(4.0), 3, 0), np.tile(np.arange(4.0), (3, 1)))
+    with pytest.raises(EnsmlError, match="need at least one pressure-level variable"):
+        broadcast_levels(ds[["t2m"]])
+    with pytest.raises(EnsmlError, match=r"^case x: variable 't2m' is a surface .* no level 850 hPa"):
+        check_not_at_level(ds["t2m"], 850, "case x")
+    check_not_at_level(ds["t"], 850, "case x")  # a pressure-level variable at a level: fine
+
+
+def test_surface_in_forecast_but_levels_in_analysis(tiny_data, tmp_path) -> None:
+    with xr.open_dataset(tiny_data["analysis"]) as an:
+        bad = an.load()
+    bad["t2m"] = bad["t"]  # the analysis holds t2m on pressure levels
+    bad.to_netcdf(tmp_path / "analysis.nc")
+    dm = EnsembleDataModule(
+        tiny_data["forecast"], tmp_path / "analysis.nc", variables=VARIABLES, **TINY_PERIODS
+    )
+    with pytest.raises(
+        EnsmlError, match=r"^variable 't2m' has no level dimension in forecast .* but has levels in analysis"
+    ):
+        dm.setup("fit")
+    assert not (tmp_path / "runs").exists()
