@@ -154,6 +154,7 @@ def synth(
     every_days: int = 2,
     storms_per_year: float = 6.0,
     seed: int = 0,
+    surface: bool = False,
     overwrite: bool = False,
 ) -> dict[str, Path]:
     """Generate a synthetic ensemble with a known predictive distribution.
@@ -190,6 +191,10 @@ def synth(
         Mean number of storms (intense compact warm-core lows) per year, Poisson.
     seed
         Random seed; the same options and seed give the same data.
+    surface
+        Also write the surface (single-level) variable ``t2m``: the synthetic atmosphere's
+        temperature at 1000 hPa, drawn as one more level (its oracle too). ``z`` and ``t`` are
+        the same bit for bit with or without it.
     overwrite
         Replace existing output files in ``out_dir`` (other files there are left alone).
 
@@ -216,6 +221,7 @@ def synth(
             every_days=int(every_days),
             storms_per_year=float(storms_per_year),
             seed=int(seed),
+            surface=bool(surface),
         )
     except (TypeError, ValueError) as err:
         raise EnsmlError(f"synth: invalid option ({err})") from err

@@ -64,6 +64,7 @@ class SynthConfig:
     every_days: int
     storms_per_year: float
     seed: int
+    surface: bool = False
 
 
 def _coord_attrs(ds: xr.Dataset) -> xr.Dataset:
@@ -103,8 +104,9 @@ def build_datasets(
     ``on_progress(n)`` is called as the members of ``n`` more inits are drawn.
     """
     # t2m is the temperature of the synthetic atmosphere at SURFACE_HPA, drawn as one more level.
-    gen_levels = list(cfg.levels) + ([SURFACE_HPA] if SURFACE_HPA not in cfg.levels else [])
-    k_sfc, nk = gen_levels.index(SURFACE_HPA), len(cfg.levels)
+    extra = [SURFACE_HPA] if cfg.surface and SURFACE_HPA not in cfg.levels else []
+    gen_levels = list(cfg.levels) + extra
+    k_sfc, nk = gen_levels.index(SURFACE_HPA) if cfg.surface else -1, len(cfg.levels)
     out = synth_model.generate(
         n_lat=cfg.n_lat,
         n_lon=cfg.n_lon,
@@ -134,33 +136,43 @@ def build_datasets(
             )
             for n, v in enumerate(("z", "t"))
         }
-        | {
-            "t2m": (
-                surface_dims,
-                members[1][..., k_sfc, :, :],
-                {**names.VARIABLE_ATTRS["t2m"], "comment": f"{SURFACE_NOTE}; {MEMBER_NOTE}"},
-            )
-        },
+        | (
+            {
+                "t2m": (
+                    surface_dims,
+                    members[1][..., k_sfc, :, :],
+                    {**names.VARIABLE_ATTRS["t2m"], "comment": f"{SURFACE_NOTE}; {MEMBER_NOTE}"},
+                )
+            }
+            if cfg.surface
+            else {}
+        ),
         coords={**fc_coords, names.MEMBER: np.arange(1, cfg.members + 1, dtype="int32"), **space},
     ).assign_coords({names.VALID_TIME: valid[1:]})
     fc.attrs = _global_attrs(cfg, "ensemble forecast")
 
     an = xr.Dataset(
         {v: (names.ANALYSIS_DIMS, out["truth"][v][:, :nk], dict(names.VARIABLE_ATTRS[v])) for v in ("z", "t")}
-        | {
-            "t2m": (
-                (names.TIME, names.LATITUDE, names.LONGITUDE),
-                out["truth"]["t"][:, k_sfc],
-                {**names.VARIABLE_ATTRS["t2m"], "comment": SURFACE_NOTE},
-            )
-        },
+        | (
+            {
+                "t2m": (
+                    (names.TIME, names.LATITUDE, names.LONGITUDE),
+                    out["truth"]["t"][:, k_sfc],
+                    {**names.VARIABLE_ATTRS["t2m"], "comment": SURFACE_NOTE},
+                )
+            }
+            if cfg.surface
+            else {}
+        ),
         coords={names.TIME: times, **space},
     )
     an.attrs = _global_attrs(cfg, "verifying analysis (truth) by valid time")
 
     odims = (names.INIT_TIME, names.LEAD_TIME, names.LEVEL, names.LATITUDE, names.LONGITUDE)
     ovars = {}
-    levels_of = {"z": ("z", slice(0, nk)), "t": ("t", slice(0, nk)), "t2m": ("t", k_sfc)}
+    levels_of = {"z": ("z", slice(0, nk)), "t": ("t", slice(0, nk))} | (
+        {"t2m": ("t", k_sfc)} if cfg.surface else {}
+    )
     for v, (source, k) in levels_of.items():
         a = names.VARIABLE_ATTRS[v]
         dims = odims if isinstance(k, slice) else tuple(d for d in odims if d != names.LEVEL)
@@ -249,29 +261,33 @@ def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, n_le
 
 
 def encodings(datasets: dict[str, xr.Dataset], cfg: SynthConfig) -> dict[str, dict]:
-    """Chunking (one init_time per forecast chunk), time units, and quantisation of members."""
+    """Chunks, time units and dtypes of every variable, from each dataset's own dims.
+
+    One sample (one init time: all leads, members and levels of the whole grid) is one chunk of
+    each forecast variable, so a training read is one chunk read per variable; the analysis is
+    chunked by up to 32 valid times, the oracle by one init time.
+    """
     time_enc = {
         "units": "hours since 1970-01-01 00:00:00",
         "calendar": "proleptic_gregorian",
         "dtype": "int64",
     }
     lead_enc = {"units": "hours", "dtype": "int64"}
-    nl, nk = len(cfg.lead_hours), len(cfg.levels)
-    fc = {
-        v: {"chunksizes": (1, nl, cfg.members, nk, cfg.n_lat, cfg.n_lon), "dtype": "float32"}
-        for v in ("z", "t")
-    }
-    fc.update({names.INIT_TIME: time_enc, names.VALID_TIME: time_enc, names.LEAD_TIME: lead_enc})
-    n_time = datasets["analysis"].sizes[names.TIME]
-    an = {
-        v: {"chunksizes": (min(n_time, 32), nk, cfg.n_lat, cfg.n_lon), "dtype": "float32"} for v in ("z", "t")
-    }
-    an[names.TIME] = time_enc
-    orc = {
-        v: {"chunksizes": (1, nl, nk, cfg.n_lat, cfg.n_lon), "dtype": "float32"}
-        for v in ("z_mean", "z_std", "t_mean", "t_std")
-    }
-    orc["event_mask"] = {"chunksizes": (1, nl, cfg.n_lat, cfg.n_lon), "dtype": "uint8"}
-    orc.update({names.INIT_TIME: time_enc, names.VALID_TIME: time_enc, names.LEAD_TIME: lead_enc})
-    orc["storm_genesis_time"] = time_enc
-    return {"forecast": fc, "analysis": an, "oracle": orc}
+    first = {names.INIT_TIME: 1, names.TIME: 32}  # chunk length along the leading dim; others whole
+    out = {}
+    for name, ds in datasets.items():
+        enc: dict[str, dict] = {}
+        for v, var in ds.data_vars.items():
+            if var.ndim < 3:  # the storm table
+                continue
+            chunks = tuple(min(first.get(d, n), n) for d, n in var.sizes.items())
+            enc[str(v)] = {"chunksizes": chunks, "dtype": "uint8" if v == "event_mask" else "float32"}
+        for coord in (names.INIT_TIME, names.VALID_TIME, names.TIME):
+            if coord in ds.variables:
+                enc[coord] = time_enc
+        if names.LEAD_TIME in ds.variables:
+            enc[names.LEAD_TIME] = lead_enc
+        if "storm_genesis_time" in ds.variables:
+            enc["storm_genesis_time"] = time_enc
+        out[name] = enc
+    return out

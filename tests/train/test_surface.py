@@ -17,9 +17,20 @@ VARIABLES = ["z", "t", "t2m"]
 
 
 @pytest.fixture(scope="module")
-def data(tiny_data):
+def surface_data(tmp_path_factory) -> dict:
+    """The tiny dataset of tests/conftest.py with the surface variable t2m."""
+    from ensml.data.synth import synth
+
+    out = tmp_path_factory.mktemp("surface") / "synth"
+    return synth(
+        out, n_lat=16, n_lon=32, start="2017-01-01", end="2017-12-31", every_days=3, seed=1, surface=True
+    )
+
+
+@pytest.fixture(scope="module")
+def data(surface_data):
     dm = EnsembleDataModule(
-        tiny_data["forecast"], tiny_data["analysis"], variables=VARIABLES, batch_size=3, **TINY_PERIODS
+        surface_data["forecast"], surface_data["analysis"], variables=VARIABLES, batch_size=3, **TINY_PERIODS
     )
     dm.setup("fit")
     return dm, next(iter(dm.val_dataloader()))
@@ -36,12 +47,16 @@ def test_synth_t2m_is_the_1000_hpa_temperature_and_leaves_z_t_unchanged(tmp_path
     from ensml.data.synth import synth
 
     kw = dict(n_lat=8, n_lon=16, start="2017-01-01", end="2017-01-20", every_days=2, seed=3)
-    a = synth(tmp_path / "a", levels=(500, 850), **kw)
+    plain = synth(tmp_path / "plain", levels=(500, 850), **kw)
+    a = synth(tmp_path / "a", levels=(500, 850), surface=True, **kw)
     b = synth(tmp_path / "b", levels=(500, 850, 1000), **kw)
     with xr.open_dataset(a["forecast"]) as fa, xr.open_dataset(b["forecast"]) as fb:
         assert fa["t2m"].dims == ("init_time", "lead_time", "member", "latitude", "longitude")
         np.testing.assert_array_equal(fa["t2m"].values, fb["t"].sel(level=1000).values)
         np.testing.assert_array_equal(fa["z"].values, fb["z"].sel(level=[500, 850]).values)
+        with xr.open_dataset(plain["forecast"]) as fp:
+            assert "t2m" not in fp  # opt-in
+            np.testing.assert_array_equal(fa["t"].values, fp["t"].values)
     with xr.open_dataset(a["analysis"]) as aa, xr.open_dataset(b["analysis"]) as ab:
         np.testing.assert_array_equal(aa["t2m"].values, ab["t"].sel(level=1000).values)
         assert 270 < float(aa["t2m"].mean()) < 290  # K: a warm, near-surface level
@@ -49,9 +64,9 @@ def test_synth_t2m_is_the_1000_hpa_temperature_and_leaves_z_t_unchanged(tmp_path
         np.testing.assert_array_equal(oa["t2m_std"].values, ob["t_std"].sel(level=1000).values)
 
 
-def test_oracle_of_t2m_is_calibrated(tiny_data) -> None:
+def test_oracle_of_t2m_is_calibrated(surface_data) -> None:
     """(analysis − oracle mean) / oracle std is standard normal for the surface variable too."""
-    with xr.open_dataset(tiny_data["oracle"]) as orc, xr.open_dataset(tiny_data["analysis"]) as an:
+    with xr.open_dataset(surface_data["oracle"]) as orc, xr.open_dataset(surface_data["analysis"]) as an:
         lead = orc["lead_time"].values[-1]
         mu, sd = orc["t2m_mean"].sel(lead_time=lead), orc["t2m_std"].sel(lead_time=lead)
         obs = an["t2m"].sel(time=orc["init_time"].values + lead).values
@@ -59,16 +74,16 @@ def test_oracle_of_t2m_is_calibrated(tiny_data) -> None:
     assert abs(z.mean()) < 0.05 and abs(z.std() - 1.0) < 0.05
 
 
-def test_sample_repeats_the_surface_field_over_levels(data, tiny_data) -> None:
+def test_sample_repeats_the_surface_field_over_levels(data, surface_data) -> None:
     dm, batch = data
     assert batch["mean_k"].shape[1:4] == (3, 3, 2)  # (V, L, D)
     np.testing.assert_array_equal(dm.stats["surface"], [0, 0, 1])
     t2m = batch["mean_k"][:, 2]  # (B, L, D, H, W)
     torch.testing.assert_close(t2m[:, :, 0], t2m[:, :, 1], rtol=0, atol=0)
     init = dm.val_set.init_times[int(batch["index"][0])]
-    with xr.open_dataset(tiny_data["forecast"]) as fc:
+    with xr.open_dataset(surface_data["forecast"]) as fc:
         ref = fc["t2m"].sel(init_time=init).isel(member=slice(0, 5)).mean("member").values
-        obs = xr.open_dataset(tiny_data["analysis"])["t2m"].sel(time=init + np.timedelta64(48, "h")).values
+        obs = xr.open_dataset(surface_data["analysis"])["t2m"].sel(time=init + np.timedelta64(48, "h")).values
     np.testing.assert_allclose(t2m[0, :, 0].numpy(), ref, rtol=1e-6)
     np.testing.assert_allclose(batch["obs"][0, 2, 1].numpy(), obs, rtol=1e-6)
     # Statistics: the surface variable's are one field, the same at every level.
@@ -97,11 +112,13 @@ def test_checkpoint_without_surface_buffer_loads(data) -> None:
     assert new.surface.tolist() == [0, 0, 0]
 
 
-def test_fit_and_predict_write_the_surface_variable_without_level(tiny_data, tmp_path, monkeypatch) -> None:
+def test_fit_and_predict_write_the_surface_variable_without_level(
+    surface_data, tmp_path, monkeypatch
+) -> None:
     from ensml.cli import main
 
     monkeypatch.chdir(tmp_path)
-    args = [*tiny_data_args(tiny_data), "--data.variables=[z, t, t2m]"]
+    args = [*tiny_data_args(surface_data), "--data.variables=[z, t, t2m]"]
     assert main(["fit", "--config", SMOKE, *args]) == 0
     assert main(["predict", "--config", SMOKE, *args, "--ckpt_path=runs/smoke/checkpoints/best.ckpt"]) == 0
     with xr.open_dataset(tmp_path / "runs/smoke/predictions.nc") as pred:
@@ -130,13 +147,13 @@ def test_helpers_on_a_hand_made_dataset() -> None:
     check_not_at_level(ds["t"], 850, "case x")  # a pressure-level variable at a level: fine
 
 
-def test_surface_in_forecast_but_levels_in_analysis(tiny_data, tmp_path) -> None:
-    with xr.open_dataset(tiny_data["analysis"]) as an:
+def test_surface_in_forecast_but_levels_in_analysis(surface_data, tmp_path) -> None:
+    with xr.open_dataset(surface_data["analysis"]) as an:
         bad = an.load()
     bad["t2m"] = bad["t"]  # the analysis holds t2m on pressure levels
     bad.to_netcdf(tmp_path / "analysis.nc")
     dm = EnsembleDataModule(
-        tiny_data["forecast"], tmp_path / "analysis.nc", variables=VARIABLES, **TINY_PERIODS
+        surface_data["forecast"], tmp_path / "analysis.nc", variables=VARIABLES, **TINY_PERIODS
     )
     with pytest.raises(
         EnsmlError, match=r"^variable 't2m' has no level dimension in forecast .* but has levels in analysis"
