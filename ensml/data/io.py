@@ -23,6 +23,7 @@ from ensml.data.grid import (
     grid_mapping_names,
     horizontal_dims,
 )
+from ensml.data.zarr_store import check_chunks
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import (
     ANALYSIS_DIMS,
@@ -70,6 +71,8 @@ def _open_one(path: Path, what: str, chunks: dict | None) -> xr.Dataset:
     if kind == "grib":  # cfgrib, never writing index files next to the data
         return read_grib(path, chunks)
     engine = "zarr" if kind == "zarr" else "netcdf4"
+    if kind == "zarr":
+        check_chunks(path)  # a missing chunk would read silently as fill values
     try:
         with warnings.catch_warnings():  # zarr v2 stores without consolidated metadata are fine
             warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated")

@@ -83,11 +83,12 @@ import pandas as pd
 import xarray as xr
 
 from ensml.data.synth_build import SynthConfig, build_datasets, encodings
-from ensml.data.writers import temporary_folder, write_netcdf
+from ensml.data.writers import temporary_folder, write_netcdf, write_zarr
 from ensml.errors import EnsmlError
 from ensml.progress import EVERY_S, Progress
 
-FILES = ("forecast.nc", "analysis.nc", "oracle.nc")
+NAMES = ("forecast", "analysis", "oracle")
+SUFFIXES = {"netcdf": ".nc", "zarr": ".zarr"}
 
 
 def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -126,7 +127,7 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
     return inits, lead_td
 
 
-def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
+def _prepare_out_dir(out_dir: Path, overwrite: bool, suffix: str) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise EnsmlError(f"synth out_dir {out_dir} exists and is not a directory")
     base = out_dir if out_dir.is_dir() else out_dir.absolute().parent
@@ -134,7 +135,7 @@ def _prepare_out_dir(out_dir: Path, overwrite: bool) -> None:
         base = base.parent
     if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
         raise EnsmlError(f"synth: cannot write out_dir {out_dir}: {base} is a file or read-only")
-    present = [f for f in FILES if (out_dir / f).exists()]
+    present = [f + suffix for f in NAMES if (out_dir / (f + suffix)).exists()]
     if present and not overwrite:
         raise EnsmlError(
             f"synth out_dir {out_dir} already has {', '.join(present)}; pass overwrite=True to replace"
@@ -155,6 +156,8 @@ def synth(
     storms_per_year: float = 6.0,
     seed: int = 0,
     surface: bool = False,
+    format: str = "netcdf",
+    zarr_format: int = 3,
     overwrite: bool = False,
 ) -> dict[str, Path]:
     """Generate a synthetic ensemble with a known predictive distribution.
@@ -195,6 +198,12 @@ def synth(
         Also write the surface (single-level) variable ``t2m``: the synthetic atmosphere's
         temperature at 1000 hPa, drawn as one more level (its oracle too). ``z`` and ``t`` are
         the same bit for bit with or without it.
+    format
+        ``netcdf`` (``forecast.nc`` …) or ``zarr`` (``forecast.zarr`` … stores, zstd-compressed,
+        consolidated metadata). Either way one forecast chunk holds one init time (all leads,
+        members, levels and the whole grid), so a training sample is one chunk read per variable.
+    zarr_format
+        Zarr store version, 2 or 3 (with ``format: zarr``).
     overwrite
         Replace existing output files in ``out_dir`` (other files there are left alone).
 
@@ -225,16 +234,30 @@ def synth(
         )
     except (TypeError, ValueError) as err:
         raise EnsmlError(f"synth: invalid option ({err})") from err
+    if format not in SUFFIXES:
+        raise EnsmlError(f"synth format must be netcdf or zarr, got {format!r}")
+    if zarr_format not in (2, 3):
+        raise EnsmlError(f"synth zarr_format must be 2 or 3, got {zarr_format!r}")
     inits, leads = _validate(cfg)
     out_dir = Path(out_dir)
-    _prepare_out_dir(out_dir, overwrite)
+    _prepare_out_dir(out_dir, overwrite, SUFFIXES[format])
     # Members are drawn lazily, block by block, as the files are written.
     with Progress("ensml synth", len(inits), "init times drawn and written", every_s=EVERY_S) as progress:
         datasets = build_datasets(cfg, inits, leads, on_progress=lambda n: progress.advance(n=n))
-        return _write_all(datasets, encodings(datasets, cfg), out_dir, cfg)
+        writer = _zarr_writer(zarr_format) if format == "zarr" else write_netcdf
+        return _write_all(datasets, encodings(datasets, cfg), out_dir, cfg, writer, SUFFIXES[format])
 
 
-def _write_all(datasets: dict[str, xr.Dataset], encodings: dict, out_dir: Path, cfg: SynthConfig) -> dict:
+def _zarr_writer(zarr_format: int):
+    def write(ds: xr.Dataset, path: Path, encoding: dict, *, history: str) -> Path:
+        return write_zarr(ds, path, encoding, zarr_format=zarr_format, history=history)
+
+    return write
+
+
+def _write_all(
+    datasets: dict[str, xr.Dataset], encodings: dict, out_dir: Path, cfg: SynthConfig, writer, suffix: str
+) -> dict:
     """Write the datasets to a hidden staging folder in ``out_dir``, then move them into it.
 
     A failure leaves neither a partial set of files nor a created-but-empty ``out_dir``; what a
@@ -253,11 +276,13 @@ def _write_all(datasets: dict[str, xr.Dataset], encodings: dict, out_dir: Path, 
             # Threads, whatever scheduler the caller set up: the member blocks close over big arrays.
             with dask.config.set(scheduler="threads"):
                 for name, ds in datasets.items():
-                    write_netcdf(ds, staging / f"{name}.nc", encodings[name], history=history)
+                    writer(ds, staging / f"{name}{suffix}", encodings[name], history=history)
             paths = {}
             for name in datasets:
-                paths[name] = out_dir / f"{name}.nc"
-                (staging / f"{name}.nc").replace(paths[name])
+                paths[name] = out_dir / f"{name}{suffix}"
+                if paths[name].is_dir():  # an old store (overwrite was asked for)
+                    shutil.rmtree(paths[name])
+                (staging / f"{name}{suffix}").replace(paths[name])
     except BaseException:
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)

@@ -298,3 +298,50 @@ def write_netcdf(
     except OSError as err:
         raise EnsmlError(f"cannot write {path}: {err}") from err
     return path
+
+
+def write_zarr(
+    ds: xr.Dataset,
+    path: str | os.PathLike[str],
+    encoding: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    zarr_format: int = 3,
+    history: str | None = None,
+) -> Path:
+    """Write ``ds`` as a zarr store (v2 or v3) at ``path``, atomically as :func:`write_netcdf`.
+
+    ``encoding`` is netCDF-style (``chunksizes``, ``dtype``, time ``units``); netCDF-only keys
+    (``zlib``, ``complevel``, ``shuffle``) are dropped and zarr's default compressor (zstd) is
+    used. The store is written to a hidden temporary folder and renamed when complete; a v2
+    store has consolidated metadata (v3 has none in its specification). Every chunk is
+    written, also one equal to the fill value, so a missing chunk always means damage
+    (:func:`ensml.data.zarr_store.check_chunks`).
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise EnsmlError(f"cannot write {path}: directory {path.parent} does not exist")
+    if zarr_format not in (2, 3):
+        raise EnsmlError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
+    enc: dict[str, dict] = {}
+    for name, e in (encoding or {}).items():
+        e = {k: v for k, v in e.items() if k not in ("zlib", "complevel", "shuffle")}
+        if "chunksizes" in e:
+            e["chunks"] = e.pop("chunksizes")
+        enc[str(name)] = e
+    out = ds.copy(deep=False)
+    out.attrs = global_attrs(ds.attrs, history)
+    for name in out.variables:  # netCDF chunking left over from a source file is not zarr's
+        out[name].encoding = {}
+    try:
+        with atomic_path(path) as tmp:
+            out.to_zarr(
+                tmp,
+                mode="w",
+                encoding=enc,
+                zarr_format=zarr_format,
+                consolidated=zarr_format == 2,
+                write_empty_chunks=True,
+            )
+    except OSError as err:
+        raise EnsmlError(f"cannot write {path}: {err}") from err
+    return path
