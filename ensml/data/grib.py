@@ -18,19 +18,41 @@ from pathlib import Path
 
 import xarray as xr
 
+from ensml.data.grib_merge import merge_hypercubes, without_control
 from ensml.errors import EnsmlError, exception_reason
 from ensml.logs import collected
 from ensml.names import FORECAST_DIMS
 
+#: Keys whose several values in one file ensml merges: control/perturbed members, level types.
+MERGEABLE = {"dataType", "typeOfLevel"}
 
-def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict | None = None) -> xr.Dataset:
+
+def read_grib(
+    path: str | Path,
+    chunks: dict | None = None,
+    filter_by_keys: dict | None = None,
+    *,
+    drop_control: bool = False,
+) -> xr.Dataset:
     """Open one GRIB file with cfgrib, cfgrib's names kept, ``step`` made a dimension.
+
+    A file that holds several hypercubes (which ``xr.open_dataset`` refuses) is opened per
+    hypercube (``cfgrib.open_datasets``) and merged, as operational files need:
+
+    - control and perturbed members (``dataType`` cf/pf) become one ``number`` dimension, the
+      control first (ECMWF numbers it 0); ``drop_control`` leaves the perturbed members only;
+    - pressure-level and single-level variables (``typeOfLevel`` surface, heightAboveGround,
+      meanSea, …) side by side: the single-level ones keep no level dimension (surface
+      variables, :mod:`ensml.data.surface`).
+
+    ``filter_by_keys`` (e.g. ``{"dataType": "pf"}``, ``{"shortName": "t"}``) selects messages
+    first, in either case.
 
     Raises
     ------
     EnsmlError
-        If the file is missing or cfgrib cannot read it (e.g. several hypercubes: pass
-        ``filter_by_keys``).
+        If the file is missing, cfgrib cannot read it, the hypercubes do not merge, a member
+        number appears twice (a duplicated control), or the filter selects nothing.
     """
     path = Path(path)
     if not path.is_file():
@@ -43,8 +65,17 @@ def read_grib(path: str | Path, chunks: dict | None = None, filter_by_keys: dict
     with collected("cfgrib", _reported) as records:
         try:
             ds = xr.open_dataset(path, engine="cfgrib", backend_kwargs=kwargs, chunks=chunks, cache=False)
+            if drop_control:
+                ds = without_control([ds], path)[0]
         except Exception as exc:  # cfgrib raises DatasetBuildError, ValueError, eccodes errors ...
-            raise EnsmlError(f"GRIB file {path} cannot be read ({_one_line(exc)})") from None
+            if isinstance(exc, EnsmlError):
+                raise
+            split_by = set(re.findall(r"filter_by_keys=\{'(\w+)'", str(exc)))
+            if not str(exc).startswith("multiple values for unique key") or not split_by <= MERGEABLE:
+                raise EnsmlError(f"GRIB file {path} cannot be read ({_one_line(exc)})") from None
+            ds = merge_hypercubes(path, kwargs, chunks, drop_control, hint=_one_line(exc))
+    if not ds.data_vars:
+        raise EnsmlError(f"GRIB file {path} has no messages matching filter_by_keys={filter_by_keys}")
     damaged = [r for r in records if r.getMessage().startswith("skipping corrupted")]
     if damaged:
         reason = exception_reason(damaged[0].exc_info[1]) if damaged[0].exc_info else "unreadable"

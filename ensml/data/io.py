@@ -23,6 +23,14 @@ from ensml.data.grid import (
     grid_mapping_names,
     horizontal_dims,
 )
+from ensml.data.sources import (
+    ReaderOptions,
+    as_reader,
+    combine_files,
+    has_member_field,
+    member_files,
+    stack_members,
+)
 from ensml.data.zarr_store import check_chunks
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import (
@@ -64,36 +72,57 @@ def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[Path]:
     return out
 
 
-def _open_one(path: Path, what: str, chunks: dict | None) -> xr.Dataset:
+def _open_one(path: Path, what: str, chunks: dict | None, reader: ReaderOptions | None = None) -> xr.Dataset:
     kind = detect_format(path)
     if kind is None:
         raise EnsmlError(f"{what} file {path} {unknown_format(path)}")
+    reader = reader or ReaderOptions()
     if kind == "grib":  # cfgrib, never writing index files next to the data
-        return read_grib(path, chunks)
+        ds = read_grib(path, chunks, reader.filter_by_keys, drop_control=reader.drop_control)
+        return reader.apply_rename(ds, path, what)
     engine = "zarr" if kind == "zarr" else "netcdf4"
     if kind == "zarr":
         check_chunks(path)  # a missing chunk would read silently as fill values
     try:
         with warnings.catch_warnings():  # zarr v2 stores without consolidated metadata are fine
             warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated")
-            return xr.open_dataset(path, engine=engine, chunks=chunks, cache=False)
+            ds = xr.open_dataset(path, engine=engine, chunks=chunks, cache=False)
     except Exception as exc:  # netCDF4/HDF5/zarr raise OSError, ValueError, RuntimeError ...
         reason = exception_reason(exc)
         raise EnsmlError(f"{what} file {path} cannot be read ({reason})") from None
+    return reader.apply_rename(ds, path, what)
 
 
-def _open(paths: list[Path], what: str, chunks: dict | None) -> xr.Dataset:
+def _open(
+    paths: list[Path], what: str, chunks: dict | None, reader: ReaderOptions | None = None
+) -> xr.Dataset:
     if len(paths) == 1:
-        return _open_one(paths[0], what, chunks)
-    try:
-        return xr.open_mfdataset(paths, combine="by_coords", chunks=chunks or {}, parallel=False)
-    except Exception:
-        # Name the culprit: open each file on its own (the first unreadable one raises).
-        parts = [_normalised(_open_one(p, what, chunks), p, what) for p in paths]
+        return _open_one(paths[0], what, chunks, reader)
+    if reader is None and not any(detect_format(p) == "grib" for p in paths):
         try:
-            return xr.combine_by_coords(parts, combine_attrs="drop_conflicts")
-        except Exception as exc:
-            raise EnsmlError(f"{what} files {paths[0]} … {paths[-1]} do not combine ({exc})") from None
+            return xr.open_mfdataset(paths, combine="by_coords", chunks=chunks or {}, parallel=False)
+        except Exception:
+            pass
+    # File by file, naming the culprit (the first unreadable one raises); then by coordinates,
+    # or by init date for files split by date in any order (ensml.data.sources).
+    parts = [_normalised(_open_one(p, what, chunks, reader), p, what) for p in paths]
+    return combine_files(parts, paths, what)
+
+
+def _open_sources(
+    paths: PathLike | Sequence[PathLike], what: str, chunks: dict | None, reader: ReaderOptions | None
+) -> tuple[xr.Dataset, Path | PathLike | Sequence[PathLike]]:
+    """The dataset of ``paths`` (members in separate files when a path holds ``{member}``)."""
+    if not has_member_field(paths):
+        files = _paths(paths, what)
+        return _open(files, what, chunks, reader), files[0] if len(files) == 1 else paths
+    if not isinstance(paths, str | Path):
+        raise EnsmlError(f"{what}: a path with {{member}} must be given alone, got {list(paths)}")
+    by_member = member_files(str(paths), lambda pattern: _paths(pattern, what))
+    parts = {
+        n: _normalised(_open(files, what, chunks, reader), files[0], what) for n, files in by_member.items()
+    }
+    return stack_members(parts, by_member, what), paths
 
 
 def _normalised(ds: xr.Dataset, path: object, what: str) -> xr.Dataset:
@@ -212,27 +241,40 @@ def _open_checked(
     chunks: dict | None,
     what: str,
     dims: Sequence[str],
+    reader: ReaderOptions | dict | None = None,
 ) -> xr.Dataset:
-    files = _paths(paths, what)
-    ds = _normalised(_open(files, what, chunks), files[0] if len(files) == 1 else paths, what)
-    check_grid(ds, variables or list(ds.data_vars), str(files[0]), what)
-    _check_vars(ds, variables, dims, str(files[0]), what)
-    _check_index(ds, dims, str(files[0]), what)
+    ds, name = _open_sources(paths, what, chunks, as_reader(reader) if reader else None)
+    ds = _normalised(ds, name, what)
+    check_grid(ds, variables or list(ds.data_vars), str(name), what)
+    _check_vars(ds, variables, dims, str(name), what)
+    _check_index(ds, dims, str(name), what)
     return ds[list(variables)] if variables else ds
 
 
 def open_forecast(
-    paths: PathLike | Sequence[PathLike], variables: Sequence[str] | None = None, chunks: dict | None = None
+    paths: PathLike | Sequence[PathLike],
+    variables: Sequence[str] | None = None,
+    chunks: dict | None = None,
+    reader: ReaderOptions | dict | None = None,
 ) -> xr.Dataset:
-    """Open ensemble forecast file(s) lazily with dims (init_time, lead_time, member, level, lat, lon)."""
-    return _open_checked(paths, variables, chunks, "forecast", FORECAST_DIMS)
+    """Open ensemble forecast file(s) lazily with dims (init_time, lead_time, member, level, lat, lon).
+
+    ``paths``: a file, a glob or a list of them (netCDF, GRIB, zarr; files split by date in any
+    order, as ENS-10's, are concatenated by init time), or a path with ``{member}`` for members
+    in separate files. ``reader``: :class:`~ensml.data.sources.ReaderOptions` (GRIB filters,
+    control member, renames).
+    """
+    return _open_checked(paths, variables, chunks, "forecast", FORECAST_DIMS, reader)
 
 
 def open_analysis(
-    paths: PathLike | Sequence[PathLike], variables: Sequence[str] | None = None, chunks: dict | None = None
+    paths: PathLike | Sequence[PathLike],
+    variables: Sequence[str] | None = None,
+    chunks: dict | None = None,
+    reader: ReaderOptions | dict | None = None,
 ) -> xr.Dataset:
     """Open verifying analysis file(s) lazily with dims (time, level, latitude, longitude)."""
-    return _open_checked(paths, variables, chunks, "analysis", ANALYSIS_DIMS)
+    return _open_checked(paths, variables, chunks, "analysis", ANALYSIS_DIMS, reader)
 
 
 def open_dataset(paths: PathLike | Sequence[PathLike], what: str) -> xr.Dataset:

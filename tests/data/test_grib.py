@@ -70,12 +70,20 @@ def test_single_time_grib_is_normalised_like_every_forecast(real_data: Path) -> 
     np.testing.assert_array_equal(ds["valid_time"].values, (ds["init_time"] + ds["lead_time"]).values)
 
 
-def test_several_hypercubes_name_the_filters_on_one_line(real_data: Path) -> None:
-    with pytest.raises(EnsmlError) as err:
-        open_forecast(real_data / "earthkit-data" / "ens_50.grib")
-    message = str(err.value)
-    assert "\n" not in message and "ens_50.grib" in message
-    assert "filter_by_keys" in message and "{'dataType': 'cf'}" in message and "{'dataType': 'pf'}" in message
+def test_control_and_perturbed_members_merge_control_first(real_data: Path) -> None:
+    path = real_data / "earthkit-data" / "ens_50.grib"
+    ds = open_forecast(path)
+    assert ds.sizes["member"] == 51 and ds["member"].values.tolist() == list(range(51))
+    kw = {"engine": "cfgrib", "backend_kwargs": {"indexpath": ""}}
+    for kind, members in (("cf", 0), ("pf", [1, 50])):
+        with xr.open_dataset(path, **kw, filter_by_keys={"dataType": kind}) as ref:
+            z = ref["z"].sel(number=members) if kind == "pf" else ref["z"]
+            z = z.assign_coords(longitude=z.longitude % 360).sortby("longitude")
+            ref_z = z.sortby("latitude", ascending=False).values
+        np.testing.assert_array_equal(ds["z"].sel(member=members).values.squeeze(), ref_z.squeeze())
+    assert open_forecast(path, reader={"drop_control": True}).sizes["member"] == 50
+    pf = open_forecast(path, reader={"filter_by_keys": {"dataType": "pf"}})
+    assert pf["member"].values[0] == 1
 
 
 @pytest.fixture
@@ -121,7 +129,7 @@ def test_variable_cfgrib_skips_is_named_with_the_reason(analysis_grib, tmp_path,
     assert list(read_grib(mixed, filter_by_keys={"shortName": "u"}).data_vars) == ["u"]  # the advice works
 
 
-def test_hypercube_error_prints_nothing_else(real_data, tmp_path, capfd) -> None:
+def test_an_ensemble_given_as_analysis_prints_one_line(real_data, tmp_path, capfd) -> None:
     from ensml.cli import main
 
     path = real_data / "earthkit-data" / "ens_50.grib"
@@ -133,4 +141,5 @@ def test_hypercube_error_prints_nothing_else(real_data, tmp_path, capfd) -> None
         == 1
     )
     err = capfd.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("ensml: GRIB file") and "grib_copy" in err
+    assert err.count("\n") == 1 and err.startswith("ensml: analysis file") and "missing time" in err
+    assert not (tmp_path / "out").exists()
