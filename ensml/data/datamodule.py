@@ -17,6 +17,7 @@ from ensml.data.io import (
 )
 from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
 from ensml.data.sampling import EpochSampler
+from ensml.data.sources import ReaderOptions
 from ensml.data.splits import split_init_times
 from ensml.data.stats import compute_stats
 from ensml.data.surface import broadcast_levels, check_same_surface, surface_mask
@@ -81,6 +82,12 @@ class EnsembleDataModule(L.LightningDataModule):
     cache_mb
         Memory (MiB) each process may use to keep samples read from disk for the next epochs
         (the embedded data's training and validation splits need about 540); 0 reads every time.
+    reader
+        How to read the forecast files (:class:`~ensml.data.sources.ReaderOptions`): GRIB
+        ``filter_by_keys``, ``drop_control``, variable ``rename``; e.g. in YAML
+        ``reader: {filter_by_keys: {dataType: pf}, rename: {2t: t2m}}``.
+    analysis_reader
+        The same for the analysis files.
     """
 
     def __init__(
@@ -101,6 +108,8 @@ class EnsembleDataModule(L.LightningDataModule):
         seed: int = 0,
         check_finite: bool = True,
         cache_mb: float = 2048.0,
+        reader: ReaderOptions | None = None,
+        analysis_reader: ReaderOptions | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -121,7 +130,7 @@ class EnsembleDataModule(L.LightningDataModule):
     # -- validation and metadata (main process, lazy dask arrays) ---------------------------
     def _inspect(self) -> None:
         hp = self.hparams
-        fc = open_forecast(hp.forecast, hp.variables, chunks={})
+        fc = open_forecast(hp.forecast, hp.variables, chunks={}, reader=hp.reader)
         name = f"forecast {hp.forecast}"
         check_levels(fc, hp.levels, name)
         check_lead_times(fc, hp.input_lead_hours, name)
@@ -141,7 +150,7 @@ class EnsembleDataModule(L.LightningDataModule):
         periods = {"train": hp.train_period, "val": hp.val_period, "test": hp.test_period}
         splits = split_init_times(fc[INIT_TIME].values, periods, max_lead, source=name)
         if hp.analysis is not None:
-            an = open_analysis(hp.analysis, hp.variables, chunks={})
+            an = open_analysis(hp.analysis, hp.variables, chunks={}, reader=hp.analysis_reader)
             check_same_grid(fc, an, name, f"analysis {hp.analysis}")
             check_levels(an, hp.levels, f"analysis {hp.analysis}")
             check_same_surface(fc_levels, an, hp.variables, name, f"analysis {hp.analysis}")
@@ -198,6 +207,7 @@ class EnsembleDataModule(L.LightningDataModule):
             return EnsembleSamples(
                 hp.forecast, hp.analysis, self.init_times(split), self.spec, sampling, slab=self.slab,
                 cache_mb=hp.cache_mb if split != "test" else 0.0, seed=hp.seed,
+                reader=hp.reader, analysis_reader=hp.analysis_reader,
             )  # fmt: skip
 
         self.train_set = make("train", hp.member_sampling)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from ensml.data.grib_merge import merge_hypercubes, without_control
+from ensml.data.grib_merge import merge_hypercubes, prepared, without_control
 from ensml.errors import EnsmlError, exception_reason
 from ensml.logs import collected
 from ensml.names import FORECAST_DIMS
@@ -85,9 +85,9 @@ def read_grib(
         )
     for name, why in _skipped_variables(records).items():
         ds.attrs[SKIPPED_PREFIX + name] = why
-    for dim in ("step", "time"):  # a single-step or single-time file: a length-1 dimension
-        if dim in ds.coords and dim not in ds.dims:
-            ds = ds.expand_dims(dim)
+    # A single step, time or pressure level: a length-1 dimension; single-level markers
+    # (surface, heightAboveGround …) dropped: such variables are surface variables.
+    ds = prepared(ds, expand=("step", "time", "isobaricInhPa"))
     cfgrib_order = ("time", "step", "number", "isobaricInhPa", "latitude", "longitude")
     return ds.transpose(*[d for d in cfgrib_order if d in ds.dims], ...)
 

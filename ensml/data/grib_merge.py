@@ -36,11 +36,12 @@ def without_control(parts: list[xr.Dataset], path: str | Path) -> list[xr.Datase
     return kept
 
 
-def _prepared(ds: xr.Dataset) -> xr.Dataset:
-    for dim in EXPAND:
+def prepared(ds: xr.Dataset, expand: tuple[str, ...] = EXPAND) -> xr.Dataset:
+    """``ds`` with the scalar coordinates ``expand`` made dimensions and level markers dropped."""
+    for dim in expand:
         if dim in ds.coords and dim not in ds.dims:
             ds = ds.expand_dims(dim)
-    markers = [c for c in ds.coords if ds[c].ndim == 0 and c != "valid_time"]
+    markers = [c for c in ds.coords if ds[c].ndim == 0 and c not in (*EXPAND, "valid_time")]
     return ds.drop_vars(markers)
 
 
@@ -75,7 +76,7 @@ def merge_hypercubes(
         raise EnsmlError(f"GRIB file {path} cannot be read ({exception_reason(exc)})") from None
     if drop_control:
         parts = without_control(parts, path)
-    parts = [_prepared(ds) for ds in parts]
+    parts = [prepared(ds) for ds in parts]
     _check_members(parts, path)
     try:
         merged = xr.merge(parts, compat="no_conflicts", join="outer", combine_attrs="drop_conflicts")
@@ -86,4 +87,4 @@ def merge_hypercubes(
     return merged.sortby("number") if "number" in merged.dims else merged
 
 
-__all__ = ["merge_hypercubes", "without_control"]
+__all__ = ["merge_hypercubes", "prepared", "without_control"]

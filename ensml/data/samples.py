@@ -18,6 +18,7 @@ import xarray as xr
 
 from ensml.data.io import open_analysis, open_forecast
 from ensml.data.sampling import SampleKey, split_key
+from ensml.data.sources import ReaderOptions
 from ensml.data.surface import read_levels
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
@@ -85,6 +86,8 @@ class EnsembleSamples(torch.utils.data.Dataset):
         the read and decompression; samples beyond the budget are read each time.
     seed
         Seed of the random member subsets.
+    reader, analysis_reader
+        How to read the forecast and analysis files (:class:`~ensml.data.sources.ReaderOptions`).
     """
 
     def __init__(
@@ -98,6 +101,8 @@ class EnsembleSamples(torch.utils.data.Dataset):
         targets: bool = True,
         cache_mb: float = 0.0,
         seed: int = 0,
+        reader: ReaderOptions | dict | None = None,
+        analysis_reader: ReaderOptions | dict | None = None,
     ) -> None:
         self.forecast_paths = forecast
         self.analysis_paths = analysis
@@ -108,6 +113,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
         self.targets = targets
         self.cache_bytes = int(cache_mb * 2**20)
         self.seed = int(seed)
+        self.readers = (reader, analysis_reader)
         self._fc: xr.Dataset | None = None
         self._an: xr.Dataset | None = None
         self._cache: dict[int, dict[str, np.ndarray]] = {}
@@ -122,10 +128,10 @@ class EnsembleSamples(torch.utils.data.Dataset):
 
     def _open(self) -> None:
         spec = self.spec
-        fc = open_forecast(self.forecast_paths, spec.variables)
+        fc = open_forecast(self.forecast_paths, spec.variables, reader=self.readers[0])
         self._fc = fc.sel({LEVEL: list(spec.levels), LEAD_TIME: spec.input_leads})
         if self.analysis_paths is not None:
-            an = open_analysis(self.analysis_paths, spec.variables)
+            an = open_analysis(self.analysis_paths, spec.variables, reader=self.readers[1])
             self._an = an.sel({LEVEL: list(spec.levels)})
         if self.slab is not None:
             # Lazy indexing: each read then fetches only this hyperslab from the file.

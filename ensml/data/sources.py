@@ -23,7 +23,7 @@ import pandas as pd
 import xarray as xr
 
 from ensml.errors import EnsmlError, exception_reason
-from ensml.names import INIT_TIME, LATITUDE, LONGITUDE, MEMBER
+from ensml.names import FORECAST_DIMS, INIT_TIME, LATITUDE, LONGITUDE, MEMBER, TIME
 
 MEMBER_FIELD = "{member}"
 
@@ -131,7 +131,20 @@ def stack_members(parts: dict[int, xr.Dataset], files: dict[int, list[Path]], wh
             ):
                 raise EnsmlError(f"{name}: its {dim} values differ from member {numbers[0]}'s")
     member = xr.DataArray(np.asarray(numbers, dtype=np.int64), dims=MEMBER)
-    return xr.concat(list(parts.values()), dim=member, combine_attrs="drop_conflicts")
+    out = xr.concat([lazy(ds) for ds in parts.values()], dim=member, combine_attrs="drop_conflicts")
+    order = [d for d in FORECAST_DIMS if d in out.dims]
+    return out.transpose(*order, ...)
+
+
+def lazy(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` as dask arrays of one time step per chunk, so combining files reads nothing.
+
+    A file opened without dask (netCDF, GRIB) would be loaded whole by ``xr.concat``; one
+    chunk per init (or valid) time makes a training sample read one chunk per variable.
+    """
+    if any(var.chunks for var in ds.data_vars.values()):
+        return ds
+    return ds.chunk({d: 1 for d in (INIT_TIME, TIME) if d in ds.dims})
 
 
 # -- files split by date --------------------------------------------------------------------------
@@ -143,6 +156,7 @@ def combine_files(parts: list[xr.Dataset], paths: list[Path], what: str) -> xr.D
     ``init_time`` and sorted, then the variable groups (e.g. pressure-level and surface files)
     are merged.
     """
+    parts = [lazy(ds) for ds in parts]
     try:
         return xr.combine_by_coords(parts, combine_attrs="drop_conflicts")
     except Exception as exc:
