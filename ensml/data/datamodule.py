@@ -16,7 +16,7 @@ from ensml.data.io import (
     open_forecast,
 )
 from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
-from ensml.data.sampling import EpochSampler
+from ensml.data.sampling import EpochPlan, EpochSampler
 from ensml.data.sources import ReaderOptions
 from ensml.data.splits import split_init_times
 from ensml.data.stats import compute_stats
@@ -88,6 +88,10 @@ class EnsembleDataModule(L.LightningDataModule):
         ``reader: {filter_by_keys: {dataType: pf}, rename: {2t: t2m}}``.
     analysis_reader
         The same for the analysis files.
+    prefetch_workers
+        Background threads per process that read samples ahead in the order the coming epochs
+        will ask for them, into the ``cache_mb`` cache with clairvoyant eviction
+        (:mod:`ensml.data.prefetch`); 0 reads each sample when it is asked for.
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class EnsembleDataModule(L.LightningDataModule):
         cache_mb: float = 2048.0,
         reader: ReaderOptions | None = None,
         analysis_reader: ReaderOptions | None = None,
+        prefetch_workers: int = 1,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -120,6 +125,10 @@ class EnsembleDataModule(L.LightningDataModule):
             )
         if batch_size < 1:
             raise EnsmlError(f"batch_size must be at least 1, got {batch_size}")
+        if prefetch_workers < 0 or cache_mb < 0:
+            raise EnsmlError(
+                f"prefetch_workers and cache_mb must be >= 0, got {prefetch_workers} and {cache_mb}"
+            )
         self._spec: SampleSpec | None = None
         self._splits: dict[str, np.ndarray] | None = None
         self._stats: dict[str, np.ndarray] | None = None
@@ -137,7 +146,7 @@ class EnsembleDataModule(L.LightningDataModule):
         m = check_members(fc, hp.k, name)
         surface, fc_levels = surface_mask(fc, hp.variables), fc
         # Surface variables: one channel repeated over the levels (ensml.data.surface).
-        fc = broadcast_levels(fc.sel({LEVEL: list(hp.levels)}))
+        fc = broadcast_levels(fc.sel({LEVEL: list(hp.levels)}) if LEVEL in fc.dims else fc)
         self._spec = SampleSpec(
             variables=tuple(hp.variables),
             levels=tuple(float(x) for x in hp.levels),
@@ -216,7 +225,13 @@ class EnsembleDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: EnsembleSamples, shuffle: bool) -> DataLoader:
         hp = self.hparams
-        sampler = EpochSampler(dataset, *self._replicas(), seed=hp.seed) if shuffle else None
+        replicas = self._replicas()
+        sampler = EpochSampler(dataset, *replicas, seed=hp.seed) if shuffle else None
+        # What this process (or each of its workers) will read, epoch by epoch: read it ahead.
+        plan = EpochPlan(len(dataset), hp.batch_size, hp.num_workers, shuffle, hp.seed, *replicas)
+        # Unshuffled under DDP, Lightning splits the order itself: no plan to follow then.
+        dataset.plan = plan if shuffle or replicas[0] == 1 else None
+        dataset.prefetch_workers = hp.prefetch_workers
         return DataLoader(
             dataset,
             batch_size=hp.batch_size,

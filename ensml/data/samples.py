@@ -6,6 +6,7 @@ are never shared across a fork, and reads one init time per sample without dask 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ import torch
 import xarray as xr
 
 from ensml.data.io import open_analysis, open_forecast
-from ensml.data.sampling import SampleKey, split_key
+from ensml.data.prefetch import Prefetcher
+from ensml.data.sampling import EpochPlan, SampleKey, split_key
 from ensml.data.sources import ReaderOptions
 from ensml.data.surface import read_levels
 from ensml.errors import EnsmlError, exception_reason
@@ -114,6 +116,12 @@ class EnsembleSamples(torch.utils.data.Dataset):
         self.cache_bytes = int(cache_mb * 2**20)
         self.seed = int(seed)
         self.readers = (reader, analysis_reader)
+        # Clairvoyant prefetching (set by the data module): plan(epoch) is this process's read order.
+        self.plan: EpochPlan | None = None
+        self.prefetch_workers = 0
+        self._prefetcher: Prefetcher | None = None
+        self._planned: set[int] = set()
+        self._open_lock = threading.Lock()
         self._fc: xr.Dataset | None = None
         self._an: xr.Dataset | None = None
         self._cache: dict[int, dict[str, np.ndarray]] = {}
@@ -124,7 +132,11 @@ class EnsembleSamples(torch.utils.data.Dataset):
 
     def __getstate__(self) -> dict:
         # Never ship open file handles to worker processes.
-        return {**self.__dict__, "_fc": None, "_an": None, "_cache": {}, "_cached_bytes": 0}
+        state = {**self.__dict__, "_fc": None, "_an": None, "_cache": {}, "_cached_bytes": 0}
+        return {**state, "_prefetcher": None, "_planned": set(), "_open_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _open_lock=threading.Lock())
 
     def _open(self) -> None:
         spec = self.spec
@@ -151,8 +163,18 @@ class EnsembleSamples(torch.utils.data.Dataset):
         """The arrays sample ``index`` is made of, from the cache or from disk."""
         if index in self._cache:
             return self._cache[index]
-        if self._fc is None:
-            self._open()
+        blocks = self._read(index)
+        size = sum(b.nbytes for b in blocks.values())
+        if self._cached_bytes + size <= self.cache_bytes:
+            self._cache[index] = blocks
+            self._cached_bytes += size
+        return blocks
+
+    def _read(self, index: int) -> dict[str, np.ndarray]:
+        """The arrays of sample ``index``, read from disk (thread-safe: prefetch threads call it)."""
+        with self._open_lock:
+            if self._fc is None:
+                self._open()
         init, variables = self.init_times[index], self.spec.variables
         blocks = {
             "fc": read_block(self._fc, {INIT_TIME: init}, FORECAST_SAMPLE_DIMS, variables,
@@ -166,15 +188,24 @@ class EnsembleSamples(torch.utils.data.Dataset):
             if self.targets:
                 valid = {TIME: init + self.spec.target_lead}
                 blocks["obs"] = read_block(self._an, valid, ANALYSIS_SAMPLE_DIMS, variables, what)
-        size = sum(b.nbytes for b in blocks.values())
-        if self._cached_bytes + size <= self.cache_bytes:
-            self._cache[index] = blocks
-            self._cached_bytes += size
         return blocks
+
+    def _prefetched(self, index: int, epoch: int) -> dict[str, np.ndarray]:
+        """Sample ``index`` through the clairvoyant prefetcher (:mod:`ensml.data.prefetch`)."""
+        if self._prefetcher is None:
+            self._prefetcher = Prefetcher(self._read, self.cache_bytes, self.prefetch_workers)
+        for e in (epoch, epoch + 1):  # this epoch's order and the next one's, planned once
+            if e not in self._planned:
+                self._planned.add(e)
+                self._prefetcher.extend(self.plan(e))
+        return self._prefetcher.get(index)
 
     def __getitem__(self, key: int | SampleKey) -> dict[str, torch.Tensor]:
         index, epoch = split_key(key)
-        blocks = self._blocks(index)
+        if self.plan is not None and self.prefetch_workers > 0:
+            blocks = self._prefetched(index, epoch)
+        else:
+            blocks = self._blocks(index)
         fc = blocks["fc"]
         item = subset_moments(fc, self.members_for(index, epoch), self.spec.k)
         if self.targets:

@@ -11,9 +11,10 @@ its epoch, so a dataset can draw per-sample randomness from ``(seed, epoch, inde
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset, DistributedSampler, get_worker_info
 
 
 class SampleKey(NamedTuple):
@@ -53,6 +54,39 @@ class EpochSampler(DistributedSampler):
         return self.iterated_epoch is not None and self.iterated_epoch != self.epoch
 
 
+@dataclass(frozen=True)
+class EpochPlan:
+    """The sample indices one process reads in an epoch, in order: what a prefetcher reads ahead.
+
+    Mirrors the DataLoader: the sampler's order (:class:`EpochSampler`'s for ``shuffle``, else
+    0 … n-1) cut into batches, batch ``b`` going to worker ``b % num_workers`` (torch hands
+    batches to its workers in turn). Called inside a DataLoader worker, it gives that worker's
+    share. Picklable, so it travels to worker processes with the dataset.
+    """
+
+    length: int
+    batch_size: int
+    num_workers: int = 0
+    shuffle: bool = True
+    seed: int = 0
+    num_replicas: int = 1
+    rank: int = 0
+
+    def __call__(self, epoch: int) -> list[int]:
+        if self.shuffle:
+            sampler = EpochSampler(range(self.length), self.num_replicas, self.rank, seed=self.seed)
+            sampler.set_epoch(epoch)
+            order = [key.index for key in sampler]
+        else:
+            order = list(range(self.length))
+        if self.num_workers < 1:
+            return order
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        return [i for b, batch in enumerate(batches) if b % self.num_workers == worker for i in batch]
+
+
 def split_key(key: int | SampleKey | tuple[int, int]) -> tuple[int, int]:
     """``(index, epoch)`` of a dataset key: a plain index is epoch 0."""
     if isinstance(key, tuple):
@@ -60,4 +94,4 @@ def split_key(key: int | SampleKey | tuple[int, int]) -> tuple[int, int]:
     return int(key), 0
 
 
-__all__ = ["EpochSampler", "SampleKey", "split_key"]
+__all__ = ["EpochPlan", "EpochSampler", "SampleKey", "split_key"]

@@ -34,6 +34,7 @@ from ensml.data.io import (
     open_forecast,
 )
 from ensml.data.outdir import replace_folder
+from ensml.data.surface import check_not_at_level
 from ensml.errors import EnsmlError
 from ensml.eval.cases import Case, climatological_threshold
 from ensml.eval.crps import crps_ensemble
@@ -91,6 +92,7 @@ def score_case(
     fc_ds = open_forecast(forecast, [var])
     an_ds = open_analysis(analysis, [var])
     check_same_grid(fc_ds, an_ds, f"forecast {forecast}", f"analysis {analysis}")
+    check_not_at_level(fc_ds[var], case.level, f"case {name!r} (forecast {forecast})")
     check_levels(fc_ds, [case.level], f"forecast {forecast} (case {name!r})")
     check_levels(an_ds, [case.level], f"analysis {analysis} (case {name!r})")
     check_lead_times(fc_ds, [case.lead_hours], f"forecast {forecast} (case {name!r})")

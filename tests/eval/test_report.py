@@ -70,7 +70,7 @@ def _variant(src: Path, dst: Path, change) -> Path:
     [
         ("no_member", "has 0 members"),
         ("other_grid", "different grids"),
-        ("no_level", "missing level"),
+        ("no_level", "has no level(s)"),
         ("empty_region", "selects no grid point"),
         ("empty_window", "selects no init time"),
         ("threshold", "outside the range"),

@@ -160,3 +160,23 @@ def test_surface_in_forecast_but_levels_in_analysis(surface_data, tmp_path) -> N
     ):
         dm.setup("fit")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_case_study_of_a_surface_variable_at_a_level(surface_data) -> None:
+    from ensml.eval.cases import case_from_dict
+    from ensml.eval.casestudy import score_case
+
+    case = case_from_dict(
+        {
+            "name": "warm spell",
+            "variable": "t2m",
+            "level": 850,
+            "lead_hours": 48,
+            "region": {"lat": [30, 60], "lon": [0, 40]},
+            "window": ["2017-11-01", "2017-11-30"],
+            "threshold": {"quantile": 0.9, "tail": "upper"},
+        }  # fmt: skip
+    )
+    message = r"^case 'warm spell' \(forecast .*\): variable 't2m' is a surface .* has no level 850 hPa"
+    with pytest.raises(EnsmlError, match=message):
+        score_case(case, str(surface_data["forecast"]), str(surface_data["analysis"]))
