@@ -45,6 +45,19 @@ from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME, units_of
 from ensml.progress import Progress, note, seconds
 
 
+def _levels_of(x: xr.DataArray, levels: Sequence[float]) -> list[float | None]:
+    """The levels of ``x`` to report: ``[None]`` for a surface variable (no level dimension)."""
+    return list(levels) if LEVEL in x.dims else [None]
+
+
+def _at(x: xr.DataArray, level: float | None) -> xr.DataArray:
+    return x if level is None else x.sel({LEVEL: level})
+
+
+def _at_levels(x: xr.DataArray, levels: Sequence[float]) -> xr.DataArray:
+    return x.sel({LEVEL: levels}) if LEVEL in x.dims else x
+
+
 def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
     dims = [d for d in x.dims if d != LEVEL]
     return x.weighted(weights).mean(dims)
@@ -155,7 +168,8 @@ def evaluate(
     check_same_grid(fc, an, fc_name, an_name)
     check_lead_times(fc, [lead_hours], fc_name)
     m = check_members(fc, k, fc_name)
-    levels = list(levels) if levels is not None else [float(x) for x in fc[LEVEL].values]
+    all_levels = np.atleast_1d(fc[LEVEL].values) if LEVEL in fc.coords else []
+    levels = list(levels) if levels is not None else [float(x) for x in all_levels]
     check_levels(fc, levels, fc_name)
     check_levels(an, levels, an_name)
 
@@ -172,26 +186,27 @@ def evaluate(
             f"{fc_name}, {an_name} and the predictions have no init dates in common at {lead_hours} h"
         )
 
-    fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
+    at_levels = {LEVEL: levels} if LEVEL in fc.dims else {}  # surface variables have none
+    fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, **at_levels}).load()
     check_complete(fc, fc_name)
-    obs = an.sel({TIME: inits + lead, LEVEL: levels}).load()
+    obs = an.sel({TIME: inits + lead, **at_levels}).load()
     check_complete(obs, an_name)
     obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
     if calibrated is not None:
-        calibrated = calibrated.sel({INIT_TIME: inits, LEVEL: levels})
+        calibrated = calibrated.sel({INIT_TIME: inits, **at_levels})
     orc = None
     if oracle:
         orc = open_dataset(oracle, "oracle")
         needed = [need(orc, f"{v}_{s}", oracle, "oracle").name for v in variables for s in ("mean", "std")]
-        orc = orc[needed].sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
+        orc = orc[needed].sel({INIT_TIME: inits, LEAD_TIME: lead, **at_levels}).load()
         check_complete(orc, f"oracle {oracle}")
     weights = area_weights(fc, what=fc_name)
-    point_dims = [LEVEL, *horizontal_dims(fc)]
 
     rows, spread_rows, fields = [], [], {}
     progress = Progress("evaluate", len(variables), "variables")
     for var in variables:
         y = obs[var]
+        point_dims = [d for d in [LEVEL, *horizontal_dims(fc)] if d in fc[var].dims]
         sources: dict[str, xr.DataArray] = {
             f"raw ensemble ({m} members)": crps_ensemble(fc[var], y, preserve_dims=point_dims),
             f"raw subset ({k} members)": crps_ensemble(
@@ -199,8 +214,12 @@ def evaluate(
             ),
         }
         if preds is not None:
-            mu = need(preds, f"{var}_mean", predictions, "predictions").sel({INIT_TIME: inits, LEVEL: levels})
-            sd = need(preds, f"{var}_std", predictions, "predictions").sel({INIT_TIME: inits, LEVEL: levels})
+            mu = _at_levels(
+                need(preds, f"{var}_mean", predictions, "predictions").sel({INIT_TIME: inits}), levels
+            )
+            sd = _at_levels(
+                need(preds, f"{var}_std", predictions, "predictions").sel({INIT_TIME: inits}), levels
+            )
             sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
         if calibrated is not None:
             n = calibrated.sizes[MEMBER]
@@ -218,8 +237,11 @@ def evaluate(
             target = fc[var].std(MEMBER, ddof=0)
             estimators = {
                 f"{k}-member sample std (ddof 1)": fc[var].isel({MEMBER: slice(0, k)}).std(MEMBER, ddof=1),
-                "spread model": need(spreads, f"{var}_std", spread_predictions, "spread predictions").sel(
-                    {INIT_TIME: inits, LEVEL: levels}
+                "spread model": _at_levels(
+                    need(spreads, f"{var}_std", spread_predictions, "spread predictions").sel(
+                        {INIT_TIME: inits}
+                    ),
+                    levels,
                 ),
             }
             for name, est in estimators.items():
@@ -279,19 +301,20 @@ def crps_rows(
         }
     rows = []
     for name, mean in means.items():
-        for lev in levels:
-            value = float(mean.sel({LEVEL: lev}))
-            raw = float(means[raw_key].sel({LEVEL: lev}))
+        for lev in _levels_of(mean, levels):
+            value = float(_at(mean, lev))
+            raw = float(_at(means[raw_key], lev))
             row = {
-                "variable": var, "level_hPa": lev, "lead_h": lead_hours, "forecast": name,
+                "variable": var, "level_hPa": np.nan if lev is None else lev, "lead_h": lead_hours,
+                "forecast": name,
                 "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
                 "crps": value, "units": units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
             }  # fmt: skip
             if oracle_key in means:
-                best = float(means[oracle_key].sel({LEVEL: lev}))
+                best = float(_at(means[oracle_key], lev))
                 row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
             if ev is not None:
-                value_ev, raw_ev = (float(ev[key].sel({LEVEL: lev})) for key in (name, raw_key))
+                value_ev, raw_ev = (float(_at(ev[key], lev)) for key in (name, raw_key))
                 row["crps_events"] = value_ev
                 row["events_skill_vs_raw"] = 1.0 - value_ev / raw_ev
             rows.append(row)
@@ -315,11 +338,11 @@ def spread_scores(
     for name, est in estimators.items():
         rmse = np.sqrt(_area_mean((est - target) ** 2, weights))
         corr = _weighted_corr(est, target, weights)
-        for lev in levels:
+        for lev in _levels_of(rmse, levels):
             rows.append({
-                "variable": var, "level_hPa": lev, "lead_h": lead_hours, "estimator": name,
-                "target": f"{members}-member std (ddof 0)", "rmse": float(rmse.sel({LEVEL: lev})),
-                "correlation": float(corr.sel({LEVEL: lev})), "units": units_of(var),
+                "variable": var, "level_hPa": np.nan if lev is None else lev, "lead_h": lead_hours,
+                "estimator": name, "target": f"{members}-member std (ddof 0)", "rmse": float(_at(rmse, lev)),
+                "correlation": float(_at(corr, lev)), "units": units_of(var),
             })  # fmt: skip
     return rows
 

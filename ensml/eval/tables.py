@@ -28,7 +28,8 @@ def _formatted(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for col, fmt in FLOAT_FORMATS.items():
         if col in out:
-            out[col] = [fmt.format(v) if pd.notna(v) else "" for v in out[col]]
+            blank = "surface" if col == "level_hPa" else ""  # a surface variable has no level
+            out[col] = [fmt.format(v) if pd.notna(v) else blank for v in out[col]]
     return out
 
 

@@ -58,6 +58,7 @@ class CheckpointInfo:
     hparams: dict[str, Any]
     grid: dict[str, Any] | None  # latitude, longitude, members of the training data
     grid_shape: tuple[int, ...]  # (latitude, longitude) sizes of the per-point statistics
+    surface: tuple[str, ...] = ()  # surface (single-level) variables (ensml.data.surface)
 
     @property
     def task(self) -> str:
@@ -93,7 +94,11 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
         )
     clim = saved["state_dict"].get("clim_mean")
     shape = tuple(int(n) for n in clim.shape[-2:]) if clim is not None and clim.ndim >= 2 else ()
-    return CheckpointInfo(str(path), file_sha256(path), class_path, hp, saved.get(GRID_KEY), shape)
+    mask = saved["state_dict"].get("surface")
+    surface = tuple(
+        str(v) for v, s in zip(hp.get("variables", ()), [] if mask is None else mask.tolist()) if s
+    )
+    return CheckpointInfo(str(path), file_sha256(path), class_path, hp, saved.get(GRID_KEY), shape, surface)
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,11 @@ class ModelSet:
     @property
     def levels(self) -> list[float]:
         return [float(x) for x in self.checkpoints[0].hparams["levels"]]
+
+    @property
+    def surface(self) -> list[str]:
+        """The surface variables among :attr:`variables`: their products have no level."""
+        return list(self.checkpoints[0].surface)
 
     @property
     def lead_hours(self) -> list[int]:

@@ -53,6 +53,14 @@ def _describe(var: str, what: str, *, keep_standard_name: bool, units: str | Non
     return attrs
 
 
+def _without_levels(ds: xr.Dataset, surface: Sequence[str]) -> xr.Dataset:
+    """``ds`` with the products of surface variables (``v``, ``v_*``) taken at one level."""
+    for name in list(ds.data_vars):
+        if LEVEL in ds[name].dims and any(name == v or str(name).startswith(f"{v}_") for v in surface):
+            ds[name] = ds[name].isel({LEVEL: 0}, drop=True)
+    return ds
+
+
 def product_dataset(
     init: np.datetime64,
     lead_hours: Sequence[int],
@@ -67,6 +75,7 @@ def product_dataset(
     thresholds: Sequence[ThresholdSet],
     task: str,
     k: int,
+    surface: Sequence[str] = (),
 ) -> xr.Dataset:
     """The products of one init time.
 
@@ -81,6 +90,9 @@ def product_dataset(
         ``MixedTask`` or ``SpreadTask`` (the long names say which distribution it is).
     k
         Members the model read (for the long names).
+    surface
+        Surface variables: their products keep no level dimension (the model's fields of a
+        surface variable are the same at every level).
     """
     m = raw.shape[2]
     n = m if products.members is None else products.members
@@ -142,7 +154,7 @@ def product_dataset(
         ds[name].attrs.update(COORD_ATTRS.get(str(name), {}))
     if n:
         ds[MEMBER].attrs.update(standard_name="realization", long_name="calibrated member number")
-    return ds
+    return _without_levels(ds, surface)
 
 
 def product_encoding(ds: xr.Dataset, zarr: bool = False) -> dict[str, dict]:

@@ -264,6 +264,7 @@ def _template(
         thresholds,
         m_.task,
         m_.k,
+        m_.surface,
     )
 
 

@@ -86,6 +86,12 @@ class _Forecast:
     def __init__(self, path: str, models: ModelSet, analysis: tuple[str, ...] | None) -> None:
         self.what = f"forecast file {path}"
         fc = open_forecast(path, models.variables)
+        for var in models.variables:
+            if (LEVEL not in fc[var].dims) != (var in models.surface):
+                kind = "a surface variable" if var in models.surface else "on pressure levels"
+                raise EnsmlError(
+                    f"{self.what}: the checkpoints were trained with {var!r} {kind}, the file differs"
+                )
         check_levels(fc, models.levels, self.what)
         check_lead_times(fc, models.read_lead_hours, self.what)
         self.members = check_members(fc, models.k, self.what)
@@ -180,7 +186,8 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
             mean, std, raw = predict_init(fc, init, job.models, nets, device)
             m = job.models
             return product_dataset(init, m.lead_hours, m.variables, m.levels, fc.latitude, fc.longitude,
-                                   mean, std, raw, job.products, job.thresholds, m.task, m.k)  # fmt: skip
+                                   mean, std, raw, job.products, job.thresholds, m.task, m.k,
+                                   m.surface)  # fmt: skip
 
         if job.format == "zarr":
             ds = products(inits[0])

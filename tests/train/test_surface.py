@@ -112,20 +112,67 @@ def test_checkpoint_without_surface_buffer_loads(data) -> None:
     assert new.surface.tolist() == [0, 0, 0]
 
 
-def test_fit_and_predict_write_the_surface_variable_without_level(
-    surface_data, tmp_path, monkeypatch
-) -> None:
+@pytest.fixture(scope="module")
+def surface_fit(surface_data, tmp_path_factory):
+    """A smoke MixedTask trained and run on the test split with z, t and t2m."""
     from ensml.cli import main
 
-    monkeypatch.chdir(tmp_path)
+    work = tmp_path_factory.mktemp("surface_fit")
     args = [*tiny_data_args(surface_data), "--data.variables=[z, t, t2m]"]
-    assert main(["fit", "--config", SMOKE, *args]) == 0
-    assert main(["predict", "--config", SMOKE, *args, "--ckpt_path=runs/smoke/checkpoints/best.ckpt"]) == 0
-    with xr.open_dataset(tmp_path / "runs/smoke/predictions.nc") as pred:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        assert main(["fit", "--config", SMOKE, *args]) == 0
+        assert (
+            main(["predict", "--config", SMOKE, *args, "--ckpt_path=runs/smoke/checkpoints/best.ckpt"]) == 0
+        )
+    return work / "runs/smoke"
+
+
+def test_fit_and_predict_write_the_surface_variable_without_level(surface_fit) -> None:
+    with xr.open_dataset(surface_fit / "predictions.nc") as pred:
         assert pred["t2m_mean"].dims == ("init_time", "latitude", "longitude")
         assert pred["t_mean"].dims == ("init_time", "level", "latitude", "longitude")
         assert float(pred["t2m_std"].min()) > 0
         assert 250 < float(pred["t2m_mean"].mean()) < 300
+
+
+def test_postprocess_products_of_a_surface_variable(surface_data, surface_fit, tmp_path) -> None:
+    from ensml.cli import main
+    from ensml.data.archive import archive
+    from tests.postprocess.conftest import pp_args
+
+    archive(str(surface_data["forecast"]), str(tmp_path / "in"), period=("2017-12-01", "2017-12-10"))
+    ckpt = surface_fit / "checkpoints/best.ckpt"
+    assert (
+        main(pp_args([ckpt], tmp_path / "in" / "*.nc", tmp_path / "out", analysis=surface_data["analysis"]))
+        == 0
+    )
+    outputs = sorted((tmp_path / "out").glob("*.nc"))
+    assert outputs
+    with xr.open_dataset(outputs[0]) as out, xr.open_dataset(surface_fit / "predictions.nc") as pred:
+        assert out["t2m_mean"].dims == ("init_time", "lead_time", "latitude", "longitude")
+        assert "level" not in out["t2m_quantile"].dims and "level" in out["t_quantile"].dims
+        assert "level" not in out["t2m"].dims  # the ECC members
+        init = out["init_time"].values[0]
+        np.testing.assert_allclose(
+            out["t2m_mean"].sel(init_time=init).isel(lead_time=0).values,
+            pred["t2m_mean"].sel(init_time=init).values,
+            rtol=1e-5,
+        )
+
+
+def test_postprocess_refuses_a_surface_variable_on_levels(surface_data, surface_fit, tmp_path) -> None:
+    from ensml.cli import main
+    from tests.postprocess.conftest import pp_args
+
+    with xr.open_dataset(surface_data["forecast"]) as fc:
+        bad = fc.isel(init_time=slice(-3, None)).load()
+    bad["t2m"] = bad["t"]
+    bad.to_netcdf(tmp_path / "bad.nc")
+    ckpt = surface_fit / "checkpoints/best.ckpt"
+    args = pp_args([ckpt], tmp_path / "bad.nc", tmp_path / "out", analysis=surface_data["analysis"])
+    assert main(args) == 1
+    assert not list((tmp_path / "out").glob("*.nc"))
 
 
 def test_helpers_on_a_hand_made_dataset() -> None:
@@ -175,8 +222,36 @@ def test_a_case_study_of_a_surface_variable_at_a_level(surface_data) -> None:
             "region": {"lat": [30, 60], "lon": [0, 40]},
             "window": ["2017-11-01", "2017-11-30"],
             "threshold": {"quantile": 0.9, "tail": "upper"},
-        }  # fmt: skip
+        }
     )
     message = r"^case 'warm spell' \(forecast .*\): variable 't2m' is a surface .* has no level 850 hPa"
     with pytest.raises(EnsmlError, match=message):
         score_case(case, str(surface_data["forecast"]), str(surface_data["analysis"]))
+
+
+def test_evaluate_scores_a_surface_variable_once(surface_data, tmp_path) -> None:
+    """Raw-ensemble CRPS of t2m against properscoring, area-weighted by hand; oracle rows too."""
+    import properscoring as ps
+
+    from ensml.eval.evaluate import evaluate
+    from tests.conftest import cell_area_weights
+
+    table = evaluate(
+        str(surface_data["forecast"]), str(surface_data["analysis"]), oracle=str(surface_data["oracle"]),
+        variables=["z", "t2m"], out_dir=str(tmp_path / "eval"),
+    )  # fmt: skip
+    t2m = table[table["variable"] == "t2m"]
+    assert len(t2m) == 3 and t2m["level_hPa"].isna().all()  # raw, subset, oracle: one row each
+    assert len(table[table["variable"] == "z"]) == 6  # two levels
+    with xr.open_dataset(surface_data["forecast"]) as fc, xr.open_dataset(surface_data["analysis"]) as an:
+        lead = np.timedelta64(48, "h")
+        inits = fc["init_time"].values[np.isin(fc["init_time"].values + lead, an["time"].values)]
+        x = fc["t2m"].sel(init_time=inits, lead_time=lead).transpose(..., "member").values
+        y = an["t2m"].sel(time=inits + lead).values
+    w = cell_area_weights(fc["latitude"].values)[None, :, None]
+    expected = float((ps.crps_ensemble(y, x) * w).sum() / (w * np.ones_like(y)).sum())
+    raw = t2m[t2m["forecast"].str.startswith("raw ensemble")]["crps"].item()
+    np.testing.assert_allclose(raw, expected, rtol=1e-5)
+    oracle = t2m[t2m["forecast"] == "oracle (Gaussian)"]["crps"].item()
+    assert oracle < raw  # the oracle of the surface variable beats the raw ensemble
+    assert "| t2m | surface | 48 | raw ensemble" in (tmp_path / "eval" / "scores.md").read_text()
