@@ -91,7 +91,8 @@ class EnsembleDataModule(L.LightningDataModule):
     prefetch_workers
         Background threads per process that read samples ahead in the order the coming epochs
         will ask for them, into the ``cache_mb`` cache with clairvoyant eviction
-        (:mod:`ensml.data.prefetch`); 0 reads each sample when it is asked for.
+        (:mod:`ensml.data.prefetch`); 0 (the default here; the configs set 1) reads each sample
+        when it is asked for. The threads stop at ``teardown`` (Lightning calls it after a fit).
     """
 
     def __init__(
@@ -114,7 +115,7 @@ class EnsembleDataModule(L.LightningDataModule):
         cache_mb: float = 2048.0,
         reader: ReaderOptions | None = None,
         analysis_reader: ReaderOptions | None = None,
-        prefetch_workers: int = 1,
+        prefetch_workers: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -248,6 +249,12 @@ class EnsembleDataModule(L.LightningDataModule):
             return 1, 0
         kwargs = getattr(trainer.strategy, "distributed_sampler_kwargs", None) or {}
         return int(kwargs.get("num_replicas", 1)), int(kwargs.get("rank", 0))
+
+    def teardown(self, stage: str) -> None:
+        """Stop the prefetch threads (after fit, validate, test or predict)."""
+        for name in ("train_set", "val_set", "test_set"):
+            if hasattr(self, name):
+                getattr(self, name).close()
 
     def train_dataloader(self) -> DataLoader:
         """Training batches in an order that depends only on ``seed`` and the epoch.

@@ -66,6 +66,8 @@ class Prefetcher:
         self._inflight: set[int] = set()
         self._errors: dict[int, BaseException] = {}
         self._closed = False
+        self._epoch_start: dict[int, int] = {}
+        self._epoch: int | None = None
         self.reads = 0  # disk reads made (background and synchronous)
         self._threads = [
             threading.Thread(target=self._work, name=f"ensml-prefetch-{i}", daemon=True)
@@ -75,9 +77,15 @@ class Prefetcher:
             t.start()
 
     # -- plan --------------------------------------------------------------------------------
-    def extend(self, indices: Iterable[int]) -> None:
-        """Append planned reads (e.g. the next epoch's order) to the sequence."""
+    def extend(self, indices: Iterable[int], epoch: int | None = None) -> None:
+        """Append planned reads (e.g. the next epoch's order) to the sequence.
+
+        ``epoch`` marks where that epoch's reads start: a request of a new epoch jumps there, so
+        an epoch cut short (``limit_train_batches``) does not leave the plan behind.
+        """
         with self._cv:
+            if epoch is not None:
+                self._epoch_start[epoch] = len(self._sequence)
             for i in indices:
                 self._uses.setdefault(int(i), deque()).append(len(self._sequence))
                 self._sequence.append(int(i))
@@ -95,13 +103,17 @@ class Prefetcher:
         return uses[0] if uses else float("inf")
 
     # -- consumer ------------------------------------------------------------------------------
-    def get(self, index: int) -> Blocks:
+    def get(self, index: int, epoch: int | None = None) -> Blocks:
         """The blocks of sample ``index``: from the cache, waiting for a read under way, or read now.
 
         A request that follows the plan advances it; one that does not (another order) is
-        served without disturbing it.
+        served without disturbing it. The first request of a planned ``epoch`` moves the plan
+        to that epoch's start.
         """
         with self._cv:
+            if epoch is not None and epoch != self._epoch:
+                self._epoch = epoch
+                self._pos = max(self._pos, self._epoch_start.get(epoch, self._pos))
             planned = self._pos < len(self._sequence) and self._sequence[self._pos] == index
             if planned:
                 self._pos += 1

@@ -193,12 +193,19 @@ class EnsembleSamples(torch.utils.data.Dataset):
     def _prefetched(self, index: int, epoch: int) -> dict[str, np.ndarray]:
         """Sample ``index`` through the clairvoyant prefetcher (:mod:`ensml.data.prefetch`)."""
         if self._prefetcher is None:
-            self._prefetcher = Prefetcher(self._read, self.cache_bytes, self.prefetch_workers)
+            lookahead = max(8, 2 * self.plan.batch_size)  # reads ahead stop soon after the consumer
+            self._prefetcher = Prefetcher(self._read, self.cache_bytes, self.prefetch_workers, lookahead)
         for e in (epoch, epoch + 1):  # this epoch's order and the next one's, planned once
             if e not in self._planned:
                 self._planned.add(e)
-                self._prefetcher.extend(self.plan(e))
-        return self._prefetcher.get(index)
+                self._prefetcher.extend(self.plan(e), epoch=e)
+        return self._prefetcher.get(index, epoch)
+
+    def close(self) -> None:
+        """Stop prefetching (the reads under way finish first); the cache is kept."""
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher, self._planned = None, set()
 
     def __getitem__(self, key: int | SampleKey) -> dict[str, torch.Tensor]:
         index, epoch = split_key(key)

@@ -105,6 +105,8 @@ def _glob_regex(text: str) -> str:
 
 def stack_members(parts: dict[int, xr.Dataset], files: dict[int, list[Path]], what: str) -> xr.Dataset:
     """Member datasets concatenated along a new ``member`` dimension, after checking they agree."""
+    from ensml.data.io import check_same_grid  # io opens through this module
+
     numbers = list(parts)
     first = parts[numbers[0]]
     for n, ds in parts.items():
@@ -116,13 +118,7 @@ def stack_members(parts: dict[int, xr.Dataset], files: dict[int, list[Path]], wh
                 f"{name} holds {', '.join(sorted(map(str, ds.data_vars)))} but member {numbers[0]} "
                 f"holds {', '.join(sorted(map(str, first.data_vars)))}"
             )
-        for dim in (LATITUDE, LONGITUDE):
-            a, b = ds[dim].values, first[dim].values
-            if a.shape != b.shape or not np.allclose(a, b, atol=1e-6):
-                raise EnsmlError(
-                    f"{name} is on another grid than member {numbers[0]} ({files[numbers[0]][0]}): "
-                    f"{dim} has {a.size} points [{a[0]:g} … {a[-1]:g}] vs {b.size} [{b[0]:g} … {b[-1]:g}]"
-                )
+        check_same_grid(ds, first, name, f"member {numbers[0]} ({files[numbers[0]][0]})")
         for dim in ds.dims:
             if (
                 dim in first.dims

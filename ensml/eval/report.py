@@ -31,7 +31,7 @@ from ensml.eval.report_scores import gaussians, scores_by_lead
 from ensml.eval.tables import to_markdown, weighting_phrase
 from ensml.eval.weights import area_weights
 from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, TIME, units_of
-from ensml.progress import Progress, seconds
+from ensml.progress import Progress, note, seconds
 
 EVENT = "analysis > monthly climatological mean + 1 std"
 REPORT_NAMES = ("report.md", "report.html", "figures", "tables")  # what a report folder holds
@@ -126,8 +126,16 @@ def report(
         )
         stage("global scores")
         variables = list(dict.fromkeys(table["variable"]))
-        levels = [float(v) for v in dict.fromkeys(table["level_hPa"])]
+        levels = [float(v) for v in dict.fromkeys(table["level_hPa"]) if pd.notna(v)]
         fc, an = open_forecast(forecast, variables), open_analysis(analysis, variables)
+        surface = [v for v in variables if LEVEL not in fc[v].dims]
+        if surface:  # scored in the global table (evaluate); the by-lead sections are per level
+            note(f"report: surface variable(s) {', '.join(surface)} are in the score table only")
+            variables = [v for v in variables if v not in surface]
+            if not variables:
+                raise EnsmlError(
+                    "report: the by-lead sections need a pressure-level variable beside surface ones"
+                )
         preds = open_dataset(predictions, "predictions") if predictions else None
         orc = open_dataset(oracle, "oracle") if oracle else None
         inits = fc[INIT_TIME].values

@@ -162,7 +162,7 @@ def test_member_files_on_different_grids(tmp_path) -> None:
     member_file(tmp_path / "m2" / "fc.nc", 2, n_lat=5)
     with pytest.raises(
         EnsmlError,
-        match=r"^forecast member file .*m2/fc\.nc is on another grid than member 1 .*latitude has 5 points",
+        match=r"^forecast member file .*m2/fc\.nc and member 1 .* are on different grids: latitude has 5",
     ):
         open_forecast(str(tmp_path / "m{member}" / "fc.nc"))
 

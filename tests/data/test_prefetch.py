@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -112,7 +111,8 @@ def test_batches_are_identical_with_and_without_prefetching(tiny_data, sampling)
             torch.testing.assert_close(x[key], y[key], rtol=0, atol=0)
     pf = ahead.train_set._prefetcher
     assert pf.reads == len(ahead.train_set)  # the second epoch came from the cache, read once each
-    assert threading.active_count() >= 1
+    ahead.teardown("fit")
+    assert not any(t.is_alive() for t in pf._threads)
 
 
 def test_prefetching_overlaps_reads_with_the_consumer(tiny_data) -> None:
@@ -123,4 +123,17 @@ def test_prefetching_overlaps_reads_with_the_consumer(tiny_data) -> None:
     it = iter(dm.train_dataloader())
     next(it)
     time.sleep(0.5)  # the model would be training: the reader goes ahead
-    assert dm.train_set._prefetcher.reads > 1
+    pf = dm.train_set._prefetcher
+    assert pf.reads > 1
+    dm.teardown("fit")
+    assert not any(t.is_alive() for t in pf._threads) and dm.train_set._prefetcher is None
+
+
+def test_an_epoch_cut_short_does_not_leave_the_plan_behind() -> None:
+    log: list[int] = []
+    pf = Prefetcher(fake_read(log), budget_bytes=10_000, workers=1, lookahead=2)
+    pf.extend([0, 1, 2, 3], epoch=0)
+    pf.extend([3, 2, 1, 0], epoch=1)
+    assert pf.get(0, 0)["fc"][0] == 0  # epoch 0 stops after one sample (limit_train_batches)
+    assert pf.get(3, 1)["fc"][0] == 3 and pf._pos == 5  # epoch 1 follows its own plan
+    pf.close()
