@@ -29,6 +29,7 @@ MemberSampling = Literal["first", "random"]
 # Axis order of one sample's forecast block (after the variable axis) and analysis block.
 FORECAST_SAMPLE_DIMS = (LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE)
 ANALYSIS_SAMPLE_DIMS = (LEVEL, LATITUDE, LONGITUDE)
+FORECAST_TARGET_DIMS = (MEMBER, LEVEL, LATITUDE, LONGITUDE)  # one lead: the spread target's read
 
 
 @dataclass(frozen=True)
@@ -171,22 +172,36 @@ class EnsembleSamples(torch.utils.data.Dataset):
         return blocks
 
     def _read(self, index: int) -> dict[str, np.ndarray]:
-        """The arrays of sample ``index``, read from disk (thread-safe: prefetch threads call it)."""
+        """The arrays of sample ``index``, read from disk (thread-safe: prefetch threads call it).
+
+        With ``member_sampling="first"`` only what the sample uses is read: members 0 … K-1 at
+        the input leads (``fc_k``), and, for the spread target, the other members at the target
+        lead alone, reduced at once to ``std_m``. A random subset changes with the epoch, so
+        then every member is read (``fc``).
+        """
         with self._open_lock:
             if self._fc is None:
                 self._open()
-        init, variables = self.init_times[index], self.spec.variables
-        blocks = {
-            "fc": read_block(self._fc, {INIT_TIME: init}, FORECAST_SAMPLE_DIMS, variables,
-                             f"forecast {self.forecast_paths}"),
-        }  # fmt: skip
+        init, variables, spec = self.init_times[index], self.spec.variables, self.spec
+        at, what = {INIT_TIME: init}, f"forecast {self.forecast_paths}"
+        if self.member_sampling == "first":
+            first_k = {MEMBER: slice(0, spec.k)}
+            fc_k = read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what, first_k)
+            blocks = {"fc_k": fc_k}
+            if self.targets:
+                others = {LEAD_TIME: spec.target_index, MEMBER: slice(spec.k, None)}
+                rest = read_block(self._fc, at, FORECAST_TARGET_DIMS, variables, what, others)
+                members = np.concatenate([fc_k[:, spec.target_index], rest], axis=1)
+                blocks["std_m"] = members.std(axis=1)
+        else:
+            blocks = {"fc": read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what)}
         if self._an is not None:
             what = f"analysis {self.analysis_paths}"
             blocks["analysis_init"] = read_block(
                 self._an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, variables, what
             )
             if self.targets:
-                valid = {TIME: init + self.spec.target_lead}
+                valid = {TIME: init + spec.target_lead}
                 blocks["obs"] = read_block(self._an, valid, ANALYSIS_SAMPLE_DIMS, variables, what)
         return blocks
 
@@ -213,26 +228,38 @@ class EnsembleSamples(torch.utils.data.Dataset):
             blocks = self._prefetched(index, epoch)
         else:
             blocks = self._blocks(index)
-        fc = blocks["fc"]
-        item = subset_moments(fc, self.members_for(index, epoch), self.spec.k)
-        if self.targets:
-            item["std_m"] = fc[:, self.spec.target_index].std(axis=1)
-        item.update({key: blocks[key] for key in ("analysis_init", "obs") if key in blocks})
+        if "fc_k" in blocks:  # members 0 ... K-1 only, and std_m already reduced
+            item = subset_moments(blocks["fc_k"], np.arange(self.spec.k), self.spec.k)
+        else:
+            fc = blocks["fc"]
+            item = subset_moments(fc, self.members_for(index, epoch), self.spec.k)
+            if self.targets:
+                item["std_m"] = fc[:, self.spec.target_index].std(axis=1)
+        keys = ("std_m", "analysis_init", "obs") if self.targets else ("analysis_init",)
+        item.update({key: blocks[key] for key in keys if key in blocks})
         return to_tensors(item, index)
 
 
 def read_block(
-    ds: xr.Dataset, indexer: dict, dims: Sequence[str], variables: Sequence[str], what: str
+    ds: xr.Dataset,
+    indexer: dict,
+    dims: Sequence[str],
+    variables: Sequence[str],
+    what: str,
+    positions: dict | None = None,
 ) -> np.ndarray:
     """Read ``variables`` at ``indexer`` as one float32 array (V, *dims), refusing NaN/inf.
 
-    Reads without dask threads (safe in DataLoader and dask workers). The error names ``what``
-    (the file), the variables and the selected time.
+    ``indexer`` selects by label (a time), ``positions`` by position (``{member: slice(0, 5)}``);
+    only the selected hyperslab is read from the file. Reads without dask threads (safe in
+    DataLoader and dask workers). The error names ``what`` (the file), the variables and the
+    selected time.
     """
     try:
         # Positions, then xarray Variables (not DataArray.sel per variable: its label lookups
         # cost more than reading a 32 x 64 sample).
         at = {dim: ds.indexes[dim].get_loc(value) for dim, value in indexer.items()}
+        at.update(positions or {})
         with dask.config.set(scheduler="synchronous"):
             n_levels = ds.sizes.get(LEVEL, 1)
             arr = np.stack([_values(ds.variables[v].isel(at), dims, n_levels) for v in variables])

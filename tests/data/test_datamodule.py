@@ -8,6 +8,8 @@ import torch
 import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
+from ensml.data.samples import EnsembleSamples
+from ensml.errors import EnsmlError
 from tests.conftest import TINY_PERIODS
 
 
@@ -88,3 +90,29 @@ def test_batches(dm: EnsembleDataModule) -> None:
     batch = next(iter(dm.train_dataloader()))
     assert batch["mean_k"].shape == (4, 2, 3, 2, 16, 32) and batch["mean_k"].dtype == torch.float32
     assert len(dm.predict_dataloader().dataset) == len(dm.init_times("test"))
+
+
+def test_first_members_read_only_what_the_sample_uses(dm: EnsembleDataModule, tiny_data, tmp_path) -> None:
+    """Members K.. are read at the target lead only: NaN elsewhere in them is never touched,
+    and the sample is bit-identical to one computed from every member."""
+    spec, init = dm.test_set.spec, dm.test_set.init_times[3]
+    with xr.open_dataset(tiny_data["forecast"]) as src:
+        fc = src.load()
+    others = {"member": slice(spec.k, None), "lead_time": fc.lead_time != spec.target_lead}
+    for v in spec.variables:
+        fc[v][others] = np.nan
+    fc.to_netcdf(tmp_path / "holes.nc")
+
+    def sample(path, sampling):
+        return EnsembleSamples(path, tiny_data["analysis"], [init], spec, member_sampling=sampling)
+
+    holes = sample(tmp_path / "holes.nc", "first")
+    assert holes._read(0)["fc_k"].shape[2] == spec.k  # (V, L, K, D, H, W)
+    got, full = holes[0], sample(tiny_data["forecast"], "random")
+    want = dm.test_set[3]
+    for key in ("mean_k", "std_k", "std_m", "obs", "analysis_init"):
+        np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
+    block = full._read(0)["fc"]  # every member: the reference std_m from the whole block
+    np.testing.assert_array_equal(got["std_m"].numpy(), block[:, spec.target_index].std(axis=1))
+    with pytest.raises(EnsmlError, match=r"has NaN or infinite values in z, t at"):
+        sample(tmp_path / "holes.nc", "random")[0]  # a random subset needs every member
