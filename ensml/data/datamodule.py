@@ -140,7 +140,7 @@ class EnsembleDataModule(L.LightningDataModule):
     # -- validation and metadata (main process, lazy dask arrays) ---------------------------
     def _inspect(self) -> None:
         hp = self.hparams
-        fc = open_forecast(hp.forecast, hp.variables, chunks={}, reader=hp.reader)
+        fc = open_forecast(hp.forecast, hp.variables, chunks="auto", reader=hp.reader)
         name = f"forecast {hp.forecast}"
         check_levels(fc, hp.levels, name)
         check_lead_times(fc, hp.input_lead_hours, name)
@@ -160,7 +160,7 @@ class EnsembleDataModule(L.LightningDataModule):
         periods = {"train": hp.train_period, "val": hp.val_period, "test": hp.test_period}
         splits = split_init_times(fc[INIT_TIME].values, periods, max_lead, source=name)
         if hp.analysis is not None:
-            an = open_analysis(hp.analysis, hp.variables, chunks={}, reader=hp.analysis_reader)
+            an = open_analysis(hp.analysis, hp.variables, chunks="auto", reader=hp.analysis_reader)
             check_same_grid(fc, an, name, f"analysis {hp.analysis}")
             check_levels(an, hp.levels, f"analysis {hp.analysis}")
             check_same_surface(fc_levels, an, hp.variables, name, f"analysis {hp.analysis}")

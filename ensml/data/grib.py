@@ -29,7 +29,7 @@ MERGEABLE = {"dataType", "typeOfLevel"}
 
 def read_grib(
     path: str | Path,
-    chunks: dict | None = None,
+    chunks: dict | str | None = None,
     filter_by_keys: dict | None = None,
     *,
     drop_control: bool = False,
@@ -137,7 +137,7 @@ def _one_line(exc: Exception) -> str:
 
 
 def open_grib(
-    path: str | Path, variables: Sequence[str] | None = None, chunks: dict | None = None
+    path: str | Path, variables: Sequence[str] | None = None, chunks: dict | str | None = None
 ) -> xr.Dataset:
     """Open a GRIB ensemble normalised to ensml's names, dims in forecast order where present."""
     from ensml.data.io import normalise

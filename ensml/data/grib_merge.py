@@ -65,7 +65,7 @@ def _check_members(parts: list[xr.Dataset], path: str | Path) -> None:
 
 
 def merge_hypercubes(
-    path: str | Path, backend_kwargs: dict, chunks: dict | None, drop_control: bool, hint: str
+    path: str | Path, backend_kwargs: dict, chunks: dict | str | None, drop_control: bool, hint: str
 ) -> xr.Dataset:
     """All hypercubes of ``path`` merged into one dataset; control first along ``number``."""
     import cfgrib

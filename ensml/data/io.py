@@ -72,7 +72,9 @@ def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[Path]:
     return out
 
 
-def _open_one(path: Path, what: str, chunks: dict | None, reader: ReaderOptions | None = None) -> xr.Dataset:
+def _open_one(
+    path: Path, what: str, chunks: dict | str | None, reader: ReaderOptions | None = None
+) -> xr.Dataset:
     kind = detect_format(path)
     if kind is None:
         raise EnsmlError(f"{what} file {path} {unknown_format(path)}")
@@ -94,7 +96,7 @@ def _open_one(path: Path, what: str, chunks: dict | None, reader: ReaderOptions 
 
 
 def _open(
-    paths: list[Path], what: str, chunks: dict | None, reader: ReaderOptions | None = None
+    paths: list[Path], what: str, chunks: dict | str | None, reader: ReaderOptions | None = None
 ) -> xr.Dataset:
     if len(paths) == 1:
         return _open_one(paths[0], what, chunks, reader)
@@ -110,7 +112,7 @@ def _open(
 
 
 def _open_sources(
-    paths: PathLike | Sequence[PathLike], what: str, chunks: dict | None, reader: ReaderOptions | None
+    paths: PathLike | Sequence[PathLike], what: str, chunks: dict | str | None, reader: ReaderOptions | None
 ) -> tuple[xr.Dataset, Path | PathLike | Sequence[PathLike]]:
     """The dataset of ``paths`` (members in separate files when a path holds ``{member}``)."""
     if not has_member_field(paths):
@@ -238,7 +240,7 @@ def _check_index(ds: xr.Dataset, dims: Sequence[str], path: str, what: str) -> N
 def _open_checked(
     paths: PathLike | Sequence[PathLike],
     variables: Sequence[str] | None,
-    chunks: dict | None,
+    chunks: dict | str | None,
     what: str,
     dims: Sequence[str],
     reader: ReaderOptions | dict | None = None,
@@ -254,7 +256,7 @@ def _open_checked(
 def open_forecast(
     paths: PathLike | Sequence[PathLike],
     variables: Sequence[str] | None = None,
-    chunks: dict | None = None,
+    chunks: dict | str | None = None,
     reader: ReaderOptions | dict | None = None,
 ) -> xr.Dataset:
     """Open ensemble forecast file(s) lazily with dims (init_time, lead_time, member, level, lat, lon).
@@ -270,7 +272,7 @@ def open_forecast(
 def open_analysis(
     paths: PathLike | Sequence[PathLike],
     variables: Sequence[str] | None = None,
-    chunks: dict | None = None,
+    chunks: dict | str | None = None,
     reader: ReaderOptions | dict | None = None,
 ) -> xr.Dataset:
     """Open verifying analysis file(s) lazily with dims (time, level, latitude, longitude)."""

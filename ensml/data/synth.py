@@ -200,8 +200,9 @@ def synth(
         the same bit for bit with or without it.
     format
         ``netcdf`` (``forecast.nc`` …) or ``zarr`` (``forecast.zarr`` … stores, zstd-compressed,
-        consolidated metadata). Either way one forecast chunk holds one init time (all leads,
-        members, levels and the whole grid), so a training sample is one chunk read per variable.
+        consolidated metadata). Either way a forecast chunk holds one member's field at one
+        init and lead (all levels, the whole grid), as a GRIB message does, so a training sample
+        decompresses only the members and leads it uses.
     zarr_format
         Zarr store version, 2 or 3 (with ``format: zarr``).
     overwrite

@@ -263,9 +263,12 @@ def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, n_le
 def encodings(datasets: dict[str, xr.Dataset], cfg: SynthConfig) -> dict[str, dict]:
     """Chunks, time units and dtypes of every variable, from each dataset's own dims.
 
-    One sample (one init time: all leads, members and levels of the whole grid) is one chunk of
-    each forecast variable, so a training read is one chunk read per variable; the analysis is
-    chunked by up to 32 valid times, the oracle by one init time.
+    A forecast chunk is one field of one member: (init time, lead, member) = (1, 1, 1), every
+    level and the whole grid, as a GRIB message holds one. A training sample with K of M
+    members at L input leads then decompresses K·L + M - K chunks per variable and uses all of
+    each (members 0 … K-1 at the input leads, the others at the target lead for the spread
+    target), not the whole init. The analysis is chunked by up to 32 valid times, the oracle
+    by one init time and lead.
     """
     time_enc = {
         "units": "hours since 1970-01-01 00:00:00",
@@ -273,7 +276,7 @@ def encodings(datasets: dict[str, xr.Dataset], cfg: SynthConfig) -> dict[str, di
         "dtype": "int64",
     }
     lead_enc = {"units": "hours", "dtype": "int64"}
-    first = {names.INIT_TIME: 1, names.TIME: 32}  # chunk length along the leading dim; others whole
+    first = {names.INIT_TIME: 1, names.LEAD_TIME: 1, names.MEMBER: 1, names.TIME: 32}  # others whole
     out = {}
     for name, ds in datasets.items():
         enc: dict[str, dict] = {}

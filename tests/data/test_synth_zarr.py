@@ -38,10 +38,10 @@ def test_zarr_stores_hold_what_the_netcdf_files_hold(netcdf, tmp_path, zarr_form
     )
     orc_z, orc_n = open_dataset(stores["oracle"], "oracle"), open_dataset(netcdf["oracle"], "oracle")
     np.testing.assert_array_equal(orc_z["t2m_std"].values, orc_n["t2m_std"].values)
-    # One init time (all leads, members, levels, the whole grid) is one chunk of a forecast variable.
+    # A forecast chunk is one member's field at one init and lead (all levels, the whole grid).
     with xr.open_zarr(stores["forecast"], consolidated=zarr_format == 2) as ds:
-        assert ds["z"].encoding["chunks"] == (1, 3, 10, 2, 8, 16)
-        assert ds["t2m"].encoding["chunks"] == (1, 3, 10, 8, 16)
+        assert ds["z"].encoding["chunks"] == (1, 1, 1, 2, 8, 16)
+        assert ds["t2m"].encoding["chunks"] == (1, 1, 1, 8, 16)
         assert ds.attrs["Conventions"].startswith("CF")
 
 
@@ -49,11 +49,11 @@ def test_zarr_stores_hold_what_the_netcdf_files_hold(netcdf, tmp_path, zarr_form
 def test_a_missing_chunk_is_refused_naming_store_variable_and_key(tmp_path, zarr_format) -> None:
     stores = synth(tmp_path, format="zarr", zarr_format=zarr_format, **KW)
     check_chunks(stores["forecast"])  # complete
-    key = "3.0.0.0.0.0" if zarr_format == 2 else "c/3/0/0/0/0/0"
+    key = "3.0.0.0.0.0" if zarr_format == 2 else "c/3/0/0/0/0/0"  # 8 inits x 3 leads x 10 members
     chunk = stores["forecast"] / "t" / key
     assert chunk.is_file()
     chunk.unlink()
-    message = rf"^zarr store .*forecast\.zarr: variable 't' is missing 1 of its 8 chunks, e\.g\. '{key}'"
+    message = rf"^zarr store .*forecast\.zarr: variable 't' is missing 1 of its 240 chunks, e\.g\. '{key}'"
     with pytest.raises(EnsmlError, match=message):
         open_forecast(stores["forecast"], ["z", "t"])
 
