@@ -267,8 +267,9 @@ def encodings(datasets: dict[str, xr.Dataset], cfg: SynthConfig) -> dict[str, di
     level and the whole grid, as a GRIB message holds one. A training sample with K of M
     members at L input leads then decompresses K·L + M - K chunks per variable and uses all of
     each (members 0 … K-1 at the input leads, the others at the target lead for the spread
-    target), not the whole init. The analysis is chunked by up to 32 valid times, the oracle
-    by one init time and lead.
+    target), not the whole init. A zarr v3 store groups the chunks of one init time in one
+    shard (one file, read in part). The analysis is chunked by valid time (a sample reads two:
+    at init and at the target lead), the oracle by one init time and lead.
     """
     time_enc = {
         "units": "hours since 1970-01-01 00:00:00",
@@ -276,7 +277,7 @@ def encodings(datasets: dict[str, xr.Dataset], cfg: SynthConfig) -> dict[str, di
         "dtype": "int64",
     }
     lead_enc = {"units": "hours", "dtype": "int64"}
-    first = {names.INIT_TIME: 1, names.LEAD_TIME: 1, names.MEMBER: 1, names.TIME: 32}  # others whole
+    first = {names.INIT_TIME: 1, names.LEAD_TIME: 1, names.MEMBER: 1, names.TIME: 1}  # others whole
     out = {}
     for name, ds in datasets.items():
         enc: dict[str, dict] = {}
@@ -285,6 +286,8 @@ def encodings(datasets: dict[str, xr.Dataset], cfg: SynthConfig) -> dict[str, di
                 continue
             chunks = tuple(min(first.get(d, n), n) for d, n in var.sizes.items())
             enc[str(v)] = {"chunksizes": chunks, "dtype": "uint8" if v == "event_mask" else "float32"}
+            if names.MEMBER in var.dims:  # zarr v3: one shard (one file) per init time
+                enc[str(v)]["shards"] = tuple(1 if d == names.INIT_TIME else n for d, n in var.sizes.items())
         for coord in (names.INIT_TIME, names.VALID_TIME, names.TIME):
             if coord in ds.variables:
                 enc[coord] = time_enc

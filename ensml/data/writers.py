@@ -40,6 +40,7 @@ def _default_encoding(ds: xr.Dataset, encoding: Mapping[str, Mapping[str, Any]])
         if name in ds.coords and var.dtype.kind == "f" and "_FillValue" not in var.encoding:
             enc["_FillValue"] = None  # CF: coordinate variables must not have missing values
         enc.update(encoding.get(str(name), {}))
+        enc.pop("shards", None)  # zarr v3 only
         if enc:
             out[str(name)] = enc
     unknown = sorted(set(encoding) - {str(n) for n in ds.variables})
@@ -267,7 +268,7 @@ def write_netcdf(
     encoding
         Per-variable netCDF encoding, as for :meth:`xarray.Dataset.to_netcdf`; merged over the
         defaults: zlib level 1 with shuffle for numeric data variables, and no ``_FillValue`` on
-        floating-point coordinates.
+        floating-point coordinates. ``shards`` (zarr v3's) is ignored.
     history
         What produced the file (for example the command line); default ``"written"``.
 
@@ -312,7 +313,8 @@ def write_zarr(
 
     ``encoding`` is netCDF-style (``chunksizes``, ``dtype``, time ``units``); netCDF-only keys
     (``zlib``, ``complevel``, ``shuffle``) are dropped and zarr's default compressor (zstd) is
-    used. The store is written to a hidden temporary folder and renamed when complete; a v2
+    used. ``shards`` groups chunks into one stored object in a v3 store and is ignored in v2.
+    The store is written to a hidden temporary folder and renamed when complete; a v2
     store has consolidated metadata (v3 has none in its specification). Every chunk is
     written, also one equal to the fill value, so a missing chunk always means damage
     (:func:`ensml.data.zarr_store.check_chunks`).
@@ -327,6 +329,8 @@ def write_zarr(
         e = {k: v for k, v in e.items() if k not in ("zlib", "complevel", "shuffle")}
         if "chunksizes" in e:
             e["chunks"] = e.pop("chunksizes")
+        if zarr_format == 2:
+            e.pop("shards", None)
         enc[str(name)] = e
     out = ds.copy(deep=False)
     out.attrs = global_attrs(ds.attrs, history)

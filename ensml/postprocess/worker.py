@@ -37,6 +37,7 @@ from ensml.data.samples import (
     ANALYSIS_SAMPLE_DIMS,
     FORECAST_SAMPLE_DIMS,
     read_block,
+    select,
     subset_moments,
     to_tensors,
 )
@@ -98,7 +99,7 @@ class _Forecast:
         check_grid(models, fc[LATITUDE].values, fc[LONGITUDE].values, self.what)
         self.inits = np.atleast_1d(fc[INIT_TIME].values).astype("datetime64[ns]")  # unique: open_forecast
         leads = [np.timedelta64(h, "h").astype("timedelta64[ns]") for h in models.read_lead_hours]
-        self.fc = fc.sel({LEVEL: models.levels, LEAD_TIME: leads})
+        self.fc = select(fc, {LEVEL: models.levels, LEAD_TIME: leads})
         self.latitude, self.longitude = fc[LATITUDE].values, fc[LONGITUDE].values
         self.an = None
         if models.uses_analysis:
@@ -113,7 +114,7 @@ class _Forecast:
                     f"analysis {', '.join(analysis)} has no field at init {str(missing[0])[:16]} of "
                     f"{self.what} (the checkpoints use the analysis at initialisation)"
                 )
-            self.an = an.sel({LEVEL: models.levels})
+            self.an = select(an, {LEVEL: models.levels})
             self.an_what = f"analysis {', '.join(analysis)}"
 
 

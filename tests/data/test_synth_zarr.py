@@ -42,6 +42,8 @@ def test_zarr_stores_hold_what_the_netcdf_files_hold(netcdf, tmp_path, zarr_form
     with xr.open_zarr(stores["forecast"], consolidated=zarr_format == 2) as ds:
         assert ds["z"].encoding["chunks"] == (1, 1, 1, 2, 8, 16)
         assert ds["t2m"].encoding["chunks"] == (1, 1, 1, 8, 16)
+        # zarr v3 stores one init time's chunks in one shard (one file, read in part)
+        assert ds["z"].encoding.get("shards") == (None if zarr_format == 2 else (1, 3, 10, 2, 8, 16))
         assert ds.attrs["Conventions"].startswith("CF")
 
 
@@ -49,11 +51,12 @@ def test_zarr_stores_hold_what_the_netcdf_files_hold(netcdf, tmp_path, zarr_form
 def test_a_missing_chunk_is_refused_naming_store_variable_and_key(tmp_path, zarr_format) -> None:
     stores = synth(tmp_path, format="zarr", zarr_format=zarr_format, **KW)
     check_chunks(stores["forecast"])  # complete
-    key = "3.0.0.0.0.0" if zarr_format == 2 else "c/3/0/0/0/0/0"  # 8 inits x 3 leads x 10 members
+    # v2: a chunk per member field (8 inits x 3 leads x 10 members); v3: a shard per init time
+    key, total = ("3.0.0.0.0.0", 240) if zarr_format == 2 else ("c/3/0/0/0/0/0", 8)
     chunk = stores["forecast"] / "t" / key
     assert chunk.is_file()
     chunk.unlink()
-    message = rf"^zarr store .*forecast\.zarr: variable 't' is missing 1 of its 240 chunks, e\.g\. '{key}'"
+    message = rf"^zarr store .*forecast\.zarr: variable 't' is missing 1 of its {total} chunks, e\.g\. '{key}"
     with pytest.raises(EnsmlError, match=message):
         open_forecast(stores["forecast"], ["z", "t"])
 
