@@ -39,23 +39,11 @@ from ensml.eval.casestudy import score_case, write_cases
 from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
 from ensml.eval.inputs import at_lead, check_complete, need, open_predictions
+from ensml.eval.levels import at, at_levels, levels_of, table_level
 from ensml.eval.tables import EVALUATE_NAMES, print_table, write_outputs
 from ensml.eval.weights import area_weights
 from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME, units_of
 from ensml.progress import Progress, note, seconds
-
-
-def _levels_of(x: xr.DataArray, levels: Sequence[float]) -> list[float | None]:
-    """The levels of ``x`` to report: ``[None]`` for a surface variable (no level dimension)."""
-    return list(levels) if LEVEL in x.dims else [None]
-
-
-def _at(x: xr.DataArray, level: float | None) -> xr.DataArray:
-    return x if level is None else x.sel({LEVEL: level})
-
-
-def _at_levels(x: xr.DataArray, levels: Sequence[float]) -> xr.DataArray:
-    return x.sel({LEVEL: levels}) if LEVEL in x.dims else x
 
 
 def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
@@ -186,19 +174,19 @@ def evaluate(
             f"{fc_name}, {an_name} and the predictions have no init dates in common at {lead_hours} h"
         )
 
-    at_levels = {LEVEL: levels} if LEVEL in fc.dims else {}  # surface variables have none
-    fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, **at_levels}).load()
+    level_sel = {LEVEL: levels} if LEVEL in fc.dims else {}  # surface variables have none
+    fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, **level_sel}).load()
     check_complete(fc, fc_name)
-    obs = an.sel({TIME: inits + lead, **at_levels}).load()
+    obs = an.sel({TIME: inits + lead, **level_sel}).load()
     check_complete(obs, an_name)
     obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
     if calibrated is not None:
-        calibrated = calibrated.sel({INIT_TIME: inits, **at_levels})
+        calibrated = calibrated.sel({INIT_TIME: inits, **level_sel})
     orc = None
     if oracle:
         orc = open_dataset(oracle, "oracle")
         needed = [need(orc, f"{v}_{s}", oracle, "oracle").name for v in variables for s in ("mean", "std")]
-        orc = orc[needed].sel({INIT_TIME: inits, LEAD_TIME: lead, **at_levels}).load()
+        orc = orc[needed].sel({INIT_TIME: inits, LEAD_TIME: lead, **level_sel}).load()
         check_complete(orc, f"oracle {oracle}")
     weights = area_weights(fc, what=fc_name)
 
@@ -214,10 +202,10 @@ def evaluate(
             ),
         }
         if preds is not None:
-            mu = _at_levels(
+            mu = at_levels(
                 need(preds, f"{var}_mean", predictions, "predictions").sel({INIT_TIME: inits}), levels
             )
-            sd = _at_levels(
+            sd = at_levels(
                 need(preds, f"{var}_std", predictions, "predictions").sel({INIT_TIME: inits}), levels
             )
             sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
@@ -237,7 +225,7 @@ def evaluate(
             target = fc[var].std(MEMBER, ddof=0)
             estimators = {
                 f"{k}-member sample std (ddof 1)": fc[var].isel({MEMBER: slice(0, k)}).std(MEMBER, ddof=1),
-                "spread model": _at_levels(
+                "spread model": at_levels(
                     need(spreads, f"{var}_std", spread_predictions, "spread predictions").sel(
                         {INIT_TIME: inits}
                     ),
@@ -301,20 +289,20 @@ def crps_rows(
         }
     rows = []
     for name, mean in means.items():
-        for lev in _levels_of(mean, levels):
-            value = float(_at(mean, lev))
-            raw = float(_at(means[raw_key], lev))
+        for lev in levels_of(mean, levels):
+            value = float(at(mean, lev))
+            raw = float(at(means[raw_key], lev))
             row = {
-                "variable": var, "level_hPa": np.nan if lev is None else lev, "lead_h": lead_hours,
+                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_hours,
                 "forecast": name,
                 "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
                 "crps": value, "units": units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
             }  # fmt: skip
             if oracle_key in means:
-                best = float(_at(means[oracle_key], lev))
+                best = float(at(means[oracle_key], lev))
                 row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
             if ev is not None:
-                value_ev, raw_ev = (float(_at(ev[key], lev)) for key in (name, raw_key))
+                value_ev, raw_ev = (float(at(ev[key], lev)) for key in (name, raw_key))
                 row["crps_events"] = value_ev
                 row["events_skill_vs_raw"] = 1.0 - value_ev / raw_ev
             rows.append(row)
@@ -338,11 +326,11 @@ def spread_scores(
     for name, est in estimators.items():
         rmse = np.sqrt(_area_mean((est - target) ** 2, weights))
         corr = _weighted_corr(est, target, weights)
-        for lev in _levels_of(rmse, levels):
+        for lev in levels_of(rmse, levels):
             rows.append({
-                "variable": var, "level_hPa": np.nan if lev is None else lev, "lead_h": lead_hours,
-                "estimator": name, "target": f"{members}-member std (ddof 0)", "rmse": float(_at(rmse, lev)),
-                "correlation": float(_at(corr, lev)), "units": units_of(var),
+                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_hours,
+                "estimator": name, "target": f"{members}-member std (ddof 0)", "rmse": float(at(rmse, lev)),
+                "correlation": float(at(corr, lev)), "units": units_of(var),
             })  # fmt: skip
     return rows
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ensml.eval.levels import field_name, rows_of
 from ensml.eval.maps import display_units
 
 COLOURS = {"raw ensemble": "k", "raw subset": "0.55", "post-processed": "tab:blue", "oracle": "tab:green"}
@@ -46,12 +47,12 @@ def scores_by_lead(df: pd.DataFrame, column: str, ylabel: str) -> bytes:
     fig, axes = _figure(len(panels))
     for ax, (var, lev) in zip(axes, panels):
         scale, _, units, label = display_units(var, "difference")
-        sub = df[(df["variable"] == var) & (df["level_hPa"] == lev)]
+        sub = rows_of(df, var, lev)
         for name, g in sub.groupby("forecast", sort=False):
             g = g.sort_values("lead_h")
             style = "-o" if len(g) > 1 else "D"
             ax.plot(g["lead_h"], g[column] * scale, style, color=_colour(str(name)), label=name, ms=5)
-        ax.set_title(f"{var}{lev:g} hPa: {ylabel}", fontsize=10)
+        ax.set_title(f"{field_name(var, lev)}: {ylabel}", fontsize=10)
         ax.set_xlabel("lead time (h)")
         ax.set_ylabel(f"{ylabel} of {label} ({units})")
         ax.set_xticks(sorted(sub["lead_h"].unique()))
@@ -68,7 +69,7 @@ def spread_skill(df: pd.DataFrame) -> bytes:
     fig, axes = _figure(len(panels), height=3.4)
     for ax, (var, lev) in zip(axes, panels):
         scale, _, units, label = display_units(var, "difference")
-        sub = df[(df["variable"] == var) & (df["level_hPa"] == lev)]
+        sub = rows_of(df, var, lev)
         notes = []
         for name, g in sub.groupby("forecast", sort=False):
             g = g.sort_values("lead_h")
@@ -78,7 +79,7 @@ def spread_skill(df: pd.DataFrame) -> bytes:
             notes.append((c, f"{str(name).split(' (')[0]}: SSR {g['ssr'].iloc[-1]:.2f}"))
         for i, (c, text) in enumerate(notes):
             ax.text(0.02, 0.97 - 0.08 * i, text, transform=ax.transAxes, fontsize=7, color=c, va="top")
-        ax.set_title(f"{var}{lev:g} hPa: spread (solid) and RMSE (dashed)", fontsize=10)
+        ax.set_title(f"{field_name(var, lev)}: spread (solid) and RMSE (dashed)", fontsize=10)
         ax.set_xlabel("lead time (h)")
         ax.set_ylabel(f"{label} ({units})")
         ax.set_xticks(sorted(sub["lead_h"].unique()))
@@ -96,7 +97,7 @@ def rank_histograms(hists: dict[tuple[str, float], xr.DataArray], lead_hours: in
         freq = h.values / h.values.sum()
         ax.bar(np.arange(freq.size), freq, color="0.4", width=0.85)
         ax.axhline(1.0 / freq.size, color="tab:red", ls="--", lw=1, label="flat (calibrated)")
-        ax.set_title(f"{var}{lev:g} hPa at +{lead_hours} h: rank histogram", fontsize=10)
+        ax.set_title(f"{field_name(var, lev)} at +{lead_hours} h: rank histogram", fontsize=10)
         ax.set_xlabel("rank of the analysis among the members")
         ax.set_ylabel("relative frequency (area-weighted)")
         ax.set_xticks(np.arange(freq.size))
@@ -122,7 +123,7 @@ def reliability_diagrams(rel: dict[tuple[str, float], dict[str, xr.Dataset]], ev
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_aspect("equal")
-        ax.set_title(f"{var}{lev:g} hPa: {event}", fontsize=9)
+        ax.set_title(f"{field_name(var, lev)}: {event}", fontsize=9)
         ax.set_xlabel("forecast probability")
         ax.set_ylabel("observed frequency")
         ax.grid(alpha=0.3)

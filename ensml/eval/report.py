@@ -25,6 +25,7 @@ from ensml.eval.casefind import find_extreme_cases, storm_cases
 from ensml.eval.cases import load_cases
 from ensml.eval.casestudy import cases_table, formatted, score_case
 from ensml.eval.evaluate import evaluate
+from ensml.eval.levels import at, field_name, levels_of
 from ensml.eval.maps import Panel, draw_maps, unmappable
 from ensml.eval.report_render import Figure, render
 from ensml.eval.report_scores import gaussians, scores_by_lead
@@ -128,14 +129,7 @@ def report(
         variables = list(dict.fromkeys(table["variable"]))
         levels = [float(v) for v in dict.fromkeys(table["level_hPa"]) if pd.notna(v)]
         fc, an = open_forecast(forecast, variables), open_analysis(analysis, variables)
-        surface = [v for v in variables if LEVEL not in fc[v].dims]
-        if surface:  # scored in the global table (evaluate); the by-lead sections are per level
-            note(f"report: surface variable(s) {', '.join(surface)} are in the score table only")
-            variables = [v for v in variables if v not in surface]
-            if not variables:
-                raise EnsmlError(
-                    "report: the by-lead sections need a pressure-level variable beside surface ones"
-                )
+        on_levels = [v for v in variables if LEVEL in fc[v].dims]  # the others are surface ones
         preds = open_dataset(predictions, "predictions") if predictions else None
         orc = open_dataset(oracle, "oracle") if oracle else None
         inits = fc[INIT_TIME].values
@@ -150,9 +144,13 @@ def report(
         rel = {(v, lev): s for p in parts for (ld, v, lev), s in p[2].items() if ld == lead}
         stage("scores by lead time, rank histograms and reliability")
 
-        var0 = case_variable or ("z" if "z" in variables else variables[0])
-        lev0 = float(case_level if case_level is not None else (500.0 if 500.0 in levels else levels[0]))
         found = []
+        if (n_storm_cases or n_extreme_cases) and not (on_levels or case_variable):
+            note("report: no automatic case studies (they search a pressure level; all are surface)")
+            n_storm_cases = n_extreme_cases = 0
+        var0 = case_variable or ("z" if "z" in on_levels else (on_levels or variables)[0])
+        default_level = 500.0 if 500.0 in levels else (levels[0] if levels else None)
+        lev0 = case_level if case_level is not None else default_level
         if n_storm_cases and orc is not None and "event_mask" in orc:
             found += storm_cases(orc, lead_hours=lead_hours, variable=var0, level=lev0, init_times=inits)
         if n_extreme_cases:
@@ -271,15 +269,15 @@ def _skill_maps(scores_nc: Path, variables, levels, lead_hours) -> tuple[bytes |
         panels.append(
             [
                 Panel(
-                    1 - pp.sel({LEVEL: lev}) / raw.sel({LEVEL: lev}),
-                    f"{var}{lev:g} hPa at +{lead_hours} h",
+                    1 - at(pp, lev) / at(raw, lev),
+                    f"{field_name(var, lev)} at +{lead_hours} h",
                     "CRPS skill vs raw ensemble",
                     "1",
                     "RdBu",
                     -0.6,
                     0.6,
                 )
-                for lev in levels
+                for lev in levels_of(pp, levels)
             ]
         )
     title = "Post-processed forecast: CRPS skill over the raw ensemble"

@@ -16,8 +16,9 @@ from ensml.eval.calibration import ensemble_mean_rmse, rank_histogram, spread_sk
 from ensml.eval.casestudy import gaussian_members
 from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
+from ensml.eval.levels import at, at_levels, levels_of, per_level, table_level
 from ensml.eval.probability import reliability
-from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME
+from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, TIME
 
 
 def gaussians(preds: xr.Dataset | None, orc: xr.Dataset | None) -> dict[str, xr.Dataset]:
@@ -31,16 +32,18 @@ def scores_by_lead(fc, an, gauss, var, levels, inits, w, k) -> tuple[pd.DataFram
 
     ``w`` are the area weights of the grid (:func:`ensml.eval.weights.area_weights`); means are
     over the init times and the horizontal dims (latitude/longitude, or a projected grid's y/x).
+    A surface variable (no level dimension) has one level, ``None`` (``level_hPa`` NaN).
     """
     rows, hists, rel = [], {}, {}
     over = [INIT_TIME, *horizontal_dims(fc)]
+    levels = levels_of(fc[var], levels)  # [None] for a surface variable
     clim = an[var].groupby(f"{TIME}.month")
     mean, std = clim.mean(TIME), clim.std(TIME)
     for lead in fc[LEAD_TIME].values:
         h = int(lead / np.timedelta64(1, "h"))
-        x = fc[var].sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
+        x = at_levels(fc[var].sel({INIT_TIME: inits, LEAD_TIME: lead}), levels).load()
         x = x.drop_vars([LEAD_TIME, "valid_time"], errors="ignore")
-        y = an[var].sel({TIME: inits + lead, LEVEL: levels}).load()
+        y = at_levels(an[var].sel({TIME: inits + lead}), levels).load()
         month = xr.DataArray(pd.DatetimeIndex(y[TIME].values).month, dims=[TIME])
         m0, s0 = (
             c.sel(month=month).drop_vars("month").rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
@@ -54,61 +57,60 @@ def scores_by_lead(fc, an, gauss, var, levels, inits, w, k) -> tuple[pd.DataFram
             f"raw subset ({k} members)": x.isel({MEMBER: slice(0, k)}),
         }
         for name, ens in sources.items():
-            kw = {"preserve_dims": [LEVEL], "weights": w}
+            kw = {"preserve_dims": per_level(x), "weights": w}
             crps = crps_ensemble(ens, y, **kw)
             ssr = spread_skill_ratio(ens, y, finite_ensemble_correction=True, **kw)
             rmse = ensemble_mean_rmse(ens, y, **kw)
             spread = np.sqrt((ens.var(MEMBER, ddof=1)).weighted(w).mean(over))
             for lev in levels:
-                sel = {LEVEL: lev}
                 rows.append(
                     {
                         "variable": var,
-                        "level_hPa": lev,
+                        "level_hPa": table_level(lev),
                         "lead_h": h,
                         "forecast": name,
-                        "crps": float(crps.sel(sel)),
-                        "spread": float(spread.sel(sel)),
-                        "rmse": float(rmse.sel(sel)),
-                        "ssr": float(ssr.sel(sel)),
+                        "crps": float(at(crps, lev)),
+                        "spread": float(at(spread, lev)),
+                        "rmse": float(at(rmse, lev)),
+                        "ssr": float(at(ssr, lev)),
                     }
                 )
         for name, ds in gauss.items():
             leads = np.atleast_1d(ds[LEAD_TIME].values)
             if lead not in leads or f"{var}_mean" not in ds:
                 continue
-            sel = {INIT_TIME: inits, LEVEL: levels, **({LEAD_TIME: lead} if LEAD_TIME in ds.dims else {})}
-            mu = ds[f"{var}_mean"].sel(sel).drop_vars([LEAD_TIME, "valid_time"], errors="ignore").load()
-            sd = ds[f"{var}_std"].sel(sel).drop_vars([LEAD_TIME, "valid_time"], errors="ignore").load()
-            crps = crps_gaussian_xr(mu, sd, y, preserve_dims=[LEVEL], weights=w)
+            sel = {INIT_TIME: inits, **({LEAD_TIME: lead} if LEAD_TIME in ds.dims else {})}
+            mu, sd = (
+                at_levels(ds[f"{var}_{p}"].sel(sel), levels)
+                .drop_vars([LEAD_TIME, "valid_time"], errors="ignore")
+                .load()
+                for p in ("mean", "std")
+            )
+            crps = crps_gaussian_xr(mu, sd, y, preserve_dims=per_level(y), weights=w)
             spread = np.sqrt((sd**2).weighted(w).mean(over))
             rmse = np.sqrt(((mu - y) ** 2).weighted(w).mean(over))
             for lev in levels:
-                s_, r_ = float(spread.sel({LEVEL: lev})), float(rmse.sel({LEVEL: lev}))
+                s_, r_ = float(at(spread, lev)), float(at(rmse, lev))
                 rows.append(
                     {
                         "variable": var,
-                        "level_hPa": lev,
+                        "level_hPa": table_level(lev),
                         "lead_h": h,
                         "forecast": name,
-                        "crps": float(crps.sel({LEVEL: lev})),
+                        "crps": float(at(crps, lev)),
                         "spread": s_,
                         "rmse": r_,
                         "ssr": s_ / r_,
                     }
                 )
             for lev in levels:
-                q = gaussian_members(((mu - m0) / s0).sel({LEVEL: lev}), (sd / s0).sel({LEVEL: lev}))
-                rel.setdefault((lead, var, lev), {})[name] = reliability(
-                    q, ystd.sel({LEVEL: lev}), 1.0, weights=w
-                )
-        hists[lead] = {
-            (var, lev): rank_histogram(x.sel({LEVEL: lev}), y.sel({LEVEL: lev}), weights=w) for lev in levels
-        }
+                q = gaussian_members(at((mu - m0) / s0, lev), at(sd / s0, lev))
+                rel.setdefault((lead, var, lev), {})[name] = reliability(q, at(ystd, lev), 1.0, weights=w)
+        hists[lead] = {(var, lev): rank_histogram(at(x, lev), at(y, lev), weights=w) for lev in levels}
         for lev in levels:
-            xs = ((x - m0) / s0).sel({LEVEL: lev})
+            xs = at((x - m0) / s0, lev)
             rel.setdefault((lead, var, lev), {})[f"raw ensemble ({m} members)"] = reliability(
-                xs, ystd.sel({LEVEL: lev}), 1.0, weights=w
+                xs, at(ystd, lev), 1.0, weights=w
             )
     return pd.DataFrame(rows), hists, rel
 

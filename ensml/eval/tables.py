@@ -17,6 +17,7 @@ FLOAT_FORMATS = {
     "skill_vs_raw_ensemble": "{:+.1%}",
     "gap_closed": "{:.1%}",
     "rmse": "{:.4g}",
+    "spread": "{:.4g}",
     "correlation": "{:.3f}",
     "crps_events": "{:.4g}",
     "events_skill_vs_raw": "{:+.1%}",

@@ -255,3 +255,39 @@ def test_evaluate_scores_a_surface_variable_once(surface_data, tmp_path) -> None
     oracle = t2m[t2m["forecast"] == "oracle (Gaussian)"]["crps"].item()
     assert oracle < raw  # the oracle of the surface variable beats the raw ensemble
     assert "| t2m | surface | 48 | raw ensemble" in (tmp_path / "eval" / "scores.md").read_text()
+
+
+def test_report_scores_a_surface_variable_at_every_lead(surface_data, tmp_path) -> None:
+    """The report's by-lead sections hold t2m as one 'surface' field: its CRPS at each lead is
+    properscoring's, and the charts, rank histograms and reliability diagrams draw it."""
+    import properscoring as ps
+
+    from ensml.eval.report import report
+    from tests.conftest import cell_area_weights
+
+    out = report(
+        str(surface_data["forecast"]), str(surface_data["analysis"]), oracle=str(surface_data["oracle"]),
+        variables=["z", "t2m"], levels=[500.0], out_dir=str(tmp_path / "report"),
+    )  # fmt: skip
+    text = (out / "report.md").read_text()
+    with xr.open_dataset(surface_data["forecast"]) as fc, xr.open_dataset(surface_data["analysis"]) as an:
+        w = cell_area_weights(fc["latitude"].values)[None, :, None]
+        inits = fc["init_time"].values[
+            np.isin(fc["init_time"].values + np.timedelta64(48, "h"), an["time"].values)
+        ]
+        for lead_h in (0, 24, 48):
+            lead = np.timedelta64(lead_h, "h")
+            x = fc["t2m"].sel(init_time=inits, lead_time=lead).transpose(..., "member").values
+            y = an["t2m"].sel(time=inits + lead).values
+            crps = float((ps.crps_ensemble(y, x) * w).sum() / (w * np.ones_like(y)).sum())
+            # the by-lead table: | t2m | surface | lead | raw ensemble (10 members) | crps | spread | ...
+            # (the global table at 48 h has an estimator column before the CRPS)
+            row = next(
+                r
+                for r in text.splitlines()
+                if r.startswith(f"| t2m | surface | {lead_h} | raw ensemble") and "empirical" not in r
+            )
+            np.testing.assert_allclose(float(row.split("|")[5]), crps, rtol=1e-3)
+    assert "score table only" not in text
+    for png in ("crps_by_lead.png", "spread_skill.png", "rank_histograms.png", "reliability.png"):
+        assert (out / "figures" / png).stat().st_size > 10_000
