@@ -6,11 +6,15 @@ are weighted by cell area (:func:`ensml.eval.weights.area_weights`: exact over l
 regular grid, from the 2-D latitude/longitude on a projected grid, uniform with a note where
 the coordinates define no cells) and averaged over the test init times.
 
+Every lead time the predictions hold is scored (or those asked for), one lead at a time, on one
+set of init times: those of every input whose valid time the analysis holds at every scored
+lead. Skill and gap closed refer to the raw ensemble and the oracle at the same lead.
+
 Before anything is written, each input file is checked, a failure being one line naming it:
 predictions of the kind their option scores (``ensml_task`` of ``ensml postprocess`` files,
-else a spread model's files have no ``<var>_mean``), every scored variable present, and no
-NaN or infinite value read for scoring, which NaN-skipping means would silently drop
-(:mod:`ensml.eval.inputs`).
+else a spread model's files have no ``<var>_mean``), every scored variable and lead time
+present, and no NaN or infinite value read for scoring, which NaN-skipping means would
+silently drop (:mod:`ensml.eval.inputs`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from ensml.data.io import (
     check_levels,
     check_members,
     check_same_grid,
-    load_dataset,
     open_analysis,
     open_dataset,
     open_forecast,
@@ -38,11 +41,11 @@ from ensml.eval.cases import load_cases
 from ensml.eval.casestudy import score_case, write_cases
 from ensml.eval.crps import crps_ensemble
 from ensml.eval.gaussian import crps_gaussian_xr
-from ensml.eval.inputs import at_lead, check_complete, need, open_predictions
+from ensml.eval.inputs import check_complete, hours, need, read_at, scan, scored_leads
 from ensml.eval.levels import at, at_levels, levels_of, table_level
 from ensml.eval.tables import EVALUATE_NAMES, print_table, write_outputs
 from ensml.eval.weights import area_weights
-from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME, units_of
+from ensml.names import COORD_ATTRS, INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME, VALID_TIME, units_of
 from ensml.progress import Progress, note, seconds
 
 
@@ -67,13 +70,13 @@ def evaluate(
     oracle: str | None = None,
     members: str | list[str] | None = None,
     k: int = 5,
-    lead_hours: int = 48,
+    lead_hours: int | list[int] | None = None,
     variables: list[str] | None = None,
     levels: list[float] | None = None,
     out_dir: str = "runs/eval",
     cases: str | list[str] | None = None,
 ) -> pd.DataFrame:
-    """Score forecasts on the init times of the predictions (or all forecast inits).
+    """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
 
     Parameters
     ----------
@@ -99,7 +102,11 @@ def evaluate(
     k
         Size of the raw subset scored beside the full ensemble (members 0 … k-1).
     lead_hours
-        Lead time scored (h).
+        Lead times scored (h): one, a list, or ``None`` (default) for every lead that the given
+        predictions, spread predictions and members all hold (a one-lead ``ensml predict`` file
+        holds its scalar ``lead_time``), or, with none of them given, every lead of the forecast
+        but 0 h. A lead that a given file, the forecast or the oracle lacks is an error. Leads
+        are scored one at a time, so memory holds one lead's fields.
     variables
         Score these variables (default: all of the forecast's). Every predictions, members and
         oracle file given must hold each one: a file without one is an error, not a table
@@ -107,54 +114,40 @@ def evaluate(
     levels
         Score these pressure levels in hPa (default: all of the forecast's).
     out_dir
-        Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` and the per-point
-        ``scores.nc`` are written (all at the end, each to a temporary name first).
+        Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` (one block of rows per
+        lead, column ``lead_h``) and the per-point ``scores.nc`` are written (all at the end,
+        each to a temporary name first). ``scores.nc`` has a ``lead_time`` dim when more than
+        one lead is scored; with one, its fields have none (a scalar ``lead_time``).
     cases
         Case-study YAML files, folders or globs (see :mod:`ensml.eval.cases`): scored per case
-        and forecast into ``<out_dir>/cases/`` (``cases.csv``, ``cases.md``, one map figure per
-        case), computed before anything is written.
+        (at each case's own ``lead_hours``) and forecast into ``<out_dir>/cases/`` (``cases.csv``,
+        ``cases.md``, one map figure per case), computed before anything is written.
 
     Raises
     ------
     EnsmlError
         Before anything is written, naming the file: predictions of the wrong kind, a missing
-        variable or level, or a NaN or infinite value in any value read for scoring (see the
-        module docstring).
+        variable, level or lead time, no lead time in common, or a NaN or infinite value in any
+        value read for scoring (see the module docstring).
 
     Returns
     -------
     pandas.DataFrame
-        The CRPS table (one row per variable, level and forecast).
+        The CRPS table (one row per lead, variable, level and forecast; skill and gap closed
+        relative to the raw ensemble and the oracle at the same lead).
     """
     # cases are scored first: a bad case fails before any other work (they are small)
     check_output_folder(out_dir, "evaluate", EVALUATE_NAMES)  # before the work, not after
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in load_cases(cases or [])]
-    lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
     fc = open_forecast(forecast, variables)
     variables = list(variables) if variables else [str(v) for v in fc.data_vars]
-    preds = (
-        open_predictions(predictions, "predictions", lead, variables, spread=False) if predictions else None
-    )
-    spreads = None
-    if spread_predictions:
-        spreads = open_predictions(spread_predictions, "spread predictions", lead, variables, spread=True)
-    calibrated = None
-    if members:
-
-        def select(ds: xr.Dataset) -> xr.Dataset:
-            name = f"members file {ds.encoding.get('source') or members}"
-            missing = [v for v in variables if v not in ds.data_vars or MEMBER not in ds[v].dims]
-            if missing:
-                raise EnsmlError(f"{name} has no {', '.join(missing)} with a member dim")
-            ds = at_lead(ds[variables], lead, name).load()
-            check_complete(ds, name)
-            return ds
-
-        calibrated = load_dataset(members, "members", select)
+    options = (("predictions", predictions), ("spread predictions", spread_predictions), ("members", members))
+    given = {what: scan(paths, what, variables) for what, paths in options if paths}  # no data read yet
     an = open_analysis(analysis, variables)
     fc_name, an_name = f"forecast {forecast}", f"analysis {analysis}"
     check_same_grid(fc, an, fc_name, an_name)
-    check_lead_times(fc, [lead_hours], fc_name)
+    leads = scored_leads(lead_hours, list(given.values()), fc[LEAD_TIME].values)
+    check_lead_times(fc, hours(leads), fc_name)
     m = check_members(fc, k, fc_name)
     all_levels = np.atleast_1d(fc[LEVEL].values) if LEVEL in fc.coords else []
     levels = list(levels) if levels is not None else [float(x) for x in all_levels]
@@ -162,89 +155,91 @@ def evaluate(
     check_levels(an, levels, an_name)
 
     inits = fc[INIT_TIME].values
-    given = [("predictions", preds, predictions), ("spread predictions", spreads, spread_predictions)]
-    for what, d, path in [*given, ("members", calibrated, members)]:
-        if d is not None:
-            check_same_grid(fc, d, fc_name, f"{what} {path}")
-            check_levels(d, levels, f"{what} {path}")
-            inits = np.intersect1d(inits, d[INIT_TIME].values)
-    inits = inits[np.isin(inits + lead, an[TIME].values)]
-    if inits.size == 0:
-        raise EnsmlError(
-            f"{fc_name}, {an_name} and the predictions have no init dates in common at {lead_hours} h"
-        )
-
-    level_sel = {LEVEL: levels} if LEVEL in fc.dims else {}  # surface variables have none
-    fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, **level_sel}).load()
-    check_complete(fc, fc_name)
-    obs = an.sel({TIME: inits + lead, **level_sel}).load()
-    check_complete(obs, an_name)
-    obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
-    if calibrated is not None:
-        calibrated = calibrated.sel({INIT_TIME: inits, **level_sel})
+    for inp in given.values():
+        check_same_grid(fc, inp.coords, fc_name, str(inp))
+        check_levels(inp.coords, levels, str(inp))
+        inits = np.intersect1d(inits, inp.coords[INIT_TIME].values)
     orc = None
     if oracle:
         orc = open_dataset(oracle, "oracle")
         needed = [need(orc, f"{v}_{s}", oracle, "oracle").name for v in variables for s in ("mean", "std")]
-        orc = orc[needed].sel({INIT_TIME: inits, LEAD_TIME: lead, **level_sel}).load()
-        check_complete(orc, f"oracle {oracle}")
-    weights = area_weights(fc, what=fc_name)
+        if LEAD_TIME not in orc.dims:
+            raise EnsmlError(
+                f"oracle {oracle} has no lead_time dim (found dims: {', '.join(map(str, orc.dims))})"
+            )
+        check_lead_times(orc, hours(leads), f"oracle {oracle}")
+        orc = orc[needed]
+        inits = np.intersect1d(inits, orc[INIT_TIME].values)
+    for lead in leads:  # one set of init times for every lead: the curves by lead compare alike
+        inits = inits[np.isin(inits + lead, an[TIME].values)]
+    if inits.size == 0:
+        raise EnsmlError(
+            f"{fc_name}, {an_name} and the predictions have no init dates in common at "
+            f"{', '.join(map(str, hours(leads)))} h"
+        )
 
-    rows, spread_rows, fields = [], [], {}
-    progress = Progress("evaluate", len(variables), "variables")
-    for var in variables:
-        y = obs[var]
-        point_dims = [d for d in [LEVEL, *horizontal_dims(fc)] if d in fc[var].dims]
-        sources: dict[str, xr.DataArray] = {
-            f"raw ensemble ({m} members)": crps_ensemble(fc[var], y, preserve_dims=point_dims),
-            f"raw subset ({k} members)": crps_ensemble(
-                fc[var].isel({MEMBER: slice(0, k)}), y, preserve_dims=point_dims
-            ),
-        }
-        if preds is not None:
-            mu = at_levels(
-                need(preds, f"{var}_mean", predictions, "predictions").sel({INIT_TIME: inits}), levels
-            )
-            sd = at_levels(
-                need(preds, f"{var}_std", predictions, "predictions").sel({INIT_TIME: inits}), levels
-            )
-            sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
-        if calibrated is not None:
-            n = calibrated.sizes[MEMBER]
-            sources[f"post-processed members ({n})"] = crps_ensemble(
-                calibrated[var], y, preserve_dims=point_dims
-            )
+    level_sel = {LEVEL: levels} if LEVEL in fc.dims else {}  # surface variables have none
+    weights = area_weights(fc, what=fc_name)
+    rows, spread_rows, per_lead = [], [], []
+    progress = Progress("evaluate", len(leads) * len(variables), "fields")
+    for lead in leads:
+        h = int(lead / np.timedelta64(1, "h"))
+        fc_l = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, **level_sel}).load()
+        check_complete(fc_l, fc_name)
+        obs = an.sel({TIME: inits + lead, **level_sel}).load()
+        check_complete(obs, an_name)
+        obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
+        read = {what: read_at(inp, lead).sel({INIT_TIME: inits}) for what, inp in given.items()}
+        orc_l = None
         if orc is not None:
-            mu = need(orc, f"{var}_mean", oracle, "oracle")
-            sd = need(orc, f"{var}_std", oracle, "oracle")
-            sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
-        for name, field in sources.items():
-            fields[f"crps_{_slug(name)}_{var}"] = field
-        rows += crps_rows(sources, weights, var, levels, lead_hours, f"raw ensemble ({m} members)")
-        if spreads is not None:
-            target = fc[var].std(MEMBER, ddof=0)
-            estimators = {
-                f"{k}-member sample std (ddof 1)": fc[var].isel({MEMBER: slice(0, k)}).std(MEMBER, ddof=1),
-                "spread model": at_levels(
-                    need(spreads, f"{var}_std", spread_predictions, "spread predictions").sel(
-                        {INIT_TIME: inits}
-                    ),
-                    levels,
+            orc_l = orc.sel({INIT_TIME: inits, LEAD_TIME: lead, **level_sel}).load()
+            check_complete(orc_l, f"oracle {oracle}")
+        fields: dict[str, xr.DataArray] = {}
+        for var in variables:
+            y = obs[var]
+            point_dims = [d for d in [LEVEL, *horizontal_dims(fc)] if d in fc_l[var].dims]
+            sources: dict[str, xr.DataArray] = {
+                f"raw ensemble ({m} members)": crps_ensemble(fc_l[var], y, preserve_dims=point_dims),
+                f"raw subset ({k} members)": crps_ensemble(
+                    fc_l[var].isel({MEMBER: slice(0, k)}), y, preserve_dims=point_dims
                 ),
             }
-            for name, est in estimators.items():
-                fields[f"spread_rmse_{_slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
-            spread_rows += spread_scores(estimators, target, weights, var, levels, lead_hours, m)
-        progress.advance(f"{var} scored in {seconds(progress.lap)}")
+            if "predictions" in read:
+                mu, sd = (at_levels(read["predictions"][f"{var}_{p}"], levels) for p in ("mean", "std"))
+                sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
+            if "members" in read:
+                calibrated = at_levels(read["members"][var], levels)
+                sources[f"post-processed members ({calibrated.sizes[MEMBER]})"] = crps_ensemble(
+                    calibrated, y, preserve_dims=point_dims
+                )
+            if orc_l is not None:
+                sources["oracle (Gaussian)"] = crps_gaussian_xr(
+                    orc_l[f"{var}_mean"], orc_l[f"{var}_std"], y, preserve_dims=point_dims
+                )
+            for name, field in sources.items():
+                fields[f"crps_{_slug(name)}_{var}"] = field
+            rows += crps_rows(sources, weights, var, levels, h, f"raw ensemble ({m} members)")
+            if "spread predictions" in read:
+                target, subset = fc_l[var].std(MEMBER, ddof=0), fc_l[var].isel({MEMBER: slice(0, k)})
+                estimators = {
+                    f"{k}-member sample std (ddof 1)": subset.std(MEMBER, ddof=1),
+                    "spread model": at_levels(read["spread predictions"][f"{var}_std"], levels),
+                }
+                for name, est in estimators.items():
+                    rmse = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
+                    fields[f"spread_rmse_{_slug(name)}_{var}"] = rmse
+                spread_rows += spread_scores(estimators, target, weights, var, levels, h, m)
+            progress.advance(f"{var} at +{h} h scored in {seconds(progress.lap)}")
+        per_lead.append(xr.Dataset(fields))
     progress.close()
     note(f"evaluate: writing the tables and per-point scores to {out_dir}")
     table = pd.DataFrame(rows)
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
+    per_point = _on_grid(_by_lead(per_lead, leads), fc)
     with replace_folder(out_dir, "evaluate", EVALUATE_NAMES) as folder:  # one run's results, whole
         write_outputs(
-            folder, table, spread_table, _on_grid(xr.Dataset(fields), fc), n_inits=inits.size,
-            weighting=weights.attrs["weighting"],
-        )  # fmt: skip
+            folder, table, spread_table, per_point, n_inits=inits.size, weighting=weights.attrs["weighting"]
+        )
         if studies:
             write_cases(folder / "cases", studies)
     print_table(table, spread_table, n_inits=inits.size)
@@ -333,6 +328,21 @@ def spread_scores(
                 "correlation": float(at(corr, lev)), "units": units_of(var),
             })  # fmt: skip
     return rows
+
+
+def _by_lead(per_lead: list[xr.Dataset], leads: np.ndarray) -> xr.Dataset:
+    """The per-point fields of each lead: as they are for one lead (a scalar ``lead_time``, the
+    layout of a one-lead run), else stacked along a ``lead_time`` dim (timedelta64, CF attrs)."""
+    if len(per_lead) == 1:
+        return per_lead[0]
+    drop = [LEAD_TIME, VALID_TIME]
+    stacked = xr.concat(
+        [ds.drop_vars(drop, errors="ignore") for ds in per_lead],
+        dim=pd.Index(leads.astype("timedelta64[ns]"), name=LEAD_TIME),
+        join="exact",
+    )
+    stacked[LEAD_TIME].attrs.update(COORD_ATTRS[LEAD_TIME])
+    return stacked
 
 
 def _on_grid(fields: xr.Dataset, fc: xr.Dataset) -> xr.Dataset:

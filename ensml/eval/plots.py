@@ -61,6 +61,37 @@ def scores_by_lead(df: pd.DataFrame, column: str, ylabel: str) -> bytes:
     return _png(fig)
 
 
+def skill_by_lead(df: pd.DataFrame) -> bytes:
+    """CRPS skill over the raw ensemble (``skill_vs_raw_ensemble``) against ``lead_h``, per forecast.
+
+    One panel per variable and level; the raw ensemble is the 0 line (its own skill), above it
+    a forecast beats the raw ensemble at that lead.
+    """
+    from matplotlib.ticker import PercentFormatter
+
+    panels = _panels(df)
+    fig, axes = _figure(len(panels))
+    for ax, (var, lev) in zip(axes, panels):
+        sub = rows_of(df, var, lev)
+        for name, g in sub.groupby("forecast", sort=False):
+            g = g.sort_values("lead_h")
+            style = "-o" if len(g) > 1 else "D"
+            raw = str(name).startswith("raw ensemble")
+            ax.plot(
+                g["lead_h"], g["skill_vs_raw_ensemble"], style, color=_colour(str(name)), label=name,
+                ms=5, lw=2.0 if raw else 1.5, zorder=3 if raw else 2,
+            )  # fmt: skip
+        ax.axhline(0.0, color="k", lw=0.8, ls=":")
+        ax.set_title(f"{field_name(var, lev)}: CRPS skill vs raw ensemble", fontsize=10)
+        ax.set_xlabel("lead time (h)")
+        ax.set_ylabel("1 − CRPS / CRPS(raw ensemble)")
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        ax.set_xticks(sorted(sub["lead_h"].unique()))
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    return _png(fig)
+
+
 def spread_skill(df: pd.DataFrame) -> bytes:
     """Ensemble spread (solid) and ensemble-mean RMSE (dashed) against lead time; SSR at the end."""
     from matplotlib.lines import Line2D
@@ -131,4 +162,4 @@ def reliability_diagrams(rel: dict[tuple[str, float], dict[str, xr.Dataset]], ev
     return _png(fig)
 
 
-__all__ = ["rank_histograms", "reliability_diagrams", "scores_by_lead", "spread_skill"]
+__all__ = ["rank_histograms", "reliability_diagrams", "scores_by_lead", "skill_by_lead", "spread_skill"]

@@ -1,10 +1,11 @@
 """``ensml report``: one self-contained verification report (Markdown + PNG, and HTML).
 
-The report holds the global scores of ``ensml evaluate`` at the target lead, CRPS and
-spread-skill by lead time, rank histograms, reliability diagrams, maps of the per-point CRPS
-skill, and the case studies (from YAML files, the stored storms of the synthetic data and/or
-found automatically). Everything is computed first and written to a hidden temporary folder
-beside ``out_dir``, which replaces ``out_dir`` only when complete: a failure leaves no report.
+The report holds the global scores of ``ensml evaluate`` at every lead time the predictions
+hold, CRPS, CRPS skill and spread-skill by lead time, rank histograms, reliability diagrams and
+maps of the per-point CRPS skill at the report's lead, and the case studies (from YAML files,
+the stored storms of the synthetic data and/or found automatically). Everything is computed
+first and written to a hidden temporary folder beside ``out_dir``, which replaces ``out_dir``
+only when complete: a failure leaves no report.
 ``out_dir`` must be new, empty or an earlier report (:mod:`ensml.data.outdir`).
 """
 
@@ -17,7 +18,7 @@ import pandas as pd
 import xarray as xr
 
 from ensml.data.grid import describe, is_projected
-from ensml.data.io import open_analysis, open_dataset, open_forecast
+from ensml.data.io import check_lead_times, open_analysis, open_dataset, open_forecast
 from ensml.data.outdir import check_output_folder, replace_folder
 from ensml.errors import EnsmlError
 from ensml.eval import plots
@@ -28,7 +29,7 @@ from ensml.eval.evaluate import evaluate
 from ensml.eval.levels import at, field_name, levels_of
 from ensml.eval.maps import Panel, draw_maps, unmappable
 from ensml.eval.report_render import Figure, render
-from ensml.eval.report_scores import gaussians, scores_by_lead
+from ensml.eval.report_scores import gaussians, scores_by_lead, skill_by_lead
 from ensml.eval.tables import to_markdown, weighting_phrase
 from ensml.eval.weights import area_weights
 from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, TIME, units_of
@@ -73,7 +74,9 @@ def report(
     k
         Size of the raw subset scored beside the full ensemble (members 0 … k-1).
     lead_hours
-        Lead time scored (h).
+        Lead time of the skill maps, rank histograms, reliability diagrams and automatic case
+        studies (h). The global score table covers every lead the predictions hold (every
+        forecast lead but 0 h without predictions), and the charts by lead every forecast lead.
     variables
         Variables to report (default: all of the forecast's).
     levels
@@ -95,8 +98,9 @@ def report(
         Level (hPa) of the automatic cases (default 500 when present, else the first).
     """
     check_output_folder(out_dir, "report", REPORT_NAMES)  # before hours of work, not after
+    grid = open_forecast(forecast, variables)
+    check_lead_times(grid, [lead_hours], f"forecast {forecast}")  # of the maps and histograms
     if n_storm_cases or n_extreme_cases:
-        grid = open_forecast(forecast, variables)
         if is_projected(grid):
             option = "n_extreme_cases" if n_extreme_cases else "n_storm_cases"
             raise EnsmlError(
@@ -120,7 +124,7 @@ def report(
             spread_predictions,
             oracle,
             k=k,
-            lead_hours=lead_hours,
+            lead_hours=None,  # every lead the predictions hold
             variables=variables,
             levels=levels,
             out_dir=str(tmp / "tables"),
@@ -138,7 +142,7 @@ def report(
         inits = inits[np.isin(inits + fc[LEAD_TIME].values.max(), an[TIME].values)]
         w = area_weights(fc, note=False)  # evaluate has noted uniform weights already
         parts = [scores_by_lead(fc, an, gaussians(preds, orc), v, levels, inits, w, k) for v in variables]
-        by_lead = pd.concat([p[0] for p in parts], ignore_index=True)
+        by_lead = skill_by_lead(pd.concat([p[0] for p in parts], ignore_index=True))
         lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
         hists = {key: h for p in parts for key, h in p[1][lead].items()}
         rel = {(v, lev): s for p in parts for (ld, v, lev), s in p[2].items() if ld == lead}
@@ -167,7 +171,8 @@ def report(
             case_list.append(c)
             studies.append(score_case(c, forecast, analysis, predictions, oracle, k))
         stage(f"{len(studies)} case studies")
-        skill_map, no_map = _skill_maps(tmp / "tables" / "scores.nc", variables, levels, lead_hours)
+        scored = sorted({int(h) for h in table["lead_h"]})
+        skill_map, no_map = _skill_maps(tmp / "tables" / "scores.nc", variables, levels, lead_hours, scored)
 
         blocks: list = [("h1", title)]
         blocks += [
@@ -178,11 +183,11 @@ def report(
                 f"All means are {weighting_phrase(w.attrs['weighting'])}. "
                 "Raw ensembles are scored with the empirical ensemble CRPS, Gaussian "
                 "forecasts (post-processed, oracle) with the closed-form Gaussian CRPS; lower is better. "
-                f"Skill = 1 − CRPS / CRPS(raw ensemble).",
+                "Skill = 1 − CRPS / CRPS(raw ensemble) at the same lead time.",
             )
         ]
         blocks += [
-            ("h2", f"Global scores at +{lead_hours} h"),
+            ("h2", f"Global scores at {', '.join(f'+{h} h' for h in scored)}"),
             ("md", (tmp / "tables" / "scores.md").read_text()),
         ]
         if (tmp / "tables" / "spread.md").exists():
@@ -204,6 +209,14 @@ def report(
         blocks += [
             ("h2", "Scores by lead time"),
             Figure("crps_by_lead.png", plots.scores_by_lead(by_lead, "crps", "CRPS"), "CRPS by lead time."),
+            Figure(
+                "crps_skill_by_lead.png",
+                plots.skill_by_lead(by_lead),
+                "CRPS skill vs raw ensemble by lead time: 1 − CRPS / CRPS(raw ensemble) at each lead, "
+                f"area-weighted means over {inits.size} init times; the raw ensemble is the 0 line, "
+                "above it is better. CRPS estimators: the empirical ensemble CRPS for ensembles (raw "
+                "ensemble, raw subset), the closed form for Gaussian forecasts (post-processed, oracle).",
+            ),
             ("h2", "Spread and skill"),
             Figure(
                 "spread_skill.png",
@@ -252,12 +265,20 @@ def _same_event(a, b) -> bool:
     return bool(np.intersect1d(a.region.lon_indices(lon), b.region.lon_indices(lon)).size)
 
 
-def _skill_maps(scores_nc: Path, variables, levels, lead_hours) -> tuple[bytes | None, str | None]:
-    """The skill maps (PNG), or ``None`` and why not when the grid cannot be drawn."""
+def _skill_maps(
+    scores_nc: Path, variables, levels, lead_hours: int, scored: list[int]
+) -> tuple[bytes | None, str | None]:
+    """The skill maps at ``lead_hours`` (PNG), or ``None`` and why not (no such lead scored, or a
+    grid that cannot be drawn). ``scored``: the leads in ``scores.nc`` (h; a lead_time dim if several)."""
     ds = xr.open_dataset(scores_nc).load()
     raw_name = next((v for v in ds.data_vars if str(v).startswith("crps_raw_ensemble_")), None)
     if raw_name is None or not any(str(v).startswith("crps_post_processed_") for v in ds.data_vars):
         return None, None
+    if lead_hours not in scored:
+        have = ", ".join(f"+{h} h" for h in scored)
+        return None, f"the predictions hold no +{lead_hours} h (scored: {have})"
+    if LEAD_TIME in ds.dims:
+        ds = ds.sel({LEAD_TIME: np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")})
     why = unmappable(ds[raw_name])
     if why:
         return None, why

@@ -115,4 +115,24 @@ def scores_by_lead(fc, an, gauss, var, levels, inits, w, k) -> tuple[pd.DataFram
     return pd.DataFrame(rows), hists, rel
 
 
-__all__ = ["gaussians", "scores_by_lead"]
+def skill_by_lead(by_lead: pd.DataFrame) -> pd.DataFrame:
+    """``by_lead`` (rows of :func:`scores_by_lead`) with ``skill_vs_raw_ensemble`` = 1 − CRPS / CRPS_raw.
+
+    CRPS_raw is the raw ensemble's (the forecast named ``raw ensemble (M members)``) of the same
+    variable, level and lead, so the raw ensemble's skill is 0 at every lead; a lead without a
+    raw-ensemble row gets NaN.
+    """
+    keys = ["variable", "level_hPa", "lead_h"]
+    raw = by_lead[by_lead["forecast"].str.startswith("raw ensemble")][[*keys, "crps"]]
+    raw = raw.rename(columns={"crps": "crps_raw"})
+    # level_hPa is NaN for a surface variable: merge on a key that matches NaN with NaN
+    merged = by_lead.assign(_lev=by_lead["level_hPa"].fillna(-1.0)).merge(
+        raw.assign(_lev=raw["level_hPa"].fillna(-1.0)).drop(columns="level_hPa"),
+        on=["variable", "_lev", "lead_h"],
+        how="left",
+    )
+    skill = 1.0 - merged["crps"].to_numpy() / merged["crps_raw"].to_numpy()
+    return by_lead.assign(skill_vs_raw_ensemble=skill)
+
+
+__all__ = ["gaussians", "scores_by_lead", "skill_by_lead"]
