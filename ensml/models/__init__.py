@@ -2,7 +2,8 @@
 
 The 3D U-Net of the research (:class:`UNet3d`; its spatially partitioned twin, with the same
 parameters, is :class:`ensml.models.spatial.SpatialUNet3d`), the temporal networks
-(:class:`ConvGRUUNet`, :class:`TimeUNet`) and EMOS (:class:`EMOS`, :func:`fit_emos`). Tasks
+(:class:`ConvGRUUNet`, :class:`TimeUNet`), the research's per-grid-point affine layer
+(:class:`LocalAffine`) and EMOS (:class:`EMOS`, :func:`fit_emos`). Tasks
 build them by name through :func:`build_network`.
 """
 
@@ -12,6 +13,7 @@ from torch import nn
 
 from ensml.errors import EnsmlError
 from ensml.models.emos import EMOS, fit_emos
+from ensml.models.local import LocalAffine
 from ensml.models.temporal import ConvGRUUNet, TimeUNet
 from ensml.models.unet3d import UNet3d
 
@@ -41,6 +43,7 @@ __all__ = [
     "ARCHITECTURES",
     "EMOS",
     "ConvGRUUNet",
+    "LocalAffine",
     "TimeUNet",
     "UNet3d",
     "build_network",
