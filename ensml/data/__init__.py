@@ -22,6 +22,7 @@ from ensml.data.formats import detect_format
 from ensml.data.grib import open_grib
 from ensml.data.io import load_dataset, normalise, open_analysis, open_dataset, open_forecast
 from ensml.data.splits import split_init_times
+from ensml.data.static import location_channels, read_static
 from ensml.data.stats import compute_stats
 from ensml.data.writers import atomic_path, write_netcdf
 
@@ -58,11 +59,13 @@ __all__ = [
     "compute_stats",
     "detect_format",
     "load_dataset",
+    "location_channels",
     "normalise",
     "open_analysis",
     "open_dataset",
     "open_forecast",
     "open_grib",
+    "read_static",
     "split_init_times",
     "write_netcdf",
 ]
