@@ -19,6 +19,7 @@ from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
 from ensml.data.sampling import EpochPlan, EpochSampler
 from ensml.data.sources import ReaderOptions
 from ensml.data.splits import split_init_times
+from ensml.data.static import read_static
 from ensml.data.stats import compute_stats
 from ensml.data.surface import broadcast_levels, check_same_surface, surface_mask
 from ensml.errors import EnsmlError, exception_reason
@@ -57,7 +58,9 @@ class EnsembleDataModule(L.LightningDataModule):
     input_lead_hours
         Lead times (h) fed to the model.
     target_lead_hours
-        Lead time (h) whose spread or analysis is predicted (one of ``input_lead_hours``).
+        Lead time (h), or list of lead times, whose spread or analysis is predicted (each one of
+        ``input_lead_hours``). Several target leads make one model predict all of them (its
+        outputs hold a ``lead_time`` dimension).
     k
         Size of the member subset given to the model (the research used 5 of 10).
     member_sampling
@@ -88,6 +91,11 @@ class EnsembleDataModule(L.LightningDataModule):
         ``reader: {filter_by_keys: {dataType: pf}, rename: {2t: t2m}}``.
     analysis_reader
         The same for the analysis files.
+    static
+        A netCDF/GRIB/zarr file on the forecast's grid holding static fields of the surface
+        (orography, land-sea mask, …) to feed the models as channels (:mod:`ensml.data.static`).
+    static_variables
+        The variables of ``static`` to use (linked to the model's ``static_variables``).
     prefetch_workers
         Background threads per process that read samples ahead in the order the coming epochs
         will ask for them, into the ``cache_mb`` cache with clairvoyant eviction
@@ -102,7 +110,7 @@ class EnsembleDataModule(L.LightningDataModule):
         variables: list[str] = ("z", "t"),  # type: ignore[assignment]
         levels: list[float] = (500, 850),  # type: ignore[assignment]
         input_lead_hours: list[int] = (0, 24, 48),  # type: ignore[assignment]
-        target_lead_hours: int = 48,
+        target_lead_hours: int | list[int] = 48,
         k: int = 5,
         member_sampling: MemberSampling = "first",
         train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
@@ -116,16 +124,27 @@ class EnsembleDataModule(L.LightningDataModule):
         reader: ReaderOptions | None = None,
         analysis_reader: ReaderOptions | None = None,
         prefetch_workers: int = 0,
+        static: str | None = None,
+        static_variables: list[str] = (),  # type: ignore[assignment]
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if target_lead_hours not in input_lead_hours:
+        targets = target_lead_hours if isinstance(target_lead_hours, list | tuple) else [target_lead_hours]
+        if (
+            not targets
+            or len(set(targets)) != len(targets)
+            or any(h not in input_lead_hours for h in targets)
+        ):
             raise EnsmlError(
-                f"target_lead_hours={target_lead_hours} must be one of "
+                f"target_lead_hours={target_lead_hours} must be distinct lead(s) among "
                 f"input_lead_hours {list(input_lead_hours)}"
             )
         if batch_size < 1:
             raise EnsmlError(f"batch_size must be at least 1, got {batch_size}")
+        if list(static_variables) and static is None:
+            raise EnsmlError(
+                f"static_variables {list(static_variables)} need data.static, the file that holds them"
+            )
         if prefetch_workers < 0 or cache_mb < 0:
             raise EnsmlError(
                 f"prefetch_workers and cache_mb must be >= 0, got {prefetch_workers} and {cache_mb}"
@@ -152,7 +171,11 @@ class EnsembleDataModule(L.LightningDataModule):
             variables=tuple(hp.variables),
             levels=tuple(float(x) for x in hp.levels),
             input_lead_hours=tuple(int(h) for h in hp.input_lead_hours),
-            target_lead_hours=int(hp.target_lead_hours),
+            target_lead_hours=(
+                tuple(int(h) for h in hp.target_lead_hours)
+                if isinstance(hp.target_lead_hours, list | tuple)
+                else int(hp.target_lead_hours)
+            ),
             k=int(hp.k),
             members=m,
         )
@@ -166,7 +189,9 @@ class EnsembleDataModule(L.LightningDataModule):
             check_same_surface(fc_levels, an, hp.variables, name, f"analysis {hp.analysis}")
             have = an[TIME].values.astype("datetime64[ns]")
             for split, inits in splits.items():
-                ok = np.isin(inits, have) & np.isin(inits + self._spec.target_lead, have)
+                ok = np.isin(inits, have)
+                for lead in self._spec.target_leads:
+                    ok &= np.isin(inits + lead, have)
                 if not ok.any():
                     raise EnsmlError(
                         f"analysis {hp.analysis} has no dates in common with the {split} split of {name}"
@@ -180,14 +205,16 @@ class EnsembleDataModule(L.LightningDataModule):
                 fc.sel({**sel, INIT_TIME: used, LEAD_TIME: self._spec.input_leads}), INIT_TIME, name
             )
             if hp.analysis is not None:
-                valid = np.union1d(used, used + self._spec.target_lead)
+                valid = np.unique(np.concatenate([used, *(used + lead for lead in self._spec.target_leads)]))
                 _check_finite(an.sel({**sel, TIME: valid}), TIME, f"analysis {hp.analysis}")
         self._stats = compute_stats(
             fc, splits["train"], self._spec.variables, self._spec.levels, self._spec.input_leads,
-            self._spec.target_lead,
+            self._spec.target_leads,
         )  # fmt: skip
         self._stats["surface"] = surface
         self.coords = {LATITUDE: fc[LATITUDE].values, LONGITUDE: fc[LONGITUDE].values}
+        if hp.static is not None:
+            self._stats["static"] = read_static(hp.static, list(hp.static_variables), *self.coords.values())
 
     @property
     def spec(self) -> SampleSpec:
@@ -201,6 +228,13 @@ class EnsembleDataModule(L.LightningDataModule):
         if self._stats is None:
             self._inspect()
         return self._stats
+
+    @property
+    def grid_shape(self) -> tuple[int, int]:
+        """(latitude, longitude) sizes of the grid (opens and validates the files once)."""
+        if not self.coords:
+            self._inspect()
+        return len(self.coords[LATITUDE]), len(self.coords[LONGITUDE])
 
     def init_times(self, split: str) -> np.ndarray:
         if self._splits is None:

@@ -29,17 +29,17 @@ MemberSampling = Literal["first", "random"]
 # Axis order of one sample's forecast block (after the variable axis) and analysis block.
 FORECAST_SAMPLE_DIMS = (LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE)
 ANALYSIS_SAMPLE_DIMS = (LEVEL, LATITUDE, LONGITUDE)
-FORECAST_TARGET_DIMS = (MEMBER, LEVEL, LATITUDE, LONGITUDE)  # one lead: the spread target's read
+FORECAST_TARGET_DIMS = FORECAST_SAMPLE_DIMS  # the spread target's read: the target leads
 
 
 @dataclass(frozen=True)
 class SampleSpec:
-    """What one sample holds. V variables, L input leads, D levels, K of M members."""
+    """What one sample holds. V variables, L input leads, T target leads, D levels, K of M members."""
 
     variables: tuple[str, ...]
     levels: tuple[float, ...]
     input_lead_hours: tuple[int, ...]
-    target_lead_hours: int
+    target_lead_hours: int | tuple[int, ...]
     k: int
     members: int
 
@@ -48,13 +48,29 @@ class SampleSpec:
         return [np.timedelta64(h, "h").astype("timedelta64[ns]") for h in self.input_lead_hours]
 
     @property
+    def target_hours(self) -> list[int]:
+        """The target lead times (h): one or several."""
+        h = self.target_lead_hours
+        return [int(x) for x in (h if isinstance(h, tuple | list) else [h])]
+
+    @property
+    def target_leads(self) -> list[np.timedelta64]:
+        return [np.timedelta64(h, "h").astype("timedelta64[ns]") for h in self.target_hours]
+
+    @property
     def target_lead(self) -> np.timedelta64:
-        return np.timedelta64(self.target_lead_hours, "h").astype("timedelta64[ns]")
+        """The last (furthest) target lead."""
+        return self.target_leads[-1]
+
+    @property
+    def target_indices(self) -> list[int]:
+        """Positions of the target leads among the input leads."""
+        return [self.input_lead_hours.index(h) for h in self.target_hours]
 
     @property
     def target_index(self) -> int:
-        """Position of the target lead among the input leads."""
-        return self.input_lead_hours.index(self.target_lead_hours)
+        """Position of the last target lead among the input leads."""
+        return self.target_indices[-1]
 
 
 class EnsembleSamples(torch.utils.data.Dataset):
@@ -63,9 +79,12 @@ class EnsembleSamples(torch.utils.data.Dataset):
     Each item is a dict of float32 tensors in physical units:
 
     - ``mean_k``, ``std_k`` (V, L, D, H, W): mean and std (ddof 1) of the K-member subset;
-    - ``std_m`` (V, D, H, W): std (ddof 0) of all M members at the target lead;
-    - ``analysis_init`` (V, D, H, W), ``obs`` (V, D, H, W): the analysis at initialisation and at
-      the target valid time (only when an analysis is given);
+    - ``std_m`` (F, D, H, W): std (ddof 0) of all M members at the target leads;
+    - ``analysis_init`` (V, D, H, W), ``obs`` (F, D, H, W): the analysis at initialisation and at
+      the target valid times (only when an analysis is given);
+
+    where ``F = T × V`` fields, lead-major (field ``f`` is variable ``f % V`` at the ``f // V``-th
+    target lead): with one target lead, ``(V, D, H, W)``.
     - ``index``: the position of the init time in :attr:`init_times`.
 
     Items are indexed by a plain index or by a :class:`~ensml.data.sampling.SampleKey`
@@ -189,10 +208,10 @@ class EnsembleSamples(torch.utils.data.Dataset):
             fc_k = read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what, first_k)
             blocks = {"fc_k": fc_k}
             if self.targets:
-                others = {LEAD_TIME: spec.target_index, MEMBER: slice(spec.k, None)}
+                others = {LEAD_TIME: index_slice(spec.target_indices), MEMBER: slice(spec.k, None)}
                 rest = read_block(self._fc, at, FORECAST_TARGET_DIMS, variables, what, others)
-                members = np.concatenate([fc_k[:, spec.target_index], rest], axis=1)
-                blocks["std_m"] = members.std(axis=1)
+                members = np.concatenate([fc_k[:, spec.target_indices], rest], axis=2)
+                blocks["std_m"] = by_field(members.std(axis=2))
         else:
             blocks = {"fc": read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what)}
         if self._an is not None:
@@ -201,8 +220,11 @@ class EnsembleSamples(torch.utils.data.Dataset):
                 self._an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, variables, what
             )
             if self.targets:
-                valid = {TIME: init + spec.target_lead}
-                blocks["obs"] = read_block(self._an, valid, ANALYSIS_SAMPLE_DIMS, variables, what)
+                obs = [
+                    read_block(self._an, {TIME: init + lead}, ANALYSIS_SAMPLE_DIMS, variables, what)
+                    for lead in spec.target_leads
+                ]
+                blocks["obs"] = np.concatenate(obs)  # (T·V, D, H, W), lead-major
         return blocks
 
     def _prefetched(self, index: int, epoch: int) -> dict[str, np.ndarray]:
@@ -234,10 +256,24 @@ class EnsembleSamples(torch.utils.data.Dataset):
             fc = blocks["fc"]
             item = subset_moments(fc, self.members_for(index, epoch), self.spec.k)
             if self.targets:
-                item["std_m"] = fc[:, self.spec.target_index].std(axis=1)
+                item["std_m"] = by_field(fc[:, self.spec.target_indices].std(axis=2))
         keys = ("std_m", "analysis_init", "obs") if self.targets else ("analysis_init",)
         item.update({key: blocks[key] for key in keys if key in blocks})
         return to_tensors(item, index)
+
+
+def by_field(x: np.ndarray) -> np.ndarray:
+    """(V, T, D, H, W) → (T·V, D, H, W), lead-major: the fields of the outputs."""
+    return np.ascontiguousarray(x.swapaxes(0, 1)).reshape(-1, *x.shape[2:])
+
+
+def index_slice(index: Sequence[int]) -> slice | np.ndarray:
+    """Evenly spaced positions as a slice (a file reads slices faster than index arrays)."""
+    pos = np.asarray(index)
+    step = int(pos[1] - pos[0]) if pos.size > 1 else 1
+    if step > 0 and np.array_equal(pos, pos[0] + step * np.arange(pos.size)):
+        return slice(int(pos[0]), int(pos[-1]) + 1, step)
+    return pos
 
 
 def select(ds: xr.Dataset, labels: dict[str, Sequence]) -> xr.Dataset:
@@ -246,13 +282,9 @@ def select(ds: xr.Dataset, labels: dict[str, Sequence]) -> xr.Dataset:
     Every later read of the result then indexes the file with slices: array indexers cost 3x
     more a read in zarr v2 and netCDF, and 20-40x more in a sharded zarr v3 store.
     """
-    at = {}
-    for dim, values in labels.items():
-        pos = np.asarray([ds.indexes[dim].get_loc(v) for v in values])
-        step = int(pos[1] - pos[0]) if pos.size > 1 else 1
-        even = step > 0 and np.array_equal(pos, pos[0] + step * np.arange(pos.size))
-        at[dim] = slice(int(pos[0]), int(pos[-1]) + 1, step) if even else pos
-    return ds.isel(at)
+    return ds.isel(
+        {dim: index_slice([ds.indexes[dim].get_loc(v) for v in values]) for dim, values in labels.items()}
+    )
 
 
 def read_block(

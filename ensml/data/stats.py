@@ -16,7 +16,7 @@ def compute_stats(
     variables: Sequence[str],
     levels: Sequence[float],
     input_leads: Sequence[np.timedelta64],
-    target_lead: np.timedelta64,
+    target_leads: Sequence[np.timedelta64],
     max_inits: int = 256,
 ) -> dict[str, np.ndarray]:
     """Per-variable statistics of the training forecasts.
@@ -29,8 +29,9 @@ def compute_stats(
     dict
         ``clim_mean`` (V, D, H, W): mean over inits, input leads and members at each grid point;
         ``anom_std`` (V, D): std of the departures from ``clim_mean``;
-        ``spread_scale`` (V, D): mean ensemble std (ddof 0) at the target lead. Units are those of
-        each variable; V = variables, D = levels.
+        ``spread_scale`` (V, D): mean ensemble std (ddof 0) at the last target lead (the scale of
+        the spread inputs); ``target_scale`` (T, V, D): the same at each of the T target leads
+        (the scale of the outputs). Units are those of each variable; V = variables, D = levels.
     """
     step = max(1, int(np.ceil(len(train_inits) / max_inits)))
     inits = np.asarray(train_inits)[::step]
@@ -38,14 +39,20 @@ def compute_stats(
     inputs = fc.sel({LEAD_TIME: list(input_leads)})
     clim = inputs.mean([INIT_TIME, LEAD_TIME, MEMBER])
     anom_std = (inputs - clim).std([INIT_TIME, LEAD_TIME, MEMBER, LATITUDE, LONGITUDE])
-    spread = fc.sel({LEAD_TIME: target_lead}).std(MEMBER).mean([INIT_TIME, LATITUDE, LONGITUDE])
+    spread = fc.sel({LEAD_TIME: list(target_leads)}).std(MEMBER).mean([INIT_TIME, LATITUDE, LONGITUDE])
     clim, anom_std, spread = xr.align(*(x.compute() for x in (clim, anom_std, spread)), join="exact")
 
     def stack(ds: xr.Dataset) -> np.ndarray:
         return np.stack([ds[v].values for v in variables]).astype(np.float32)
 
-    stats = {"clim_mean": stack(clim), "anom_std": stack(anom_std), "spread_scale": stack(spread)}
+    target = stack(spread.transpose(LEAD_TIME, ...)).swapaxes(0, 1)  # (T, V, D)
+    stats = {
+        "clim_mean": stack(clim),
+        "anom_std": stack(anom_std),
+        "spread_scale": target[-1],
+        "target_scale": target,
+    }
     # A constant field would divide by zero downstream; fall back to unit scale.
-    for key in ("anom_std", "spread_scale"):
+    for key in ("anom_std", "spread_scale", "target_scale"):
         stats[key] = np.where(stats[key] > 0, stats[key], 1.0).astype(np.float32)
     return stats

@@ -1,10 +1,10 @@
 """The checkpoints of one post-processing run: inspected on the client, loaded once per worker.
 
-Design: **one checkpoint per target lead time**. Each checkpoint (a ``MixedTask`` or
-``SpreadTask`` of any architecture, as ``ensml fit`` writes it) predicts one lead; a run takes
-any number of them, for distinct leads, and the outputs hold every lead they cover. All
-checkpoints of a run are of one task and share variables, levels and grid; each reads its own
-input leads and its own K first members.
+Design: **each lead time from one checkpoint**. Each checkpoint (a ``MixedTask`` or
+``SpreadTask`` of any architecture, as ``ensml fit`` writes it) predicts its target lead(s); a
+run takes any number of them, covering distinct leads, and the outputs hold every lead they
+cover. All checkpoints of a run are of one task and share variables, levels and grid; each reads
+its own input leads and its own K first members.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ensml.errors import EnsmlError
+from ensml.train.compat import lead_list
 from ensml.train.tasks import GRID_KEY, EnsembleTask
 
 TASKS = ("MixedTask", "SpreadTask")
@@ -65,8 +66,9 @@ class CheckpointInfo:
         return self.class_path.rsplit(".", 1)[-1]
 
     @property
-    def target_lead_hours(self) -> int:
-        return int(self.hparams["target_lead_hours"])
+    def target_leads(self) -> list[int]:
+        """The lead times (h) the checkpoint predicts, in the order of its output fields."""
+        return lead_list(self.hparams["target_lead_hours"])
 
     @property
     def input_lead_hours(self) -> list[int]:
@@ -105,13 +107,13 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
 class ModelSet:
     """Checkpoints for distinct target leads, consistent in task, variables, levels and grid."""
 
-    checkpoints: tuple[CheckpointInfo, ...]  # sorted by target lead
+    checkpoints: tuple[CheckpointInfo, ...]  # sorted by first target lead
 
     @classmethod
     def from_paths(cls, paths: Sequence[str | Path]) -> ModelSet:
         if isinstance(paths, str | Path) or not paths:
             raise EnsmlError("postprocess needs a list of one or more checkpoints (checkpoints: [a.ckpt, …])")
-        infos = sorted((inspect_checkpoint(p) for p in paths), key=lambda c: c.target_lead_hours)
+        infos = sorted((inspect_checkpoint(p) for p in paths), key=lambda c: c.target_leads[0])
         first = infos[0]
         for other in infos[1:]:
             if other.task != first.task:
@@ -119,10 +121,10 @@ class ModelSet:
                     f"checkpoints {first.path} ({first.task}) and {other.path} ({other.task}) are of "
                     "different tasks: post-process mixed and spread models in separate runs"
                 )
-        leads = [c.target_lead_hours for c in infos]
+        leads = [h for c in infos for h in c.target_leads]
         twice = sorted({h for h in leads if leads.count(h) > 1})
         if twice:
-            paths = [c.path for c in infos if c.target_lead_hours == twice[0]]
+            paths = [c.path for c in infos if twice[0] in c.target_leads]
             raise EnsmlError(
                 f"checkpoints {' and '.join(paths)} both predict lead {twice[0]} h: give one "
                 "checkpoint per target lead time"
@@ -158,7 +160,7 @@ class ModelSet:
     @property
     def lead_hours(self) -> list[int]:
         """Target leads covered, ascending: the outputs' ``lead_time``."""
-        return [c.target_lead_hours for c in self.checkpoints]
+        return sorted(h for c in self.checkpoints for h in c.target_leads)
 
     @property
     def read_lead_hours(self) -> list[int]:
@@ -214,7 +216,7 @@ def check_grid(models: ModelSet, latitude: np.ndarray, longitude: np.ndarray, wh
 
 
 # -- loading, once per process ----------------------------------------------------------------
-_LOADED: dict[tuple, dict[int, EnsembleTask]] = {}
+_LOADED: dict[tuple, list[EnsembleTask]] = {}
 _LOCK = threading.Lock()
 LOAD_COUNT = {"n": 0}  # how many times this process built the networks (checked by the tests)
 
@@ -227,14 +229,15 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def load_models(models: ModelSet, device: str = "cpu") -> dict[int, EnsembleTask]:
-    """The networks of ``models`` by target lead (hours), in eval mode, built once per process."""
+def load_models(models: ModelSet, device: str = "cpu") -> list[EnsembleTask]:
+    """The networks of ``models`` (in the order of ``models.checkpoints``), in eval mode, built
+    once per process."""
     key = (tuple(models.identity), device)
     with _LOCK:
         if key not in _LOADED:
             dev = resolve_device(device)
             _LOADED.clear()  # one run's models at a time
-            _LOADED[key] = {c.target_lead_hours: _build(c, dev) for c in models.checkpoints}
+            _LOADED[key] = [_build(c, dev) for c in models.checkpoints]
             LOAD_COUNT["n"] += 1
         return _LOADED[key]
 

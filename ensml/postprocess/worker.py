@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,7 @@ def _open_analysis_cached(stamp: tuple, variables: tuple[str, ...]) -> Any:
 
 
 def predict_init(
-    fc: _Forecast, init: np.datetime64, models: ModelSet, nets: dict[int, Any], device: str
+    fc: _Forecast, init: np.datetime64, models: ModelSet, nets: Sequence[Any], device: str
 ) -> tuple:
     """Mean, std (V, L, D, H, W) and raw members (V, L, M, D, H, W) at the target leads of one init."""
     block = read_block(fc.fc, {INIT_TIME: init}, FORECAST_SAMPLE_DIMS, models.variables, fc.what)
@@ -139,9 +140,9 @@ def predict_init(
     if fc.an is not None:
         analysis = read_block(fc.an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, models.variables, fc.an_what)
     read = models.read_lead_hours
-    means, stds = [], []
-    for info in models.checkpoints:
-        task = nets[info.target_lead_hours]
+    n_var = len(models.variables)
+    by_lead: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for info, task in zip(models.checkpoints, nets):
         item = subset_moments(
             block[:, [read.index(h) for h in info.input_lead_hours]], np.arange(info.k), info.k
         )
@@ -150,13 +151,15 @@ def predict_init(
         batch = {key: value[None].to(device) for key, value in to_tensors(item, 0).items()}
         with torch.inference_mode():
             out = task.predict_step(batch, 0)
-        std = out["std"][0].float().cpu().numpy()
-        if "mean" in out:
-            mean = out["mean"][0].float().cpu().numpy()
-        else:  # spread model: centred on the subset mean at the target lead
-            mean = item["mean_k"][:, info.input_lead_hours.index(info.target_lead_hours)]
-        means.append(mean)
-        stds.append(std)
+        # (T·V, D, H, W) lead-major → (T, V, D, H, W)
+        std = out["std"][0].float().cpu().numpy().reshape(len(info.target_leads), n_var, *block.shape[3:])
+        mean = out["mean"][0].float().cpu().numpy().reshape(std.shape) if "mean" in out else None
+        for t, lead in enumerate(info.target_leads):
+            # a spread model's distribution is centred on the subset mean at that lead
+            centre = item["mean_k"][:, info.input_lead_hours.index(lead)] if mean is None else mean[t]
+            by_lead[lead] = (centre, std[t])
+    means = [by_lead[h][0] for h in models.lead_hours]
+    stds = [by_lead[h][1] for h in models.lead_hours]
     raw = block[:, [read.index(h) for h in models.lead_hours]]
     return np.stack(means, axis=1), np.stack(stds, axis=1), raw
 
@@ -175,7 +178,7 @@ def run_unit(unit: Unit, job: Job) -> dict[str, Any]:
 def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dict[str, Any]:
     try:
         nets = load_models(job.models, job.device)
-        device = str(next(iter(nets.values())).device)
+        device = str(nets[0].device)
         fc = _Forecast(unit.input, job.models, job.analysis)
         inits = fc.inits if unit.init is None else np.array([unit.init], dtype="datetime64[ns]")
         if unit.init is not None and unit.init not in fc.inits:

@@ -35,12 +35,28 @@ def _check_outputs(trainer: L.Trainer) -> None:
         check_writable(folder, what, folder=True)
 
 
+def _grid_shape(data: EnsembleDataModule) -> tuple[int, int]:
+    return data.grid_shape
+
+
 class EnsmlCLI(LightningCLI):
     """LightningCLI whose model hyperparameters follow the data config, checked before any output."""
 
     def add_arguments_to_parser(self, parser) -> None:
         for key in DATA_KEYS:
             parser.link_arguments(f"data.{key}", f"model.init_args.{key}")
+        # The per-point layer's size: the grid, known once the data module has opened its files.
+        parser.link_arguments(
+            "data", "model.init_args.grid_shape", compute_fn=_grid_shape, apply_on="instantiate"
+        )
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ValueError as exc:  # a link's compute function (the grid) hit a bad input file
+            if isinstance(exc.__cause__, EnsmlError):
+                raise exc.__cause__ from None
+            raise
 
     def instantiate_trainer(self, **kwargs):
         # Only `fit` keeps logs and its config: a `predict` or `test` with the same YAML must not

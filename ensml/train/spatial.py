@@ -43,7 +43,8 @@ from ensml.models.spatial import (
 from ensml.models.unet3d import UNet3d
 from ensml.names import LATITUDE, LONGITUDE
 
-SPATIAL_BUFFERS = ("clim_mean", "lat_weights")  # task buffers with latitude/longitude axes
+SPATIAL_BUFFERS = ("clim_mean", "static", "lat_weights")  # task buffers with latitude/longitude axes
+NETWORKS = ("net", "net_sigma")  # a task's networks (net_sigma: the two-stage mixed task's)
 
 
 def check_split(lat: int, lon: int, world: int, n_lat: int, n_lon: int, depth: int, kernel: int) -> None:
@@ -110,7 +111,7 @@ class SpatialParallelStrategy(DDPStrategy):
         self.grid: ProcessGrid | None = None
         self.slab: tuple[slice, slice] | None = None
         self._full: dict[str, torch.Tensor] = {}
-        self._plain_net: UNet3d | None = None
+        self._plain_nets: dict[str, UNet3d] = {}
         self._use_sampler: bool | None = None
 
     # -- validation (before any process starts), process groups, per-rank slab ----------------
@@ -131,9 +132,14 @@ class SpatialParallelStrategy(DDPStrategy):
         if datamodule is None or not hasattr(datamodule, "slab"):
             raise EnsmlError("spatial-parallel training needs an EnsembleDataModule (data: ...)")
         net = module.net
-        if not isinstance(net, UNet3d):
+        if not all(isinstance(getattr(module, name), UNet3d) for name in NETWORKS if hasattr(module, name)):
             arch = module.hparams.get("arch")
             raise EnsmlError(f"spatial-parallel training supports arch unet3d only, got {arch!r}")
+        if module.hparams.get("loss") == "l1_msssim":  # windows across shards would need halos
+            raise EnsmlError(
+                "spatial-parallel training supports the spread loss 'mse' only: MS-SSIM's windows and "
+                "scales span the whole field (set model.init_args.loss: mse)"
+            )
         if not datamodule.coords:
             _ = datamodule.spec  # opens and validates the files once
         n_lat, n_lon = len(datamodule.coords[LATITUDE]), len(datamodule.coords[LONGITUDE])
@@ -177,17 +183,25 @@ class SpatialParallelStrategy(DDPStrategy):
 
     def _wrap_net(self) -> None:
         module, grid = self.lightning_module, self.grid
-        if not isinstance(module.net, SpatialUNet3d):
-            self._plain_net = module.net
-            module.net = SpatialUNet3d(module.net, grid)
+        for name in NETWORKS:
+            net = getattr(module, name, None)
+            if isinstance(net, UNet3d):
+                self._plain_nets[name] = net
+                setattr(module, name, SpatialUNet3d(net, grid))
+        if getattr(module, "local", None) is not None:  # per-point weights: each rank its slab
+            module.local.region = self.slab
+            broadcast_parameters(module.local, grid)
         module.reduce_mean = partial(global_mean, grid=grid)
-        broadcast_parameters(module.net, grid)  # all ranks must start identical
+        for name in self._plain_nets:
+            broadcast_parameters(getattr(module, name), grid)  # all ranks must start identical
 
     def _shard_buffers(self) -> None:
         """Slice the climatology and latitude weights to this rank's slab; keep the full ones."""
         module, (lat, lon) = self.lightning_module, self.slab
         for key in SPATIAL_BUFFERS:
             t = getattr(module, key)
+            if t.numel() == 0:  # a buffer the model does not use (no static inputs)
+                continue
             if key not in self._full or t.shape == self._full[key].shape:  # full (new or restored)
                 self._full[key] = t.detach().clone()
                 t = t[..., lat] if key == "lat_weights" else t[..., lat, lon]
@@ -218,11 +232,14 @@ class SpatialParallelStrategy(DDPStrategy):
     def teardown(self) -> None:
         # Give the module back whole, so it works after the run like a single-process one.
         module = self.lightning_module
-        if module is not None and isinstance(module.net, SpatialUNet3d) and self._plain_net is not None:
-            self._plain_net.load_state_dict(module.net.state_dict())
-            module.net = self._plain_net
+        if module is not None and isinstance(module.net, SpatialUNet3d) and self._plain_nets:
+            for name, plain in self._plain_nets.items():
+                plain.load_state_dict(getattr(module, name).state_dict())
+                setattr(module, name, plain)
             for key, t in self._full.items():
                 setattr(module, key, t.to(getattr(module, key).device))
+            if getattr(module, "local", None) is not None:
+                module.local.region = None
             module.reduce_mean = None
         super().teardown()
 

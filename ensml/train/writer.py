@@ -26,6 +26,8 @@ from ensml.names import (
 
 DIMS = (INIT_TIME, LEVEL, LATITUDE, LONGITUDE)
 SURFACE_DIMS = (INIT_TIME, LATITUDE, LONGITUDE)
+LEAD_DIMS = (INIT_TIME, LEAD_TIME, LEVEL, LATITUDE, LONGITUDE)  # a model of several target leads
+SURFACE_LEAD_DIMS = (INIT_TIME, LEAD_TIME, LATITUDE, LONGITUDE)
 
 
 class PredictionWriter(BasePredictionWriter):
@@ -33,7 +35,8 @@ class PredictionWriter(BasePredictionWriter):
 
     Variables: ``<var>_std`` (spread or predictive std) and, for post-processing, ``<var>_mean``
     (predictive mean), dims (init_time, level, latitude, longitude), at the target lead time;
-    a surface variable's without ``level`` (see :mod:`ensml.data.surface`).
+    a model of several target leads adds a ``lead_time`` dimension after ``init_time``; a surface
+    variable's have no ``level`` (see :mod:`ensml.data.surface`).
 
     Parameters
     ----------
@@ -61,14 +64,18 @@ class PredictionWriter(BasePredictionWriter):
         hp = pl_module.hparams
         index = torch.cat([p["index"] for p in predictions]).cpu().numpy()
         inits = dm.predict_set.init_times[index]
-        lead = np.timedelta64(int(hp.target_lead_hours), "h").astype("timedelta64[ns]")
+        hours = pl_module.target_leads
+        leads = np.array([np.timedelta64(h, "h") for h in hours]).astype("timedelta64[ns]")
+        several = len(hours) > 1
         coords = {
             INIT_TIME: inits,
             LEVEL: np.asarray(hp.levels, dtype=np.float64),
             LATITUDE: dm.coords[LATITUDE],
             LONGITUDE: dm.coords[LONGITUDE],
-            LEAD_TIME: lead,
-            VALID_TIME: (INIT_TIME, inits + lead),
+            LEAD_TIME: leads if several else leads[0],
+            VALID_TIME: ((INIT_TIME, LEAD_TIME), inits[:, None] + leads)
+            if several
+            else (INIT_TIME, inits + leads[0]),
         }
         ds = xr.Dataset(coords=coords)
         kind = type(pl_module).__name__
@@ -76,6 +83,12 @@ class PredictionWriter(BasePredictionWriter):
             if key not in predictions[0]:
                 continue
             values = torch.cat([p[key] for p in predictions]).float().cpu().numpy()
+            values = values.reshape(
+                len(values), len(hours), len(hp.variables), *values.shape[2:]
+            )  # lead-major
+            if not several:
+                values = values[:, 0]
+            dims, surface_dims = (LEAD_DIMS, SURFACE_LEAD_DIMS) if several else (DIMS, SURFACE_DIMS)
             for i, var in enumerate(hp.variables):
                 attrs = dict(VARIABLE_ATTRS.get(var, {}))
                 attrs.pop("standard_name", None)
@@ -84,10 +97,11 @@ class PredictionWriter(BasePredictionWriter):
                 if key == "std" and kind == "SpreadTask":
                     what = f"predicted {dm.spec.members}-member ensemble standard deviation"
                 attrs["long_name"] = f"{base}: {what}"
+                field = values[:, :, i] if several else values[:, i]
                 if pl_module.surface[i]:  # a surface variable: its levels are tied, keep one
-                    ds[f"{var}_{key}"] = (SURFACE_DIMS, values[:, i, 0], attrs)
+                    ds[f"{var}_{key}"] = (surface_dims, field[..., 0, :, :], attrs)
                 else:
-                    ds[f"{var}_{key}"] = (DIMS, values[:, i], attrs)
+                    ds[f"{var}_{key}"] = (dims, field, attrs)
         for name in ds.coords:
             ds[name].attrs.update(COORD_ATTRS.get(str(name), {}))
         ds = ds.sortby(INIT_TIME)

@@ -34,7 +34,8 @@ def checkpoints(
     tiny_data: dict[str, Path], fitted: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Path]:
     """Smoke checkpoints: mixed at 48 h (the ``fitted`` run) and 24 h, spread at 48 h, mixed
-    without the analysis at initialisation, and a temporal network (lead time as a dimension)."""
+    without the analysis at initialisation, a temporal network (lead time as a dimension), and
+    one mixed model of both target leads, 24 and 48 h."""
 
     def fit(name: str, *overrides: str) -> Path:
         return _fit(tiny_data, tmp_path_factory.mktemp(name), *overrides)
@@ -45,6 +46,7 @@ def checkpoints(
         "spread48": fit("spread48", "--model.class_path=ensml.train.tasks.SpreadTask"),
         "noanalysis48": fit("noan48", "--model.init_args.use_analysis=false"),
         "temporal48": fit("temporal48", "--model.init_args.arch=unet3d_time"),
+        "mixed2448": fit("mixed2448", "--data.target_lead_hours=[24, 48]"),
     }
 
 

@@ -128,6 +128,34 @@ def test_one_checkpoint_per_lead(
         np.testing.assert_array_equal(np.argsort(a, axis=0), np.argsort(b, axis=0, kind="stable"))
 
 
+def test_a_checkpoint_of_several_leads(checkpoints, archive_dir: Path, tiny_data, tmp_path: Path) -> None:
+    """One model trained on target leads [24, 48]: both leads in the products, each equal to the
+    model's own forward pass; with another checkpoint of 48 h it is refused, one line."""
+    import torch
+
+    from ensml.data.samples import EnsembleSamples, SampleSpec
+    from ensml.postprocess.models import ModelSet, load_models
+
+    ckpt = checkpoints["mixed2448"]
+    assert main(pp_args([ckpt], archive_dir / "*.nc", tmp_path / "pp", analysis=tiny_data["analysis"])) == 0
+    path = sorted(archive_dir.glob("*.nc"))[1]
+    out = xr.open_dataset(tmp_path / "pp" / path.name).isel(init_time=0)
+    assert list(out["lead_time"].values) == [np.timedelta64(24, "h"), H48]
+    task = load_models(ModelSet.from_paths([str(ckpt)]))[0]
+    spec = SampleSpec(("z", "t"), (500.0, 850.0), (0, 24, 48), (24, 48), 5, 10)
+    inits = xr.open_dataset(path)["init_time"].values
+    sample = EnsembleSamples(path, tiny_data["analysis"], inits, spec, targets=False)[0]
+    with torch.inference_mode():
+        mu, sigma = task({k: v[None] for k, v in sample.items()})
+    for t, lead in enumerate(out["lead_time"].values):  # fields lead-major: (t, var)
+        at = out.sel(lead_time=lead)
+        np.testing.assert_allclose(at["z_mean"].values, mu[0, 2 * t].numpy(), rtol=1e-6)
+        np.testing.assert_allclose(at["t_std"].values, sigma[0, 2 * t + 1].numpy(), rtol=1e-6)
+    both = pp_args([ckpt, checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path / "x")
+    assert main(both) == 1
+    assert not (tmp_path / "x").exists()
+
+
 def test_spread_checkpoint_recovers_the_full_ensemble(checkpoints, archive_dir: Path, tmp_path: Path) -> None:
     assert (
         main(pp_args([checkpoints["spread48"]], archive_dir / "*.nc", tmp_path, "--products.members=20")) == 0
@@ -153,7 +181,7 @@ def test_a_temporal_network_matches_its_own_task(
     ckpt = checkpoints["temporal48"]
     assert main(pp_args([ckpt], archive_dir / "*.nc", tmp_path, analysis=tiny_data["analysis"])) == 0
     path = sorted(archive_dir.glob("*.nc"))[1]
-    task = load_models(ModelSet.from_paths([str(ckpt)]))[48]
+    task = load_models(ModelSet.from_paths([str(ckpt)]))[0]
     assert task.hparams.arch == "unet3d_time"
     spec = SampleSpec(("z", "t"), (500.0, 850.0), (0, 24, 48), 48, 5, 10)
     inits = xr.open_dataset(path)["init_time"].values

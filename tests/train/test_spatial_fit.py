@@ -60,7 +60,8 @@ def test_spatial_checkpoint_predicts_like_single_process(
     runs: dict[str, Path], tiny_data: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ckpt = str(runs["spatial"] / CKPT)
-    overrides = {"trainer.limit_predict_batches": 1}
+    # 2, not 1: with some jsonargparse/Lightning versions a bare 1 parses as the float 1.0 (100%)
+    overrides = {"trainer.limit_predict_batches": 2}
     args = ["predict", "--config", SMOKE, *tiny_data_args(tiny_data, **overrides), f"--ckpt_path={ckpt}"]
     monkeypatch.chdir(runs["single"])
     assert main(args) == 0  # a spatial checkpoint in a plain single-process predict

@@ -238,7 +238,7 @@ def test_evaluate_scores_a_surface_variable_once(surface_data, tmp_path) -> None
 
     table = evaluate(
         str(surface_data["forecast"]), str(surface_data["analysis"]), oracle=str(surface_data["oracle"]),
-        variables=["z", "t2m"], out_dir=str(tmp_path / "eval"),
+        variables=["z", "t2m"], lead_hours=48, out_dir=str(tmp_path / "eval"),
     )  # fmt: skip
     t2m = table[table["variable"] == "t2m"]
     assert len(t2m) == 3 and t2m["level_hPa"].isna().all()  # raw, subset, oracle: one row each
