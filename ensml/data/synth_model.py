@@ -100,7 +100,8 @@ def generate(
     and valid time), ``truth[v] (time, k, lat, lon)``, ``mean[v]``/``std[v] (init, lead, k, lat,
     lon)``, ``event_mask (init, lead, lat, lon)`` (uint8), ``storms`` (a dict of per-storm
     arrays), ``member_spread (init, lead, v, k, lat, lon)``, the designed spread of the members
-    (float32), and ``member_block(i0, i1)``, a function that draws the members of inits ``i0:i1``
+    (float32), ``member_centre`` (same shape), the mean they are drawn around (biased, storms
+    damped), and ``member_block(i0, i1)``, a function that draws the members of inits ``i0:i1``
     as float32 ``(v, init, lead, member, k, lat, lon)`` (deterministic per init, so blocks can
     be drawn in any order, lazily, while the file is written).
     """
@@ -226,6 +227,7 @@ def generate(
         "std": {"z": std[:, :, 0], "t": std[:, :, 1]},
         "member_block": member_block,
         "member_spread": spread32,
+        "member_centre": centre,
         "event_mask": event.astype(np.uint8),
         "storms": storm_table,
     }

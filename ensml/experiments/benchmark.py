@@ -22,13 +22,20 @@ import numpy as np
 import pandas as pd
 import torch
 import xarray as xr
+from lightning.pytorch.callbacks import EarlyStopping
 
 from ensml.data.datamodule import EnsembleDataModule
+from ensml.data.io import open_forecast
 from ensml.data.outdir import check_output_folder, replace_folder
 from ensml.data.synth import synth as make_synth
 from ensml.errors import EnsmlError
+from ensml.eval.gaussian import crps_gaussian
+from ensml.eval.weights import latitude_weights
 from ensml.experiments.benchmark_score import BENCHMARK_NAMES, score_all, summarise, write_tables
+from ensml.experiments.bound import BOUND_NAME, SPREAD_BOUND_NAME, spread_bound, subset_bound
+from ensml.experiments.quality import QualityLog
 from ensml.models.emos import fit_emos
+from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note, seconds
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
@@ -51,7 +58,14 @@ class SynthOptions:
 
 @dataclass
 class ModelSpec:
-    """One neural model of the benchmark: a task, a network and its training budget."""
+    """One neural model of the benchmark: a task, a network and its training budget.
+
+    ``options`` are further arguments of the task (:class:`~ensml.train.tasks.MixedTask` or
+    :class:`~ensml.train.tasks.SpreadTask`), e.g. ``{location_inputs: true, local_affine: true,
+    scheme: two_stage}`` or ``{loss: l1_msssim}``. ``patience``: stop when the validation loss has
+    not improved for this many epochs (None: train ``max_epochs``); the weights of the best
+    validation epoch are the ones scored.
+    """
 
     name: str
     task: Literal["mixed", "spread"] = "mixed"
@@ -60,7 +74,9 @@ class ModelSpec:
     depth: int = 3
     lr: float = 2e-3
     max_epochs: int = 8
+    patience: int | None = None
     arch_options: dict | None = None
+    options: dict | None = None
 
 
 DEFAULT_MODELS = [
@@ -92,65 +108,123 @@ def _ensure_data(data_dir: Path, opts: SynthOptions) -> dict[str, Path]:
 
 
 def _build(spec: ModelSpec, dm: EnsembleDataModule, seed: int) -> EnsembleTask:
-    hp = dm.hparams
     cls = {"mixed": MixedTask, "spread": SpreadTask}.get(spec.task)
     if cls is None:
         raise EnsmlError(
             f"benchmark model {spec.name!r}: task must be 'mixed' or 'spread', got {spec.task!r}"
         )
     L.seed_everything(seed, verbose=False)
-    task = cls(
-        variables=list(hp.variables), levels=list(hp.levels), input_lead_hours=list(hp.input_lead_hours),
-        target_lead_hours=hp.target_lead_hours, k=hp.k, arch=spec.arch, width=spec.width,
-        depth=spec.depth, lr=spec.lr, arch_options=spec.arch_options,
-    )  # fmt: skip
-    task.set_stats(dm.stats, dm.coords["latitude"])
-    return task
+    try:
+        return cls.from_data(
+            dm, arch=spec.arch, width=spec.width, depth=spec.depth, lr=spec.lr,
+            arch_options=spec.arch_options, **(spec.options or {}),
+        )  # fmt: skip
+    except TypeError as exc:  # an option the task does not take
+        raise EnsmlError(f"benchmark model {spec.name!r}: {exc}") from None
 
 
 def _train_predict(
     task: EnsembleTask, spec: ModelSpec, dm: EnsembleDataModule, seed: int, limit: int | None
-) -> tuple[dict[str, np.ndarray], float]:
+) -> tuple[dict[str, np.ndarray], float, QualityLog]:
+    log = QualityLog()
+    callbacks: list[L.Callback] = [log]
+    if spec.patience is not None:
+        callbacks.append(EarlyStopping(f"val/{task.quality_name}", patience=spec.patience, check_finite=True))
     trainer = L.Trainer(
         accelerator="cpu", devices=1, max_epochs=spec.max_epochs, deterministic=True, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        limit_val_batches=0, num_sanity_val_steps=0, limit_train_batches=limit,
+        num_sanity_val_steps=0, limit_train_batches=limit, limit_val_batches=limit, callbacks=callbacks,
+        gradient_clip_val=1.0,
     )  # fmt: skip
     L.seed_everything(seed, verbose=False)
     start = time.perf_counter()
     trainer.fit(task, datamodule=dm)
     took = time.perf_counter() - start
+    log.restore_best(task)
     out = trainer.predict(task, dataloaders=dm.predict_dataloader())
     pred = {key: torch.cat([o[key] for o in out]).numpy() for key in out[0]}
-    return pred, took
+    return pred, took, log
 
 
-def _emos(dm: EnsembleDataModule, modes: list[str], seed: int) -> tuple[dict, dict]:
-    """Fit global/local EMOS on the training split's K-member mean/std; predict the test split."""
-    ti = dm.spec.target_index
+def _at_targets(x: torch.Tensor, indices: list[int]) -> torch.Tensor:
+    """(B, V, L, D, H, W) → (B, T·V, D, H, W) at the target leads, lead-major (as the tasks)."""
+    return x[:, :, indices].transpose(1, 2).flatten(1, 2)
 
-    def collect(loader) -> dict[str, torch.Tensor]:
-        parts: dict[str, list] = {"mean": [], "std": [], "obs": [], "index": []}
-        for b in loader:
-            parts["mean"].append(b["mean_k"][:, :, ti])
-            parts["std"].append(b["std_k"][:, :, ti])
-            parts["obs"].append(b["obs"])
-            parts["index"].append(b["index"])
-        return {k: torch.cat(v) for k, v in parts.items()}
 
+def _collect(loader, indices: list[int]) -> dict[str, torch.Tensor]:
+    parts: dict[str, list] = {"mean": [], "std": [], "obs": [], "std_m": [], "index": []}
+    for b in loader:
+        parts["mean"].append(_at_targets(b["mean_k"], indices))
+        parts["std"].append(_at_targets(b["std_k"], indices))
+        for key in ("obs", "std_m", "index"):
+            parts[key].append(b[key])
+    return {k: torch.cat(v) for k, v in parts.items()}
+
+
+def _emos(dm: EnsembleDataModule, modes: list[str], seed: int) -> tuple[dict, dict, dict[str, float], dict]:
+    """Fit global/local EMOS on the training split's K-member mean/std; predict the test split.
+
+    Every target lead has its own coefficients (the fields ``F = T × V`` are fitted as separate
+    variables). Also returns the validation baselines of time-to-quality, in the tasks' normalised
+    ``val/loss`` units: local EMOS's Gaussian CRPS (``mixed``) and the K-member sample std's
+    squared error against the M-member spread (``spread``); and the test split's inputs.
+    """
+    indices = dm.spec.target_indices
     L.seed_everything(seed, verbose=False)
-    train, test = collect(dm.train_dataloader()), collect(dm.predict_dataloader())
+    train, val, test = (_collect(loader(), indices) for loader in (dm.train_dataloader, dm.val_dataloader,
+                                                                   dm.predict_dataloader))  # fmt: skip
     weights = torch.tensor(np.cos(np.deg2rad(dm.coords["latitude"])), dtype=torch.float32)
     preds, info = {}, {}
-    for mode in modes:
+    for mode in dict.fromkeys([*modes, "local"]):
         start = time.perf_counter()
         model = fit_emos(train["mean"], train["std"], train["obs"], mode=mode, weights=weights)
         took = time.perf_counter() - start
+        if mode == "local":
+            local = model
+        if mode not in modes:
+            continue
         mu, sigma = model(test["mean"], test["std"])
         name = EMOS_NAMES[mode]
         preds[name] = {"index": test["index"].numpy(), "mean": mu.numpy(), "std": sigma.numpy()}
         info[name] = {"params": sum(p.numel() for p in model.parameters()), "train_s": took}
-    return preds, info
+    # The tasks' val/loss: area-weighted (cell area, mean 1) means of fields scaled by the spread.
+    scale = torch.as_tensor(dm.stats["target_scale"]).flatten(0, 1)[None, :, :, None, None]
+    w = torch.as_tensor(latitude_weights(dm.coords["latitude"]).values, dtype=torch.float32)[:, None]
+    mu, sigma = local(val["mean"], val["std"])
+    crps = crps_gaussian(mu / scale, sigma / scale, val["obs"] / scale, check=False)
+    baselines = {
+        "mixed": float((crps * w).mean()),
+        "spread": float((((val["std"] - val["std_m"]) / scale) ** 2 * w).mean()),
+    }
+    return preds, info, baselines, test
+
+
+def _bounds(dm: EnsembleDataModule, paths: dict[str, Path], synth: SynthOptions, test: dict) -> dict:
+    """The per-point bounds (:mod:`ensml.experiments.bound`) on the test split."""
+    spec, index = dm.spec, test["index"].numpy()
+    inits = dm.test_set.init_times
+    args = (spec.variables, spec.levels, spec.target_hours)
+    gauss = subset_bound(synth, inits, index, test["mean"], *args, spec.k)
+    fc = open_forecast(str(paths["forecast"]), list(spec.variables))
+    fc = fc.sel({INIT_TIME: inits[index], LEAD_TIME: spec.target_leads, LEVEL: list(spec.levels)})
+    fc = fc.isel({MEMBER: slice(0, spec.k)}).transpose(INIT_TIME, LEAD_TIME, MEMBER, LEVEL, ...)
+    shown = np.stack([fc[v].values for v in spec.variables], axis=2)  # (N, T, V, K, D, H, W)
+    shown = shown.reshape(len(index), -1, *shown.shape[3:])
+    spread = spread_bound(synth, inits, index, shown, *args, spec.members)
+    return {BOUND_NAME: gauss, SPREAD_BOUND_NAME: {"kind": "spread", **spread}}
+
+
+def time_to_quality(log: QualityLog, target: float) -> dict[str, float]:
+    """The benchmark's time-to-quality columns from a model's validation history."""
+    hit, best = log.first_reaching(target), log.best
+    return {
+        "epochs": len(log.history),
+        "best_epoch": best.epoch + 1 if best else np.nan,
+        "val_score": best.val_loss if best else np.nan,
+        "baseline_val_score": target,
+        "time_to_baseline_s": hit.seconds if hit else np.nan,
+        "samples_to_baseline": hit.samples if hit else np.nan,
+    }
 
 
 def benchmark(
@@ -159,7 +233,7 @@ def benchmark(
     variables: list[str] = ("z", "t"),  # type: ignore[assignment]
     levels: list[float] = (500, 850),  # type: ignore[assignment]
     input_lead_hours: list[int] = (0, 12, 24, 36, 48),  # type: ignore[assignment]
-    target_lead_hours: int = 48,
+    target_lead_hours: int | list[int] = (24, 48),  # type: ignore[assignment]
     k: int = 5,
     member_sampling: Literal["first", "random"] = "random",
     train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
@@ -172,6 +246,7 @@ def benchmark(
     seed: int = 0,
     threads: int = 1,
     out_dir: str = "runs/benchmark",
+    bound: bool = True,
 ) -> pd.DataFrame:
     """Train and score every model; write ``benchmark.csv`` and ``benchmark.md`` to ``out_dir``.
 
@@ -188,7 +263,8 @@ def benchmark(
     input_lead_hours
         Lead times (h) fed to the models.
     target_lead_hours
-        Lead time (h) predicted and scored; one of ``input_lead_hours``.
+        Lead time(s) (h) predicted and scored, each one of ``input_lead_hours``: every network
+        and EMOS predicts all of them, and the tables score each.
     k
         Members given to the models (members 0 … k-1 when scoring).
     member_sampling
@@ -216,6 +292,10 @@ def benchmark(
     out_dir
         Output folder: new, empty or an earlier benchmark's; replaced as a whole by the tables
         at the end, nothing before.
+    bound
+        Also score the per-point bounds (:mod:`ensml.experiments.bound`): the best any
+        point-by-point post-processing of the K-member mean could reach, and the best estimate
+        of the M-member spread given the K members and the generator's designed spread.
 
     Returns
     -------
@@ -249,16 +329,22 @@ def benchmark(
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     with Progress("benchmark", len(models) + 1, "models") as progress:
         progress.describe("EMOS")
-        emos_preds, emos_info = _emos(dm, list(emos), seed)
+        emos_preds, emos_info, baselines, test = _emos(dm, list(emos), seed)
         preds.update(emos_preds)
         info.update(emos_info)
+        if bound:
+            preds.update(_bounds(dm, paths, synth, test))
         progress.advance(f"{' and '.join(emos_info)} fitted in {seconds(progress.lap)}")
         for spec, task in zip(models, tasks):
             progress.describe(spec.name)
             n_params = sum(p.numel() for p in task.parameters())
-            pred, took = _train_predict(task, spec, dm, seed, limit_train_batches)
+            pred, took, log = _train_predict(task, spec, dm, seed, limit_train_batches)
             preds[spec.name] = {"kind": spec.task, **pred}
-            info[spec.name] = {"params": n_params, "train_s": took}
+            info[spec.name] = {
+                "params": n_params,
+                "train_s": took,
+                **time_to_quality(log, baselines[spec.task]),
+            }
             progress.advance(f"{spec.name} trained in {seconds(took)}")
 
     table = score_all(dm, paths, preds, info)

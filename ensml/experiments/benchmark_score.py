@@ -24,9 +24,14 @@ from ensml.eval.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
 
 FIELD_DIMS = [INIT_TIME, LEVEL, LATITUDE, LONGITUDE]
+#: Per-model columns (from ``info``): size, training time, and time to the baseline's quality.
+INFO_COLUMNS = [
+    "params", "train_s", "epochs", "best_epoch", "val_score", "baseline_val_score", "time_to_baseline_s",
+    "samples_to_baseline",
+]  # fmt: skip
 COLUMNS = [
     "model", "variable", "level_hPa", "lead_h", "estimator", "crps", "units", "skill_vs_raw_ensemble",
-    "gap_closed", "crps_events", "events_skill_vs_raw", "spread_rmse", "spread_corr", "params", "train_s",
+    "gap_closed", "crps_events", "events_skill_vs_raw", "spread_rmse", "spread_corr", *INFO_COLUMNS,
 ]  # fmt: skip
 
 
@@ -35,13 +40,28 @@ def score_all(
 ) -> pd.DataFrame:
     """One table of CRPS and spread scores on the test split for every prediction in ``preds``.
 
-    ``preds[name]`` holds ``index`` (N,) into the test split and ``mean``/``std`` (N, V, D, H, W);
-    ``kind == "spread"`` marks spread estimates (``std`` only). ``info[name]`` gives ``params``
-    and ``train_s``.
+    ``preds[name]`` holds ``index`` (N,) into the test split and ``mean``/``std`` (N, T·V, D, H, W),
+    fields lead-major over the T target leads; ``kind == "spread"`` marks spread estimates
+    (``std`` only). ``info[name]`` gives ``params``, ``train_s`` and the time-to-quality columns.
+    Every target lead is scored (rows per lead, ``lead_h``).
     """
     spec = dm.spec
+    rows = []
+    for t, (lead, lead_h) in enumerate(zip(spec.target_leads, spec.target_hours)):
+        rows.append(_score_lead(dm, paths, preds, t, lead, lead_h))
+    table = pd.concat(rows, ignore_index=True)
+    base = table["model"].str.replace(" (Gaussian)", "", regex=False)
+    for col in INFO_COLUMNS:
+        table[col] = [info.get(b, {}).get(col, np.nan) for b in base]
+    return table.reindex(columns=COLUMNS)
+
+
+def _score_lead(
+    dm: EnsembleDataModule, paths: dict[str, Path], preds: dict[str, dict], t: int, lead, lead_h: int
+) -> pd.DataFrame:
+    spec = dm.spec
     variables, levels, k, m = list(spec.variables), list(spec.levels), spec.k, spec.members
-    lead, lead_h = spec.target_lead, spec.target_lead_hours
+    n_var = len(variables)
     inits = np.sort(dm.test_set.init_times)
     fc = open_forecast(str(paths["forecast"]), variables)
     fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
@@ -55,7 +75,8 @@ def score_all(
         p = preds[name]
         coords = {INIT_TIME: dm.test_set.init_times[p["index"]], LEVEL: levels}
         coords.update({LATITUDE: fc[LATITUDE].values, LONGITUDE: fc[LONGITUDE].values})
-        return xr.DataArray(p[key][:, i], dims=FIELD_DIMS, coords=coords).sel({INIT_TIME: inits})
+        values = p[key][:, t * n_var + i]
+        return xr.DataArray(values, dims=FIELD_DIMS, coords=coords).sel({INIT_TIME: inits})
 
     raw_key = f"raw ensemble ({m} members)"
     rows, spread_rows = [], []
@@ -91,27 +112,45 @@ def score_all(
     spread = pd.DataFrame(spread_rows).rename(columns={"rmse": "spread_rmse", "correlation": "spread_corr"})
     spread["model"] = spread["estimator"]
     spread["estimator"] = "spread vs " + spread.pop("target")
-    table = pd.concat([crps, spread], ignore_index=True)
-    base = table["model"].str.replace(" (Gaussian)", "", regex=False)
-    table["params"] = [info.get(b, {}).get("params", np.nan) for b in base]
-    table["train_s"] = [info.get(b, {}).get("train_s", np.nan) for b in base]
-    return table.reindex(columns=COLUMNS)
+    return pd.concat([crps, spread], ignore_index=True)
 
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
-    """Per model: the mean over variables and levels of skill, gap closed, event skill, spread corr."""
-    cols = ["skill_vs_raw_ensemble", "gap_closed", "events_skill_vs_raw", "spread_corr", "params", "train_s"]
-    out = table.groupby("model", sort=False)[cols].mean().reset_index()
-    return out.rename(columns={c: f"mean_{c}" for c in cols[:4]})
+    """One row per model: means over variables and levels at the last lead, skill at every lead.
+
+    Columns: ``mean_skill_vs_raw_ensemble``, ``mean_gap_closed``, ``mean_events_skill_vs_raw`` and
+    ``mean_spread_corr`` at the last (furthest) lead; ``skill_<h>h`` at every lead; for spread
+    estimates ``spread_rmse_reduction`` (1 − RMSE / RMSE of the K-member sample std, ddof 1, at the
+    last lead); and the per-model :data:`INFO_COLUMNS`.
+    """
+    last = table["lead_h"].max()
+    at_last = table[table["lead_h"] == last]
+    cols = ["skill_vs_raw_ensemble", "gap_closed", "events_skill_vs_raw", "spread_corr"]
+    out = at_last.groupby("model", sort=False)[cols].mean()
+    out = out.rename(columns={c: f"mean_{c}" for c in cols})
+    for lead, part in table.groupby("lead_h"):
+        out[f"skill_{int(lead)}h"] = part.groupby("model", sort=False)["skill_vs_raw_ensemble"].mean()
+    sp = at_last.loc[at_last["spread_rmse"].notna(), ["model", "variable", "level_hPa", "spread_rmse"]]
+    ref = sp[sp["model"].str.contains("(ddof 1)", regex=False)].drop(columns="model")
+    if len(ref):
+        sp = sp.merge(ref.rename(columns={"spread_rmse": "ref"}), on=["variable", "level_hPa"])
+        out["spread_rmse_reduction"] = (
+            (1 - sp["spread_rmse"] / sp["ref"]).groupby(sp["model"], sort=False).mean()
+        )
+    info = table.groupby("model", sort=False)[INFO_COLUMNS].first()
+    return out.join(info).reset_index()
 
 
 def _format(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     fmts = {
         "spread_rmse": "{:.4g}", "spread_corr": "{:.3f}", "mean_spread_corr": "{:.3f}", "params": "{:,.0f}",
-        "train_s": "{:.1f}", "mean_skill_vs_raw_ensemble": "{:+.1%}", "mean_gap_closed": "{:.1%}",
-        "mean_events_skill_vs_raw": "{:+.1%}",
+        "train_s": "{:.0f}", "mean_skill_vs_raw_ensemble": "{:+.1%}", "mean_gap_closed": "{:.1%}",
+        "mean_events_skill_vs_raw": "{:+.1%}", "spread_rmse_reduction": "{:+.1%}", "val_score": "{:.4g}",
+        "baseline_val_score": "{:.4g}", "time_to_baseline_s": "{:.0f}", "samples_to_baseline": "{:,.0f}",
+        "epochs": "{:.0f}", "best_epoch": "{:.0f}",
     }  # fmt: skip
+    fmts.update({c: "{:+.1%}" for c in out.columns if c.startswith("skill_") and c.endswith("h")})
     for col, fmt in fmts.items():
         if col in out:
             out[col] = [fmt.format(v) if pd.notna(v) else "" for v in out[col]]
@@ -130,8 +169,14 @@ def write_tables(out: Path, table: pd.DataFrame, summary: pd.DataFrame, n_inits:
         "row: empirical ensemble CRPS for raw ensembles, closed-form Gaussian CRPS for rows marked "
         "Gaussian. skill and gap_closed refer to the raw ensemble (all members, empirical) and the "
         "oracle; crps_events: mean over the oracle's event_mask points. train_s is wall-clock time "
-        "(the only column that differs between runs with the same seed).\n\n"
+        "(with time_to_baseline_s, the only columns that differ between runs with the same seed). "
+        "Time to quality: the first validation epoch whose score (val_score: the normalised CRPS of "
+        "a mixed model, the normalised squared spread error of a spread model) reaches the baseline's "
+        "(local EMOS for mixed models, the K-member sample std for spread models), its wall time "
+        "from the start of training and the training samples seen by then.\n\n"
     )
-    md = "## Summary (means over variables and levels)\n\n" + to_markdown(_format(summary))
+    md = "## Summary (means over variables and levels; skill columns per lead)\n\n" + to_markdown(
+        _format(summary)
+    )
     md += "\n## All scores\n\n" + note + to_markdown(_format(table)).replace("| nan |", "|  |")
     (out / "benchmark.md").write_text(md)

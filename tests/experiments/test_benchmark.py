@@ -24,29 +24,32 @@ def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: P
     assert run(tiny_data, tmp_path / "a") == 0
     # Without a terminal: a line per model, with the time it took and what remains.
     lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("benchmark: ")]
-    assert lines[0] == f"benchmark: 2 EMOS variants and 4 networks to train on {tiny_data['forecast'].parent}"
-    emos = r"benchmark: 1/5 models, global EMOS and local EMOS fitted in \d+ s; .* about \d+ s left"
+    assert lines[0] == f"benchmark: 2 EMOS variants and 5 networks to train on {tiny_data['forecast'].parent}"
+    emos = r"benchmark: 1/6 models, global EMOS and local EMOS fitted in \d+ s; .* about \d+ s left"
     assert re.fullmatch(emos, lines[1])
-    assert lines[5].startswith("benchmark: 5/5 models, temporal spread trained in") and lines[5].endswith(
+    assert lines[6].startswith("benchmark: 6/6 models, temporal spread trained in") and lines[6].endswith(
         "finished"
     )
-    assert len(lines) == 6
+    assert len(lines) == 7
     assert run(tiny_data, tmp_path / "b") == 0
     a, b = (pd.read_csv(tmp_path / d / "benchmark.csv") for d in ("a", "b"))
-    pd.testing.assert_frame_equal(a.drop(columns="train_s"), b.drop(columns="train_s"))
+    clock = ["train_s", "time_to_baseline_s"]  # wall-clock columns
+    pd.testing.assert_frame_equal(a.drop(columns=clock), b.drop(columns=clock))
 
     models = set(a["model"])
     expected = [
         "raw ensemble (10 members)", "raw subset (5 members)",
         "raw ensemble (10 members, Gaussian of mean/std)", "global EMOS (Gaussian)",
-        "local EMOS (Gaussian)", "U-Net mixed (Gaussian)", "temporal mixed (Gaussian)",
-        "oracle (Gaussian)", "U-Net spread", "temporal spread", "5-member sample std (ddof 1)",
+        "local EMOS (Gaussian)", "U-Net mixed (Gaussian)", "two-stage mixed (Gaussian)",
+        "temporal mixed (Gaussian)", "per-point bound from K members (Gaussian)", "oracle (Gaussian)",
+        "U-Net spread", "temporal spread", "5-member sample std (ddof 1)",
+        "per-point bound of the M-member spread",
     ]  # fmt: skip
     for name in expected:
         assert name in models, name
     crps = a[a["crps"].notna()]
-    assert len(crps) == 9 * 2 * 2  # sources × variables × levels
-    assert (crps["lead_h"] == 48).all()
+    assert len(crps) == 11 * 2 * 2 * 2  # sources × variables × levels × leads
+    assert sorted(set(crps["lead_h"])) == [24, 48]
     raw = crps[crps["model"] == "raw ensemble (10 members)"]
     assert (raw["skill_vs_raw_ensemble"] == 0).all() and (raw["gap_closed"] == 0).all()
     assert (crps[crps["model"] == "oracle (Gaussian)"]["gap_closed"] == 1).all()
@@ -56,6 +59,15 @@ def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: P
     assert set(spread["model"]) >= {"U-Net spread", "temporal spread"}
     trained = a[a["model"] == "temporal mixed (Gaussian)"]
     assert (trained["params"] > 0).all() and (trained["train_s"] > 0).all()
+    # time to quality: one validation score per epoch, the best epoch's weights scored
+    unet = a[a["model"] == "U-Net mixed (Gaussian)"].iloc[0]
+    assert unet["epochs"] in (1, 2) and 1 <= unet["best_epoch"] <= unet["epochs"]
+    assert unet["val_score"] > 0 and unet["baseline_val_score"] > 0
+    reached = unet["val_score"] <= unet["baseline_val_score"]
+    assert reached == (unet["time_to_baseline_s"] > 0) and reached == pd.notna(unet["samples_to_baseline"])
+    summary = pd.read_csv(tmp_path / "a" / "benchmark_summary.csv").set_index("model")
+    assert {"skill_24h", "skill_48h", "time_to_baseline_s", "spread_rmse_reduction"} <= set(summary.columns)
+    assert summary.loc["oracle (Gaussian)", "mean_gap_closed"] == 1
     text = (tmp_path / "a" / "benchmark.md").read_text()
     assert "## Summary" in text and "local EMOS (Gaussian)" in text
     assert not list((tmp_path / "a").glob(".tmp-*"))
@@ -65,11 +77,15 @@ def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: P
     ("args", "message"),
     [
         (["--levels=[500, 700]"], "has no level(s) [700"),
-        (["--input_lead_hours=[0, 12, 48]"], "has no lead time(s) [12] h"),
+        (["--input_lead_hours=[0, 12, 24, 48]"], "has no lead time(s) [12] h"),
         (["--variables=[z, q]"], "has no variable 'q'"),
         (["--k=11"], "k=11"),
         (
-            ["--input_lead_hours=[48]", '--models=[{"name": "t", "arch": "unet3d_time"}]'],
+            [
+                "--input_lead_hours=[48]",
+                "--target_lead_hours=48",
+                '--models=[{"name": "t", "arch": "unet3d_time"}]',
+            ],
             "at least 2 input lead",
         ),
         (["--synth.seed=7"], "seed=7"),

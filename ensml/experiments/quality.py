@@ -1,0 +1,75 @@
+"""Time to quality: how long and how many samples a network needs to reach a baseline's score.
+
+MLPerf HPC reports time-to-train: the wall time until a model first reaches a quality target on
+held-out data. ``ensml benchmark`` does the same with a baseline as the target: local EMOS's
+validation CRPS for the post-processing networks, the K-member sample std's validation error
+for the spread networks, both in the tasks' own normalised units (``val/crps``,
+``val/spread_mse``). The clock
+runs from the start of ``fit`` and includes the validation passes, as MLPerf's does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import lightning as L
+
+
+@dataclass
+class Checkpoint:
+    """One validation pass: when it ended, the training samples seen, the validation loss."""
+
+    epoch: int
+    seconds: float
+    samples: int
+    val_loss: float
+
+
+@dataclass
+class QualityLog(L.Callback):
+    """Records (seconds, training samples, validation score) at the end of every validation pass.
+
+    The score is the task's ``val/<quality_name>`` (``val/crps`` of a mixed task, ``val/spread_mse``
+    of a spread task), whatever loss trains it; the weights of the best pass are kept.
+    """
+
+    history: list[Checkpoint] = field(default_factory=list)
+    _start: float = 0.0
+    _samples: int = 0
+    _best_state: dict | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.history, self._samples, self._start, self._best_state = [], 0, time.perf_counter(), None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._samples += int(batch["mean_k"].shape[0])
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        key = f"val/{pl_module.quality_name}"
+        if trainer.sanity_checking or key not in trainer.callback_metrics:
+            return
+        loss = float(trainer.callback_metrics[key])
+        best = self.best
+        self.history.append(
+            Checkpoint(trainer.current_epoch, time.perf_counter() - self._start, self._samples, loss)
+        )
+        if best is None or loss < best.val_loss:  # keep the best weights, as ModelCheckpoint would
+            self._best_state = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+    def restore_best(self, pl_module: L.LightningModule) -> None:
+        """Load the weights of the best validation pass into ``pl_module`` (if any was recorded)."""
+        if self._best_state is not None:
+            pl_module.load_state_dict(self._best_state)
+
+    def first_reaching(self, target: float) -> Checkpoint | None:
+        """The first validation pass whose loss is at most ``target`` (None if none was)."""
+        return next((c for c in self.history if c.val_loss <= target), None)
+
+    @property
+    def best(self) -> Checkpoint | None:
+        """The validation pass with the lowest loss."""
+        return min(self.history, key=lambda c: c.val_loss, default=None)
+
+
+__all__ = ["Checkpoint", "QualityLog"]
