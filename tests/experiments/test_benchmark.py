@@ -106,3 +106,29 @@ def test_checkpoint_from_another_model(fitted: Path, tiny_data, monkeypatch, cap
     assert main(args) == 1
     err = capsys.readouterr().err.strip()
     assert "holds a MixedTask 'unet3d' model, the config asks for a MixedTask 'unet3d_time'" in err
+
+
+@pytest.mark.parametrize("name", ["default", "ablation"])
+def test_shipped_configs_build_every_model(name: str, tiny_data: dict[str, Path]) -> None:
+    """The README's benchmark configs parse and each of their models builds (no training)."""
+    from jsonargparse import ArgumentParser
+
+    from ensml.data.datamodule import EnsembleDataModule
+    from ensml.experiments.benchmark import ModelSpec, _build, benchmark
+    from tests.conftest import TINY_PERIODS
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_function_arguments(benchmark)
+    cfg = parser.parse_path(str(CONFIGS / "benchmark" / f"{name}.yaml"))
+    dm = EnsembleDataModule(
+        str(tiny_data["forecast"]), str(tiny_data["analysis"]), variables=cfg.variables,
+        levels=cfg.levels, input_lead_hours=[0, 24, 48],  # the tiny set's leads
+        target_lead_hours=cfg.target_lead_hours, k=cfg.k, batch_size=2,
+        **{key: list(period) for key, period in TINY_PERIODS.items()},
+    )  # fmt: skip
+    dm.setup("fit")
+    specs = [ModelSpec(**vars(m)) if not isinstance(m, ModelSpec) else m for m in cfg.models]
+    assert len({s.name for s in specs}) == len(specs) >= 5
+    for spec in specs:
+        task = _build(spec, dm, cfg.seed)
+        assert task.hparams.get("location_inputs", False) == (spec.options or {}).get("location_inputs", False)

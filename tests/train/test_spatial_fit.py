@@ -116,3 +116,16 @@ def test_a_rank_reads_only_its_slab(tiny_data: dict[str, Path]) -> None:
     for key, value in full.items():
         expected = value if key == "index" else value[..., 8:16, 16:32]
         torch.testing.assert_close(part[key], expected, rtol=0, atol=0, msg=key)
+
+
+def test_msssim_loss_is_refused_before_launch(
+    tiny_data: dict[str, Path], tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """MS-SSIM's windows and scales span the whole field: no per-slab loss in spatial runs."""
+    monkeypatch.chdir(tmp_path)
+    spread = ["--model.class_path=ensml.train.tasks.SpreadTask", "--model.init_args.loss=l1_msssim"]
+    parallel = ["--trainer.devices=2", f"--trainer.strategy={spatial()}"]
+    args = ["fit", "--config", SMOKE, *tiny_data_args(tiny_data), *spread, *parallel]
+    assert main(args) == 1
+    assert "spatial-parallel training supports the spread loss 'mse' only" in capsys.readouterr().err
+    assert not (tmp_path / "runs/smoke/checkpoints").exists()
