@@ -131,4 +131,5 @@ def test_shipped_configs_build_every_model(name: str, tiny_data: dict[str, Path]
     assert len({s.name for s in specs}) == len(specs) >= 5
     for spec in specs:
         task = _build(spec, dm, cfg.seed)
-        assert task.hparams.get("location_inputs", False) == (spec.options or {}).get("location_inputs", False)
+        wanted = (spec.options or {}).get("location_inputs", False)
+        assert task.hparams.get("location_inputs", False) == wanted
