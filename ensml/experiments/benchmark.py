@@ -37,6 +37,7 @@ from ensml.experiments.quality import QualityLog
 from ensml.models.emos import fit_emos
 from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note, seconds
+from ensml.train.cli import quiet_lightning
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
 
@@ -326,6 +327,7 @@ def benchmark(
 
     preds: dict[str, dict] = {}
     info: dict[str, dict] = {}
+    quiet_lightning()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     with Progress("benchmark", len(models) + 1, "models") as progress:
         progress.describe("EMOS")

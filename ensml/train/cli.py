@@ -156,7 +156,8 @@ class _NoTips(logging.Filter):
         return not str(record.msg).startswith("💡")
 
 
-def _quiet_lightning() -> None:
+def quiet_lightning() -> None:
+    """Lightning's loggers at ensml's verbosity, without its tips and non-actionable warnings."""
     apply_levels()  # importing Lightning set its loggers to INFO: --quiet / --verbose decide
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoTips())
     # Raised by Lightning itself, not actionable for ensml users (ensml's checkpoints hold weights
@@ -171,7 +172,7 @@ def _quiet_lightning() -> None:
 
 def run_lightning(args: list[str]) -> None:
     """Run a Lightning verb (``fit``, ``validate``, ``test``, ``predict``) with ``args``."""
-    _quiet_lightning()
+    quiet_lightning()
     EnsmlCLI(
         EnsembleTask,
         EnsembleDataModule,
