@@ -95,7 +95,7 @@ def peers(fc: np.ndarray, obs: np.ndarray, kind: str, t: float) -> dict[str, Cal
 
 def ours(fc: np.ndarray, obs: np.ndarray, kind: str, t: float) -> Callable[[], object]:
     """ensml's numpy-level functions, as every peer but ``scores`` is called (xarray adds ~0.5 ms)."""
-    from ensml.eval import crps_ensemble_array, twcrps_ensemble_array
+    from ensml.scores import crps_ensemble_array, twcrps_ensemble_array
 
     if kind == "crps":
         return lambda: crps_ensemble_array(fc, obs, axis=-1)
@@ -105,7 +105,7 @@ def ours(fc: np.ndarray, obs: np.ndarray, kind: str, t: float) -> Callable[[], o
 
 
 def compare(m: int, n: int, label: str, repeats: int) -> list[bool]:
-    from ensml.eval.crps import crps_ensemble_array
+    from ensml.scores.crps import crps_ensemble_array
 
     rng = np.random.default_rng(0)
     # geopotential-like values: the kernel must stay exact around 5.5e4 in float32
@@ -163,7 +163,7 @@ def dask_child(m: int, n: int, chunk: int) -> None:
     import dask.array as da
     import xarray as xr
 
-    from ensml.eval.crps import crps_ensemble, crps_ensemble_array
+    from ensml.scores.crps import crps_ensemble, crps_ensemble_array
 
     crps_ensemble_array(np.zeros((m, 64), np.float32), np.zeros(64, np.float32))  # warm
     rng = da.random.default_rng(0)

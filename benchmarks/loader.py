@@ -35,7 +35,7 @@ import torch
 import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.synth import synth
+from ensml.data.synth.generate import synth
 from ensml.train.tasks import MixedTask
 
 warnings.filterwarnings("ignore")

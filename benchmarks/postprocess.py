@@ -32,9 +32,9 @@ from pathlib import Path
 import dask
 import torch
 
-from ensml.cli import main
+from ensml.cli.main import main
 from ensml.data.archive import archive
-from ensml.data.synth import synth
+from ensml.data.synth.generate import synth
 from ensml.postprocess.cluster import WORKER_CONFIG
 from ensml.postprocess.models import ModelSet, load_models
 from ensml.postprocess.options import Products, check_products

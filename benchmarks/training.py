@@ -18,7 +18,7 @@ import lightning as L
 import torch
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.synth import synth
+from ensml.data.synth.generate import synth
 from ensml.train.tasks import MixedTask
 
 warnings.filterwarnings("ignore")

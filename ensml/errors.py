@@ -1,16 +1,34 @@
-"""The one exception type for user-facing problems.
+"""The one exception type for user-facing problems, and the exit codes of ``ensml``.
 
-Anything a user can cause (a missing variable, a wrong option, a corrupt file) raises
-:class:`EnsmlError` with a one-line message naming the file, the variable and what was expected.
-The CLI prints it as ``ensml: <message>`` and exits non-zero; other exceptions are bugs and keep
-their traceback.
+Anything a user can cause (a missing variable, a wrong option, a corrupt file, a full disk)
+raises :class:`EnsmlError` with a one-line message naming the file, the variable and what was
+expected. The CLI prints it as ``ensml: <message>`` and exits with the error's
+:attr:`~EnsmlError.exit_code`; other exceptions are bugs and keep their traceback.
+
+Exit codes (:data:`EXIT_CODES`): 0 everything asked for was done; 1 nothing was done (a bad
+argument, input or output folder); 2 the work ran but part of it failed (the last line says
+how much); 130 and 143 interrupted by SIGINT (Ctrl-C) or SIGTERM, after cleaning up.
 """
 
 from __future__ import annotations
 
+import signal
+
+#: ``ensml``'s exit codes and what they mean.
+EXIT_CODES = {
+    0: "everything asked for was done",
+    1: "nothing was done: a bad argument, option, input file or output folder (one line says which)",
+    2: "the work ran but part of it failed (the last line says how much; the rest is complete)",
+    130: "interrupted by SIGINT (Ctrl-C); what was complete is kept, temporaries removed",
+    143: "interrupted by SIGTERM (e.g. scancel, a job's time limit); as for 130",
+}
+
 
 class EnsmlError(Exception):
     """A problem with the user's input, options or files (not a bug in ensml)."""
+
+    #: The process exit status the CLI gives this error.
+    exit_code = 1
 
     def __init__(self, message: str) -> None:
         message = str(message)
@@ -23,7 +41,25 @@ class EnsmlError(Exception):
         super().__init__(" ".join(message.split()))
 
 
+class PartialFailure(EnsmlError):
+    """The work ran, but part of it failed (e.g. some post-processing units): exit status 2."""
+
+    exit_code = 2
+
+
+class Interrupted(EnsmlError):
+    """The run was stopped by a signal and cleaned up: exit status 128 + the signal's number."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+
+
 def exception_reason(exc: BaseException) -> str:
     """The first line of a third-party exception's message (its type name if it has none)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+__all__ = ["EXIT_CODES", "EnsmlError", "Interrupted", "PartialFailure", "exception_reason"]

@@ -8,9 +8,23 @@ the code sees one vocabulary. Conventions fixed here:
 * ``lead_time`` is ``timedelta64[ns]``; ``valid_time = init_time + lead_time`` is a coordinate;
 * ``level`` is pressure in hPa;
 * tensors are float32.
+
+Lead times are one type inside ensml: ``numpy.timedelta64`` in nanoseconds. Hours exist only at
+the edges (command line, YAML, table headers, file attributes) and are converted here, by
+:func:`parse_lead` / :func:`parse_leads` (``24``, ``"24"``, ``"24h"``, ``"90min"``, ``"P1D"``,
+``"PT36H"``) and :func:`lead_hours` / :func:`format_lead` / :func:`iso_lead` back; nothing else
+converts hours.
 """
 
 from __future__ import annotations
+
+import datetime as _dt
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from ensml.errors import EnsmlError
 
 # Dimensions, in the canonical order of an ensemble forecast array.
 #: Initialisation time of a forecast (datetime64).
@@ -105,3 +119,114 @@ VARIABLE_ATTRS: dict[str, dict[str, str]] = {
 def units_of(var: str, default: str = "1") -> str:
     """Units of a known variable (``default`` when ensml does not know it)."""
     return VARIABLE_ATTRS.get(var, {}).get("units", default)
+
+
+# -- lead time: one type inside (timedelta64[ns]), hours at the edges ------------------------------
+#: The dtype of lead times everywhere inside ensml.
+LEAD_DTYPE = "timedelta64[ns]"
+#: One hour, as a lead time.
+HOUR = np.timedelta64(1, "h").astype(LEAD_DTYPE)
+
+#: Something a user may write for a lead time: hours as a number, or a string (see :func:`parse_lead`).
+LeadLike = int | float | str | np.timedelta64 | _dt.timedelta
+
+_UNITS = {"d": 86400, "h": 3600, "min": 60, "s": 1}
+_PLAIN = re.compile(r"^\+?\s*(\d+(?:\.\d*)?)\s*(d|h|min|s)?$", re.IGNORECASE)
+_NUM = r"(\d+(?:\.\d+)?)"
+_ISO = re.compile(rf"^P(?:{_NUM}D)?(?:T(?:{_NUM}H)?(?:{_NUM}M)?(?:{_NUM}S)?)?$")
+
+
+def _seconds(value: LeadLike) -> float:
+    """Seconds of ``value``, or a one-line error naming what was given."""
+    if isinstance(value, bool):
+        raise EnsmlError(f"lead time {value!r} is not a duration (give hours, e.g. 24, '24h' or 'P1D')")
+    if isinstance(value, np.timedelta64):
+        if np.isnat(value):
+            raise EnsmlError("lead time is NaT (not a time)")
+        return float(value / np.timedelta64(1, "s"))
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float | np.integer | np.floating):
+        if not np.isfinite(value):
+            raise EnsmlError(f"lead time {value!r} is not finite")
+        return float(value) * 3600.0
+    text = str(value).strip()
+    plain = _PLAIN.match(text)
+    if plain:
+        return float(plain.group(1)) * _UNITS[(plain.group(2) or "h").lower()]
+    iso = _ISO.match(text.upper()) if text.upper() not in ("P", "PT") else None
+    if iso and any(iso.groups()):
+        d, h, m, s = (float(g) if g else 0.0 for g in iso.groups())
+        return d * 86400 + h * 3600 + m * 60 + s
+    raise EnsmlError(
+        f"lead time {value!r} is not understood: give hours (24), a number with a unit "
+        "('24h', '90min', '2d') or an ISO 8601 duration ('P1D', 'PT36H')"
+    )
+
+
+def parse_lead(value: LeadLike) -> np.timedelta64:
+    """One lead time as ``timedelta64[ns]``.
+
+    Parameters
+    ----------
+    value
+        A number of hours (``24``, ``1.5``), a string of hours or with a unit (``"24"``,
+        ``"24h"``, ``"+24 h"``, ``"90min"``, ``"2d"``), an ISO 8601 duration (``"P1D"``,
+        ``"PT36H"``, ``"P1DT12H"``), a ``numpy.timedelta64`` or a ``datetime.timedelta``.
+
+    Raises
+    ------
+    EnsmlError
+        One line, for anything else, a negative lead, or a lead that is not whole seconds.
+    """
+    seconds = _seconds(value)
+    if seconds < 0:
+        raise EnsmlError(f"lead time {value!r} is negative; lead times are >= 0")
+    if seconds != round(seconds):
+        raise EnsmlError(f"lead time {value!r} is not a whole number of seconds")
+    return np.timedelta64(round(seconds), "s").astype(LEAD_DTYPE)
+
+
+def parse_leads(values: LeadLike | Iterable[LeadLike]) -> np.ndarray:
+    """One or several lead times as a 1-D ``timedelta64[ns]`` array, in the order given.
+
+    A string holding several leads (``"24, 48"``, ``"[24, 48]"``) is split at commas.
+    """
+    if isinstance(values, str):
+        parts = [p for p in values.strip().strip("[]").split(",") if p.strip()]
+        values = parts if len(parts) != 1 else parts[0]
+    if isinstance(values, np.ndarray) and np.issubdtype(values.dtype, np.timedelta64):
+        items: list = list(values.ravel())
+    elif isinstance(values, str | int | float | np.integer | np.floating | np.timedelta64 | _dt.timedelta):
+        items = [values]
+    else:
+        items = list(values)
+    return np.array([parse_lead(v) for v in items], dtype=LEAD_DTYPE)
+
+
+def lead_hours(lead: LeadLike) -> int:
+    """A lead time in whole hours, for tables, messages and YAML (an error if not whole hours)."""
+    td = parse_lead(lead)
+    hours, rest = divmod(td, HOUR)
+    if rest:
+        raise EnsmlError(f"lead time {format_lead(td)} is not a whole number of hours")
+    return int(hours)
+
+
+def format_lead(lead: LeadLike) -> str:
+    """A lead time as people read it: ``"24 h"``, ``"90 min"``, ``"36 s"``."""
+    seconds = int(parse_lead(lead) / np.timedelta64(1, "s"))
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def iso_lead(lead: LeadLike) -> str:
+    """A lead time as an ISO 8601 duration (``"PT24H"``), as file attributes hold it."""
+    seconds = int(parse_lead(lead) / np.timedelta64(1, "s"))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((hours, "H"), (minutes, "M"), (secs, "S")) if n]
+    return "PT" + ("".join(parts) or "0H")

@@ -24,7 +24,7 @@ TINY_PERIODS = {
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """forecast/analysis/oracle of a 16 × 32 grid, 10 members, 2017 every 3 days."""
-    from ensml.data.synth import synth
+    from ensml.data.synth.generate import synth
 
     out = tmp_path_factory.mktemp("tiny") / "synth"
     return synth(out, n_lat=16, n_lon=32, start="2017-01-01", end="2017-12-31", every_days=3, seed=1)
@@ -48,7 +48,7 @@ def tiny_data_args(data: dict[str, Path], **overrides: object) -> list[str]:
 @pytest.fixture(scope="session")
 def fitted(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A smoke MixedTask trained (and run on the test split) in a fresh working directory."""
-    from ensml.cli import main
+    from ensml.cli.main import main
 
     work = tmp_path_factory.mktemp("cli")
     with pytest.MonkeyPatch.context() as mp:

@@ -2,9 +2,9 @@
 
 On ``builder-inited`` it writes ``cli.md`` beside ``conf.py`` (generated, gitignored): the output
 of ``ensml --help`` and of every command's ``--help``, each under its own heading as a literal
-block. The help comes from calling :func:`ensml.cli.main` in this process with stdout captured, the
+block. The help comes from calling :func:`ensml.cli.main.main` in this process with stdout captured, the
 program name set to ``ensml`` and ``COLUMNS`` fixed, so the page is the same on every machine. The
-commands come from :mod:`ensml.cli` (``LIGHTNING_VERBS`` and ``_components()``), so a new command
+commands come from :mod:`ensml.cli.main` (``LIGHTNING_VERBS`` and ``_components()``), so a new command
 appears here without editing the docs.
 """
 
@@ -59,7 +59,7 @@ def _as_terminal() -> Iterator[None]:
 
 def help_text(words: list[str]) -> str:
     """What ``ensml WORDS --help`` prints (raises if it fails or prints nothing)."""
-    from ensml.cli import main
+    from ensml.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with _as_terminal(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -9,7 +9,7 @@ name renamed when complete.
 The torch-based names (:class:`EnsembleDataModule`, :class:`EnsembleSamples`,
 :class:`EpochSampler`) are imported on first use, so ``import ensml.data`` does not import torch
 or Lightning. The synthetic ensemble and the archive writer are the modules
-:mod:`ensml.data.synth` (:func:`ensml.data.synth.synth`, ``ensml data synth``) and
+:mod:`ensml.data.synth.generate` (:func:`ensml.data.synth.generate.synth`, ``ensml data synth``) and
 :mod:`ensml.data.archive` (:func:`ensml.data.archive.archive`, ``ensml data archive``).
 """
 
@@ -18,9 +18,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ensml.data.formats import detect_format
-from ensml.data.grib import open_grib
-from ensml.data.io import load_dataset, normalise, open_analysis, open_dataset, open_forecast
+from ensml.data.layouts.formats import detect_format
+from ensml.data.layouts.grib import open_grib
+from ensml.data.normalise import normalise
+from ensml.data.open import load_dataset, open_analysis, open_dataset, open_forecast
 from ensml.data.splits import split_init_times
 from ensml.data.static import location_channels, read_static
 from ensml.data.stats import compute_stats

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ensml.data.io import open_forecast
+from ensml.data.open import open_forecast
 from ensml.data.splits import split_init_times
 from ensml.data.writers import write_netcdf
 from ensml.errors import EnsmlError

@@ -7,17 +7,11 @@ import numpy as np
 import xarray as xr
 from torch.utils.data import DataLoader
 
-from ensml.data.io import (
-    check_lead_times,
-    check_levels,
-    check_members,
-    check_same_grid,
-    open_analysis,
-    open_forecast,
-)
+from ensml.data.grid import check_same_grid
+from ensml.data.layouts.options import ReaderOptions
+from ensml.data.open import check_lead_times, check_levels, check_members, open_analysis, open_forecast
 from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
 from ensml.data.sampling import EpochPlan, EpochSampler
-from ensml.data.sources import ReaderOptions
 from ensml.data.splits import split_init_times
 from ensml.data.static import read_static
 from ensml.data.stats import compute_stats
@@ -86,7 +80,7 @@ class EnsembleDataModule(L.LightningDataModule):
         Memory (MiB) each process may use to keep samples read from disk for the next epochs
         (the embedded data's training and validation splits need about 540); 0 reads every time.
     reader
-        How to read the forecast files (:class:`~ensml.data.sources.ReaderOptions`): GRIB
+        How to read the forecast files (:class:`~ensml.data.layouts.options.ReaderOptions`): GRIB
         ``filter_by_keys``, ``drop_control``, variable ``rename``; e.g. in YAML
         ``reader: {filter_by_keys: {dataType: pf}, rename: {2t: t2m}}``.
     analysis_reader

@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.names import LATITUDE, LONGITUDE
+from ensml.names import LATITUDE, LONGITUDE, SPATIAL_DIMS
 
 #: CF standard names of 1-D projection (or rotated-pole) coordinates, by axis.
 PROJECTION_X = ("projection_x_coordinate", "grid_longitude")
@@ -262,3 +262,17 @@ __all__ = [
     "projection_dims",
     "to_crs",
 ]
+
+
+def check_same_grid(a: xr.Dataset, b: xr.Dataset, name_a: str, name_b: str) -> None:
+    """Raise if ``a`` and ``b`` are not on the same grid (regular, or projected: :mod:`ensml.data.grid`)."""
+    if horizontal_dims(a) != SPATIAL_DIMS or horizontal_dims(b) != SPATIAL_DIMS:
+        check_same_grid_2d(a, b, name_a, name_b)
+        return
+    for dim in (LATITUDE, LONGITUDE):
+        va, vb = a[dim].values, b[dim].values
+        if va.shape != vb.shape or not np.allclose(va, vb, atol=1e-6):
+            raise EnsmlError(
+                f"{name_a} and {name_b} are on different grids: {dim} has {va.size} points "
+                f"[{va[0]:g} … {va[-1]:g}] vs {vb.size} [{vb[0]:g} … {vb[-1]:g}]"
+            )

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 import xarray as xr
 
-from ensml.data.io import open_analysis, open_forecast
+from ensml.data.layouts.options import ReaderOptions
+from ensml.data.open import open_analysis, open_forecast
 from ensml.data.prefetch import Prefetcher
 from ensml.data.sampling import EpochPlan, SampleKey, split_key
-from ensml.data.sources import ReaderOptions
 from ensml.data.surface import read_levels
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
@@ -109,7 +109,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
     seed
         Seed of the random member subsets.
     reader, analysis_reader
-        How to read the forecast and analysis files (:class:`~ensml.data.sources.ReaderOptions`).
+        How to read the forecast and analysis files (:class:`~ensml.data.layouts.options.ReaderOptions`).
     """
 
     def __init__(

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ensml.data.io import open_dataset
+from ensml.data.open import open_dataset
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import LATITUDE, LONGITUDE
 

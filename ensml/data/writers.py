@@ -317,7 +317,7 @@ def write_zarr(
     The store is written to a hidden temporary folder and renamed when complete; a v2
     store has consolidated metadata (v3 has none in its specification). Every chunk is
     written, also one equal to the fill value, so a missing chunk always means damage
-    (:func:`ensml.data.zarr_store.check_chunks`).
+    (:func:`ensml.data.layouts.zarr.check_chunks`).
     """
     path = Path(path)
     if not path.parent.is_dir():

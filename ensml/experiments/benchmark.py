@@ -1,11 +1,11 @@
 """``ensml benchmark``: train every model on the embedded dataset and compare them in one table.
 
-Data come from :func:`ensml.data.synth.synth` (generated once into ``data_dir``, reused when the
+Data come from :func:`ensml.data.synth.generate.synth` (generated once into ``data_dir``, reused when the
 stored generator options match). Every model sees the same :class:`EnsembleDataModule`, hence the
 same splits, subsets and normalisation statistics; each is seeded with ``seed`` before it is built
 and before it is trained, so the same configuration gives the same table on CPU (apart from the
-wall-clock column ``train_s``). Scoring goes through :func:`ensml.eval.evaluate.crps_rows` and
-:func:`~ensml.eval.evaluate.spread_scores`, the code behind ``ensml evaluate``; see
+wall-clock column ``train_s``). Scoring goes through :func:`ensml.verify.evaluate.crps_rows` and
+:func:`~ensml.verify.evaluate.spread_scores`, the code behind ``ensml evaluate``; see
 :mod:`ensml.experiments.benchmark_score`.
 """
 
@@ -25,25 +25,25 @@ import xarray as xr
 from lightning.pytorch.callbacks import EarlyStopping
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.io import open_forecast
+from ensml.data.open import open_forecast
 from ensml.data.outdir import check_output_folder, replace_folder
-from ensml.data.synth import synth as make_synth
+from ensml.data.synth.generate import synth as make_synth
+from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
-from ensml.eval.gaussian import crps_gaussian
-from ensml.eval.weights import latitude_weights
 from ensml.experiments.benchmark_score import BENCHMARK_NAMES, score_all, summarise, write_tables
 from ensml.experiments.bound import BOUND_NAME, SPREAD_BOUND_NAME, spread_bound, subset_bound
 from ensml.experiments.quality import QualityLog
-from ensml.models.emos import fit_emos
 from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note, seconds
-from ensml.train.cli import quiet_lightning
+from ensml.scores.gaussian import crps_gaussian
+from ensml.train.emos import fit_emos
+from ensml.train.lightning_cli import quiet_lightning
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
 
 @dataclass
 class SynthOptions:
-    """Options of the embedded dataset (see :func:`ensml.data.synth.synth`)."""
+    """Options of the embedded dataset (see :func:`ensml.data.synth.generate.synth`)."""
 
     n_lat: int = 32
     n_lon: int = 64

@@ -2,8 +2,8 @@
 
 Raw ensembles are scored with the empirical ensemble CRPS and, for comparison, with the Gaussian
 CRPS of their mean and std (ddof 1); EMOS, mixed models and the oracle with the closed-form
-Gaussian CRPS. Rows come from :func:`ensml.eval.evaluate.crps_rows` (with the oracle's
-``event_mask`` for the extreme-event CRPS) and :func:`~ensml.eval.evaluate.spread_scores`.
+Gaussian CRPS. Rows come from :func:`ensml.verify.evaluate.crps_rows` (with the oracle's
+``event_mask`` for the extreme-event CRPS) and :func:`~ensml.verify.evaluate.spread_scores`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import pandas as pd
 import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.io import open_analysis, open_dataset, open_forecast
-from ensml.eval.crps import crps_ensemble
-from ensml.eval.evaluate import crps_rows, spread_scores
-from ensml.eval.gaussian import crps_gaussian_xr
-from ensml.eval.tables import to_markdown
-from ensml.eval.weights import latitude_weights
+from ensml.data.open import open_analysis, open_dataset, open_forecast
+from ensml.data.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
+from ensml.scores.crps import crps_ensemble
+from ensml.scores.gaussian import crps_gaussian_xr
+from ensml.verify.evaluate import crps_rows, spread_scores
+from ensml.verify.tables import to_markdown
 
 FIELD_DIMS = [INIT_TIME, LEVEL, LATITUDE, LONGITUDE]
 #: Per-model columns (from ``info``): size, training time, and time to the baseline's quality.

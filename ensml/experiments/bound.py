@@ -27,8 +27,8 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from ensml.data import synth_model
-from ensml.data.synth import SynthConfig, _validate
+from ensml.data.synth import model as synth_model
+from ensml.data.synth.generate import SynthConfig, _validate
 from ensml.errors import EnsmlError
 
 #: Names of the bounds' rows in the benchmark tables.

@@ -58,7 +58,7 @@ def plan_parallel_cli(
         Memory per device in GiB (default: that of the machine model, 80).
     """
     if forecast is not None:
-        from ensml.data.io import open_forecast
+        from ensml.data.open import open_forecast
         from ensml.names import LATITUDE, LEVEL, LONGITUDE
 
         fc = open_forecast(forecast, chunks={})

@@ -1,7 +1,7 @@
 """Sanity check on real data: learn the 10-member spread of the ERA5 EDA from 5-member subsets.
 
 The GRIB file (10 members × 4 analysis times × 2 levels, 3° global) is read through ensml's own
-reader (:func:`ensml.data.io.open_forecast` → cfgrib), each analysis time being an init time
+reader (:func:`ensml.data.open.open_forecast` → cfgrib), each analysis time being an init time
 with a single lead of 0 h. Samples are distinct 5-member subsets of the training times; the
 target is the std (ddof 0) of all 10 members. A :class:`~ensml.train.tasks.SpreadTask` is
 trained on the first times and scored on the last one over every subset, beside the subset's
@@ -22,13 +22,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ensml.data.io import check_members, open_forecast
+from ensml.data.open import check_members, open_forecast
+from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
-from ensml.eval.tables import to_markdown
-from ensml.eval.weights import latitude_weights
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note
 from ensml.train.tasks import SpreadTask
+from ensml.verify.tables import to_markdown
 
 
 def _batch(x: np.ndarray, subsets: np.ndarray) -> dict[str, torch.Tensor]:

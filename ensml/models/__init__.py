@@ -3,7 +3,7 @@
 The 3D U-Net of the research (:class:`UNet3d`; its spatially partitioned twin, with the same
 parameters, is :class:`ensml.models.spatial.SpatialUNet3d`), the temporal networks
 (:class:`ConvGRUUNet`, :class:`TimeUNet`), the research's per-grid-point affine layer
-(:class:`LocalAffine`) and EMOS (:class:`EMOS`, :func:`fit_emos`). Tasks
+(:class:`LocalAffine`) and EMOS (:class:`EMOS`; fitted by :func:`ensml.train.emos.fit_emos`). Tasks
 build them by name through :func:`build_network`.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch import nn
 
 from ensml.errors import EnsmlError
-from ensml.models.emos import EMOS, fit_emos
+from ensml.models.emos import EMOS
 from ensml.models.local import LocalAffine
 from ensml.models.temporal import ConvGRUUNet, TimeUNet
 from ensml.models.unet3d import UNet3d
@@ -47,6 +47,5 @@ __all__ = [
     "TimeUNet",
     "UNet3d",
     "build_network",
-    "fit_emos",
     "is_sequence_arch",
 ]

@@ -4,9 +4,8 @@
 of coefficients per variable and level (global EMOS) or per variable, level and grid point
 (local EMOS). Coefficients act on standardised inputs (``loc``/``scale`` per variable and level)
 so that one optimiser step suits geopotential and temperature alike; ``c, d ≥ 0`` through a
-softplus. Fitting minimises the mean closed-form Gaussian CRPS over all samples and points at
-once (:func:`fit_emos`, full-batch L-BFGS): local EMOS on a 32 × 64 grid fits in seconds
-because the per-point problems are solved together as one vectorised objective.
+softplus. The fit (the mean closed-form Gaussian CRPS, full-batch L-BFGS) is
+:func:`ensml.train.emos.fit_emos`: a model here never imports a score.
 """
 
 from __future__ import annotations
@@ -16,9 +15,6 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from ensml.errors import EnsmlError
-from ensml.eval.gaussian import crps_gaussian
 
 Mode = Literal["global", "local"]
 
@@ -69,87 +65,3 @@ class EMOS(nn.Module):
         with torch.no_grad():
             a = self.loc * (1 - self.b) + self.scale * self.a
             return {"a": a, "b": self.b.clone(), "c": self.c * self.scale**2, "d": self.d.clone()}
-
-
-def fit_emos(
-    mean: torch.Tensor,
-    std: torch.Tensor,
-    obs: torch.Tensor,
-    mode: Mode = "local",
-    weights: torch.Tensor | None = None,
-    max_iter: int = 50,
-) -> EMOS:
-    """Fit EMOS by minimising the mean Gaussian CRPS with full-batch L-BFGS.
-
-    Parameters
-    ----------
-    mean, std, obs
-        (N, V, D, H, W) ensemble mean, ensemble std and verifying analysis of N training samples.
-    mode
-        ``"global"``: one (a, b, c, d) per variable and level; ``"local"``: per grid point too.
-    weights
-        (H,) latitude weights of the objective (global EMOS; local fits are per point anyway).
-    max_iter
-        L-BFGS iterations (each evaluates all samples and points). They start from the method
-        of moments (least squares of the observation on the mean, then of the squared residual
-        on the variance), which is close, so a few dozen suffice.
-
-    Returns
-    -------
-    EMOS
-        The fitted module (float32, on the inputs' device).
-    """
-    if mean.ndim != 5 or mean.shape != std.shape or mean.shape != obs.shape:
-        raise EnsmlError(
-            f"fit_emos needs mean, std and obs of one (N, V, D, H, W) shape, got "
-            f"{tuple(mean.shape)}, {tuple(std.shape)}, {tuple(obs.shape)}"
-        )
-    if mode not in ("global", "local"):
-        raise EnsmlError(f"EMOS mode must be 'global' or 'local', got {mode!r}")
-    _, v, d, h, w = mean.shape
-    model = EMOS(v, d, (h, w) if mode == "local" else None).to(mean.device)
-    dims = (0, 3, 4)
-    model.loc.copy_(mean.mean(dims)[..., None, None])
-    model.scale.copy_((obs - mean).std(dims).clamp_min(1e-12)[..., None, None])
-    with torch.no_grad():
-        _moment_start(model, mean, std, obs, (0,) if mode == "local" else dims)
-    wt = torch.ones(h, device=mean.device) if weights is None else weights.to(mean.device, mean.dtype)
-    wt = (wt / wt.mean())[:, None]
-    opt = torch.optim.LBFGS(
-        model.parameters(), lr=1.0, max_iter=max_iter, history_size=20, line_search_fn="strong_wolfe"
-    )
-
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        mu, sigma = model(mean, std)
-        crps = crps_gaussian(mu / model.scale, sigma / model.scale, obs / model.scale, check=False)
-        # Local EMOS: the sum over points keeps each point's problem at its own scale.
-        loss = (crps * wt).mean(0).sum() if mode == "local" else (crps * wt).mean()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-    return model.requires_grad_(False)
-
-
-def _moment_start(model: EMOS, mean: torch.Tensor, std: torch.Tensor, obs: torch.Tensor, dims) -> None:
-    """Method-of-moments starting point, in the model's standardised units, reducing ``dims``."""
-    m = (mean - model.loc) / model.scale
-    y = (obs - model.loc) / model.scale
-    s2 = (std / model.scale) ** 2
-
-    def regress(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        xm, tm = x.mean(dims, keepdim=True), t.mean(dims, keepdim=True)
-        slope = ((x - xm) * (t - tm)).mean(dims, keepdim=True) / ((x - xm) ** 2).mean(
-            dims, keepdim=True
-        ).clamp_min(1e-12)
-        return (tm - slope * xm)[0], slope[0]
-
-    a, b = regress(m, y)
-    c, d = regress(s2, (y - a - b * m) ** 2)
-    d = d.clamp(0.05, 10.0)
-    c = torch.maximum(c, 1e-3 * ((y - a - b * m) ** 2).mean(dims, keepdim=True)[0]).clamp_min(1e-6)
-    model.a.copy_(a.expand_as(model.a))
-    model.b.copy_(b.expand_as(model.b))
-    model.c_raw.copy_((c + torch.log(-torch.expm1(-c))).expand_as(model.c_raw))
-    model.d_raw.copy_((d + torch.log(-torch.expm1(-d))).expand_as(model.d_raw))

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ensml.errors import EnsmlError
-from ensml.train.compat import lead_list
+from ensml.train.hparams import lead_list
 from ensml.train.tasks import GRID_KEY, EnsembleTask
 
 TASKS = ("MixedTask", "SpreadTask")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ensml.data.io import open_forecast
+from ensml.data.open import open_forecast
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME
 from ensml.postprocess.worker import Unit

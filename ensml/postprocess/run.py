@@ -14,7 +14,7 @@ import torch
 from rich.console import Console
 
 from ensml import __version__
-from ensml.data.io import open_forecast
+from ensml.data.open import open_forecast
 from ensml.data.writers import remove_temporaries
 from ensml.errors import EnsmlError
 from ensml.names import LATITUDE, LONGITUDE, MEMBER

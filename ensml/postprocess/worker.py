@@ -26,14 +26,8 @@ import numpy as np
 import torch
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ensml.data.io import (
-    check_lead_times,
-    check_levels,
-    check_members,
-    check_same_grid,
-    open_analysis,
-    open_forecast,
-)
+from ensml.data.grid import check_same_grid
+from ensml.data.open import check_lead_times, check_levels, check_members, open_analysis, open_forecast
 from ensml.data.samples import (
     ANALYSIS_SAMPLE_DIMS,
     FORECAST_SAMPLE_DIMS,

@@ -23,13 +23,13 @@ import numpy as np
 import torch
 
 from ensml.data.static import N_LOCATION, location_channels
+from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
-from ensml.eval.weights import latitude_weights
 from ensml.models import build_network, is_sequence_arch
 from ensml.models.local import LocalAffine
 from ensml.train import schedule
 from ensml.train.checkpoints import FollowResumedEpoch
-from ensml.train.compat import DATA_KEYS, GRID_KEY, check_compatible, lead_list
+from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible, lead_list
 
 STAT_KEYS = ("clim_mean", "anom_std", "spread_scale")
 # Buffers whose shape comes from the data (empty until statistics are installed).

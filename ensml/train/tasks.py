@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from ensml.errors import EnsmlError
-from ensml.eval.gaussian import crps_gaussian
-from ensml.train.compat import DATA_KEYS, GRID_KEY, check_compatible
+from ensml.scores.gaussian import crps_gaussian
+from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible
 from ensml.train.msssim import ms_ssim
 from ensml.train.task_base import DATA_BUFFERS, STAT_KEYS, EnsembleTask, inverse_softplus
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from ensml.cli import main
+from ensml.cli.main import main
 
 
 def test_archive_writes_one_file_per_init(tiny_data, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 Built in a temporary folder from real small files (the tiny synthetic netCDF, the ERA5 EDA GRIB
 of ../shared/data, a zarr store written from the synthetic data). Reading a damaged input
-(:func:`ensml.data.io.load_dataset`: open, normalise, read every value) must either succeed, as a
+(:func:`ensml.data.open.load_dataset`: open, normalise, read every value) must either succeed, as a
 bit flip inside stored values can, or raise :class:`EnsmlError` naming the file: never another
 exception, a crash, or a hang (each read is bounded by an alarm).
 """
@@ -21,7 +21,7 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensml.data.io import load_dataset
+from ensml.data.open import load_dataset
 from ensml.errors import EnsmlError
 
 READ_LIMIT_S = 20

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from ensml.data.grib import open_grib
-from ensml.data.io import open_forecast
+from ensml.data.layouts.grib import open_grib
+from ensml.data.open import open_forecast
 from ensml.errors import EnsmlError
 from ensml.names import FORECAST_DIMS
 
@@ -121,16 +121,16 @@ def test_variable_cfgrib_skips_is_named_with_the_reason(analysis_grib, tmp_path,
     assert message == (
         f"GRIB file {mixed}: variable 'u' cannot be read beside the others (its 'time' coordinate "
         "differs from the other variables'); read it from a file of its own or with "
-        "ensml.data.grib.read_grib(path, filter_by_keys={'shortName': 'u'})"
+        "ensml.data.layouts.grib.read_grib(path, filter_by_keys={'shortName': 'u'})"
     )
     assert capfd.readouterr().err == ""
-    from ensml.data.grib import read_grib
+    from ensml.data.layouts.grib import read_grib
 
     assert list(read_grib(mixed, filter_by_keys={"shortName": "u"}).data_vars) == ["u"]  # the advice works
 
 
 def test_an_ensemble_given_as_analysis_prints_one_line(real_data, tmp_path, capfd) -> None:
-    from ensml.cli import main
+    from ensml.cli.main import main
 
     path = real_data / "earthkit-data" / "ens_50.grib"
     capfd.readouterr()

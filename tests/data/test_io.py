@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from ensml.data.io import check_levels, check_same_grid, normalise, open_analysis, open_forecast
+from ensml.data.grid import check_same_grid
+from ensml.data.normalise import normalise
+from ensml.data.open import check_levels, open_analysis, open_forecast
 from ensml.errors import EnsmlError
 
 
@@ -119,7 +121,7 @@ def test_extra_dimension(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_zarr_stores_open_like_netcdf(tiny_data, tmp_path, zarr_format) -> None:
-    from ensml.data.io import open_analysis
+    from ensml.data.open import open_analysis
 
     with xr.open_dataset(tiny_data["analysis"]) as ds:
         small = ds.isel(time=slice(0, 4)).load()

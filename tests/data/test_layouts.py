@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.io import open_forecast
+from ensml.data.open import open_forecast
 from ensml.errors import EnsmlError
 from tests.conftest import REPO
 from tests.data.grib_files import YEARS, field

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ensml.data.formats import detect_format
-from ensml.data.io import open_dataset, open_forecast
+from ensml.data.layouts.formats import detect_format
+from ensml.data.open import open_dataset, open_forecast
 from ensml.errors import EnsmlError
 from tests.conftest import SHARED_DATA
 

@@ -13,9 +13,9 @@ import xarray as xr
 from scipy.stats import norm
 
 from ensml import names
-from ensml.data import synth as synth_module
-from ensml.data import synth_build
-from ensml.data.synth import synth
+from ensml.data.synth import build as synth_build
+from ensml.data.synth import generate as synth_module
+from ensml.data.synth.generate import synth
 from ensml.errors import EnsmlError
 
 SMALL = {"n_lat": 16, "n_lon": 32, "start": "2017-01-01", "end": "2017-12-31", "storms_per_year": 20}

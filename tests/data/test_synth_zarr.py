@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from ensml.data.io import open_analysis, open_dataset, open_forecast
-from ensml.data.synth import synth
-from ensml.data.zarr_store import check_chunks
+from ensml.data.layouts.zarr import check_chunks
+from ensml.data.open import open_analysis, open_dataset, open_forecast
+from ensml.data.synth.generate import synth
 from ensml.errors import EnsmlError
 
 KW = dict(n_lat=8, n_lon=16, start="2017-01-01", end="2017-01-15", every_days=2, seed=2, surface=True)
@@ -93,7 +93,7 @@ def test_existing_stores_are_kept_unless_overwrite(tmp_path) -> None:
 
 
 def test_cli_writes_zarr(tmp_path) -> None:
-    from ensml.cli import main
+    from ensml.cli.main import main
 
     args = [
         "data",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ensml.cli import main
+from ensml.cli.main import main
 from tests.conftest import CONFIGS, SMOKE, tiny_data_args
 
 BENCH_SMOKE = str(CONFIGS / "benchmark" / "smoke.yaml")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ensml.cli import main
+from ensml.cli.main import main
 from tests.conftest import SMOKE, TINY_PERIODS, tiny_data_args
 
 TEST_PERIOD = TINY_PERIODS["test_period"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 import xarray as xr
 
-from ensml.cli import main
+from ensml.cli.main import main
 from ensml.postprocess.manifest import MANIFEST
 from tests.postprocess.conftest import pp_args
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import xarray as xr
 
-from ensml.cli import main
+from ensml.cli.main import main
 from ensml.postprocess.cluster import ClusterSpec, job_script
 from ensml.postprocess.manifest import MANIFEST
 from ensml.postprocess.options import JobQueue
@@ -125,7 +125,7 @@ def test_dry_run_prints_the_plan_and_the_job_script(
 # -- killed runs ---------------------------------------------------------------------------------
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "ensml.cli", *args], cwd=cwd, start_new_session=True,
+        [sys.executable, "-m", "ensml.cli.main", *args], cwd=cwd, start_new_session=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 

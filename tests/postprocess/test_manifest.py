@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ensml.cli import main
+from ensml.cli.main import main
 from ensml.errors import EnsmlError
 from ensml.postprocess import Products, postprocess
 from ensml.postprocess.manifest import MANIFEST, output_lock

@@ -13,7 +13,7 @@ import properscoring as ps
 import pytest
 import xarray as xr
 
-from ensml.cli import main
+from ensml.cli.main import main
 from ensml.postprocess.ecc import ecc_levels
 from tests.conftest import cell_area_weights
 from tests.postprocess.conftest import pp_args

@@ -19,7 +19,7 @@ import torch
 
 from ensml.data.writers import remove_temporaries
 from ensml.train.checkpoints import AtomicCheckpointIO
-from tests.cli_process import cli_env, finish, kill_group, run_cli, start_cli
+from tests.cli.process import cli_env, finish, kill_group, run_cli, start_cli
 from tests.conftest import SMOKE, tiny_data_args
 
 EPOCHS, KILL_AT = 3, 2  # kill at the start of the last epoch: last.ckpt holds epochs 0 and 1
@@ -28,7 +28,7 @@ LAST = Path("runs/smoke/checkpoints/last.ckpt")
 
 def spatial_strategy() -> str:
     init = {"lat": 1, "lon": 2, "timeout_s": 60}
-    return json.dumps({"class_path": "ensml.train.spatial.SpatialParallelStrategy", "init_args": init})
+    return json.dumps({"class_path": "ensml.train.strategies.SpatialParallelStrategy", "init_args": init})
 
 
 # Each named setting at least once: member_sampling first and random, num_workers 0 and 2, and

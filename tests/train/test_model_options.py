@@ -11,7 +11,7 @@ import torch
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError
-from ensml.eval.gaussian import crps_gaussian
+from ensml.scores.gaussian import crps_gaussian
 from ensml.train.tasks import MixedTask, SpreadTask
 from tests.conftest import TINY_PERIODS
 

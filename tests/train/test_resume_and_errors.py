@@ -14,7 +14,7 @@ import pytest
 import torch
 import xarray as xr
 
-from ensml.cli import main
+from ensml.cli.main import main
 from tests.conftest import SMOKE, tiny_data_args
 
 CKPTS = Path("runs/smoke/checkpoints")

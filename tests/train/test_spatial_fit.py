@@ -14,8 +14,8 @@ import pytest
 import torch
 import xarray as xr
 
-from ensml.cli import main
-from tests.cli_process import run_cli
+from ensml.cli.main import main
+from tests.cli.process import run_cli
 from tests.conftest import SMOKE, tiny_data_args
 
 pytestmark = pytest.mark.distributed
@@ -28,7 +28,7 @@ CKPT = "runs/smoke/checkpoints/last.ckpt"
 
 def spatial(lat: int = 1, lon: int = 2) -> str:
     init = f'{{"lat": {lat}, "lon": {lon}, "timeout_s": 60}}'
-    return f'{{"class_path": "ensml.train.spatial.SpatialParallelStrategy", "init_args": {init}}}'
+    return f'{{"class_path": "ensml.train.strategies.SpatialParallelStrategy", "init_args": {init}}}'
 
 
 @pytest.fixture(scope="module")

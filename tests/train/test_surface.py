@@ -19,7 +19,7 @@ VARIABLES = ["z", "t", "t2m"]
 @pytest.fixture(scope="module")
 def surface_data(tmp_path_factory) -> dict:
     """The tiny dataset of tests/conftest.py with the surface variable t2m."""
-    from ensml.data.synth import synth
+    from ensml.data.synth.generate import synth
 
     out = tmp_path_factory.mktemp("surface") / "synth"
     return synth(
@@ -44,7 +44,7 @@ def make(cls, dm):
 
 
 def test_synth_t2m_is_the_1000_hpa_temperature_and_leaves_z_t_unchanged(tmp_path) -> None:
-    from ensml.data.synth import synth
+    from ensml.data.synth.generate import synth
 
     kw = dict(n_lat=8, n_lon=16, start="2017-01-01", end="2017-01-20", every_days=2, seed=3)
     plain = synth(tmp_path / "plain", levels=(500, 850), **kw)
@@ -115,7 +115,7 @@ def test_checkpoint_without_surface_buffer_loads(data) -> None:
 @pytest.fixture(scope="module")
 def surface_fit(surface_data, tmp_path_factory):
     """A smoke MixedTask trained and run on the test split with z, t and t2m."""
-    from ensml.cli import main
+    from ensml.cli.main import main
 
     work = tmp_path_factory.mktemp("surface_fit")
     args = [*tiny_data_args(surface_data), "--data.variables=[z, t, t2m]"]
@@ -137,7 +137,7 @@ def test_fit_and_predict_write_the_surface_variable_without_level(surface_fit) -
 
 
 def test_postprocess_products_of_a_surface_variable(surface_data, surface_fit, tmp_path) -> None:
-    from ensml.cli import main
+    from ensml.cli.main import main
     from ensml.data.archive import archive
     from tests.postprocess.conftest import pp_args
 
@@ -162,7 +162,7 @@ def test_postprocess_products_of_a_surface_variable(surface_data, surface_fit, t
 
 
 def test_postprocess_refuses_a_surface_variable_on_levels(surface_data, surface_fit, tmp_path) -> None:
-    from ensml.cli import main
+    from ensml.cli.main import main
     from tests.postprocess.conftest import pp_args
 
     with xr.open_dataset(surface_data["forecast"]) as fc:
@@ -210,8 +210,8 @@ def test_surface_in_forecast_but_levels_in_analysis(surface_data, tmp_path) -> N
 
 
 def test_a_case_study_of_a_surface_variable_at_a_level(surface_data) -> None:
-    from ensml.eval.cases import case_from_dict
-    from ensml.eval.casestudy import score_case
+    from ensml.verify.cases import case_from_dict
+    from ensml.verify.casestudy import score_case
 
     case = case_from_dict(
         {
@@ -233,7 +233,7 @@ def test_evaluate_scores_a_surface_variable_once(surface_data, tmp_path) -> None
     """Raw-ensemble CRPS of t2m against properscoring, area-weighted by hand; oracle rows too."""
     import properscoring as ps
 
-    from ensml.eval.evaluate import evaluate
+    from ensml.verify.evaluate import evaluate
     from tests.conftest import cell_area_weights
 
     table = evaluate(
@@ -262,7 +262,7 @@ def test_report_scores_a_surface_variable_at_every_lead(surface_data, tmp_path) 
     properscoring's, and the charts, rank histograms and reliability diagrams draw it."""
     import properscoring as ps
 
-    from ensml.eval.report import report
+    from ensml.report.assemble import report
     from tests.conftest import cell_area_weights
 
     out = report(

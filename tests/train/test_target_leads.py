@@ -9,7 +9,7 @@ import pytest
 import torch
 import xarray as xr
 
-from ensml.cli import main
+from ensml.cli.main import main
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError
 from ensml.train.tasks import MixedTask, SpreadTask

@@ -1,0 +1,1 @@
+"""The ``ensml`` command: :mod:`.main` dispatches to one thin module per verb."""

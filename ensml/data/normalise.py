@@ -1,0 +1,90 @@
+"""Every opened dataset in ensml's vocabulary (:mod:`ensml.names`), whatever its source.
+
+Readers (:mod:`ensml.data.layouts`) return datasets with their sources' names; :func:`normalise`
+renames the dimensions, puts latitude north → south and longitude in [0, 360), makes
+``lead_time`` a timedelta and attaches CF attributes. :func:`lazy` chunks a dataset one time step
+a chunk, so combining files reads nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from ensml.data.grid import add_geographic, grid_mapping_names
+from ensml.errors import EnsmlError, exception_reason
+from ensml.names import COORD_ATTRS, DIM_ALIASES, INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, TIME, VALID_TIME
+
+
+def normalised(ds: xr.Dataset, path: object, what: str) -> xr.Dataset:
+    """:func:`normalise`, failing with one line that names the file (e.g. a corrupt coordinate)."""
+    try:
+        return normalise(ds)
+    except Exception as exc:
+        reason = exception_reason(exc)
+        raise EnsmlError(f"{what} file {path} has coordinates ensml cannot interpret ({reason})") from None
+
+
+def normalise(ds: xr.Dataset) -> xr.Dataset:
+    """Rename dimensions to ensml's vocabulary and put coordinates in canonical order.
+
+    Latitude is sorted north → south, longitude is mapped to [0, 360) and sorted, ``lead_time``
+    becomes timedelta64 (integer steps are read as hours), and CF attributes are attached.
+    Projected grids (:mod:`ensml.data.grid`) keep their dims and order: 2-D latitude/longitude
+    (also when stored as data variables) and CF grid-mapping variables become coordinates,
+    longitude is mapped to [0, 360), and a grid with only projection x/y and a grid mapping gets
+    latitude/longitude computed (:func:`ensml.data.grid.add_geographic`).
+    """
+    renames = {k: v for k, v in DIM_ALIASES.items() if k in ds.variables and v not in ds.variables}
+    if "time" in ds.dims and LEAD_TIME in {renames.get(d, d) for d in ds.dims} and INIT_TIME not in ds.dims:
+        renames["time"] = INIT_TIME  # cfgrib forecasts: time = initialisation, step = lead
+    if "valid_time" in ds.coords and "valid_time" not in ds.dims:
+        ds = ds.drop_vars("valid_time")
+    ds = ds.rename(renames)
+    coords = grid_mapping_names(ds)  # scalar CF grid mappings: not variables to score
+    coords += [n for n in (LATITUDE, LONGITUDE) if n in ds.data_vars and ds[n].ndim == 2]
+    ds = add_geographic(ds.set_coords(coords) if coords else ds)
+    if LEAD_TIME in ds.coords and not np.issubdtype(ds[LEAD_TIME].dtype, np.timedelta64):
+        ds = ds.assign_coords({LEAD_TIME: ds[LEAD_TIME].values.astype("timedelta64[h]")})
+    if LONGITUDE in ds.coords and ds[LONGITUDE].ndim == 2:
+        lon = ds[LONGITUDE]
+        ds = ds.assign_coords({LONGITUDE: (lon.dims, lon.values % 360.0, lon.attrs)})
+    elif LONGITUDE in ds.coords:
+        lon = ds[LONGITUDE].values % 360.0
+        if not np.array_equal(lon, ds[LONGITUDE].values):
+            ds = ds.assign_coords({LONGITUDE: lon})
+        if np.any(np.diff(lon) < 0):
+            ds = ds.sortby(LONGITUDE)
+    if (
+        LATITUDE in ds.coords
+        and ds.sizes.get(LATITUDE, 1) > 1
+        and ds[LATITUDE].values[0] < ds[LATITUDE].values[-1]
+    ):
+        ds = ds.isel({LATITUDE: slice(None, None, -1)})
+    if INIT_TIME in ds.dims and LEAD_TIME in ds.dims and VALID_TIME not in ds.coords:
+        ds = ds.assign_coords({VALID_TIME: ds[INIT_TIME] + ds[LEAD_TIME]})
+    for name, attrs in COORD_ATTRS.items():
+        if name in ds.coords:
+            ds[name].attrs.update(
+                {
+                    k: v
+                    for k, v in attrs.items()
+                    if (not np.issubdtype(ds[name].dtype, np.datetime64) or k != "units")
+                    and (k != "axis" or ds[name].ndim == 1)  # CF: axis on 1-D coordinates only
+                }
+            )
+    return ds
+
+
+def lazy(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` as dask arrays of one time step per chunk, so combining files reads nothing.
+
+    A file opened without dask (netCDF, GRIB) would be loaded whole by ``xr.concat``; one
+    chunk per init (or valid) time makes a training sample read one chunk per variable.
+    """
+    if any(var.chunks for var in ds.data_vars.values()):
+        return ds
+    return ds.chunk({d: 1 for d in (INIT_TIME, TIME) if d in ds.dims})
+
+
+__all__ = ["lazy", "normalise", "normalised"]

@@ -1,0 +1,253 @@
+"""Open forecast ensembles and analyses lazily, in ensml's vocabulary, and check them.
+
+The one entry point for reading: :func:`open_forecast`, :func:`open_analysis`, :func:`open_dataset`
+and :func:`load_dataset`. Each file is read by the reader of its format
+(:func:`ensml.data.layouts.read_file`), several files are combined by their layout (by
+coordinates, members in separate files, or files split by date), and the result is normalised
+(:func:`ensml.data.normalise.normalise`) and checked: grid, dims, and time coordinates.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ensml.data.grid import check_grid, horizontal_dims
+from ensml.data.layouts import read_file
+from ensml.data.layouts.ens10 import combine_files
+from ensml.data.layouts.formats import detect_format, unknown_format
+from ensml.data.layouts.grib import check_not_skipped
+from ensml.data.layouts.members import has_member_field, member_files, stack_members
+from ensml.data.layouts.options import ReaderOptions, as_reader
+from ensml.data.normalise import normalised
+from ensml.errors import EnsmlError, exception_reason
+from ensml.names import (
+    ANALYSIS_DIMS,
+    FORECAST_DIMS,
+    INIT_TIME,
+    LEAD_TIME,
+    LEVEL,
+    MEMBER,
+    SPATIAL_DIMS,
+    TIME,
+)
+
+PathLike = str | Path
+
+
+def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[Path]:
+    items = [paths] if isinstance(paths, str | Path) else list(paths)
+    out: list[Path] = []
+    for item in items:
+        pattern = str(item)
+        matches = (
+            [Path(p) for p in sorted(glob.glob(pattern))]
+            if any(c in pattern for c in "*?[")
+            else [Path(item)]
+        )
+        out.extend(matches)
+    if not out:
+        raise EnsmlError(f"no {what} files match {paths!r}")
+    for p in out:
+        if not (p.is_file() or (p.is_dir() and detect_format(p) == "zarr")):
+            reason = unknown_format(p) if p.is_dir() else "does not exist"
+            raise EnsmlError(f"{what} file {p} {reason}")
+    return out
+
+
+def _open(
+    paths: list[Path], what: str, chunks: dict | str | None, reader: ReaderOptions | None = None
+) -> xr.Dataset:
+    if len(paths) == 1:
+        return read_file(paths[0], what, chunks, reader)
+    if reader is None and not any(detect_format(p) == "grib" for p in paths):
+        try:
+            return xr.open_mfdataset(paths, combine="by_coords", chunks=chunks or {}, parallel=False)
+        except Exception:
+            pass
+    # File by file, naming the culprit (the first unreadable one raises); then by coordinates,
+    # or by init date for files split by date in any order (ensml.data.layouts.ens10).
+    parts = [normalised(read_file(p, what, chunks, reader), p, what) for p in paths]
+    return combine_files(parts, paths, what)
+
+
+def _open_sources(
+    paths: PathLike | Sequence[PathLike], what: str, chunks: dict | str | None, reader: ReaderOptions | None
+) -> tuple[xr.Dataset, Path | PathLike | Sequence[PathLike]]:
+    """The dataset of ``paths`` (members in separate files when a path holds ``{member}``)."""
+    if not has_member_field(paths):
+        files = _paths(paths, what)
+        return _open(files, what, chunks, reader), files[0] if len(files) == 1 else paths
+    if not isinstance(paths, str | Path):
+        raise EnsmlError(f"{what}: a path with {{member}} must be given alone, got {list(paths)}")
+    by_member = member_files(str(paths), lambda pattern: _paths(pattern, what))
+    parts = {
+        n: normalised(_open(files, what, chunks, reader), files[0], what) for n, files in by_member.items()
+    }
+    return stack_members(parts, by_member, what), paths
+
+
+def _check_vars(
+    ds: xr.Dataset, variables: Sequence[str] | None, dims: Sequence[str], path: str, what: str
+) -> None:
+    found = sorted(str(v) for v in ds.data_vars)
+    horizontal = horizontal_dims(ds)
+    if horizontal is not None and horizontal != SPATIAL_DIMS:  # a projected grid: its own dims
+        dims = [d for d in dims if d not in SPATIAL_DIMS] + list(horizontal)
+    for var in variables or []:
+        if var not in ds.data_vars:
+            check_not_skipped(ds, var, path)
+            raise EnsmlError(
+                f"{what} file {path} has no variable {var!r} (found: {', '.join(found) or 'none'})"
+            )
+        # A surface (single-level) variable has every dim but level (see ensml.data.surface).
+        want = [d for d in dims if d != LEVEL] if LEVEL not in ds[var].dims else dims
+        missing = [d for d in want if d not in ds[var].dims]
+        extra = [str(d) for d in ds[var].dims if d not in want]
+        if missing or extra:
+            wrong = f"missing {', '.join(missing)}" if missing else f"unexpected {', '.join(extra)}"
+            raise EnsmlError(
+                f"{what} file {path}: variable {var!r} has dims {ds[var].dims}, {wrong} "
+                f"(expected {', '.join(dims)})"
+            )
+
+
+def _check_index(ds: xr.Dataset, dims: Sequence[str], path: str, what: str) -> None:
+    """Raise naming the first repeated or out-of-order value of a time coordinate.
+
+    A repeated init time (a date written twice) is ambiguous; times out of order are refused too,
+    as ensml's splits, leads and outputs assume increasing time.
+    """
+    for dim in dims:
+        index = ds.indexes.get(dim)
+        if index is None:
+            continue
+        if not index.is_unique:
+            repeated = index[index.duplicated()]
+            first = str(repeated[0])
+            raise EnsmlError(
+                f"{what} file {path} has {len(repeated)} repeated {dim} value(s), e.g. {first} "
+                f"(each {dim} must appear once)"
+            )
+        if dim in (INIT_TIME, TIME, LEAD_TIME) and not index.is_monotonic_increasing:
+            i = int(np.flatnonzero(index[1:] < index[:-1])[0])
+            raise EnsmlError(
+                f"{what} file {path}: {dim} is not in increasing order ({index[i + 1]} comes after "
+                f"{index[i]}); sort the file by {dim}"
+            )
+
+
+def _open_checked(
+    paths: PathLike | Sequence[PathLike],
+    variables: Sequence[str] | None,
+    chunks: dict | str | None,
+    what: str,
+    dims: Sequence[str],
+    reader: ReaderOptions | dict | None = None,
+) -> xr.Dataset:
+    ds, name = _open_sources(paths, what, chunks, as_reader(reader) if reader else None)
+    ds = normalised(ds, name, what)
+    check_grid(ds, variables or list(ds.data_vars), str(name), what)
+    _check_vars(ds, variables, dims, str(name), what)
+    _check_index(ds, dims, str(name), what)
+    return ds[list(variables)] if variables else ds
+
+
+def open_forecast(
+    paths: PathLike | Sequence[PathLike],
+    variables: Sequence[str] | None = None,
+    chunks: dict | str | None = None,
+    reader: ReaderOptions | dict | None = None,
+) -> xr.Dataset:
+    """Open ensemble forecast file(s) lazily with dims (init_time, lead_time, member, level, lat, lon).
+
+    ``paths``: a file, a glob or a list of them (netCDF, GRIB, zarr; files split by date in any
+    order, as ENS-10's, are concatenated by init time), or a path with ``{member}`` for members
+    in separate files. ``reader``: :class:`~ensml.data.layouts.options.ReaderOptions` (GRIB filters,
+    control member, renames).
+    """
+    return _open_checked(paths, variables, chunks, "forecast", FORECAST_DIMS, reader)
+
+
+def open_analysis(
+    paths: PathLike | Sequence[PathLike],
+    variables: Sequence[str] | None = None,
+    chunks: dict | str | None = None,
+    reader: ReaderOptions | dict | None = None,
+) -> xr.Dataset:
+    """Open verifying analysis file(s) lazily with dims (time, level, latitude, longitude)."""
+    return _open_checked(paths, variables, chunks, "analysis", ANALYSIS_DIMS, reader)
+
+
+def open_dataset(paths: PathLike | Sequence[PathLike], what: str) -> xr.Dataset:
+    """Open any other ensml file (predictions, oracle) lazily, in ensml's vocabulary."""
+    files = _paths(paths, what)
+    return normalised(_open(files, what, None), files[0] if len(files) == 1 else paths, what)
+
+
+def load_dataset(
+    paths: PathLike | Sequence[PathLike], what: str, select: Callable[[xr.Dataset], xr.Dataset] | None = None
+) -> xr.Dataset:
+    """Read ``select(file)`` of every file into memory, one file at a time, and combine them.
+
+    For many small files of which a part is needed in memory (e.g. ``ensml postprocess``
+    outputs): each file is opened once and closed, where a lazy multi-file dataset reopens files
+    for every variable once there are more than xarray's file cache holds (128).
+    """
+    files = _paths(paths, what)
+    parts = []
+    for path in files:
+        with read_file(path, what, None) as ds:
+            one = normalised(ds, path, what)
+            try:
+                parts.append((select(one) if select else one).load())
+            except EnsmlError:
+                raise
+            except Exception as exc:  # corrupt data behind readable metadata (HDF5, zarr, GRIB)
+                reason = exception_reason(exc)
+                raise EnsmlError(f"{what} file {path} cannot be read ({reason})") from None
+    if len(parts) == 1:
+        return parts[0]
+    try:
+        return xr.combine_by_coords(parts, combine_attrs="drop_conflicts")
+    except Exception as exc:
+        raise EnsmlError(f"{what} files {files[0]} … {files[-1]} do not combine ({exc})") from None
+
+
+def check_levels(ds: xr.Dataset, levels: Sequence[float], name: str) -> None:
+    """Raise unless every requested pressure level is in ``ds``."""
+    have = [float(v) for v in np.atleast_1d(ds[LEVEL].values)] if LEVEL in ds.coords else []
+    missing = [lev for lev in levels if float(lev) not in have]
+    if missing:
+        raise EnsmlError(f"{name} has no level(s) {missing} hPa (found: {have})")
+
+
+def check_lead_times(ds: xr.Dataset, lead_hours: Sequence[int], name: str) -> None:
+    """Raise unless every requested lead time (hours) is in ``ds``."""
+    have = [int(v / np.timedelta64(1, "h")) for v in ds[LEAD_TIME].values]
+    missing = [h for h in lead_hours if h not in have]
+    if missing:
+        raise EnsmlError(f"{name} has no lead time(s) {missing} h (found: {have} h)")
+
+
+def check_members(ds: xr.Dataset, k: int, name: str) -> int:
+    """Return the number of members M, raising if fewer than ``k``."""
+    m = ds.sizes.get(MEMBER, 0)
+    if k < 1 or k > m:
+        raise EnsmlError(f"cannot take a subset of k={k} members: {name} has {m} members")
+    return m
+
+
+__all__ = [
+    "check_lead_times",
+    "check_levels",
+    "check_members",
+    "load_dataset",
+    "open_analysis",
+    "open_dataset",
+    "open_forecast",
+]

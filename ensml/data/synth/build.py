@@ -1,0 +1,299 @@
+"""Assemble the synthetic ensemble's datasets and encodings (see :mod:`ensml.data.synth.generate`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import dask
+import dask.array as da
+import numpy as np
+import xarray as xr
+
+from ensml import __version__, names
+from ensml.data.synth import model as synth_model
+
+# Stored values are rounded, far below the local uncertainty, so that zlib can shrink them:
+# members to a power-of-two step of at most 1/32 of the designed member spread at that point
+# (rounding error std < 1% of the spread; exact ties of 5 members, a zero sample spread,
+# become rarer than 1e-8 per point), oracle means to at most 1/256 of sigma*, oracle std to
+# 11 significant bits (relative error < 2.5e-4). The analysis is stored as computed (float32).
+MEMBER_STEPS_PER_SPREAD = 32
+MEAN_STEPS_PER_STD = 256
+STD_BITS = 11
+BLOCK_INITS = 4  # inits drawn per task while writing (temporaries below 32 MB)
+#: The synthetic 2 m temperature ``t2m`` is the synthetic atmosphere's temperature at this level.
+SURFACE_HPA = 1000
+SURFACE_NOTE = f"synthetic: the temperature of the synthetic atmosphere at {SURFACE_HPA} hPa"
+MEMBER_NOTE = "rounded to power-of-two steps of at most 1/32 of the ensemble spread"
+
+
+def _quantise(a: np.ndarray, scale: np.ndarray, steps: int) -> None:
+    """Round ``a`` in place to multiples of the largest power of two <= ``scale / steps``.
+
+    ``scale`` broadcasts against ``a``; powers of two make the scaling exact in binary, so the
+    stored values have trailing zero bits that zlib compresses.
+    """
+    tiny = np.finfo(a.dtype).tiny
+    step = np.exp2(np.floor(np.log2(np.maximum(scale / steps, tiny)))).astype(a.dtype)
+    np.divide(a, step, out=a)
+    np.round(a, out=a)
+    np.multiply(a, step, out=a)
+
+
+def _round_mantissa(a: np.ndarray, bits: int) -> None:
+    """Round positive float32 ``a`` in place to ``bits`` significant mantissa bits."""
+    drop = 23 - bits
+    u = a.view(np.uint32)
+    u += np.uint32(1 << (drop - 1))
+    u &= np.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Validated generator options (see :func:`synth`)."""
+
+    n_lat: int
+    n_lon: int
+    levels: tuple[int, ...]
+    lead_hours: tuple[int, ...]
+    members: int
+    start: str
+    end: str
+    every_days: int
+    storms_per_year: float
+    seed: int
+    surface: bool = False
+
+
+def _coord_attrs(ds: xr.Dataset) -> xr.Dataset:
+    for name in ds.coords:
+        if name in names.COORD_ATTRS:
+            ds[name].attrs.update(names.COORD_ATTRS[name])
+    return ds
+
+
+def _global_attrs(cfg: SynthConfig, what: str) -> dict:
+    params = {f"synth_{k}": (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
+    return {
+        "title": f"ensml synthetic ensemble: {what}",
+        "institution": "ensml",
+        "source": f"ensml {__version__} synthetic ensemble generator (ensml.data.synth.generate)",
+        "references": "see the docstring of ensml.data.synth.generate for the generative model",
+        "comment": (
+            "Synthetic data from a known predictive distribution. Verifying analysis of "
+            "(init_time, lead_time) is analysis.sel(time=init_time + lead_time); oracle.nc holds "
+            "its exact Gaussian distribution N(mean, std**2)."
+        ),
+        **params,
+    }
+
+
+def build_datasets(
+    cfg: SynthConfig,
+    inits: np.ndarray,
+    leads: np.ndarray,
+    *,
+    on_progress: Callable[[int], object] | None = None,
+) -> dict[str, xr.Dataset]:
+    """The three datasets for validated options; see :func:`synth`.
+
+    Analysis and oracle are in memory; the forecast members are a dask array drawn block by
+    block while the file is written, so memory stays bounded and drawing overlaps compression.
+    ``on_progress(n)`` is called as the members of ``n`` more inits are drawn.
+    """
+    # t2m is the temperature of the synthetic atmosphere at SURFACE_HPA, drawn as one more level.
+    extra = [SURFACE_HPA] if cfg.surface and SURFACE_HPA not in cfg.levels else []
+    gen_levels = list(cfg.levels) + extra
+    k_sfc, nk = gen_levels.index(SURFACE_HPA) if cfg.surface else -1, len(cfg.levels)
+    out = synth_model.generate(
+        n_lat=cfg.n_lat,
+        n_lon=cfg.n_lon,
+        levels=np.asarray(gen_levels, dtype=float),
+        inits=inits,
+        leads=leads,
+        members=cfg.members,
+        storms_per_year=cfg.storms_per_year,
+        seed=cfg.seed,
+    )
+    members = _lazy_members(
+        out["member_block"], out["member_spread"], cfg, len(inits), len(gen_levels), on_progress
+    )
+    surface_dims = tuple(d for d in names.FORECAST_DIMS if d != names.LEVEL)
+    lat, lon, times = out["latitude"], out["longitude"], out["times"]
+    level = np.asarray(cfg.levels, dtype="int32")
+    space = {names.LEVEL: level, names.LATITUDE: lat, names.LONGITUDE: lon}
+    fc_coords = {names.INIT_TIME: inits, names.LEAD_TIME: leads}
+    valid = (names.VALID_TIME, (names.INIT_TIME, names.LEAD_TIME), inits[:, None] + leads[None, :])
+
+    fc = xr.Dataset(
+        {
+            v: (
+                names.FORECAST_DIMS,
+                members[n][..., :nk, :, :],
+                {**names.VARIABLE_ATTRS[v], "comment": MEMBER_NOTE},
+            )
+            for n, v in enumerate(("z", "t"))
+        }
+        | (
+            {
+                "t2m": (
+                    surface_dims,
+                    members[1][..., k_sfc, :, :],
+                    {**names.VARIABLE_ATTRS["t2m"], "comment": f"{SURFACE_NOTE}; {MEMBER_NOTE}"},
+                )
+            }
+            if cfg.surface
+            else {}
+        ),
+        coords={**fc_coords, names.MEMBER: np.arange(1, cfg.members + 1, dtype="int32"), **space},
+    ).assign_coords({names.VALID_TIME: valid[1:]})
+    fc.attrs = _global_attrs(cfg, "ensemble forecast")
+
+    an = xr.Dataset(
+        {v: (names.ANALYSIS_DIMS, out["truth"][v][:, :nk], dict(names.VARIABLE_ATTRS[v])) for v in ("z", "t")}
+        | (
+            {
+                "t2m": (
+                    (names.TIME, names.LATITUDE, names.LONGITUDE),
+                    out["truth"]["t"][:, k_sfc],
+                    {**names.VARIABLE_ATTRS["t2m"], "comment": SURFACE_NOTE},
+                )
+            }
+            if cfg.surface
+            else {}
+        ),
+        coords={names.TIME: times, **space},
+    )
+    an.attrs = _global_attrs(cfg, "verifying analysis (truth) by valid time")
+
+    odims = (names.INIT_TIME, names.LEAD_TIME, names.LEVEL, names.LATITUDE, names.LONGITUDE)
+    ovars = {}
+    levels_of = {"z": ("z", slice(0, nk)), "t": ("t", slice(0, nk))} | (
+        {"t2m": ("t", k_sfc)} if cfg.surface else {}
+    )
+    for v, (source, k) in levels_of.items():
+        a = names.VARIABLE_ATTRS[v]
+        dims = odims if isinstance(k, slice) else tuple(d for d in odims if d != names.LEVEL)
+        mean = out["mean"][source][:, :, k].astype(np.float32)
+        _quantise(mean, out["std"][source][:, :, k], MEAN_STEPS_PER_STD)
+        std = out["std"][source][:, :, k].astype(np.float32)
+        _round_mantissa(std, STD_BITS)
+        ovars[f"{v}_mean"] = (
+            dims,
+            mean,
+            {
+                **a,
+                "long_name": f"oracle predictive mean of {a['long_name']}",
+                "comment": "rounded to power-of-two steps of at most 1/256 of the std",
+            },
+        )
+        ovars[f"{v}_std"] = (
+            dims,
+            std,
+            {
+                "standard_name": f"{a['standard_name']} standard_error",
+                "long_name": f"oracle predictive standard deviation of {a['long_name']}",
+                "units": a["units"],
+                "comment": f"rounded to {STD_BITS} significant bits",
+            },
+        )
+    ovars["event_mask"] = (
+        (names.INIT_TIME, names.LEAD_TIME, names.LATITUDE, names.LONGITUDE),
+        out["event_mask"],
+        {
+            "long_name": "storm event at valid time (intensity above 25% of the storm's peak)",
+            "flag_values": np.array([0, 1], dtype="uint8"),
+            "flag_meanings": "no_storm storm",
+        },
+    )
+    st = out["storms"]
+    ovars["storm_genesis_time"] = ("storm", st["genesis_time"], {"long_name": "storm genesis time"})
+    ovars["storm_genesis_latitude"] = (
+        "storm",
+        st["lat0"],
+        {"long_name": "storm genesis latitude", "units": "degrees_north"},
+    )
+    ovars["storm_genesis_longitude"] = (
+        "storm",
+        st["lon0"],
+        {"long_name": "storm genesis longitude", "units": "degrees_east"},
+    )
+    ovars["storm_lifetime"] = (
+        "storm",
+        st["lifetime_hours"],
+        {"long_name": "storm lifetime", "units": "hours"},
+    )
+    ovars["storm_amplitude"] = (
+        "storm",
+        st["amplitude"],
+        {"long_name": "storm known intensity factor", "units": "1"},
+    )
+    orc = xr.Dataset(ovars, coords={**fc_coords, **space})
+    orc = orc.assign_coords({names.VALID_TIME: valid[1:]})
+    orc.attrs = _global_attrs(cfg, "oracle predictive distribution N(mean, std**2) of the analysis")
+    return {"forecast": _coord_attrs(fc), "analysis": _coord_attrs(an), "oracle": _coord_attrs(orc)}
+
+
+def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, n_levels: int, on_progress):
+    """Dask array ``(v, init, lead, member, level, lat, lon)`` of rounded float32 members."""
+
+    def make(i0: int, i1: int) -> np.ndarray:
+        x = block(i0, i1)  # (v, init, lead, member, k, lat, lon)
+        _quantise(x, spread[i0:i1].transpose(2, 0, 1, 3, 4, 5)[:, :, :, None], MEMBER_STEPS_PER_SPREAD)
+        if on_progress is not None:
+            on_progress(i1 - i0)
+        return x
+
+    token = uuid.uuid4().hex
+    shape = (len(cfg.lead_hours), cfg.members, n_levels, cfg.n_lat, cfg.n_lon)
+    blocks = [
+        da.from_delayed(
+            # Explicit keys: tokenising ``make`` would hash the arrays in its closure per block.
+            dask.delayed(make)(i0, min(i0 + BLOCK_INITS, n_init), dask_key_name=f"synth-{token}-{i0}"),
+            shape=(2, min(i0 + BLOCK_INITS, n_init) - i0, *shape),
+            dtype=np.float32,
+        )
+        for i0 in range(0, n_init, BLOCK_INITS)
+    ]
+    return da.concatenate(blocks, axis=1)
+
+
+def encodings(datasets: dict[str, xr.Dataset], cfg: SynthConfig) -> dict[str, dict]:
+    """Chunks, time units and dtypes of every variable, from each dataset's own dims.
+
+    A forecast chunk is one field of one member: (init time, lead, member) = (1, 1, 1), every
+    level and the whole grid, as a GRIB message holds one. A training sample with K of M
+    members at L input leads then decompresses K·L + M - K chunks per variable and uses all of
+    each (members 0 … K-1 at the input leads, the others at the target lead for the spread
+    target), not the whole init. A zarr v3 store groups the chunks of one init time in one
+    shard (one file, read in part). The analysis is chunked by valid time (a sample reads two:
+    at init and at the target lead), the oracle by one init time and lead.
+    """
+    time_enc = {
+        "units": "hours since 1970-01-01 00:00:00",
+        "calendar": "proleptic_gregorian",
+        "dtype": "int64",
+    }
+    lead_enc = {"units": "hours", "dtype": "int64"}
+    first = {names.INIT_TIME: 1, names.LEAD_TIME: 1, names.MEMBER: 1, names.TIME: 1}  # others whole
+    out = {}
+    for name, ds in datasets.items():
+        enc: dict[str, dict] = {}
+        for v, var in ds.data_vars.items():
+            if var.ndim < 3:  # the storm table
+                continue
+            chunks = tuple(min(first.get(d, n), n) for d, n in var.sizes.items())
+            enc[str(v)] = {"chunksizes": chunks, "dtype": "uint8" if v == "event_mask" else "float32"}
+            if names.MEMBER in var.dims:  # zarr v3: one shard (one file) per init time
+                enc[str(v)]["shards"] = tuple(1 if d == names.INIT_TIME else n for d, n in var.sizes.items())
+        for coord in (names.INIT_TIME, names.VALID_TIME, names.TIME):
+            if coord in ds.variables:
+                enc[coord] = time_enc
+        if names.LEAD_TIME in ds.variables:
+            enc[names.LEAD_TIME] = lead_enc
+        if "storm_genesis_time" in ds.variables:
+            enc["storm_genesis_time"] = time_enc
+        out[name] = enc
+    return out

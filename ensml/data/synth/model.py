@@ -1,0 +1,233 @@
+"""The generative model of the synthetic ensemble: truth, oracle and members as arrays.
+
+See :mod:`ensml.data.synth.generate` for the model in words; this module draws it. Random streams are
+separate per component (activity, weather, error process, analysis noise, storms, spread
+errors, and one per init for the members), so the members of one init do not depend on how
+the work is batched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ensml.data.synth.fields import (
+    DAY_HOURS,
+    YEAR_DAYS,
+    GaussianFields,
+    VerticalStructure,
+    activity_climatology,
+    anomaly_envelope,
+    climatology,
+    draw_storms,
+    lat_lon_grid,
+    season,
+    storm_profile,
+)
+
+# Parameters of the generative model (documented in ensml.data.synth.generate).
+TAU_ACTIVITY_H, STD_ACTIVITY, LEN_ACTIVITY = 72.0, 0.4, 25.0
+TAU_P_H, LEN_P = 120.0, 25.0
+TAU_U_H, LEN_U, S_U = 240.0, 15.0, 0.3
+LEN_NOISE = 10.0
+S_NOISE = np.array([0.04, 0.10])[:, None, None, None]  # analysis noise of (z, t), units of scale
+STORM_Q_PER_H = 0.09 / DAY_HOURS  # variance rate of the storm-intensity Brownian motion
+# Fraction of the known storm that the members hold: 1 - 0.25 per day of lead, at least 0.5.
+STORM_KEEP_PER_DAY, STORM_KEEP_MIN = 0.25, 0.5
+STORM_MASK = 0.25
+LEN_DELTA, STD_DELTA = 30.0, 0.2  # error of the ensemble's own spread (log-factor field per init)
+LEN_ETA, TAU_ETA_H = 8.0, 48.0  # member perturbations
+TIME_BATCH = 128  # times per FFT batch
+
+
+def _stream(seed: int, *key: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def _fields(rng: np.random.Generator, gf: GaussianFields, nt: int, n_fields: int) -> np.ndarray:
+    """``(nt, n_fields, lat, lon)`` float32 unit fields, drawn in small batches to bound memory."""
+    out = np.empty((nt, n_fields, gf.n_lat, gf.n_lon), dtype=np.float32)
+    for k in range(0, nt, TIME_BATCH):
+        n = min(TIME_BATCH, nt - k)
+        out[k : k + n] = gf.sample(rng, n, n_fields, dtype=np.float32)
+    return out
+
+
+def _ou(
+    rng: np.random.Generator, gf: GaussianFields, hours: np.ndarray, tau: float, n_fields: int, intensity
+):
+    """AR(1) sequence of fields on irregular times; returns ``(x (time, n_fields, lat, lon), phi (time,))``.
+
+    ``x_k = phi_k x_{k-1} + sqrt(1 - phi_k²) · intensity_{k-1} · xi_k`` with ``phi_k =
+    exp(-(t_k - t_{k-1}) / tau)`` (an Ornstein–Uhlenbeck process sampled exactly), and
+    ``x_0 = intensity_0 · xi_0``. ``intensity`` is a scalar or ``(time, lat, lon)``.
+    """
+    nt = len(hours)
+    x = _fields(rng, gf, nt, n_fields)  # innovations, overwritten in place by the process
+    inten = np.broadcast_to(np.asarray(intensity, dtype=np.float32), (nt, gf.n_lat, gf.n_lon))
+    phi = np.ones(nt)
+    phi[1:] = np.exp(-np.diff(hours) / tau)
+    x[0] *= inten[0]
+    for k in range(1, nt):
+        x[k] *= np.float32(np.sqrt(1 - phi[k] ** 2)) * inten[k - 1]
+        x[k] += np.float32(phi[k]) * x[k - 1]
+    return x, phi
+
+
+def _bias_pattern(lat: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """Shape of the systematic error per (variable, level, lat), ``(2, level, lat, 1)``; |.| ≲ 1.2."""
+    phi = np.deg2rad(lat)[None, :]
+    p = levels[:, None]
+    z = 0.4 + 0.8 * np.cos(2 * phi - 0.3 * p / 500.0)
+    t = -0.3 + 0.9 * np.sin(3 * phi + p / 1000.0)
+    return np.stack([z, t])[..., None]
+
+
+def generate(
+    *,
+    n_lat: int,
+    n_lon: int,
+    levels: np.ndarray,
+    inits: np.ndarray,
+    leads: np.ndarray,
+    members: int,
+    storms_per_year: float,
+    seed: int,
+) -> dict:
+    """Draw truth, oracle and members. Shapes use v = (z, t), k = level.
+
+    Returns a dict with ``latitude``, ``longitude``, ``times`` (the analysis times: every init
+    and valid time), ``truth[v] (time, k, lat, lon)``, ``mean[v]``/``std[v] (init, lead, k, lat,
+    lon)``, ``event_mask (init, lead, lat, lon)`` (uint8), ``storms`` (a dict of per-storm
+    arrays), ``member_spread (init, lead, v, k, lat, lon)``, the designed spread of the members
+    (float32), ``member_centre`` (same shape), the mean they are drawn around (biased, storms
+    damped), and ``member_block(i0, i1)``, a function that draws the members of inits ``i0:i1``
+    as float32 ``(v, init, lead, member, k, lat, lon)`` (deterministic per init, so blocks can
+    be drawn in any order, lazily, while the file is written).
+    """
+    lat, lon = lat_lon_grid(n_lat, n_lon)
+    valid = inits[:, None] + leads[None, :]
+    times = np.unique(np.concatenate([inits, valid.ravel()]))
+    ki, kv = np.searchsorted(times, inits), np.searchsorted(times, valid)
+    hours = (times - times[0]) / np.timedelta64(1, "h")
+    stamp = pd.DatetimeIndex(times)
+    doy = np.asarray(stamp.day_of_year + stamp.hour / DAY_HOURS, dtype=float)
+    nt, ni, nl = len(times), len(inits), len(leads)
+
+    vs = VerticalStructure.anomalies(levels)
+    scale = vs.amp[:, :, None, None] * anomaly_envelope(lat)  # (v, k, lat, 1)
+    act_clim = activity_climatology(doy, lat)  # (time, lat, 1)
+
+    # Flow activity, predictable weather P, unpredictable error process U, analysis noise n.
+    r, _ = _ou(_stream(seed, 0), GaussianFields(n_lat, n_lon, LEN_ACTIVITY), hours, TAU_ACTIVITY_H, 1, 1.0)
+    act = act_clim * np.exp(STD_ACTIVITY * r[:, 0] - STD_ACTIVITY**2 / 2)  # (time, lat, lon)
+    p_base, _ = _ou(_stream(seed, 1), GaussianFields(n_lat, n_lon, LEN_P), hours, TAU_P_H, 3, 1.0)
+    g_p = 1.0 + 0.2 * season(doy, lat) * (np.abs(lat) > 20)[None, :, None]  # (time, lat, 1)
+    u_base, phi = _ou(_stream(seed, 2), GaussianFields(n_lat, n_lon, LEN_U), hours, TAU_U_H, 3, S_U * act)
+    n_base = _fields(_stream(seed, 3), GaussianFields(n_lat, n_lon, LEN_NOISE), nt, 3)
+
+    z_clim, t_clim = climatology(levels, lat, lon, doy)
+    known = np.stack([z_clim, t_clim], axis=1)  # (time, v, k, lat, lon): climatology + P
+    del z_clim, t_clim
+    known += scale * (g_p[:, None, None] * vs.combine(p_base))
+    del p_base
+    truth = vs.combine(n_base)  # float32 from here: the files are float32
+    truth *= (S_NOISE * act[:, None, None]).astype(np.float32)
+    truth += vs.combine(u_base)
+    truth *= scale.astype(np.float32)
+    truth += known
+    del n_base
+
+    # Oracle: condition U on U(init); P, act and storm tracks are known.
+    var_u = np.empty((ni, nl, n_lat, n_lon))
+    phi_prod = np.empty((ni, nl))
+    for i in range(ni):
+        v, f, k = np.zeros((n_lat, n_lon)), 1.0, ki[i]
+        for j in range(nl):
+            while k < kv[i, j]:
+                k += 1
+                v = phi[k] ** 2 * v + (1 - phi[k] ** 2) * (S_U * act[k - 1]) ** 2
+                f *= phi[k]
+            var_u[i, j], phi_prod[i, j] = v, f
+    u_init = vs.combine(u_base[ki])  # (init, v, k, lat, lon)
+    mean = known[kv] + scale * phi_prod[:, :, None, None, None, None] * u_init[:, None]
+    del known
+    var_nostorm = scale**2 * (var_u[:, :, None, None] + (S_NOISE * act[kv][:, :, None, None]) ** 2)
+    var = var_nostorm.copy()
+
+    # Storms: truth, known part of the mean, and variance of the unknown intensity.
+    srng = _stream(seed, 4)
+    span_years = (hours[-1] + 3 * DAY_HOURS) / (DAY_HOURS * YEAR_DAYS)
+    storms = draw_storms(srng, int(srng.poisson(storms_per_year * span_years)), 0.0, float(hours[-1]))
+    prof = storm_profile(levels)[:, :, None, None]  # (v, k, 1, 1)
+    storm_known = np.zeros_like(mean)
+    event = np.zeros((ni, nl, n_lat, n_lon), dtype=bool)
+    pos = np.full(nt, -1)
+    for s in storms:
+        idx = s.active(hours)
+        if idx.size == 0:
+            continue
+        es = s.envelope_shape(hours[idx], lat, lon)
+        since = np.maximum(hours[idx] - np.concatenate([[s.genesis_hours], hours[idx[:-1]]]), 0.0)
+        b = np.cumsum(np.sqrt(STORM_Q_PER_H * since) * srng.standard_normal(idx.size))
+        truth[idx] += prof * (es * (s.amplitude + b[:, None, None]))[:, None, None]
+        pos[:] = -1
+        pos[idx] = np.arange(idx.size)
+        for i, j in zip(*np.nonzero(pos[kv] >= 0)):
+            n = pos[kv[i, j]]
+            b_known = b[pos[ki[i]]] if pos[ki[i]] >= 0 else 0.0
+            unknown_h = hours[kv[i, j]] - max(hours[ki[i]], s.genesis_hours)
+            storm_known[i, j] += prof * (es[n] * (s.amplitude + b_known))
+            var[i, j] += prof**2 * es[n] ** 2 * STORM_Q_PER_H * max(unknown_h, 0.0)
+            event[i, j] |= es[n] > STORM_MASK
+    mean += storm_known
+    std = np.sqrt(var)
+
+    # Ensemble: bias, under-dispersion, imperfect spread, damped storms, coherent perturbations.
+    lead_days = (leads / np.timedelta64(1, "h")) / DAY_HOURS
+    track = activity_climatology(np.array([15.0 + YEAR_DAYS / 4]), lat)[0]  # (lat, 1), no season
+    bias = scale * track * _bias_pattern(lat, levels) * (0.02 + 0.05 * lead_days)[:, None, None, None, None]
+    alpha = 0.7 - 0.15 * np.exp(-(((np.abs(lat) - 45.0) / 20.0) ** 2))[:, None]  # (lat, 1)
+    delta = STD_DELTA * GaussianFields(n_lat, n_lon, LEN_DELTA).sample(_stream(seed, 5), ni)
+    spread32 = (alpha * np.exp(delta - STD_DELTA**2 / 2)[:, None, None, None] * np.sqrt(var_nostorm)).astype(
+        np.float32
+    )
+    keep = np.maximum(STORM_KEEP_MIN, 1.0 - STORM_KEEP_PER_DAY * lead_days)[None, :, None, None, None, None]
+    centre = mean - (1 - keep) * storm_known + bias[None]
+    coher = np.exp(-np.diff(leads / np.timedelta64(1, "h"), prepend=0.0) / TAU_ETA_H)  # (lead,)
+
+    gf_eta = GaussianFields(n_lat, n_lon, LEN_ETA)
+
+    def member_block(i0: int, i1: int) -> np.ndarray:
+        """Members of inits ``i0:i1`` as float32 ``(v, init, lead, member, k, lat, lon)``."""
+        white = np.empty((i1 - i0, *gf_eta.white_shape(members, nl, 3)), dtype=np.float32)
+        for n, i in enumerate(range(i0, i1)):
+            _stream(seed, 6, i).standard_normal(out=white[n], dtype=np.float32)
+        xi = gf_eta.filter(white)  # (init, M, lead, 3, lat, lon)
+        for j in range(1, nl):  # AR(1) across leads, in place
+            xi[:, :, j] = coher[j] * xi[:, :, j - 1] + np.sqrt(1 - coher[j] ** 2) * xi[:, :, j]
+        x = vs.combine(xi) * spread32[i0:i1, None]  # (init, M, lead, v, k, lat, lon)
+        x += centre[i0:i1, None]
+        return np.ascontiguousarray(x.transpose(3, 0, 2, 1, 4, 5, 6))
+
+    storm_table = {
+        "genesis_time": times[0]
+        + (np.array([s.genesis_hours for s in storms]) * 3600e9).astype("timedelta64[ns]"),
+        "lat0": np.array([s.lat0 for s in storms]),
+        "lon0": np.array([s.lon0 for s in storms]),
+        "lifetime_hours": np.array([s.lifetime_hours for s in storms]),
+        "amplitude": np.array([s.amplitude for s in storms]),
+    }
+    return {
+        "latitude": lat,
+        "longitude": lon,
+        "times": times,
+        "truth": {"z": truth[:, 0], "t": truth[:, 1]},
+        "mean": {"z": mean[:, :, 0], "t": mean[:, :, 1]},
+        "std": {"z": std[:, :, 0], "t": std[:, :, 1]},
+        "member_block": member_block,
+        "member_spread": spread32,
+        "member_centre": centre,
+        "event_mask": event.astype(np.uint8),
+        "storms": storm_table,
+    }

@@ -1,0 +1,174 @@
+"""Ensemble calibration: spread-skill ratio and rank histogram; ensemble-mean bias and RMSE.
+
+NaN/Inf as every ensml score (:mod:`ensml.scores`): NaN members are dropped from means and
+variances; the rank histogram, which ranks among all M members, leaves out a point with any
+NaN member; ±Inf is an error.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable, Iterable
+
+import numpy as np
+import xarray as xr
+
+from ensml.errors import EnsmlError
+from ensml.names import MEMBER
+from ensml.scores.reduce import check_fcst_obs, check_weights, reduce_score, resolve_reduce_dims
+
+__all__ = ["ensemble_mean_bias", "ensemble_mean_rmse", "rank_histogram", "spread_skill_ratio"]
+
+RANK = "rank"
+
+
+def _member_mean(fcst: xr.DataArray, member_dim: str) -> xr.DataArray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN points give NaN
+        return fcst.mean(member_dim, skipna=True)
+
+
+def ensemble_mean_bias(
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    member_dim: str = MEMBER,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> xr.DataArray:
+    r"""Mean error of the ensemble mean, :math:`\overline{\bar x - y}` (forecast minus observation).
+
+    NaN members are dropped from the mean; points without a valid member or observation are
+    left out of the (weighted) average; ±Inf is an error.
+    """
+    fcst, obs = check_fcst_obs(fcst, obs, "ensemble_mean_bias", member_dim)
+    err = _member_mean(fcst, member_dim) - obs
+    out = reduce_score(
+        err, reduce_dims=reduce_dims, preserve_dims=preserve_dims, weights=weights, func="ensemble_mean_bias"
+    )
+    return out.rename("bias").assign_attrs({k: v for k, v in obs.attrs.items() if k == "units"})
+
+
+def ensemble_mean_rmse(
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    member_dim: str = MEMBER,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> xr.DataArray:
+    r"""RMSE of the ensemble mean, :math:`\sqrt{\overline{(\bar x - y)^2}}`.
+
+    The square root is taken after the (weighted) mean over the reduced dims, as in
+    WeatherBench2; NaN handling as :func:`ensemble_mean_bias`.
+    """
+    fcst, obs = check_fcst_obs(fcst, obs, "ensemble_mean_rmse", member_dim)
+    se = (_member_mean(fcst, member_dim) - obs) ** 2
+    mse = reduce_score(
+        se, reduce_dims=reduce_dims, preserve_dims=preserve_dims, weights=weights, func="ensemble_mean_rmse"
+    )
+    return np.sqrt(mse).rename("rmse").assign_attrs({k: v for k, v in obs.attrs.items() if k == "units"})
+
+
+def spread_skill_ratio(
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    member_dim: str = MEMBER,
+    finite_ensemble_correction: bool = False,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> xr.DataArray:
+    r"""Spread-skill ratio: ensemble spread over the RMSE of the ensemble mean.
+
+    .. math::
+        \mathrm{SSR} = \sqrt{\overline{c\, s^2}} \,/\, \sqrt{\overline{(\bar x - y)^2}},
+        \qquad s^2 = \frac{1}{M-1}\sum_i (x_i - \bar x)^2
+
+    with the bar a (weighted) mean over the reduced dims, over points where both terms are
+    valid. ``c = 1`` by default; with ``finite_ensemble_correction=True``, ``c = (M+1)/M``:
+    for M members exchangeable with the truth, ``E(\bar x - y)^2 = (M+1)/M\, \sigma^2``, so a
+    perfect ensemble then has SSR = 1 (Fortin et al. 2014, J. Hydrometeor. 15, 1708). M counts
+    each point's valid members; points with fewer than two are left out.
+    """
+    fcst, obs = check_fcst_obs(fcst, obs, "spread_skill_ratio", member_dim)
+    if fcst.sizes[member_dim] < 2:
+        raise EnsmlError(f"spread_skill_ratio: needs at least 2 members along '{member_dim}'")
+    m = fcst.notnull().sum(member_dim)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        var = fcst.var(member_dim, ddof=1, skipna=True).where(m > 1)
+    if finite_ensemble_correction:
+        var = var * (m + 1) / m
+    se = (_member_mean(fcst, member_dim) - obs) ** 2
+    ok = var.notnull() & se.notnull()
+    kw = {"reduce_dims": reduce_dims, "preserve_dims": preserve_dims, "weights": weights}
+    spread = reduce_score(var.where(ok), **kw, func="spread_skill_ratio")
+    mse = reduce_score(se.where(ok), **kw, func="spread_skill_ratio")
+    return np.sqrt(spread / mse).rename("spread_skill_ratio").assign_attrs(units="1")
+
+
+def _ranks(fc: np.ndarray, y: np.ndarray, u: np.ndarray) -> np.ndarray:
+    # members on the last axis; rank = #below + uniform share of the ties, -1 where invalid
+    below = (fc < y[..., None]).sum(-1)
+    ties = (fc == y[..., None]).sum(-1)
+    rank = below + np.floor(u * (ties + 1)).astype(np.int64)
+    bad = np.isnan(fc).any(-1) | np.isnan(y)
+    return np.where(bad, -1, rank)
+
+
+def rank_histogram(
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    member_dim: str = MEMBER,
+    seed: int = 0,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> xr.DataArray:
+    """Rank (Talagrand) histogram: counts of the observation's rank among the M members.
+
+    The rank is the number of members below the observation, 0 … M; ties between the
+    observation and members are broken uniformly at random (Hamill 2001, Mon. Wea. Rev. 129,
+    550) with a generator seeded by ``seed``, so the result is reproducible for a given
+    chunking. Points with any NaN member or a NaN observation are left out (their rank would
+    be among fewer members); ±Inf is an error. A flat histogram indicates a calibrated ensemble.
+
+    Returns
+    -------
+    xr.DataArray
+        float64 counts (weighted sums when ``weights`` are given) over the reduced dims, with a
+        new ``rank`` dim of length M + 1; NaN (not 0) in every rank where the reduced slice has
+        no valid point.
+    """
+    fcst, obs = check_fcst_obs(fcst, obs, "rank_histogram", member_dim)
+    m = fcst.sizes[member_dim]
+    if obs.chunks is not None or fcst.chunks is not None:
+        import dask.array as da
+
+        obs = obs.chunk()
+        u_data = da.random.default_rng(seed).random(obs.shape, chunks=obs.chunks)
+        fcst = fcst.chunk({member_dim: -1})
+    else:
+        u_data = np.random.default_rng(seed).random(obs.shape)
+    u = obs.copy(data=u_data)
+    rank = xr.apply_ufunc(
+        _ranks,
+        fcst,
+        obs,
+        u,
+        input_core_dims=[[member_dim], [], []],
+        dask="parallelized",
+        output_dtypes=[np.int64],
+    )
+    dims = resolve_reduce_dims(obs.dims, reduce_dims, preserve_dims, "rank_histogram")
+    ranks = xr.DataArray(np.arange(m + 1), dims=[RANK], coords={RANK: np.arange(m + 1)})
+    hit = (rank == ranks).astype(np.float64)
+    if weights is not None:
+        hit = hit * check_weights(weights, rank, "rank_histogram")
+    out = hit.sum(dims).where((rank >= 0).any(dims))  # no valid point: NaN, not a row of zeros
+    return out.rename("rank_histogram").assign_attrs(units="1", long_name="rank histogram count")

@@ -1,0 +1,185 @@
+"""LightningCLI entry for ``ensml fit|validate|test|predict``."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import LightningCLI
+
+from ensml.data.datamodule import EnsembleDataModule
+from ensml.data.writers import check_writable
+from ensml.errors import EnsmlError
+from ensml.logs import apply_levels
+from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
+from ensml.train.progress import LogProgress, use_lightning_bar
+from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
+
+
+def _check_outputs(trainer: L.Trainer) -> None:
+    """Raise unless the run's folders (logs, config, checkpoints) can be written; create nothing."""
+    run = Path(trainer.log_dir or trainer.default_root_dir)
+    folders = [("run folder", run)]
+    for logger in trainer.loggers:
+        log_dir = getattr(logger, "log_dir", None) or logger.save_dir
+        folders += [("log folder", Path(log_dir))] if log_dir else []
+    folders += [
+        ("checkpoint folder", Path(cb.dirpath or run / "checkpoints")) for cb in trainer.checkpoint_callbacks
+    ]
+    if Path(trainer.default_root_dir).resolve() != Path.cwd().resolve():
+        folders.append(("default_root_dir", Path(trainer.default_root_dir)))
+    for what, folder in folders:
+        check_writable(folder, what, folder=True)
+
+
+def _grid_shape(data: EnsembleDataModule) -> tuple[int, int]:
+    return data.grid_shape
+
+
+class EnsmlCLI(LightningCLI):
+    """LightningCLI whose model hyperparameters follow the data config, checked before any output."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        for key in DATA_KEYS:
+            parser.link_arguments(f"data.{key}", f"model.init_args.{key}")
+        # The per-point layer's size: the grid, known once the data module has opened its files.
+        parser.link_arguments(
+            "data", "model.init_args.grid_shape", compute_fn=_grid_shape, apply_on="instantiate"
+        )
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ValueError as exc:  # a link's compute function (the grid) hit a bad input file
+            if isinstance(exc.__cause__, EnsmlError):
+                raise exc.__cause__ from None
+            raise
+
+    def instantiate_trainer(self, **kwargs):
+        # Only `fit` keeps logs and its config: a `predict` or `test` with the same YAML must not
+        # overwrite the training run's metrics.csv and config.yaml.
+        if self.subcommand != "fit":
+            self.save_config_callback = None
+        if not use_lightning_bar():  # a log, a pipe or --quiet: lines (or nothing), not a bar
+            kwargs["enable_progress_bar"] = False
+        trainer = super().instantiate_trainer(**kwargs)
+        if not use_lightning_bar():
+            trainer.callbacks.append(LogProgress())
+        if self.subcommand != "fit":
+            trainer.loggers = []
+            return trainer
+        last_every_epoch(trainer)
+        use_atomic_checkpoints(trainer)
+        trainer.callbacks.append(FlushLogs())
+        if self.config[self.subcommand].get("ckpt_path"):
+            trainer.callbacks.insert(0, KeepLoggedMetrics())
+        return trainer
+
+    def before_fit(self) -> None:
+        _check_outputs(self.trainer)
+        self._check_inputs()
+        for cb in self.trainer.callbacks:
+            if isinstance(cb, KeepLoggedMetrics):
+                cb.keep(self.trainer)
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the checkpoint's hyperparameters while parsing: report a broken
+        # file as a user error, not a traceback.
+        # It also replaces the configured model by the checkpoint's: a checkpoint of another
+        # task or network is an error, not a silent switch.
+        requested = self._model_identity()
+        try:
+            super()._parse_ckpt_path()
+        except Exception as exc:
+            path = self.config[self.config.subcommand].get("ckpt_path")
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise EnsmlError(
+                f"checkpoint {path} cannot be read, truncated or not a checkpoint "
+                f"({type(exc).__name__}{': ' + reason if reason else ''})"
+            ) from None
+        saved = self._model_identity()
+        if requested and saved and requested != saved:
+            path = self.config[self.config.subcommand].get("ckpt_path")
+            raise EnsmlError(
+                f"checkpoint {path} holds a {saved} model, the config asks for a {requested} model"
+            )
+
+    def _model_identity(self) -> str | None:
+        """``"<Task> '<arch>'"`` of the model in the parsed config (None before parsing)."""
+        sub = self.config.get("subcommand") if self.config is not None else None
+        model = self.config[sub].get("model") if sub else None
+        if model is None or not model.get("class_path"):
+            return None
+        init_args = model.get("init_args") or {}
+        arch = init_args.get("arch", "unet3d") if hasattr(init_args, "get") else "unet3d"
+        return f"{str(model['class_path']).rsplit('.', 1)[-1]} {arch!r}"
+
+    def _check_inputs(self) -> None:
+        # Open and validate the data now, so a bad input fails before logs or checkpoints exist.
+        _ = self.datamodule.spec
+        check = getattr(self.trainer.strategy, "check_inputs", None)
+        if check is not None:  # e.g. a spatial split that does not fit the grid: fail before launch
+            check(self.datamodule, self.model)
+        ckpt = self.config[self.subcommand].get("ckpt_path")
+        if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
+            path = Path(ckpt)
+            if not path.is_file():
+                raise EnsmlError(f"checkpoint {path} does not exist")
+            try:
+                saved = torch.load(path, map_location="cpu", weights_only=False)
+                hparams = saved["hyper_parameters"]
+            except Exception as exc:
+                raise EnsmlError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from None
+            check_compatible(hparams, self.model.hparams, f"checkpoint {path}")
+            if (
+                saved.get("hparams_name") is not None
+                and hparams.get("arch", "unet3d") != self.model.hparams.arch
+            ):
+                raise EnsmlError(
+                    f"checkpoint {path} holds a {hparams.get('arch')!r} model, the config asks for "
+                    f"{self.model.hparams.arch!r}"
+                )
+
+    before_validate = before_test = before_predict = _check_inputs
+
+
+VERBS = ("fit", "validate", "test", "predict")
+
+
+class _NoTips(logging.Filter):
+    """Drop Lightning's advertising tips (they point to cloud services ensml does not use)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡")
+
+
+def quiet_lightning() -> None:
+    """Lightning's loggers at ensml's verbosity, without its tips and non-actionable warnings."""
+    apply_levels()  # importing Lightning set its loggers to INFO: --quiet / --verbose decide
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoTips())
+    # Raised by Lightning itself, not actionable for ensml users (ensml's checkpoints hold weights
+    # and hyperparameters; a predict or test run needs no checkpoint callback state).
+    for message in (
+        "LightningCLI's args parameter",
+        r"`isinstance\(treespec, LeafSpec\)`",
+        "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
+    ):
+        warnings.filterwarnings("ignore", message=message)
+
+
+def run_lightning(args: list[str]) -> None:
+    """Run a Lightning verb (``fit``, ``validate``, ``test``, ``predict``) with ``args``."""
+    quiet_lightning()
+    EnsmlCLI(
+        EnsembleTask,
+        EnsembleDataModule,
+        subclass_mode_model=True,
+        seed_everything_default=0,
+        save_config_kwargs={"overwrite": True},
+        # Bad options raise (ensml.cli.main prints them as one line) instead of printing usage.
+        parser_kwargs={"exit_on_error": False, **{verb: {"exit_on_error": False} for verb in VERBS}},
+        args=args,
+    )

@@ -1,0 +1,154 @@
+"""End to end through the ``ensml`` entry point: synth → fit → predict → evaluate, and resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import properscoring as ps
+import xarray as xr
+
+from ensml.cli.main import main
+from tests.conftest import SMOKE, cell_area_weights, tiny_data_args
+
+
+def test_fit_writes_checkpoints_and_logs(fitted: Path) -> None:
+    assert (fitted / "runs/smoke/checkpoints/best.ckpt").is_file()
+    assert (fitted / "runs/smoke/checkpoints/last.ckpt").is_file()
+    metrics = pd.read_csv(fitted / "runs/smoke/metrics.csv")
+    assert metrics["val/loss"].notna().sum() == 2  # one validation per epoch
+    assert np.isfinite(metrics["val/crps_z500"].dropna()).all()
+
+
+def test_resume_continues_from_checkpoint(fitted: Path, tiny_data: dict[str, Path], monkeypatch) -> None:
+    monkeypatch.chdir(fitted)
+    ckpt = "runs/smoke/checkpoints/last.ckpt"
+    args = [
+        "fit",
+        "--config",
+        SMOKE,
+        *tiny_data_args(tiny_data),
+        "--trainer.max_epochs=3",
+        f"--ckpt_path={ckpt}",
+    ]
+    assert main(args) == 0
+    import torch
+
+    state = torch.load(fitted / ckpt, map_location="cpu", weights_only=False)
+    assert state["epoch"] == 2  # epochs 0, 1 from the first fit, 2 from the resumed one
+
+
+def test_predict_then_evaluate(fitted: Path, tiny_data: dict[str, Path], monkeypatch, capsys) -> None:
+    monkeypatch.chdir(fitted)
+    ckpt = "runs/smoke/checkpoints/best.ckpt"
+    assert main(["predict", "--config", SMOKE, *tiny_data_args(tiny_data), f"--ckpt_path={ckpt}"]) == 0
+    pred = xr.open_dataset(fitted / "runs/smoke/predictions.nc")
+    assert set(pred.data_vars) == {"z_mean", "z_std", "t_mean", "t_std"}
+    assert pred["z_mean"].dims == ("init_time", "level", "latitude", "longitude")
+    assert pred["t_std"].attrs["units"] == "K"
+    assert (pred["z_std"] > 0).all()
+    assert pred.sizes["init_time"] > 10  # the whole test split
+
+    pred[["z_std", "t_std"]].to_netcdf("runs/smoke/spread.nc")  # a spread model's file: the std alone
+    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
+            f"--oracle={tiny_data['oracle']}", "--predictions=runs/smoke/predictions.nc",
+            "--spread_predictions=runs/smoke/spread.nc", "--out_dir=runs/eval"]  # fmt: skip
+    assert main(args) == 0
+    assert "CRPS over" in capsys.readouterr().out
+    table = pd.read_csv(fitted / "runs/eval/scores.csv")
+    expected_rows = {"raw ensemble (10 members)", "raw subset (5 members)", "post-processed (Gaussian)"}
+    assert set(table["forecast"]) == expected_rows | {"oracle (Gaussian)"}
+    for name in ("scores.md", "spread.csv", "spread.md", "scores.nc"):
+        assert (fitted / "runs/eval" / name).is_file()
+
+    # Independent reference: properscoring on the same samples, exact cell-area weights by hand.
+    fc = xr.open_dataset(tiny_data["forecast"]).sel(
+        init_time=pred["init_time"], lead_time=np.timedelta64(48, "h")
+    )
+    an = xr.open_dataset(tiny_data["analysis"]).sel(time=pred["valid_time"].values)
+    x = fc["z"].sel(level=500).transpose("init_time", "latitude", "longitude", "member").values
+    y = an["z"].sel(level=500).values
+    crps = ps.crps_ensemble(y.astype(np.float64), x.astype(np.float64)).mean(axis=0)  # (lat, lon)
+    w = cell_area_weights(fc["latitude"].values)
+    expected = (crps.mean(axis=1) * w).sum() / w.sum()
+    row = table[
+        (table["variable"] == "z") & (table["level_hPa"] == 500) & table["forecast"].str.startswith("raw ens")
+    ]
+    np.testing.assert_allclose(row["crps"].item(), expected, rtol=1e-5)
+    oracle = table[table["forecast"] == "oracle (Gaussian)"]["crps"].to_numpy()
+    raw = table[table["forecast"] == "raw ensemble (10 members)"]["crps"].to_numpy()
+    assert (oracle < raw).all()
+
+    # Spread scores by hand: area-weighted RMSE and Pearson correlation over inits and points.
+    spread = pd.read_csv(fitted / "runs/eval/spread.csv")
+    target = x.std(axis=-1)  # 10-member std, ddof 0
+    sample = x[..., :5].std(axis=-1, ddof=1)
+    ww = np.broadcast_to(w[None, :, None], target.shape)
+    rmse = np.sqrt(np.average((sample - target) ** 2, weights=ww))
+    a, b = sample - np.average(sample, weights=ww), target - np.average(target, weights=ww)
+    corr = np.average(a * b, weights=ww) / np.sqrt(
+        np.average(a * a, weights=ww) * np.average(b * b, weights=ww)
+    )
+    row = spread[
+        (spread["variable"] == "z") & (spread["level_hPa"] == 500) & spread["estimator"].str.startswith("5-")
+    ]
+    np.testing.assert_allclose(row["rmse"].item(), rmse, rtol=1e-4)
+    np.testing.assert_allclose(row["correlation"].item(), corr, rtol=1e-4)
+
+
+def test_help_lists_every_command_with_a_summary(capsys) -> None:
+    from ensml.cli.main import LIGHTNING_VERBS, OTHER_VERBS
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.strip().split("  ")[0]: line for line in out.splitlines() if line.startswith("  ")}
+    for verb in [*LIGHTNING_VERBS, *(v for v in OTHER_VERBS if v != "data"), "data synth", "data archive"]:
+        assert verb in rows and len(rows[verb].split(verb, 1)[1].strip()) > 20, (verb, out)
+
+
+def test_verb_list_matches_the_commands() -> None:
+    from ensml.cli.main import OTHER_VERBS, _components
+
+    assert tuple(_components()) == OTHER_VERBS  # the unknown-command check uses OTHER_VERBS
+
+
+def test_version_and_no_command(capsys) -> None:
+    from ensml import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"ensml {__version__}"
+    assert main([]) == 1
+    assert capsys.readouterr().err.strip() == "ensml: give a command (ensml --help lists them)"
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    from jsonargparse import ArgumentParser
+
+    from ensml.cli.main import _components
+
+    targets = [(f"{verb} {sub}", fn) for verb, t in _components().items()
+               for sub, fn in (t.items() if isinstance(t, dict) else [("", t)])]  # fmt: skip
+    for name, fn in targets:
+        parser = ArgumentParser()
+        parser.add_function_arguments(fn)
+        bare = [a.dest for a in parser._actions if a.dest != "help" and not (a.help or "").strip()]
+        assert not bare, f"ensml {name.strip()}: options without help text: {bare}"
+
+
+def test_every_option_of_the_lightning_verbs_has_help_text() -> None:
+    import lightning as L
+    from jsonargparse import ArgumentParser
+
+    from ensml.data.datamodule import EnsembleDataModule
+    from ensml.train import tasks
+
+    task_classes = [
+        c for c in vars(tasks).values() if isinstance(c, type) and issubclass(c, tasks.EnsembleTask)
+    ]
+    assert {c.__name__ for c in task_classes} >= {"MixedTask", "SpreadTask"}
+    for cls in [EnsembleDataModule, *task_classes, L.Trainer]:
+        parser = ArgumentParser()
+        parser.add_class_arguments(cls)
+        bare = [a.dest for a in parser._actions if a.dest != "help" and not (a.help or "").strip()]
+        assert not bare, f"{cls.__name__}: options without help text: {bare}"

@@ -1,0 +1,198 @@
+"""No command destroys a user's folder or leaves debris: owned output folders, swept temporaries."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+from ensml.cli.main import main
+from ensml.data.outdir import MARKER, check_output_folder, owner, replace_folder
+from ensml.data.writers import remove_temporaries, sweep_temporaries, temporary_folder, write_netcdf
+from ensml.errors import EnsmlError
+from tests.cli.test_bad_input import run_failing
+
+ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _report(data: dict[str, Path], out: str) -> list[str]:
+    return ["report", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}", f"--out_dir={out}"]
+
+
+def _evaluate(data: dict[str, Path], out: str, *extra: str) -> list[str]:
+    return ["evaluate", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
+            f"--out_dir={out}", *extra]  # fmt: skip
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_report_refuses_a_folder_it_did_not_write(tiny_data, work, capsys) -> None:
+    runs = work / "runs"
+    (runs / "mixed" / "checkpoints").mkdir(parents=True)
+    (runs / "mixed" / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+    before = _tree(runs)
+    line = run_failing(_report(tiny_data, "runs"), capsys, "holds files that ensml report did not write")
+    assert "runs" in line and _tree(runs) == before
+
+
+@pytest.mark.parametrize("command", ["report", "evaluate"])
+def test_out_dir_is_a_file(tiny_data, work, capsys, command) -> None:
+    (work / "out").write_text("my notes")
+    args = _report(tiny_data, "out") if command == "report" else _evaluate(tiny_data, "out")
+    run_failing(args, capsys, f"cannot write {command} out_dir out: it is a file")
+    assert (work / "out").read_text() == "my notes"
+
+
+@pytest.mark.parametrize("out", [".", ".."])
+def test_out_dir_is_the_working_folder_or_above(tiny_data, work, capsys, out) -> None:
+    (work / "keep.txt").write_text("mine")
+    run_failing(_report(tiny_data, out), capsys, "is the current folder or above it")
+    assert (work / "keep.txt").read_text() == "mine"
+
+
+def test_out_dir_under_a_file(tiny_data, work, capsys) -> None:
+    (work / "f").write_text("x")
+    run_failing(_evaluate(tiny_data, "f/out"), capsys, "f is a file, not a folder")
+
+
+@pytest.mark.parametrize("command", ["report", "evaluate", "synth"])
+def test_read_only_out_dir(tiny_data, work, capsys, monkeypatch, command) -> None:
+    ro = work / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if ROOT:  # root may write anywhere: make the read-only folder look read-only to the checks
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: Path(p).resolve() != ro and access(p, mode))
+    try:
+        args = {
+            "report": _report(tiny_data, "ro/out"),
+            "evaluate": _evaluate(tiny_data, "ro/out"),
+            "synth": ["data", "synth", "--out_dir=ro/out", "--n_lat=4", "--n_lon=8"],
+        }[command]
+        run_failing(args, capsys, "read-only")
+        assert not any(ro.iterdir())
+    finally:
+        ro.chmod(0o755)
+
+
+def test_read_only_checked_for_root_too(tmp_path, monkeypatch) -> None:
+    """The permission check itself (root passes os.access, so it is exercised by patching)."""
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(EnsmlError, match=r"^cannot write report out_dir .* is read-only$"):
+        check_output_folder(tmp_path / "out", "report")
+
+
+def test_evaluate_folder_holds_one_run(tiny_data, fitted, work) -> None:
+    """A later run without spread predictions leaves no spread table of the earlier run."""
+    spread = fitted / "runs" / "smoke" / "predictions.nc"
+    with xr.open_dataset(spread) as ds:  # a spread model's file: the mixed predictions' sigma alone
+        sd = ds[[v for v in ds.data_vars if str(v).endswith("_std")]].load()
+    sd.attrs = {k: v.replace("mixed", "spread") if isinstance(v, str) else v for k, v in ds.attrs.items()}
+    sd.to_netcdf(work / "spread.nc")
+    first = main(_evaluate(tiny_data, "ev", f"--spread_predictions={work / 'spread.nc'}"))
+    assert first == 0 and (work / "ev" / "spread.csv").is_file()
+    assert owner(work / "ev") == "evaluate"
+    assert main(_evaluate(tiny_data, "ev")) == 0
+    assert sorted(p.name for p in (work / "ev").iterdir()) == [MARKER, "scores.csv", "scores.md", "scores.nc"]
+    assert [p.name for p in work.iterdir() if p.name.startswith(".")] == []
+
+
+def test_folder_of_an_older_ensml_is_recognised(tiny_data, work) -> None:
+    """A folder without marker that holds only what the command writes is an earlier run's."""
+    old = work / "ev"
+    old.mkdir()
+    for name in ("scores.csv", "spread.csv", "spread.md"):
+        (old / name).write_text("old")
+    assert main(_evaluate(tiny_data, "ev")) == 0
+    assert (
+        not (old / "spread.csv").exists() and json.loads((old / MARKER).read_text())["command"] == "evaluate"
+    )
+
+
+def test_failure_keeps_the_earlier_folder(tmp_path) -> None:
+    out = tmp_path / "out"
+    with replace_folder(out, "evaluate") as folder:
+        (folder / "scores.csv").write_text("first")
+    with pytest.raises(RuntimeError), replace_folder(out, "evaluate") as folder:
+        (folder / "scores.csv").write_text("second")
+        raise RuntimeError("cut short")
+    assert (out / "scores.csv").read_text() == "first"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_synth_out_dir_under_a_file(work, capsys) -> None:
+    (work / "f").write_text("x")
+    run_failing(["data", "synth", "--out_dir=f/out", "--n_lat=4", "--n_lon=8"], capsys, "is a file")
+
+
+# --- temporaries of killed runs ---------------------------------------------------------------
+
+HOLDER = """
+import sys, time
+from ensml.data.writers import temporary_folder
+with temporary_folder(sys.argv[1]) as box:
+    (box / "part").write_text("half")
+    print(box, flush=True)
+    time.sleep(600)
+"""
+
+
+def _hold(target: Path) -> tuple[subprocess.Popen, Path]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(target)], stdout=subprocess.PIPE, text=True)
+    return proc, Path(proc.stdout.readline().strip())
+
+
+def test_a_live_writers_temporary_is_kept_and_a_killed_ones_removed(tmp_path) -> None:
+    target = tmp_path / "predictions.nc"
+    proc, box = _hold(target)
+    try:
+        assert box.is_dir() and box.name.startswith(".predictions.nc.")
+        assert sweep_temporaries(target) == [] and box.is_dir()  # its writer still runs
+        assert remove_temporaries(tmp_path) == [] and box.is_dir()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    time.sleep(0.1)
+    assert sweep_temporaries(target) == [box] and not box.exists()
+
+
+def test_a_write_removes_what_a_killed_write_of_the_same_file_left(tmp_path) -> None:
+    target = tmp_path / "predictions.nc"
+    proc, box = _hold(target)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    legacy = tmp_path / ".predictions.nc.0123456789ab.tmp"  # a file temporary of an earlier ensml
+    legacy.write_text("half")
+    other = tmp_path / ".scores.nc.0123456789ab.tmp"  # another output's: not this write's business
+    other.mkdir()
+    write_netcdf(xr.Dataset({"x": ("t", [1.0, 2.0])}), target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "predictions.nc"]
+    assert not box.exists()
+
+
+def test_synth_rerun_removes_a_killed_runs_staging(work) -> None:
+    out = work / "synth"
+    out.mkdir()
+    with temporary_folder(out / "synth") as box:  # as a killed run leaves it, minus the lock
+        staged = box
+    staged.mkdir()
+    (staged / "forecast.nc").write_text("half")
+    args = ["data", "synth", "--out_dir=synth", "--n_lat=4", "--n_lon=8", "--start=2017-01-01",
+            "--end=2017-01-10", "--every_days=3"]  # fmt: skip
+    assert main(args) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["analysis.nc", "forecast.nc", "oracle.nc"]

@@ -1,0 +1,265 @@
+"""``ensml evaluate`` and ``ensml report`` score every lead time the predictions hold.
+
+A tiny synthetic ensemble (8 × 16 grid, two months of inits every 3 days, leads 0/24/48 h) and
+Gaussian predictions made here from the oracle plus noise, at +24 h and +48 h along a
+``lead_time`` dim (as ``ensml postprocess`` writes them) or at one lead with a scalar
+``lead_time`` (as ``ensml predict`` writes them). References: properscoring's empirical
+ensemble CRPS and closed-form Gaussian CRPS, area-weighted by hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import properscoring as ps
+import pytest
+import xarray as xr
+
+from ensml.cli.main import main
+from ensml.report.scores import skill_by_lead
+from ensml.verify.evaluate import evaluate
+from tests.conftest import cell_area_weights
+
+HOUR = np.timedelta64(1, "h")
+VARS = ("z", "t")
+LEVELS = (500.0, 850.0)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """forecast/analysis/oracle and predictions files (see the module docstring)."""
+    from ensml.data.synth.generate import synth
+
+    root = tmp_path_factory.mktemp("leads")
+    paths = dict(synth(root / "synth", n_lat=8, n_lon=16, start="2017-11-01", end="2017-12-31",
+                       every_days=3, seed=1))  # fmt: skip
+    rng = np.random.default_rng(7)
+    with xr.open_dataset(paths["oracle"]) as orc:
+        # the predictions leave out the first two inits: evaluate scores the inits they share
+        sub = orc[[f"{v}_{s}" for v in VARS for s in ("mean", "std")]].isel(init_time=slice(2, None))
+        sub = sub.sel(lead_time=np.array([24, 48], "timedelta64[h]").astype("timedelta64[ns]")).load()
+    for v in VARS:
+        sub[f"{v}_mean"] = sub[f"{v}_mean"] + 0.4 * sub[f"{v}_std"] * rng.standard_normal(
+            sub[f"{v}_std"].shape
+        )
+        sub[f"{v}_std"] = sub[f"{v}_std"] * 1.3
+    sub.attrs = {"title": "test predictions at two leads"}
+    paths["preds2"] = root / "preds2.nc"
+    sub.to_netcdf(paths["preds2"])
+    for h in (24, 48):  # one lead, scalar lead_time, no lead dim (ensml predict)
+        paths[f"preds{h}"] = root / f"preds{h}.nc"
+        sub.sel(lead_time=np.timedelta64(h, "h")).to_netcdf(paths[f"preds{h}"])
+    paths["spread48"] = root / "spread48.nc"  # a spread model's file, lead dim holding 48 h only
+    sub[[f"{v}_std" for v in VARS]].sel(lead_time=[np.timedelta64(48, "h")]).to_netcdf(paths["spread48"])
+    paths["preds24dim"] = root / "preds24dim.nc"
+    sub.sel(lead_time=[np.timedelta64(24, "h")]).to_netcdf(paths["preds24dim"])
+    return paths
+
+
+def _reference(data: dict[str, Path], lead_h: int, var: str, level: float) -> dict[str, object]:
+    """properscoring's CRPS (raw ensemble, predictions' Gaussian, oracle) at one lead, by hand."""
+    lead = np.timedelta64(lead_h, "h")
+    with (
+        xr.open_dataset(data["forecast"]) as fc,
+        xr.open_dataset(data["analysis"]) as an,
+        xr.open_dataset(data["preds2"]) as pr,
+        xr.open_dataset(data["oracle"]) as orc,
+    ):
+        inits = pr["init_time"].values
+        # the init times verified at every scored lead (24 h and 48 h)
+        inits = inits[np.isin(inits + np.timedelta64(48, "h"), an["time"].values)]
+        x = fc[var].sel(init_time=inits, lead_time=lead, level=level).transpose(..., "member").values
+        y = an[var].sel(time=inits + lead, level=level).values.astype(np.float64)
+        mu, sd = (
+            pr[f"{var}_{p}"].sel(init_time=inits, lead_time=lead, level=level).values for p in ("mean", "std")
+        )
+        om, osd = (
+            orc[f"{var}_{p}"].sel(init_time=inits, lead_time=lead, level=level).values
+            for p in ("mean", "std")
+        )
+        w = cell_area_weights(fc["latitude"].values)[None, :, None] * np.ones_like(y)
+    per_point = {
+        "raw": ps.crps_ensemble(y, x.astype(np.float64)),
+        "gauss": ps.crps_gaussian(y, mu.astype(np.float64), sd.astype(np.float64)),
+        "oracle": ps.crps_gaussian(y, om.astype(np.float64), osd.astype(np.float64)),
+    }
+    out: dict[str, object] = {k: float((v * w).sum() / w.sum()) for k, v in per_point.items()}
+    out["raw_field"] = per_point["raw"].mean(axis=0)  # (latitude, longitude), mean over inits
+    out["n_inits"] = inits.size
+    return out
+
+
+def _row(table: pd.DataFrame, lead_h: int, var: str, level: float, forecast: str) -> pd.Series:
+    sel = table[(table["lead_h"] == lead_h) & (table["variable"] == var) & (table["level_hPa"] == level)]
+    sel = sel[sel["forecast"].str.startswith(forecast)]
+    assert len(sel) == 1, (lead_h, var, level, forecast, sel)
+    return sel.iloc[0]
+
+
+def test_every_lead_of_the_predictions_is_scored(data, tmp_path) -> None:
+    out = tmp_path / "eval"
+    table = evaluate(
+        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]),
+        oracle=str(data["oracle"]), out_dir=str(out),
+    )  # fmt: skip
+    assert list(dict.fromkeys(table["lead_h"])) == [24, 48]  # one block of rows per lead, in order
+    assert table["lead_h"].is_monotonic_increasing
+    assert len(table) == 2 * len(VARS) * len(LEVELS) * 4  # raw, subset, post-processed, oracle
+    refs = {}
+    for lead_h in (24, 48):
+        for var in VARS:
+            for lev in LEVELS:
+                ref = refs[lead_h, var, lev] = _reference(data, lead_h, var, lev)
+                raw = _row(table, lead_h, var, lev, "raw ensemble")
+                gauss = _row(table, lead_h, var, lev, "post-processed (Gaussian)")
+                orc = _row(table, lead_h, var, lev, "oracle (Gaussian)")
+                assert (
+                    raw["estimator"] == "empirical ensemble" and gauss["estimator"] == "Gaussian closed form"
+                )
+                np.testing.assert_allclose(raw["crps"], ref["raw"], rtol=1e-5)
+                np.testing.assert_allclose(gauss["crps"], ref["gauss"], rtol=1e-5)
+                np.testing.assert_allclose(orc["crps"], ref["oracle"], rtol=1e-5)
+                # skill and gap closed against the raw ensemble and the oracle at the same lead
+                np.testing.assert_allclose(
+                    gauss["skill_vs_raw_ensemble"], 1 - ref["gauss"] / ref["raw"], rtol=1e-5
+                )
+                gap = (ref["raw"] - ref["gauss"]) / (ref["raw"] - ref["oracle"])
+                np.testing.assert_allclose(gauss["gap_closed"], gap, rtol=1e-4)
+                assert raw["skill_vs_raw_ensemble"] == 0.0
+    for var in VARS:  # the raw ensemble's CRPS grows with lead: another lead's would be far off
+        for lev in LEVELS:
+            other = 1 - refs[24, var, lev]["gauss"] / refs[48, var, lev]["raw"]
+            assert abs(_row(table, 24, var, lev, "post-processed")["skill_vs_raw_ensemble"] - other) > 0.02
+    md = (out / "scores.md").read_text()
+    assert "| z | 500 | 24 | raw ensemble" in md and "| t | 850 | 48 | oracle (Gaussian)" in md
+    assert f"Scores over {refs[24, 'z', 500.0]['n_inits']} init times" in md
+    # per-point scores: a lead_time dim (timedelta64, CF attributes), readable with plain xarray
+    with xr.open_dataset(out / "scores.nc") as scores:
+        field = scores["crps_raw_ensemble_z"]
+        assert field.dims == ("lead_time", "level", "latitude", "longitude")
+        assert scores["lead_time"].dtype == np.dtype("timedelta64[ns]")
+        assert list(scores["lead_time"].values / HOUR) == [24, 48]
+        assert scores["lead_time"].attrs["standard_name"] == "forecast_period"
+        assert scores["crps_post_processed_t"].dims == field.dims
+        for lead_h in (24, 48):
+            np.testing.assert_allclose(
+                field.sel(lead_time=np.timedelta64(lead_h, "h"), level=500.0).values,
+                refs[lead_h, "z", 500.0]["raw_field"],
+                rtol=1e-5,
+            )
+
+
+def test_one_lead_file_scores_its_lead_in_the_one_lead_layout(data, tmp_path) -> None:
+    table = evaluate(
+        str(data["forecast"]),
+        str(data["analysis"]),
+        predictions=str(data["preds24"]),
+        out_dir=str(tmp_path / "a"),
+    )
+    assert set(table["lead_h"]) == {24}
+    ref = _reference(data, 24, "t", 850.0)
+    np.testing.assert_allclose(_row(table, 24, "t", 850.0, "post-processed")["crps"], ref["gauss"], rtol=1e-5)
+    # the layout of a one-lead run, as before leads were scored together: a scalar lead_time
+    with xr.open_dataset(tmp_path / "a" / "scores.nc") as scores:
+        assert "lead_time" not in scores.dims and scores["lead_time"].values == np.timedelta64(24, "h")
+        assert {str(v) for v in scores.data_vars} == {
+            f"crps_{s}_{v}" for s in ("raw_ensemble", "raw_subset", "post_processed") for v in VARS
+        }
+        for v in scores.data_vars.values():
+            assert v.dims == ("level", "latitude", "longitude")
+        one = scores.load()
+    # asked for one lead of a two-lead file: the same layout, the same numbers
+    evaluate(
+        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]), lead_hours=24,
+        out_dir=str(tmp_path / "b"),
+    )  # fmt: skip
+    with xr.open_dataset(tmp_path / "b" / "scores.nc") as scores:
+        xr.testing.assert_allclose(scores.load(), one)
+        assert scores.attrs["init_times"] == one.attrs["init_times"]
+
+
+def test_no_predictions_scores_every_forecast_lead_but_zero(data, tmp_path) -> None:
+    table = evaluate(
+        str(data["forecast"]), str(data["analysis"]), variables=["t"], out_dir=str(tmp_path / "e")
+    )
+    assert list(dict.fromkeys(table["lead_h"])) == [24, 48]
+    table = evaluate(
+        str(data["forecast"]), str(data["analysis"]), variables=["t"], lead_hours=[48, 0],
+        out_dir=str(tmp_path / "f"),
+    )  # fmt: skip
+    assert list(dict.fromkeys(table["lead_h"])) == [0, 48]
+
+
+@pytest.mark.parametrize(
+    ("files", "extra", "match"),
+    [
+        # a lead the predictions lack (a one-lead file holds its scalar lead_time)
+        (
+            {"predictions": "preds48"},
+            ["--lead_hours=[24, 48]"],
+            "preds48.nc has no lead time(s) [24] h (found: [48] h)",
+        ),
+        (
+            {"predictions": "preds48"},
+            ["--lead_hours=24"],
+            "preds48.nc has no lead time(s) [24] h (found: [48] h)",
+        ),
+        (
+            {"predictions": "preds2"},
+            ["--lead_hours=[24, 36]"],
+            "preds2.nc has no lead time(s) [36] h (found: [24, 48] h)",
+        ),
+        # no lead in common
+        ({"predictions": "preds24dim", "spread_predictions": "spread48"}, [], "no lead time in common"),
+        # a lead the forecast lacks
+        ({}, ["--lead_hours=72"], "has no lead time(s) [72] h (found: [0, 24, 48] h)"),
+    ],
+)
+def test_bad_leads_are_one_line_and_write_nothing(
+    data, tmp_path, monkeypatch, capsys, files, extra, match
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["evaluate", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
+            *(f"--{k}={data[v]}" for k, v in files.items()), *extra, "--out_dir=out"]  # fmt: skip
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and err[-1].startswith("ensml: ") and match in err[-1], err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir()), "output left behind"
+    if "common" in match:
+        assert "preds24dim.nc [24] h" in err[-1] and "spread48.nc [48] h" in err[-1]
+
+
+def test_skill_by_lead_refers_to_the_raw_ensemble_at_each_lead() -> None:
+    rows = [
+        ("z", 500.0, 24, "raw ensemble (10 members)", 2.0),
+        ("z", 500.0, 24, "post-processed (Gaussian)", 1.5),
+        ("z", 500.0, 48, "raw ensemble (10 members)", 4.0),
+        ("z", 500.0, 48, "post-processed (Gaussian)", 3.0),
+        ("t2m", np.nan, 24, "raw ensemble (10 members)", 1.0),
+        ("t2m", np.nan, 24, "oracle (Gaussian)", 0.8),
+    ]
+    df = pd.DataFrame(rows, columns=["variable", "level_hPa", "lead_h", "forecast", "crps"])
+    out = skill_by_lead(df)
+    assert list(out.columns) == [*df.columns, "skill_vs_raw_ensemble"] and len(out) == len(df)
+    np.testing.assert_allclose(out["skill_vs_raw_ensemble"], [0.0, 0.25, 0.0, 0.25, 0.0, 0.2])
+
+
+def test_report_plots_skill_by_lead(data, tmp_path) -> None:
+    from ensml.report.assemble import report
+
+    out = report(
+        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]),
+        oracle=str(data["oracle"]), variables=["t"], out_dir=str(tmp_path / "report"),
+    )  # fmt: skip
+    png = out / "figures" / "crps_skill_by_lead.png"
+    assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 10_000
+    md = (out / "report.md").read_text()
+    assert "(figures/crps_skill_by_lead.png)" in md and "CRPS skill vs raw ensemble by lead time" in md
+    assert "empirical ensemble CRPS for ensembles" in md and "closed form for Gaussian" in md
+    assert md.index("crps_by_lead.png") < md.index("crps_skill_by_lead.png") < md.index("spread_skill.png")
+    assert "Global scores at +24 h, +48 h" in md
+    assert "| t | 850 | 24 | post-processed (Gaussian) | Gaussian closed form" in md
+    assert "| t | 850 | 48 | post-processed (Gaussian) | Gaussian closed form" in md
+    assert (out / "figures" / "crps_skill_map.png").is_file()  # the map at the report's lead, 48 h
