@@ -27,7 +27,7 @@ COLUMNS = "100"
 
 def commands() -> list[list[str]]:
     """Every command of ``ensml`` as its words: ``[["fit"], …, ["data", "synth"], …]``."""
-    from ensml import cli
+    from ensml.cli import main as cli
 
     out = [[verb] for verb in cli.LIGHTNING_VERBS]
     for verb, target in cli._components().items():
