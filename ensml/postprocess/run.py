@@ -17,7 +17,7 @@ from ensml import __version__
 from ensml.data.open import open_forecast
 from ensml.data.writers import remove_temporaries
 from ensml.errors import EnsmlError
-from ensml.names import LATITUDE, LONGITUDE, MEMBER
+from ensml.names import LATITUDE, LONGITUDE, MEMBER, format_leads
 from ensml.postprocess.cluster import ClusterSpec, connect, job_script
 from ensml.postprocess.manifest import Manifest, input_identity, output_lock
 from ensml.postprocess.models import ModelSet
@@ -140,8 +140,7 @@ def postprocess(
         "title": f"ensml post-processed ensemble forecast ({models.task})",
         "source": f"ensml {__version__} postprocess, {models.task}",
         "references": "ECC-Q: Schefzik, Thorarinsdottir and Gneiting (2013), Statistical Science 28, 616-640",
-        "ensml_version": __version__,
-        "ensml_task": models.task,
+        **models.run_meta().to_attrs(),
         "ensml_checkpoints": "; ".join(f"{p} (sha256 {h})" for p, h in models.digest.items()),
         "ensml_command": command(),
     }
@@ -246,26 +245,10 @@ def _template(
     m: int,
 ) -> Any:
     """One init's products made of placeholder values: the structure of every region."""
-    shape = (len(models.variables), len(models.lead_hours), len(models.levels), lat.size, lon.size)
+    shape = (len(models.variables), len(models.leads), len(models.levels), lat.size, lon.size)
     zeros, ones = np.zeros(shape, np.float32), np.ones(shape, np.float32)
     raw = np.zeros((*shape[:2], m, *shape[2:]), np.float32)
-    m_ = models
-    return product_dataset(
-        init,
-        m_.lead_hours,
-        m_.variables,
-        m_.levels,
-        lat,
-        lon,
-        zeros,
-        ones,
-        raw,
-        products,
-        thresholds,
-        m_.task,
-        m_.k,
-        m_.surface,
-    )
+    return product_dataset(init, models.run_meta(), lat, lon, zeros, ones, raw, products, thresholds)
 
 
 def _identities(
@@ -363,7 +346,7 @@ def _dry_run(
     )
     console.print(
         f"postprocess (dry run): {len(units)} units from {len(inputs)} files, {len(units) - current} to do, "
-        f"{current} up to date; leads {models.lead_hours} h; {spec.describe()}; output {out}"
+        f"{current} up to date; leads {format_leads(models.leads)}; {spec.describe()}; output {out}"
     )
     if spec.kind in ("slurm", "pbs") and not spec.joins:
         console.print(job_script(spec), markup=False)

@@ -50,7 +50,8 @@ def test_predict_then_evaluate(fitted: Path, tiny_data: dict[str, Path], monkeyp
     assert (pred["z_std"] > 0).all()
     assert pred.sizes["init_time"] > 10  # the whole test split
 
-    pred[["z_std", "t_std"]].to_netcdf("runs/smoke/spread.nc")  # a spread model's file: the std alone
+    spread = pred[["z_std", "t_std"]].assign_attrs(ensml_task="SpreadTask")  # a spread model's file: the std
+    spread.to_netcdf("runs/smoke/spread.nc")
     args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
             f"--oracle={tiny_data['oracle']}", "--predictions=runs/smoke/predictions.nc",
             "--spread_predictions=runs/smoke/spread.nc", "--out_dir=runs/eval"]  # fmt: skip
