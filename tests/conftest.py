@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import lightning  # noqa: F401  (its log handlers bind the real stderr, not a test's captured one)
 import numpy as np
 import pytest
 

@@ -102,11 +102,9 @@ def test_notebooks_are_rendered_with_outputs(site: Path, name: str) -> None:
 
 
 def test_cli_reference_lists_every_command(site: Path) -> None:
-    from ensml.cli import main as cli
+    from ensml.cli.main import commands as ensml_commands
 
-    commands = [[verb] for verb in cli.LIGHTNING_VERBS]
-    for verb, target in cli._components().items():
-        commands += [[verb, sub] for sub in target] if isinstance(target, dict) else [[verb]]
+    commands = [words.split() for words, _ in ensml_commands()]
     named = {" ".join(words) for words in commands}
     assert {"fit", "validate", "test", "predict", "data synth", "data archive", "evaluate", "report",
             "postprocess", "plan-parallel", "benchmark"} <= named  # fmt: skip

@@ -114,7 +114,8 @@ def test_shipped_configs_build_every_model(name: str, tiny_data: dict[str, Path]
     from jsonargparse import ArgumentParser
 
     from ensml.data.datamodule import EnsembleDataModule
-    from ensml.experiments.benchmark import ModelSpec, _build, benchmark
+    from ensml.experiments.benchmark import _build, benchmark
+    from ensml.experiments.options import ModelSpec
     from tests.conftest import TINY_PERIODS
 
     parser = ArgumentParser(exit_on_error=False)

@@ -9,8 +9,8 @@ import torch
 import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.experiments.benchmark import SynthOptions
 from ensml.experiments.bound import subset_bound
+from ensml.experiments.options import SynthOptions
 from tests.conftest import TINY_PERIODS
 
 # The options of the session's tiny dataset (tests/conftest.py::tiny_data).
