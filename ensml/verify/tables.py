@@ -1,14 +1,11 @@
-"""Score tables: write CSV / Markdown / per-point netCDF together, and print them."""
+"""Score tables: write CSV / Markdown / per-point netCDF together, formatted alike."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
 import xarray as xr
-from rich.console import Console
-from rich.table import Table
 
 from ensml.data.writers import write_netcdf
 
@@ -25,7 +22,8 @@ FLOAT_FORMATS = {
 }
 
 
-def _formatted(df: pd.DataFrame) -> pd.DataFrame:
+def formatted(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its score columns as text, as tables show them (:data:`FLOAT_FORMATS`)."""
     out = df.copy()
     for col, fmt in FLOAT_FORMATS.items():
         if col in out:
@@ -36,7 +34,7 @@ def _formatted(df: pd.DataFrame) -> pd.DataFrame:
 
 def to_markdown(df: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table (no tabulate dependency)."""
-    df = _formatted(df).astype(object).fillna("").astype(str)  # pandas 3 keeps NaN through astype(str)
+    df = formatted(df).astype(object).fillna("").astype(str)  # pandas 3 keeps NaN through astype(str)
     lines = ["| " + " | ".join(df.columns) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
@@ -57,15 +55,20 @@ def write_outputs(
     fields: xr.Dataset,
     n_inits: int,
     weighting: str = "exact cell area",
+    leads_note: str = "",
 ) -> None:
     """Write evaluate's tables and per-point scores into ``folder`` (a new, empty folder).
 
     ``evaluate`` builds its output folder this way inside :func:`ensml.data.outdir.replace_folder`,
     so ``out_dir`` holds one run's results, complete, or the earlier run's. ``weighting`` (the
     attribute of :func:`ensml.data.weights.area_weights`) is stated in the headers and in
-    ``scores.nc``.
+    ``scores.nc``; ``leads_note`` (leads left out, see :class:`ensml.verify.evaluate.Scores`) in
+    the headers.
     """
-    header = f"Scores over {n_inits} init times, {weighting_phrase(weighting)}.\n\n"
+    header = " ".join(
+        filter(None, [f"Scores over {n_inits} init times, {weighting_phrase(weighting)}.", leads_note])
+    )
+    header += "\n\n"
     table.to_csv(folder / "scores.csv", index=False)
     (folder / "scores.md").write_text(header + to_markdown(table))
     if spread is not None:
@@ -75,18 +78,3 @@ def write_outputs(
         title="ensml per-point scores (mean over init times)", init_times=n_inits, weighting=weighting
     )
     write_netcdf(fields, folder / "scores.nc")
-
-
-def print_table(table: pd.DataFrame, spread: pd.DataFrame | None, n_inits: int) -> None:
-    """Print the tables with rich (plain text when stdout is not a terminal)."""
-    console = Console(file=sys.stdout, width=160)
-    for title, df in ((f"CRPS over {n_inits} test init times", table), ("Spread estimation", spread)):
-        if df is None:
-            continue
-        t = Table(title=title)
-        shown = _formatted(df)
-        for col in shown.columns:
-            t.add_column(str(col), justify="left" if shown[col].dtype == object else "right")
-        for row in shown.itertuples(index=False):
-            t.add_row(*map(str, row))
-        console.print(t)
