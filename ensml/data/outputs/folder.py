@@ -171,7 +171,7 @@ class OutputFolder(Reservations):
                  tb: TracebackType | None) -> None:  # fmt: skip
         try:
             if kind is None and self.whole and not self._closed:
-                self.disowned += self.commit(remove_stale=True)
+                self.commit(remove_stale=True)
         finally:
             self.close()
 
@@ -333,6 +333,7 @@ class OutputFolder(Reservations):
         gone = [Removal(k, self.root / k, self._shown(k)) for k in removals]
         # One rename of one file is atomic by itself; anything more gets a journal for a rerun.
         journal = len(items) + len(gone) > 1 or any(i.new.is_dir() and i.final.exists() for i in items)
+        earlier = [(i.name, self.ledger.get(i.name)) for i in items]
         with signals_held():
             # Reserved before the journal: a run that finishes a killed commit may replace them.
             self._reserve({i.name: "dir" if i.new.is_dir() else "file" for i in items})
@@ -342,6 +343,8 @@ class OutputFolder(Reservations):
                 olds = apply(self.command, items, gone, self.run_dir)
             except BaseException:
                 (self.run_dir / JOURNAL).unlink(missing_ok=True)  # undone: nothing to finish
+                self._log(earlier)
+                self._tidy_parents()
                 raise
             self._log([c for i in items for c in self._done(i.name)] + [(r.name, None) for r in gone])
             (self.run_dir / JOURNAL).unlink(missing_ok=True)

@@ -15,6 +15,7 @@ unlimited ``init_time`` (:func:`append_netcdf_init`), renamed into place when co
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -235,7 +236,9 @@ def create_zarr_store(
     store_id = uuid.uuid4().hex[:16]
     chunks = {str(n): encoding[str(n)]["chunks"] for n in template.data_vars}
     full = zarr_template(template, inits, chunks, {**attrs, "ensml_store_id": store_id}, history)
-    with target.write(name) as tmp:
+    with target.write(name) as tmp, warnings.catch_warnings():
+        # Consolidated metadata, as before: plain xr.open_zarr warns on a v3 store without it.
+        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
         full.to_zarr(tmp, mode="w", compute=False, encoding=dict(encoding))
     return store_id
 
