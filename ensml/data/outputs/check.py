@@ -110,11 +110,11 @@ def check_names(
         output, a user's file, another command's output, or an output changed since.
     """
     out = []
-    for name in distinct(names):
-        try:
-            key, path = resolve(root, name)
-        except EnsmlError as exc:
-            raise EnsmlError(f"{command}: {exc}") from None
+    try:
+        resolved = [resolve(root, name) for name in distinct(names)]
+    except EnsmlError as exc:
+        raise EnsmlError(f"{command}: {exc}") from None
+    for key, path in resolved:
         problem = ownership_problem(ledger, command, key, path)
         if problem:
             raise EnsmlError(f"{command}: out_dir {display}: {problem}")

@@ -154,8 +154,7 @@ class OutputFolder(Reservations):
             if dead.name != self.run_id:
                 recover(self, dead)
                 shutil.rmtree(dead, ignore_errors=True)
-        for name in [n for n in self.ledger.entries if not os.path.lexists(self.root / n)]:
-            del self.ledger.entries[name]  # gone: nothing left to own (saved by compact)
+        self.ledger.drop_missing()
         self.ledger.compact(self.run_dir)
         check_names(self.ledger, self.root, self.command, self.display, names)
 

@@ -171,6 +171,7 @@ class Ledger:
     def __init__(self, state_dir: Path, entries: dict[str, Entry] | None = None) -> None:
         self.state_dir = state_dir
         self.entries: dict[str, Entry] = dict(entries or {})
+        self._dirty = False  # entries changed in memory only (drop_missing)
 
     @classmethod
     def load(cls, state_dir: Path) -> Ledger:
@@ -270,8 +271,25 @@ class Ledger:
         for name, entry in changes:
             self._set(name, entry)
 
+    def drop_missing(self) -> list[str]:
+        """Forget the entries whose files are gone (nothing left to own); return their names.
+        Saved by the next :meth:`compact`."""
+        root = self.state_dir.parent
+        gone = [n for n in self.entries if not os.path.lexists(root / n)]
+        for name in gone:
+            del self.entries[name]
+        self._dirty = self._dirty or bool(gone)
+        return gone
+
     def compact(self, scratch: Path) -> None:
-        """Write the snapshot (atomically, temporary in ``scratch``) and empty the log."""
+        """Write the snapshot (atomically, temporary in ``scratch``) and empty the log.
+
+        Nothing is written when the snapshot is already current, so that opening a folder on a
+        full disk to read or replace costs no space.
+        """
+        current = (self.state_dir / LEDGER).exists() and not (self.state_dir / LOG).exists()
+        if current and not self._dirty:
+            return
         data = {
             "format": FORMAT,
             "version": VERSION,
@@ -280,6 +298,7 @@ class Ledger:
         write_atomic(self.state_dir / LEDGER, json.dumps(data, indent=1).encode() + b"\n", scratch)
         # The snapshot holds every change: a kill before this unlink replays them, harmlessly.
         (self.state_dir / LOG).unlink(missing_ok=True)
+        self._dirty = False
 
 
 def _ends_with_newline(path: Path) -> bool:

@@ -103,11 +103,13 @@ def format_name(template: str, **fields: Any) -> str:
         One line when a field is unknown or its format does not apply, or the result is not a
         relative name inside out_dir.
     """
+    known = ", ".join(sorted(fields)) or "none"
     try:
         text = template.format(**fields)
-    except (KeyError, IndexError) as exc:
-        known = ", ".join(sorted(fields)) or "none"
+    except KeyError as exc:
         raise EnsmlError(f"name template {template!r} uses an unknown field {exc} (known: {known})") from None
+    except IndexError:
+        raise EnsmlError(f"name template {template!r} uses a field without a name (known: {known})") from None
     except (ValueError, AttributeError, TypeError) as exc:
         raise EnsmlError(f"name template {template!r} cannot be formatted: {exc}") from None
     problem = _problem(text)
@@ -123,7 +125,7 @@ def distinct(names: Iterable[str], sources: Mapping[str, Any] | None = None) -> 
     for raw in names:
         key = normalise(raw)
         if key in seen:
-            what = f" (from {sources[raw]!s} and {sources[seen[key]]!s})" if sources else ""
+            what = f" (from {sources[seen[key]]!s} and {sources[raw]!s})" if sources else ""
             raise EnsmlError(f"two outputs would both be written to {key!r}{what}")
         seen[key] = raw
     return list(seen)
