@@ -63,43 +63,28 @@ def test_the_current_folder_by_absolute_path_and_link(home: Path, tmp_path: Path
         refused(home, path, f"evaluate: out_dir {path} is the current folder or above it; name a new folder")
 
 
-def test_a_folder_ensml_did_not_write(home: Path) -> None:
-    runs = home / "sibling" / "runs"
-    (runs / "checkpoints").mkdir(parents=True)
-    (runs / "checkpoints" / "best.ckpt").write_bytes(b"weights")
-    (runs / "metrics.csv").write_text("epoch\n0\n")
-    (runs / ".cache").write_text("x")
-    refused(
-        home,
-        "sibling/runs",
-        "evaluate: out_dir sibling/runs holds 3 entries ensml did not write (e.g. .cache); "
-        "name a new or empty folder",
-    )
-
-
-def test_only_hidden_temporaries_is_still_not_ensml_s(home: Path) -> None:
-    folder = home / "sibling" / "results"
-    (folder / ".scores.csv.0123456789ab.tmp").mkdir(parents=True)
-    (folder / ".scores.csv.0123456789ab.tmp" / "x").write_text("mine")
-    refused(
-        home,
-        "sibling/results",
-        "evaluate: out_dir sibling/results holds 1 entries ensml did not write "
-        "(e.g. .scores.csv.0123456789ab.tmp); name a new or empty folder",
-    )
-
-
-def test_a_product_like_folder_is_not_guessed_to_be_ensml_s(home: Path) -> None:
-    folder = home / "sibling" / "evaluation"
-    folder.mkdir()
-    for name in ("scores.csv", "scores.md", "scores.nc", "spread.md"):
-        (folder / name).write_text("made by hand")
-    refused(
-        home,
-        "sibling/evaluation",
-        "evaluate: out_dir sibling/evaluation holds 4 entries ensml did not write (e.g. scores.csv); "
-        "name a new or empty folder",
-    )
+@pytest.mark.parametrize(
+    ("files", "held"),
+    [  # a user's run folder; only hidden temporaries (once swept by pattern); product-like names
+        (
+            {"checkpoints/best.ckpt": "w", "metrics.csv": "epoch", ".cache": "x"},
+            "3 entries ensml did not write (e.g. .cache)",
+        ),
+        (
+            {".scores.csv.0123456789ab.tmp/x": "mine"},
+            "1 entry ensml did not write (e.g. .scores.csv.0123456789ab.tmp)",
+        ),
+        (
+            {n: "by hand" for n in ("scores.csv", "scores.md", "spread.md")},
+            "3 entries ensml did not write (e.g. scores.csv)",
+        ),
+    ],
+)
+def test_a_folder_ensml_did_not_write(home: Path, files: dict[str, str], held: str) -> None:
+    for name, text in files.items():
+        (home / "sibling" / "runs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / "sibling" / "runs" / name).write_text(text)
+    refused(home, "sibling/runs", f"evaluate: out_dir sibling/runs holds {held}; name a new or empty folder")
 
 
 def test_dot_ensml_that_is_not_a_folder(home: Path) -> None:

@@ -81,7 +81,6 @@ from ensml.data.outputs.netcdf import (
     write_zarr,
     write_zarr_region,
     zarr_encoding,
-    zarr_store_id,
 )
 from ensml.data.outputs.staging import Staging
 
@@ -107,5 +106,4 @@ __all__ = [
     "write_zarr",
     "write_zarr_region",
     "zarr_encoding",
-    "zarr_store_id",
 ]

@@ -74,9 +74,10 @@ def read_ledger(real: Path, command: str, display: str, shared: bool) -> Ledger:
             ) from None
     content = sorted(n for n in os.listdir(real) if n != STATE_DIR) if real.is_dir() else []
     if content and not shared:
+        entries = f"{len(content)} {'entry' if len(content) == 1 else 'entries'}"
         raise EnsmlError(
-            f"{command}: out_dir {display} holds {len(content)} entries ensml did not write "
-            f"(e.g. {content[0]}); name a new or empty folder"
+            f"{command}: out_dir {display} holds {entries} ensml did not write (e.g. {content[0]}); "
+            "name a new or empty folder"
         )
     return Ledger(state)
 

@@ -254,20 +254,6 @@ def write_zarr_region(store: Path, ds: xr.Dataset, index: int) -> None:
     ds.drop_vars(drop).to_zarr(store, region={INIT_TIME: slice(index, index + 1)}, mode="r+")
 
 
-def zarr_store_id(store: Path, inits: np.ndarray, names: Sequence[str]) -> str | None:
-    """The id of ``store`` if it exists with exactly these inits and data variables, else None."""
-    if not store.is_dir():
-        return None
-    try:
-        with xr.open_zarr(store) as ds:
-            same = np.array_equal(ds[INIT_TIME].values, np.asarray(inits, dtype="datetime64[ns]"))
-            if same and sorted(map(str, ds.data_vars)) == sorted(names):
-                return ds.attrs.get("ensml_store_id")
-    except Exception:  # unreadable or half-created: the caller rebuilds it
-        return None
-    return None
-
-
 def _encode(var: netCDF4.Variable, values: np.ndarray) -> np.ndarray:
     """``values`` as stored in ``var``: datetimes in its units and calendar, else its dtype."""
     if np.issubdtype(values.dtype, np.datetime64):
@@ -328,6 +314,5 @@ __all__ = [
     "write_zarr",
     "write_zarr_region",
     "zarr_encoding",
-    "zarr_store_id",
     "zarr_template",
 ]

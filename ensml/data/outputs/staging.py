@@ -16,7 +16,7 @@ import os
 import shutil
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,33 +155,19 @@ class Writes(ABC):
         """Write ``text`` as the file ``name``; return its final path."""
         return self.write_bytes(name, text.encode(encoding))
 
-    def write_netcdf(
-        self,
-        ds: xr.Dataset,
-        name: str,
-        encoding: Mapping[str, Mapping[str, Any]] | None = None,
-        *,
-        history: str | None = None,
-        **kwargs: Any,
-    ) -> Path:
-        """Write ``ds`` as CF netCDF4 (:func:`ensml.data.outputs.netcdf.write_netcdf`)."""
+    def write_netcdf(self, ds: xr.Dataset, name: str, *args: Any, **kwargs: Any) -> Path:
+        """Write ``ds`` as CF netCDF4 to output ``name``: :func:`ensml.data.outputs.netcdf.write_netcdf`
+        with this folder as the target (same arguments after ``name``)."""
         from ensml.data.outputs.netcdf import write_netcdf
 
-        return write_netcdf(self, ds, name, encoding, history=history, **kwargs)
+        return write_netcdf(self, ds, name, *args, **kwargs)
 
-    def write_zarr(
-        self,
-        ds: xr.Dataset,
-        name: str,
-        encoding: Mapping[str, Mapping[str, Any]] | None = None,
-        *,
-        zarr_format: int = 3,
-        history: str | None = None,
-    ) -> Path:
-        """Write ``ds`` as a zarr store (:func:`ensml.data.outputs.netcdf.write_zarr`)."""
+    def write_zarr(self, ds: xr.Dataset, name: str, *args: Any, **kwargs: Any) -> Path:
+        """Write ``ds`` as a zarr store to output ``name``: :func:`ensml.data.outputs.netcdf.write_zarr`
+        with this folder as the target (same arguments after ``name``)."""
         from ensml.data.outputs.netcdf import write_zarr
 
-        return write_zarr(self, ds, name, encoding, zarr_format=zarr_format, history=history)
+        return write_zarr(self, ds, name, *args, **kwargs)
 
 
 @dataclass(frozen=True)
