@@ -174,3 +174,29 @@ def test_the_journal_is_only_written_when_needed(tmp_path: Path, monkeypatch: py
         with folder.write("s.zarr") as tmp:  # a folder replacing one: two renames
             tmp.mkdir()
     assert journals == [1]
+
+
+def test_a_users_file_that_appears_during_the_run_is_not_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    evaluate(out, "run 1")
+    before = state(out)
+    with pytest.raises(EnsmlError) as info:
+        with OutputFolder.open(out, "evaluate", whole=True) as folder:
+            folder.write_text("scores.csv", "run 2")
+            folder.write_text("new.md", "run 2")
+            (out / "new.md").write_text("the user's, made while evaluate ran")
+    assert (
+        str(info.value) == f"evaluate: out_dir {out}: new.md exists and ensml did not write it; move it away"
+    )
+    assert state(out) == {**before, str(out / "new.md"): state(out)[str(out / "new.md")]}
+    assert (out / "new.md").read_text() == "the user's, made while evaluate ran"
+
+
+def test_a_closed_folder_writes_nothing(tmp_path: Path) -> None:
+    with OutputFolder.open(tmp_path / "out", "evaluate") as folder:
+        pass
+    with pytest.raises(EnsmlError) as info:
+        folder.write_text("a.md", "late")
+    assert str(info.value) == f"evaluate: out_dir {tmp_path}/out is closed; open it again to write"
+    with pytest.raises(ValueError, match="kind must be 'file' or 'dir'"):
+        folder.reserve(["a"], kind="link")

@@ -35,12 +35,16 @@ What it guarantees, for every command:
 Choices beyond the first sketch, and why:
 
 - The ledger is a snapshot plus an append-only change log (``ledger.jsonl``): recording an
-  output is one fsync'ed append, so a run of 10,000 post-processed files costs 10,000 short
-  appends rather than 10,000 rewrites of a growing file. Each run compacts it on open and close.
+  output is one short append, so a run of 10,000 post-processed files costs 10,000 appends
+  rather than 10,000 rewrites of a growing file. A run compacts it when it opens or closes the
+  folder, if anything changed (so opening a folder on a full disk writes nothing).
 - A commit logs its names as ``reserved`` before the first rename and ``done`` after the last
   (two ledger writes, not one): a kill in between leaves files the ledger knows, so the next
   run may replace them, where a single write afterwards would leave them looking like a
-  user's files.
+  user's files. Only the reservation is fsync'ed: a lost ``done`` leaves ``reserved``, which
+  is as safe, and saves an fsync per output.
+- Temporaries are flat files ``<random>.<name>`` in the run's staging folder, not a folder per
+  write: on this machine's ext4 (mounted with ``discard``) every folder removed cost 3 ms.
 - An earlier output of the command that the user changed is not deleted as stale: it is kept
   and dropped from the ledger (it is the user's now) and named in :attr:`OutputFolder.disowned`,
   because failing a finished evaluate over an old ``spread.md`` would waste the run.

@@ -173,7 +173,7 @@ def recover(folder: OutputFolder, dead: Path) -> None:
             k for k in names if _owned_by(folder.ledger, k, command) and os.path.lexists(folder.root / k)
         ]
         done = [c for k in owned for c in folder._done(k, command, dead.name)]
-        folder._log(done + [(r.name, None) for r in gone])
+        folder._log(done + [(r.name, None) for r in gone], durable=False)
 
 
 def _owned_by(ledger: Ledger, key: str, command: str) -> bool:

@@ -16,45 +16,16 @@ from ensml.data.outputs.ledger import Entry, Ledger, signature, unchanged, utc_n
 from ensml.data.outputs.lock import dead_runs, lock_folder, lock_staging, new_run_id
 from ensml.data.outputs.names import STATE_DIR, normalise, resolve
 from ensml.data.outputs.reserve import Reservations
-from ensml.data.outputs.staging import STAGING, run_dir, staged
+from ensml.data.outputs.staging import (
+    STAGING,
+    delete_path,
+    discard,
+    make_folders,
+    run_dir,
+    staged,
+    undo_folders,
+)
 from ensml.errors import EnsmlError
-
-
-def _remove(path: Path) -> None:
-    """Delete a file or a tree that ensml moved into its staging folder."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def _make_folders(real: Path, command: str, display: str) -> list[Path]:
-    """Create the out_dir (and folders above it) and ``.ensml/staging``; return those created."""
-    created = []
-    missing = [p for p in [real, *real.parents] if not os.path.lexists(p)]
-    for folder in [*reversed(missing), real / STATE_DIR, real / STATE_DIR / STAGING]:
-        try:
-            folder.mkdir()
-            created.append(folder)
-        except FileExistsError:
-            pass
-        except OSError as err:
-            _undo_folders(created)
-            raise EnsmlError(f"{command}: cannot create out_dir {display}: {err.strerror or err}") from None
-    return created
-
-
-def _undo_folders(created: list[Path]) -> None:
-    """Remove the folders :func:`_make_folders` created, deepest first, if still empty of
-    anything but what ensml put there (a failed start leaves no folder behind)."""
-    for folder in reversed(created):
-        if folder.name == STATE_DIR:
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
 
 
 class OutputFolder(Reservations):
@@ -128,10 +99,11 @@ class OutputFolder(Reservations):
         """
         display = os.fspath(path)
         real = check_out_dir(path, command, names=names, shared=shared)
-        created = _make_folders(real, command, display)
+        created = make_folders(real, command, display)
         run_id = new_run_id()
-        fds = [lock_folder(real / STATE_DIR, command, run_id, display)]
+        fds: list[int] = []
         try:
+            fds.append(lock_folder(real / STATE_DIR, command, run_id, display))
             ledger = read_ledger(real, command, display, shared)  # again, now that no run can change it
             here = run_dir(real, run_id)
             here.mkdir()
@@ -142,7 +114,7 @@ class OutputFolder(Reservations):
             shutil.rmtree(run_dir(real, run_id), ignore_errors=True)
             for fd in reversed(fds):
                 os.close(fd)
-            _undo_folders(created)
+            undo_folders(created)
             if isinstance(exc, OSError):
                 raise write_error(command, Path(display) / STATE_DIR, exc) from None
             raise
@@ -184,7 +156,7 @@ class OutputFolder(Reservations):
         self._closed = True
         try:
             for tmp in self._pending.values():
-                shutil.rmtree(tmp.parent, ignore_errors=True)
+                discard(tmp, self.run_dir)
             self._pending.clear()
             try:
                 self.ledger.compact(self.run_dir)
@@ -203,8 +175,11 @@ class OutputFolder(Reservations):
 
         Use it to read an output, or to write inside one reserved with :meth:`reserve`.
         """
+        return self._resolve(name)[1]
+
+    def _resolve(self, name: str) -> tuple[str, Path]:
         try:
-            return resolve(self.root, name)[1]
+            return resolve(self.root, name)
         except EnsmlError as exc:
             raise EnsmlError(f"{self.command}: {exc}") from None
 
@@ -222,7 +197,7 @@ class OutputFolder(Reservations):
 
     def owns(self, name: str) -> bool:
         """Whether this command may replace output ``name`` now (a new name counts too)."""
-        key, path = resolve(self.root, name)
+        key, path = self._resolve(name)
         return ownership_problem(self.ledger, self.command, key, path) is None
 
     def _entry(self, key: str, state: str, command: str | None = None, run: str | None = None,
@@ -232,9 +207,9 @@ class OutputFolder(Reservations):
         return Entry(command=command or self.command, state=state, run=run or self.run_id, time=utc_now(),
                      **sig)  # fmt: skip
 
-    def _log(self, changes: list[tuple[str, Entry | None]]) -> None:
+    def _log(self, changes: list[tuple[str, Entry | None]], durable: bool = True) -> None:
         try:
-            self.ledger.change(changes)
+            self.ledger.change(changes, durable)
         except OSError as err:
             raise write_error(self.command, self._shown(f"{STATE_DIR}/ledger.jsonl"), err) from None
 
@@ -253,7 +228,9 @@ class OutputFolder(Reservations):
                     parents.append(above)
                     changes.append((above, Entry("parent", self.command, "done", self.run_id, utc_now())))
             owner = self.ledger.owner(key)
-            if owner is None or owner[0] == key:  # else inside a folder of ours: that entry owns it
+            if owner is not None and owner[0] != key:
+                continue  # inside a folder of ours: that entry owns it
+            if owner is None or (owner[1].state, owner[1].kind) != ("reserved", kind):
                 changes.append((key, self._entry(key, "reserved", kind=kind)))
         self._log(changes)
         for above in parents:
@@ -262,7 +239,7 @@ class OutputFolder(Reservations):
             except OSError as err:
                 raise write_error(self.command, self._shown(above), err) from None
 
-    def _done(self, key: str, command: str | None = None, run: str | None = None) -> list:
+    def _done(self, key: str, command: str | None = None, run: str | None = None) -> list[tuple[str, Entry]]:
         """The ledger change that records ``key`` as written (its own entry, or the folder entry
         that owns it; none while that folder is still reserved by its writer)."""
         owner = self.ledger.owner(key)
@@ -299,13 +276,13 @@ class OutputFolder(Reservations):
         if self.whole:
             earlier = self._pending.pop(key, None)
             if earlier is not None:
-                shutil.rmtree(earlier.parent, ignore_errors=True)
+                discard(earlier, self.run_dir)
             self._pending[key] = tmp
             return
         try:
             self._commit({key: tmp}, [])
         finally:
-            shutil.rmtree(tmp.parent, ignore_errors=True)
+            discard(tmp, self.run_dir)
 
     def commit(self, *, remove_stale: bool = False) -> list[str]:
         """Rename every staged output into place together (``whole`` folders; the ``with``
@@ -319,7 +296,7 @@ class OutputFolder(Reservations):
             self._commit(pending, removals)
         finally:
             for tmp in pending.values():
-                shutil.rmtree(tmp.parent, ignore_errors=True)
+                discard(tmp, self.run_dir)
         self._tidy_parents()
         return kept
 
@@ -342,13 +319,13 @@ class OutputFolder(Reservations):
                 olds = apply(self.command, items, gone, self.run_dir)
             except BaseException:
                 (self.run_dir / JOURNAL).unlink(missing_ok=True)  # undone: nothing to finish
-                self._log(earlier)
+                self._log(earlier, durable=False)
                 self._tidy_parents()
                 raise
-            self._log([c for i in items for c in self._done(i.name)] + [(r.name, None) for r in gone])
+            self._log([c for i in items for c in self._done(i.name)] + [(r.name, None) for r in gone], False)
             (self.run_dir / JOURNAL).unlink(missing_ok=True)
         for old in olds:
-            _remove(old)
+            delete_path(old)
 
     def remove(self, name: str) -> None:
         """Delete output ``name`` of this command (unchanged since written) and its entry.
@@ -364,7 +341,7 @@ class OutputFolder(Reservations):
             raise EnsmlError(f"{self.command}: out_dir {self.display}: {key} is not an output ensml wrote")
         self._claim(key)
         self._commit({}, [key] if os.path.lexists(self.root / key) else [])
-        self._log([(key, None)])
+        self._log([(key, None)], durable=False)
         self._tidy_parents()
 
     def remove_stale(self) -> list[str]:
@@ -390,7 +367,7 @@ class OutputFolder(Reservations):
                 kept.append(key)
             else:
                 removals.append(key)
-        self._log([(k, None) for k in kept])
+        self._log([(k, None) for k in kept], durable=False)
         self.disowned += kept
         return removals, kept
 
@@ -410,4 +387,4 @@ class OutputFolder(Reservations):
             except OSError:
                 continue  # holds something: the user's, or another command's
             drops.append((key, None))
-        self._log(drops)
+        self._log(drops, durable=False)

@@ -251,8 +251,11 @@ class Ledger:
                 return above, entry
         return None
 
-    def change(self, changes: Iterable[tuple[str, Entry | None]]) -> None:
-        """Apply ``changes`` (an entry, or None to drop the name) durably: one fsync'ed append."""
+    def change(self, changes: Iterable[tuple[str, Entry | None]], durable: bool = True) -> None:
+        """Apply ``changes`` (an entry, or None to drop the name) in one append, fsync'ed if
+        ``durable``. A reservation must be durable before its write starts; a record after a
+        write need not be (lost, its entry stays ``reserved``: still ensml's), which saves an
+        fsync per output."""
         changes = list(changes)
         if not changes:
             return
@@ -267,7 +270,8 @@ class Ledger:
                 lines = b"\n" + lines  # after a line cut short by a kill, start afresh
             f.write(lines)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         for name, entry in changes:
             self._set(name, entry)
 

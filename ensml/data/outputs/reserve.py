@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ensml.data.outputs.check import check_names
 from ensml.data.outputs.ledger import Entry, Ledger
-from ensml.data.outputs.names import distinct, resolve
+from ensml.data.outputs.names import distinct
 from ensml.data.outputs.staging import Staging, Writes
 from ensml.errors import EnsmlError
 
@@ -29,6 +29,10 @@ class Reservations(Writes):
     command: str
     run_id: str
     ledger: Ledger
+
+    @abstractmethod
+    def _resolve(self, name: str) -> tuple[str, Path]:
+        """The ledger name and path of ``name`` (an error names the command)."""
 
     @abstractmethod
     def _check_open(self) -> None:
@@ -44,8 +48,8 @@ class Reservations(Writes):
         """A ledger entry for ``key`` in ``state`` (``done``: with its signature from disk)."""
 
     @abstractmethod
-    def _log(self, changes: list[tuple[str, Entry | None]]) -> None:
-        """Apply ``changes`` to the ledger durably."""
+    def _log(self, changes: list[tuple[str, Entry | None]], durable: bool = True) -> None:
+        """Apply ``changes`` to the ledger (fsync'ed if ``durable``)."""
 
     def staging(self) -> Staging:
         """What a worker process needs to write outputs of this run (picklable, no lock).
@@ -105,8 +109,12 @@ class Reservations(Writes):
     def _record(self, names: Iterable[str], missing_ok: bool) -> None:
         self._check_open()
         changes: list[tuple[str, Entry | None]] = []
-        for name in distinct(names):
-            key, path = resolve(self.root, name)
+        try:
+            keys = distinct(names)
+        except EnsmlError as exc:
+            raise EnsmlError(f"{self.command}: {exc}") from None
+        for name in keys:
+            key, path = self._resolve(name)
             owner = self.ledger.owner(key)
             if owner is None or owner[1].command != self.command or owner[1].state != "reserved":
                 raise EnsmlError(
@@ -121,7 +129,7 @@ class Reservations(Writes):
                     f"{self.command}: out_dir {self.display}: {key} was reserved but not written"
                 )
             changes.append((owner[0], self._entry(owner[0], "done")))
-        self._log(changes)
+        self._log(changes, durable=False)
 
 
 __all__ = ["Reservations"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ensml.data.outputs.errors import diagnose, write_error
+from ensml.data.outputs.errors import diagnose, reason, write_error
 from ensml.data.outputs.ledger import fsync_dir
 from ensml.data.outputs.names import STATE_DIR, resolve
 from ensml.errors import EnsmlError
@@ -36,6 +36,35 @@ STAGING = "staging"
 def run_dir(root: Path, run_id: str) -> Path:
     """The staging folder of run ``run_id`` in the output folder ``root``."""
     return root / STATE_DIR / STAGING / run_id
+
+
+def make_folders(real: Path, command: str, display: str) -> list[Path]:
+    """Create the out_dir (and folders above it) and ``.ensml/staging``; return those created."""
+    created = []
+    missing = [p for p in [real, *real.parents] if not os.path.lexists(p)]
+    for folder in [*reversed(missing), real / STATE_DIR, real / STATE_DIR / STAGING]:
+        try:
+            folder.mkdir()
+            created.append(folder)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            undo_folders(created)
+            raise EnsmlError(f"{command}: cannot create out_dir {display}: {reason(err)}") from None
+    return created
+
+
+def undo_folders(created: list[Path]) -> None:
+    """Remove the folders :func:`make_folders` created, deepest first, if still empty of
+    anything but what ensml put there (a failed start leaves no folder behind)."""
+    for folder in reversed(created):
+        if folder.name == STATE_DIR:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
 
 
 def fsync_tree(path: Path) -> None:
@@ -71,20 +100,54 @@ def _mapped(exc: BaseException, command: str, final: Path, where: Path, tmp: Pat
     return None if code is None else write_error(command, final, OSError(code, os.strerror(code)))
 
 
+def temporary(where: Path, name: str) -> Path:
+    """A new temporary path in ``where`` for an output whose file name is ``name``.
+
+    ``<random>.<name>`` when that fits in a file name, else ``<random>/<name>``: the name is
+    kept whole because some writers infer the format from it (matplotlib's ``savefig``). One
+    flat file, not a folder per write: every folder made and removed costs a journal block.
+    """
+    token = uuid.uuid4().hex[:12]
+    if len(os.fsencode(name)) + len(token) + 1 <= 255:
+        return where / f"{token}.{name}"
+    (where / token).mkdir()
+    return where / token / name
+
+
+def discard(tmp: Path, where: Path) -> None:
+    """Remove the temporary ``tmp`` (a file or a tree) made by :func:`temporary` in ``where``."""
+    delete_path(tmp)
+    if tmp.parent != where:
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+
+
+def delete_path(path: Path) -> None:
+    """Delete a file or a tree in the staging folder (links are removed, not followed).
+
+    Best effort, as every clean-up: what cannot go now (a read-only file system) goes with
+    the staging folder, or with the next run's sweep.
+    """
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 @contextmanager
 def staged(where: Path, final: Path, command: str) -> Iterator[Path]:
-    """Yield a temporary path for ``final`` in a new folder under ``where``; fsync it on success.
+    """Yield a temporary path for ``final`` in the staging folder ``where``; fsync it on success.
 
-    The caller renames it into place (or discards its folder). On failure the temporary is
-    removed and the error re-raised, as one line naming ``final`` where it is an OSError or a
-    library error with a cause on the file system (:func:`_mapped`).
+    The caller renames it into place (or discards it). On failure the temporary is removed
+    and the error re-raised, as one line naming ``final`` where it is an OSError or a library
+    error with a cause on the file system (:func:`_mapped`).
     """
-    box = where / f"w-{uuid.uuid4().hex[:12]}"
     try:
-        box.mkdir()
+        tmp = temporary(where, final.name)
     except OSError as err:
         raise write_error(command, final, err) from None
-    tmp = box / final.name
     try:
         yield tmp
         if not os.path.lexists(tmp):
@@ -92,7 +155,7 @@ def staged(where: Path, final: Path, command: str) -> Iterator[Path]:
         fsync_tree(tmp)
     except BaseException as exc:
         mapped = _mapped(exc, command, final, where, tmp)
-        shutil.rmtree(box, ignore_errors=True)
+        discard(tmp, where)
         if mapped is None:
             raise
         raise mapped from exc
@@ -227,14 +290,31 @@ class Staging(Writes):
             )
         with staged(where, shown, self.command) as tmp:
             yield tmp
+        old = None
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
-            swap(tmp, final, tmp.parent)
+            old = swap(tmp, final, where)
             fsync_dir(final.parent)
         except OSError as err:
             raise write_error(self.command, shown, err) from None
         finally:
-            shutil.rmtree(tmp.parent, ignore_errors=True)
+            discard(tmp, where)
+            if old is not None:
+                delete_path(old)
 
 
-__all__ = ["STAGING", "Staging", "Writes", "fsync_tree", "run_dir", "staged", "swap", "unswap"]
+__all__ = [
+    "STAGING",
+    "Staging",
+    "Writes",
+    "delete_path",
+    "discard",
+    "fsync_tree",
+    "make_folders",
+    "run_dir",
+    "staged",
+    "swap",
+    "temporary",
+    "undo_folders",
+    "unswap",
+]
