@@ -24,29 +24,17 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
+from crps import timings  # the interleaved rounds of every benchmark here (this folder is on sys.path)
 
 from ensml.data.outputs import OutputFolder
 
 SMALL = 1024  # bytes per small file
-
-
-def timings(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, float]]:
-    """``{name: (min, median)}`` seconds over ``repeats`` interleaved rounds of every function."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {k: (min(v), statistics.median(v)) for k, v in times.items()}
 
 
 def line(what: str, ours: str, ref: str, t: dict[str, tuple[float, float]]) -> str:
