@@ -80,7 +80,7 @@ def test_zarr_every_chunk_written(folder: OutputFolder, zarr_format: int) -> Non
 
 def test_a_worker_writes_netcdf_through_staging(folder: OutputFolder) -> None:
     folder.reserve(["w.nc"])
-    path = folder.staging().write_netcdf(_dataset(), "w.nc", history="worker")
+    path = folder.staging(["w.nc"]).write_netcdf(_dataset(), "w.nc", history="worker")
     folder.record(["w.nc"])
     assert xr.open_dataset(path).attrs["history"].endswith("worker")
 

@@ -44,7 +44,7 @@ def test_reserve_write_in_another_process_record(tmp_path: Path) -> None:
             "2020": "done", "2020/a.nc": "reserved", "b.nc": "reserved",
         }  # fmt: skip
         worker(
-            folder.staging(),
+            folder.staging(["2020/a.nc", "b.nc"]),
             "for n in ('2020/a.nc', 'b.nc'): staging.write_bytes(n, n.encode())",
         )
         assert [p.read_bytes() for p in paths] == [b"2020/a.nc", b"b.nc"]
@@ -68,7 +68,7 @@ def test_a_kill_after_a_workers_rename_leaves_a_file_the_ledger_knows(tmp_path: 
         from ensml.data.outputs import OutputFolder
         folder = OutputFolder.open({str(out)!r}, "postprocess")
         folder.reserve(["a.nc"])
-        folder.staging().write_bytes("a.nc", b"written by a worker")
+        folder.staging(["a.nc"]).write_bytes("a.nc", b"written by a worker")
         os.kill(os.getpid(), signal.SIGKILL)  # before the client records it
         """
     )
@@ -84,7 +84,8 @@ def test_a_kill_after_a_workers_rename_leaves_a_file_the_ledger_knows(tmp_path: 
 
 def test_a_worker_of_a_run_that_is_over_is_refused(tmp_path: Path) -> None:
     with OutputFolder.open(tmp_path / "out", "postprocess") as folder:
-        staging = folder.staging()
+        folder.reserve(["a.nc"])
+        staging = folder.staging(["a.nc"])
     with pytest.raises(EnsmlError) as info:
         staging.write_bytes("a.nc", b"late")
     assert str(info.value) == (
@@ -94,6 +95,30 @@ def test_a_worker_of_a_run_that_is_over_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "a.nc").exists()
     with pytest.raises(EnsmlError, match=r"postprocess: output name '\.\./x' leaves out_dir"):
         staging.write_bytes("../x", b"escape")
+
+
+def test_a_worker_writes_only_what_the_run_reserved_for_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "notes").mkdir(parents=True)
+    with OutputFolder.open(out, "postprocess", shared=True) as folder:
+        (out / "benchmark.md").write_text("the user's")
+        folder.reserve(["a.nc"])
+        folder.reserve(["store.zarr"], kind="dir")
+        with pytest.raises(EnsmlError) as info:
+            folder.staging(["a.nc", "benchmark.md"])
+        assert str(info.value) == (
+            f"postprocess: out_dir {out}: benchmark.md was not reserved by this run; "
+            "reserve names before workers write them"
+        )
+        staging = folder.staging(["a.nc", "store.zarr"])
+        for name in ("benchmark.md", "notes/x.nc"):
+            with pytest.raises(EnsmlError) as info:
+                staging.write_bytes(name, b"clobber")
+            assert str(info.value) == (
+                f"postprocess: cannot write {out}/{name}: the run did not reserve it for this worker"
+            )
+        staging.write_bytes("store.zarr/zarr.json", b"{}")  # inside a folder reserved for it
+    assert (out / "benchmark.md").read_text() == "the user's" and list((out / "notes").iterdir()) == []
 
 
 def test_adopt_what_a_library_wrote(tmp_path: Path) -> None:
@@ -143,7 +168,7 @@ def test_zarr_regions_written_by_workers(tmp_path: Path) -> None:
         store = folder.final("products.zarr")
         for i in range(3):
             worker(
-                folder.staging(),
+                folder.staging(["products.zarr"]),
                 f"""
         import numpy as np, xarray as xr
         from ensml.data.outputs import write_zarr_region
@@ -179,7 +204,7 @@ def test_a_netcdf_file_grown_init_by_init_under_staging(tmp_path: Path) -> None:
     }
     with OutputFolder.open(tmp_path / "out", "postprocess") as folder:
         folder.reserve(["a.nc"])
-        staging = folder.staging()
+        staging = folder.staging(["a.nc"])
         with staging.write("a.nc") as tmp:
             for i in range(2):
                 append_netcdf_init(tmp, one(i), i, {"title": "t"}, "test", enc)

@@ -51,14 +51,31 @@ class Reservations(Writes):
     def _log(self, changes: list[tuple[str, Entry | None]], durable: bool = True) -> None:
         """Apply ``changes`` to the ledger (fsync'ed if ``durable``)."""
 
-    def staging(self) -> Staging:
-        """What a worker process needs to write outputs of this run (picklable, no lock).
+    def staging(self, names: Iterable[str]) -> Staging:
+        """What a worker process needs to write ``names`` for this run (picklable, no lock).
 
-        Reserve the names first (:meth:`reserve`) and record them when the results come back
-        (:meth:`record`). The staging folder lives as long as this run has the folder open.
+        Every name must be reserved by this run first (:meth:`reserve`); the worker can write
+        those and no other, so a mistake in the work's plan cannot reach a user's file. Record
+        the names when the results come back (:meth:`record`). The staging folder lives as
+        long as this run has the folder open.
+
+        Raises
+        ------
+        EnsmlError
+            A name is not reserved by this command (nor inside a folder it reserved).
         """
         self._check_open()
-        return Staging(str(self.root), self.run_id, self.command, self.display)
+        keys = []
+        for name in names:
+            key, _ = self._resolve(name)
+            owner = self.ledger.owner(key)
+            if owner is None or owner[1].command != self.command or owner[1].state != "reserved":
+                raise EnsmlError(
+                    f"{self.command}: out_dir {self.display}: {key} was not reserved by this run; "
+                    "reserve names before workers write them"
+                )
+            keys.append(key)
+        return Staging(str(self.root), self.run_id, self.command, self.display, frozenset(keys))
 
     def reserve(self, names: Iterable[str], kind: str = "file") -> list[Path]:
         """Record ``names`` as this run's before another process or a library writes them.

@@ -251,12 +251,15 @@ class Staging(Writes):
         The command, for error messages.
     shown
         The folder as the user named it, for error messages (default: ``root``).
+    names
+        The outputs this worker may write (ledger names), reserved by the run.
     """
 
     root: str
     run_id: str
     command: str
     shown: str = ""
+    names: frozenset[str] = frozenset()
 
     def final(self, name: str) -> Path:
         """The path ``name`` is written to (checked as :func:`ensml.data.outputs.names.resolve`)."""
@@ -275,13 +278,18 @@ class Staging(Writes):
         Raises
         ------
         EnsmlError
-            The name is not a relative name inside the folder; the run's staging folder is gone
-            (the run is over); or a write failed: one line naming the final path and the reason
-            (no space left on device, disk quota exceeded, read-only file system, …). The
-            temporary is removed and the previous output kept.
+            The name is not a relative name inside the folder or not one of :attr:`names`; the
+            run's staging folder is gone (the run is over); or a write failed: one line naming
+            the final path and the reason (no space left on device, disk quota exceeded,
+            read-only file system, …). The temporary is removed and the previous output kept.
         """
         final = self.final(name)
-        shown = Path(self.shown or self.root) / final.relative_to(self.root)
+        key = str(final.relative_to(self.root))
+        shown = Path(self.shown or self.root) / key
+        if not any(key == n or key.startswith(f"{n}/") for n in self.names):
+            raise EnsmlError(
+                f"{self.command}: cannot write {shown}: the run did not reserve it for this worker"
+            )
         where = run_dir(Path(self.root), self.run_id)
         if not where.is_dir():
             raise EnsmlError(
