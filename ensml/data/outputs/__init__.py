@@ -54,6 +54,8 @@ Choices beyond the first sketch, and why:
   file would confuse the ledger, and ensml writes only real files.
 - ``shared=True`` serves one file in a folder the user keeps other things in (``predict``'s
   output, possibly in the working folder): only the named outputs are checked.
+- A worker's :class:`Staging` writes only the names the run reserved for it, so a mistake in
+  post-processing's plan cannot reach a user's file even though workers hold no lock.
 - Messages start with the command (``evaluate: out_dir …``); the CLI adds ``ensml: ``.
 
 Typical use::
@@ -65,6 +67,13 @@ Typical use::
         folder.write_netcdf(per_point, "scores.nc", history=command())
         with folder.write("cases") as tmp:       # a folder output
             write_cases(tmp, studies)
+
+    with OutputFolder.open(out_dir, "postprocess") as folder:   # workers, other hosts too
+        folder.reserve(names)                     # before any work is submitted
+        for unit in units:
+            client.submit(run_unit, unit, folder.staging([unit.name]))
+        ...                                       # worker: with staging.write(name) as tmp: ...
+        folder.record([unit.name])                # as each result arrives
 """
 
 from __future__ import annotations

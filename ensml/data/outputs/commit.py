@@ -160,7 +160,8 @@ def recover(folder: OutputFolder, dead: Path) -> None:
         except (EnsmlError, KeyError, TypeError):
             continue  # not a journal ensml wrote: finish nothing of it
         names.append(key)
-        if os.path.lexists(new) and ownership_problem(folder.ledger, command, key, final) is None:
+        allowed = ownership_problem(folder.ledger, command, key, final) is None
+        if os.path.lexists(new) and final.parent.is_dir() and allowed:
             items.append(Item(key, new, final, folder._shown(key)))
     gone = []
     for key in journal["remove"]:
