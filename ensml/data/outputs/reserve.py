@@ -65,16 +65,7 @@ class Reservations(Writes):
             A name is not reserved by this command (nor inside a folder it reserved).
         """
         self._check_open()
-        keys = []
-        for name in names:
-            key, _ = self._resolve(name)
-            owner = self.ledger.owner(key)
-            if owner is None or owner[1].command != self.command or owner[1].state != "reserved":
-                raise EnsmlError(
-                    f"{self.command}: out_dir {self.display}: {key} was not reserved by this run; "
-                    "reserve names before workers write them"
-                )
-            keys.append(key)
+        keys = [self._reserved(name, "workers write them")[0] for name in names]
         return Staging(str(self.root), self.run_id, self.command, self.display, frozenset(keys))
 
     def reserve(self, names: Iterable[str], kind: str = "file") -> list[Path]:
@@ -123,6 +114,18 @@ class Reservations(Writes):
         """
         self._record(names, missing_ok=True)
 
+    def _reserved(self, name: str, before: str) -> tuple[str, Path, str]:
+        """The ledger name, path and owning entry's name of ``name``, which this run must have
+        reserved (itself or a folder above it), else raise."""
+        key, path = self._resolve(name)
+        owner = self.ledger.owner(key)
+        if owner is None or owner[1].command != self.command or owner[1].state != "reserved":
+            raise EnsmlError(
+                f"{self.command}: out_dir {self.display}: {key} was not reserved by this run; "
+                f"reserve names before {before}"
+            )
+        return key, path, owner[0]
+
     def _record(self, names: Iterable[str], missing_ok: bool) -> None:
         self._check_open()
         changes: list[tuple[str, Entry | None]] = []
@@ -131,21 +134,15 @@ class Reservations(Writes):
         except EnsmlError as exc:
             raise EnsmlError(f"{self.command}: {exc}") from None
         for name in keys:
-            key, path = self._resolve(name)
-            owner = self.ledger.owner(key)
-            if owner is None or owner[1].command != self.command or owner[1].state != "reserved":
-                raise EnsmlError(
-                    f"{self.command}: out_dir {self.display}: {key} was not reserved by this run; "
-                    "reserve names before writing them"
-                )
+            key, path, owner = self._reserved(name, "writing them")
             if not os.path.lexists(path):
-                if missing_ok and owner[0] == key:
+                if missing_ok and owner == key:
                     changes.append((key, None))
                     continue
                 raise EnsmlError(
                     f"{self.command}: out_dir {self.display}: {key} was reserved but not written"
                 )
-            changes.append((owner[0], self._entry(owner[0], "done")))
+            changes.append((owner, self._entry(owner, "done")))
         self._log(changes, durable=False)
 
 
