@@ -7,6 +7,7 @@ import numpy as np
 import xarray as xr
 from torch.utils.data import DataLoader
 
+from ensml.compat import uses_distributed_sampler
 from ensml.data.grid import check_same_grid
 from ensml.data.layouts.options import ReaderOptions
 from ensml.data.open import check_lead_times, check_levels, check_members, open_analysis, open_forecast
@@ -261,7 +262,7 @@ class EnsembleDataModule(L.LightningDataModule):
     def _replicas(self) -> tuple[int, int]:
         """(number of data-parallel replicas, this process's replica) of the running trainer."""
         trainer = self.trainer
-        if trainer is None or not trainer._accelerator_connector.use_distributed_sampler:
+        if trainer is None or not uses_distributed_sampler(trainer):
             return 1, 0
         kwargs = getattr(trainer.strategy, "distributed_sampler_kwargs", None) or {}
         return int(kwargs.get("num_replicas", 1)), int(kwargs.get("rank", 0))
