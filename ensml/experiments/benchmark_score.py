@@ -157,13 +157,12 @@ def _format(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-BENCHMARK_NAMES = ("benchmark.csv", "benchmark_summary.csv", "benchmark.md")  # a benchmark folder
+#: The files of a benchmark folder.
+BENCHMARK_NAMES = ("benchmark.csv", "benchmark_summary.csv", "benchmark.md")
 
 
-def write_tables(out: Path, table: pd.DataFrame, summary: pd.DataFrame, n_inits: int) -> None:
-    """``benchmark.csv``, ``benchmark_summary.csv`` and ``benchmark.md`` (both tables) in ``out``."""
-    table.to_csv(out / "benchmark.csv", index=False)
-    summary.to_csv(out / "benchmark_summary.csv", index=False)
+def benchmark_files(table: pd.DataFrame, summary: pd.DataFrame, n_inits: int) -> dict[str, str]:
+    """``benchmark.csv``, ``benchmark_summary.csv`` and ``benchmark.md`` (both tables) by name."""
     note = (
         f"Test split: {n_inits} init times; area-weighted means (exact cell area). CRPS estimator per "
         "row: empirical ensemble CRPS for raw ensembles, closed-form Gaussian CRPS for rows marked "
@@ -179,4 +178,8 @@ def write_tables(out: Path, table: pd.DataFrame, summary: pd.DataFrame, n_inits:
         _format(summary)
     )
     md += "\n## All scores\n\n" + note + to_markdown(_format(table)).replace("| nan |", "|  |")
-    (out / "benchmark.md").write_text(md)
+    return {
+        "benchmark.csv": table.to_csv(index=False),
+        "benchmark_summary.csv": summary.to_csv(index=False),
+        "benchmark.md": md,
+    }

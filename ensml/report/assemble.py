@@ -6,9 +6,11 @@ maps of the per-point CRPS skill at the report's lead (by default the last lead 
 case studies (from YAML files, the stored storms of the synthetic data and/or found
 automatically). The scores by lead time are read through the one frame builder
 (:func:`ensml.data.frame.build_frame`), so they cover the init times and weights of
-``evaluate``. Everything is computed first and written to a hidden temporary folder beside
-``out_dir``, which replaces ``out_dir`` only when complete: a failure leaves no report.
-``out_dir`` must be new, empty or an earlier report (:mod:`ensml.data.outdir`).
+``evaluate``. ``out_dir`` is checked before any work (:class:`ensml.data.outputs.OutputFolder`:
+new, empty or a folder whose ledger ensml keeps); everything is computed in memory, then
+written through the folder's staging and committed whole: a failure leaves the folder as it
+was, and only files that an earlier report's ledger records are replaced or removed (a user's
+own ``figures/`` or notes beside them are never touched).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import xarray as xr
 from ensml.data.frame import EnsembleFrame, build_frame, leads_option
 from ensml.data.grid import describe, is_projected
 from ensml.data.open import check_lead_times, open_forecast
-from ensml.data.outdir import check_output_folder, replace_folder
+from ensml.data.outputs import OutputFolder
 from ensml.errors import EnsmlError
 from ensml.names import LEVEL, LeadLike, parse_lead
 from ensml.progress import Progress, note, seconds
@@ -33,9 +35,8 @@ from ensml.report.scores import scores_by_lead, skill_by_lead
 from ensml.verify.casefind import find_extreme_cases, storm_cases
 from ensml.verify.cases import Case, load_cases
 from ensml.verify.casestudy import score_case
-from ensml.verify.evaluate import Scores, evaluate
-
-REPORT_NAMES = ("report.md", "report.html", "figures", "tables")  # what a report folder holds
+from ensml.verify.evaluate import Scores, score
+from ensml.verify.tables import write_files
 
 
 @dataclass
@@ -72,53 +73,60 @@ def report(
 ) -> Report:
     """Write the verification report (see :func:`ensml.cli.report.report` for the options: the
     command's help). Returns the report's folder and its global scores."""
-    check_output_folder(out_dir, "report", REPORT_NAMES)  # before hours of work, not after
+    OutputFolder.check(out_dir, "report", names=["report.md", "report.html"])  # before hours of work
     leads, lead = leads_option(leads), (parse_lead(lead) if lead is not None else None)  # fail at once
-    if lead is not None or n_storm_cases or n_extreme_cases:
-        grid = open_forecast(forecast, variables)
-        if lead is not None:
-            check_lead_times(grid, lead, f"forecast {forecast}")  # of the maps and histograms
-        if (n_storm_cases or n_extreme_cases) and is_projected(grid):
-            option = "n_extreme_cases" if n_extreme_cases else "n_storm_cases"
-            raise EnsmlError(
-                f"report: {option} searches latitude/longitude boxes of a regular grid, and forecast "
-                f"{forecast} is on a {describe(grid)}; give the cases as YAML files (--cases)"
-            )
+    _check_grid(forecast, variables, lead, n_storm_cases, n_extreme_cases)
     case_list = load_cases(cases) if cases else []
     # the YAML cases first: a bad case fails in seconds, before the global scores
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
-    out = Path(out_dir)
     progress = Progress("report", 4, "stages")
 
     def stage(what: str) -> None:
         progress.advance(f"{what} in {seconds(progress.lap)}")
 
-    with replace_folder(out, "report", REPORT_NAMES) as tmp:
-        scores = evaluate(
-            forecast, analysis, predictions, spread_predictions, oracle, k=k, leads=leads,
-            variables=variables, levels=levels, out_dir=str(tmp / "tables"),
-        )  # fmt: skip
-        stage("global scores")
-        lead = scores.leads[-1] if lead is None else lead
-        frame = build_frame(
-            forecast, analysis, variables=scores.variables, levels=scores.levels, predictions=predictions,
-            oracle=oracle, partial=True, note=False,  # evaluate has noted uniform weights already
-        )  # fmt: skip
-        by_lead, hists, rel = scores_by_lead(frame, frame.subset_size(k))
-        reliable = {(v, lev): s for (at, v, lev), s in rel.items() if at == lead}
-        stage("scores by lead time, rank histograms and reliability")
-        found = _automatic_cases(frame, lead, n_storm_cases, n_extreme_cases, case_variable, case_level)
-        for c in _new_cases(found, case_list, n_storm_cases):
-            studies.append(score_case(c, forecast, analysis, predictions, oracle, k))
-        stage(f"{len(studies)} case studies")
-        content = Content(
-            title, str(forecast), str(analysis), scores, frame, lead, skill_by_lead(by_lead), hists[lead],
-            reliable, studies,
-        )  # fmt: skip
-        render(blocks(content, tmp / "tables"), tmp, title)
-        stage("maps, charts and pages")
+    scores = score(
+        forecast, analysis, predictions, spread_predictions, oracle, k=k, leads=leads,
+        variables=variables, levels=levels,
+    )  # fmt: skip
+    stage("global scores")
+    lead = scores.leads[-1] if lead is None else lead
+    frame = build_frame(
+        forecast, analysis, variables=scores.variables, levels=scores.levels, predictions=predictions,
+        oracle=oracle, partial=True, note=False,  # the global scores have noted uniform weights already
+    )  # fmt: skip
+    by_lead, hists, rel = scores_by_lead(frame, frame.subset_size(k))
+    reliable = {(v, lev): s for (at, v, lev), s in rel.items() if at == lead}
+    stage("scores by lead time, rank histograms and reliability")
+    found = _automatic_cases(frame, lead, n_storm_cases, n_extreme_cases, case_variable, case_level)
+    for c in _new_cases(found, case_list, n_storm_cases):
+        studies.append(score_case(c, forecast, analysis, predictions, oracle, k))
+    stage(f"{len(studies)} case studies")
+    content = Content(
+        title, str(forecast), str(analysis), scores, frame, lead, skill_by_lead(by_lead), hists[lead],
+        reliable, studies,
+    )  # fmt: skip
+    pages = render(blocks(content), title)
+    with OutputFolder.open(out_dir, "report", whole=True) as folder:  # committed whole at the end
+        write_files(folder, scores.files(), prefix="tables/")
+        write_files(folder, pages)
+    stage("maps, charts and pages")
     progress.close()
-    return Report(out, scores)
+    return Report(Path(out_dir), scores)
+
+
+def _check_grid(forecast, variables, lead: np.timedelta64 | None, n_storm: int, n_extreme: int) -> None:
+    """The forecast holds the report's ``lead``, and automatic cases have a regular grid to search."""
+    if lead is None and not (n_storm or n_extreme):
+        return
+    grid = open_forecast(forecast, variables)
+    if lead is not None:
+        check_lead_times(grid, lead, f"forecast {forecast}")  # of the maps and histograms
+    if (n_storm or n_extreme) and is_projected(grid):
+        option = "n_extreme_cases" if n_extreme else "n_storm_cases"
+        raise EnsmlError(
+            f"report: {option} searches latitude/longitude boxes of a regular grid, and forecast "
+            f"{forecast} is on a {describe(grid)}; give the cases as YAML files (--cases)"
+        )
 
 
 def _automatic_cases(
@@ -174,4 +182,4 @@ def _same_event(a: Case, b: Case) -> bool:
     return bool(np.intersect1d(a.region.lon_indices(lon), b.region.lon_indices(lon)).size)
 
 
-__all__ = ["REPORT_NAMES", "Report", "report"]
+__all__ = ["Report", "report"]

@@ -8,7 +8,6 @@ as blocks for :func:`ensml.report.render.render`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -44,21 +43,22 @@ class Content:
     studies: list[CaseResult]
 
 
-def blocks(c: Content, tables: Path) -> list:
-    """The report's blocks; ``tables`` is the folder of the global scores (``scores.md``, ``scores.nc``)."""
+def blocks(c: Content) -> list:
+    """The report's blocks, in the order of the page (the global scores as in ``tables/``)."""
     inits, lead = c.frame.inits, c.lead
+    tables = c.scores.files()
     out: list = [("h1", c.title), ("p", _summary(c))]
     out += [
         ("h2", f"Global scores at {', '.join(f'+{format_lead(x)}' for x in c.scores.leads)}"),
-        ("md", (tables / "scores.md").read_text()),
+        ("md", tables["scores.md"]),
     ]
-    if (tables / "spread.md").exists():
+    if "spread.md" in tables:
         out += [
             ("h3", "Spread estimation (against the full ensemble's std)"),
-            ("md", (tables / "spread.md").read_text()),
+            ("md", tables["spread.md"]),
         ]
     skill_map, no_map = _skill_maps(
-        tables / "scores.nc", c.scores.variables, c.scores.levels, lead, c.scores.leads
+        c.scores.per_point, c.scores.variables, c.scores.levels, lead, c.scores.leads
     )
     if skill_map is not None:
         caption = "Per-point CRPS skill of the post-processed forecast over the raw ensemble (blue: better "
@@ -114,11 +114,11 @@ def _summary(c: Content) -> str:
 
 
 def _skill_maps(
-    scores_nc: Path, variables: list[str], levels: list[float], lead: np.timedelta64, scored: np.ndarray
+    ds: xr.Dataset, variables: list[str], levels: list[float], lead: np.timedelta64, scored: np.ndarray
 ) -> tuple[bytes | None, str | None]:
     """The skill maps at ``lead`` (PNG), or ``None`` and why not (no such lead scored, or a grid
-    that cannot be drawn). ``scored``: the leads in ``scores.nc`` (a lead_time dim if several)."""
-    ds = xr.open_dataset(scores_nc).load()
+    that cannot be drawn). ``ds``: the per-point scores (``scores.nc``), with a lead_time dim
+    when ``scored`` holds several leads."""
     raw_name = next((v for v in ds.data_vars if str(v).startswith("crps_raw_ensemble_")), None)
     if raw_name is None or not any(str(v).startswith("crps_post_processed_") for v in ds.data_vars):
         return None, None

@@ -17,7 +17,6 @@ over the window; blue is better than the raw ensemble.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -26,7 +25,6 @@ from scipy.stats import norm
 
 from ensml.data.frame import build_frame
 from ensml.data.grid import horizontal_dims
-from ensml.data.outdir import replace_folder
 from ensml.data.surface import check_not_at_level
 from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
@@ -243,32 +241,24 @@ def formatted(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-CASES_NAMES = ("cases.csv", "cases.md", "case_*.png")  # what a case-study folder holds
-
-
-def write_cases(out_dir: str | Path, results: list[CaseResult]) -> Path:
-    """Write ``cases.csv``, ``cases.md`` and ``case_<slug>.png`` into ``out_dir`` together.
-
-    Everything goes to a hidden temporary folder beside ``out_dir`` first, which replaces
-    ``out_dir`` only when complete (:func:`ensml.data.outdir.replace_folder`).
-    """
+def case_files(results: list[CaseResult]) -> dict[str, str | bytes]:
+    """The files of the case studies by name: ``cases.csv``, ``cases.md`` and ``case_<slug>.png``."""
     from ensml.verify.tables import to_markdown
 
-    with replace_folder(out_dir, "cases", CASES_NAMES) as tmp:
-        table = cases_table(results)
-        table.to_csv(tmp / "cases.csv", index=False)
-        (tmp / "cases.md").write_text(to_markdown(formatted(table)))
-        for r in results:
-            (tmp / f"case_{r.case.slug}.png").write_bytes(r.figure)
-    return Path(out_dir)
+    table = cases_table(results)
+    files: dict[str, str | bytes] = {
+        "cases.csv": table.to_csv(index=False),
+        "cases.md": to_markdown(formatted(table)),
+    }
+    files.update({f"case_{r.case.slug}.png": r.figure for r in results})
+    return files
 
 
 __all__ = [
-    "CASES_NAMES",
     "CaseResult",
+    "case_files",
     "cases_table",
     "formatted",
     "gaussian_members",
     "score_case",
-    "write_cases",
 ]

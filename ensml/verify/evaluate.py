@@ -30,7 +30,7 @@ import xarray as xr
 
 from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame, leads_option
 from ensml.data.grid import grid_mapping, horizontal_dims
-from ensml.data.outdir import check_output_folder, replace_folder
+from ensml.data.outputs import OutputFolder
 from ensml.names import (
     COORD_ATTRS,
     INIT_TIME,
@@ -48,10 +48,10 @@ from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.verify.cases import load_cases
-from ensml.verify.casestudy import CaseResult, score_case, write_cases
+from ensml.verify.casestudy import CaseResult, case_files, score_case
 from ensml.verify.inputs import check_complete
 from ensml.verify.levels import at, levels_of, table_level
-from ensml.verify.tables import EVALUATE_NAMES, write_outputs
+from ensml.verify.tables import Content, score_files, write_files
 
 
 @dataclass
@@ -66,8 +66,18 @@ class Scores:
     dropped: np.ndarray  # leads some file lacks, left out under ``leads="common"``
     variables: list[str]
     levels: list[float]
-    out_dir: Path
+    per_point: xr.Dataset  # the per-point scores (``scores.nc``)
     cases: list[CaseResult] = field(default_factory=list)
+    out_dir: Path | None = None  # where :func:`evaluate` wrote them
+
+    def files(self) -> dict[str, Content]:
+        """The files of ``evaluate`` by name (``scores.*``, ``spread.*``, ``cases/*``)."""
+        files = score_files(
+            self.table, self.spread, self.per_point, self.n_inits, self.weighting, self.leads_note
+        )
+        if self.cases:
+            files.update({f"cases/{name}": data for name, data in case_files(self.cases).items()})
+        return files
 
     @property
     def leads_note(self) -> str:
@@ -120,11 +130,47 @@ def evaluate(
         Before anything is written, naming the file: predictions of the wrong kind or without
         run metadata, files of two runs in one option, a ``k`` that disagrees with the runs, a
         missing variable, level or lead time, no lead time in common, or a NaN or infinite
-        value in any value read for scoring.
+        value in any value read for scoring; an ``out_dir`` that ensml may not write (a
+        non-empty folder without its ledger, a file, the current folder, read-only), checked
+        before any work. While writing: a full disk and the like, naming the path; the folder is
+        then as it was. Only files that ``evaluate``'s ledger records are replaced or removed
+        (:mod:`ensml.data.outputs`).
     """
-    # cases are scored first: a bad case fails before any other work (they are small)
-    check_output_folder(out_dir, "evaluate", EVALUATE_NAMES)  # before the work, not after
+    names = [
+        "scores.csv",
+        "scores.md",
+        "scores.nc",
+        *(["spread.csv", "spread.md"] if spread_predictions else []),
+    ]
+    names += ["cases/cases.csv", "cases/cases.md"] if cases else []
+    OutputFolder.check(out_dir, "evaluate", names=names)  # before the work: fails in seconds
+    scores = score(
+        forecast, analysis, predictions, spread_predictions, oracle, members, k=k, leads=leads,
+        variables=variables, levels=levels, cases=cases,
+    )  # fmt: skip
+    note(f"evaluate: writing the tables and per-point scores to {out_dir}")
+    with OutputFolder.open(out_dir, "evaluate", whole=True) as folder:  # one run's results, whole
+        write_files(folder, scores.files())
+    scores.out_dir = Path(out_dir)
+    return scores
+
+
+def score(
+    forecast: str | list[str],
+    analysis: str | list[str],
+    predictions: str | list[str] | None = None,
+    spread_predictions: str | list[str] | None = None,
+    oracle: str | None = None,
+    members: str | list[str] | None = None,
+    k: int | None = None,
+    leads: LeadLike | Sequence[LeadLike] | None = None,
+    variables: list[str] | None = None,
+    levels: list[float] | None = None,
+    cases: str | list[str] | None = None,
+) -> Scores:
+    """What :func:`evaluate` scores, in memory: nothing is written (see its options)."""
     leads = leads_option(leads)  # a bad lead fails before the cases
+    # cases are scored first: a bad case fails before any other work (they are small)
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in load_cases(cases or [])]
     frame = build_frame(
         forecast, analysis, variables=variables, levels=levels, leads=leads, predictions=predictions,
@@ -135,17 +181,11 @@ def evaluate(
         note(f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
              f"{format_leads(frame.dropped)}")  # fmt: skip
     table, spread, per_point = score_frame(frame, k)
-    note(f"evaluate: writing the tables and per-point scores to {out_dir}")
-    scores = Scores(
+    return Scores(
         table, spread, n_inits=frame.inits.size, weighting=frame.weights.attrs["weighting"],
         leads=frame.leads, dropped=frame.dropped, variables=frame.variables, levels=frame.levels,
-        out_dir=Path(out_dir), cases=studies,
+        per_point=per_point, cases=studies,
     )  # fmt: skip
-    with replace_folder(out_dir, "evaluate", EVALUATE_NAMES) as folder:  # one run's results, whole
-        write_outputs(folder, table, spread, per_point, scores.n_inits, scores.weighting, scores.leads_note)
-        if studies:
-            write_cases(folder / "cases", studies)
-    return scores
 
 
 def score_frame(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset]:
@@ -328,4 +368,12 @@ def _slug(name: str) -> str:
     return name.split(" (")[0].replace(" ", "_").replace("-", "_")
 
 
-__all__: Sequence[str] = ["Scores", "crps_rows", "evaluate", "score_frame", "score_variable", "spread_scores"]
+__all__: Sequence[str] = [
+    "Scores",
+    "crps_rows",
+    "evaluate",
+    "score",
+    "score_frame",
+    "score_variable",
+    "spread_scores",
+]

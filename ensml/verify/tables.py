@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import xarray as xr
 
-from ensml.data.writers import write_netcdf
+if TYPE_CHECKING:
+    from ensml.data.outputs import OutputFolder
+
 
 FLOAT_FORMATS = {
     "crps": "{:.4g}",
@@ -40,7 +42,8 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-EVALUATE_NAMES = ("scores.csv", "scores.md", "scores.nc", "spread.csv", "spread.md", "cases")
+#: What an output of a verb is: text, bytes, or a dataset written as CF netCDF.
+Content = str | bytes | xr.Dataset
 
 
 def weighting_phrase(weighting: str) -> str:
@@ -48,33 +51,47 @@ def weighting_phrase(weighting: str) -> str:
     return f"unweighted ({weighting})" if weighting.startswith("uniform") else f"area-weighted ({weighting})"
 
 
-def write_outputs(
-    folder: Path,
+def score_files(
     table: pd.DataFrame,
     spread: pd.DataFrame | None,
     fields: xr.Dataset,
     n_inits: int,
     weighting: str = "exact cell area",
     leads_note: str = "",
-) -> None:
-    """Write evaluate's tables and per-point scores into ``folder`` (a new, empty folder).
+) -> dict[str, Content]:
+    """Evaluate's tables and per-point scores by file name (``scores.csv``, ``scores.md``, ``scores.nc``,
+    and ``spread.csv``, ``spread.md`` with a spread table).
 
-    ``evaluate`` builds its output folder this way inside :func:`ensml.data.outdir.replace_folder`,
-    so ``out_dir`` holds one run's results, complete, or the earlier run's. ``weighting`` (the
-    attribute of :func:`ensml.data.weights.area_weights`) is stated in the headers and in
-    ``scores.nc``; ``leads_note`` (leads left out, see :class:`ensml.verify.evaluate.Scores`) in
-    the headers.
+    ``weighting`` (the attribute of :func:`ensml.data.weights.area_weights`) is stated in the
+    headers and in ``scores.nc``; ``leads_note`` (leads left out, see
+    :class:`ensml.verify.evaluate.Scores`) in the headers.
     """
     header = " ".join(
         filter(None, [f"Scores over {n_inits} init times, {weighting_phrase(weighting)}.", leads_note])
     )
     header += "\n\n"
-    table.to_csv(folder / "scores.csv", index=False)
-    (folder / "scores.md").write_text(header + to_markdown(table))
+    files: dict[str, Content] = {
+        "scores.csv": table.to_csv(index=False),
+        "scores.md": header + to_markdown(table),
+    }
     if spread is not None:
-        spread.to_csv(folder / "spread.csv", index=False)
-        (folder / "spread.md").write_text(header + to_markdown(spread))
+        files["spread.csv"] = spread.to_csv(index=False)
+        files["spread.md"] = header + to_markdown(spread)
+    fields = fields.copy()
     fields.attrs.update(
         title="ensml per-point scores (mean over init times)", init_times=n_inits, weighting=weighting
     )
-    write_netcdf(fields, folder / "scores.nc")
+    files["scores.nc"] = fields
+    return files
+
+
+def write_files(folder: OutputFolder, files: dict[str, Content], prefix: str = "") -> None:
+    """Write ``files`` (name → content) into ``folder`` under ``prefix`` (``"cases/"``): text and
+    bytes as they are, datasets as CF netCDF (``history``: the folder's command)."""
+    for name, content in files.items():
+        if isinstance(content, xr.Dataset):
+            folder.write_netcdf(content, prefix + name, history=folder.command)
+        elif isinstance(content, str):
+            folder.write_text(prefix + name, content)
+        else:
+            folder.write_bytes(prefix + name, content)
