@@ -17,6 +17,7 @@ import yaml
 
 from ensml.cli.main import main
 from ensml.data.outputs import STATE_DIR, Ledger
+from tests.cli.process import finish, start_cli
 from tests.data.outputs_sandbox import make_sandbox, run_python, snapshot
 from tests.verify.reference_inputs import CASE
 
@@ -155,3 +156,19 @@ def test_benchmark_range_checks_before_any_side_effect(tmp_path, capsys) -> None
         assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_two_evaluate_runs_into_one_folder(tiny_data, tmp_path: Path) -> None:
+    """Two runs at once: each writes the whole folder or stops in one line naming the other."""
+    args = _args("evaluate", tiny_data, Path("out"))
+    runs = [start_cli(args, tmp_path) for _ in range(2)]
+    done = [finish(run, f"concurrent run {i}") for i, run in enumerate(runs)]  # stdout and stderr
+    assert 0 in [d.returncode for d in done], [d.stdout[-2000:] for d in done]
+    for d in done:
+        if d.returncode != 0:
+            last = d.stdout.strip().splitlines()[-1]
+            assert d.returncode == 1 and "Traceback" not in d.stdout and last.startswith("ensml: "), last
+    out = tmp_path / "out"
+    assert {p.name for p in out.iterdir()} == {STATE_DIR, "scores.csv", "scores.md", "scores.nc"}
+    assert set(_ledger(out)) == {"scores.csv", "scores.md", "scores.nc"}
+    assert not list((out / STATE_DIR / "staging").glob("*/*")), "a temporary was left behind"
