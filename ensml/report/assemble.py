@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from ensml.data.frame import EnsembleFrame, build_frame, leads_option
+from ensml.data.frame import EnsembleFrame, build_frame
 from ensml.data.grid import describe, is_projected
 from ensml.data.open import check_lead_times, open_forecast
 from ensml.data.outputs import OutputFolder
+from ensml.data.runfiles import leads_option
 from ensml.errors import EnsmlError
 from ensml.names import LEVEL, LeadLike, parse_lead
 from ensml.progress import Progress, note, seconds

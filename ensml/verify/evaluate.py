@@ -28,9 +28,10 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame, leads_option
+from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame
 from ensml.data.grid import grid_mapping, horizontal_dims
 from ensml.data.outputs import OutputFolder
+from ensml.data.runfiles import leads_option
 from ensml.names import (
     COORD_ATTRS,
     INIT_TIME,

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from ensml.data.frame import build_frame, choose_leads, scan_run
+from ensml.data.frame import build_frame
+from ensml.data.runfiles import choose_leads, scan_run
 from ensml.errors import EnsmlError
 from ensml.predictions import RunMeta
 from tests.conftest import cell_area_weights
