@@ -288,17 +288,38 @@ def benchmark(
     plural = "" if len(models) == 1 else "s"
     note(f"benchmark: {len(emos)} EMOS variants and {len(models)} network{plural} to train on {data_dir}")
 
-    preds: dict[str, dict] = {}
-    info: dict[str, dict] = {}
     quiet_lightning()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    extra = (paths, synth) if bound else None
+    preds, info = _train_all(dm, models, tasks, list(emos), seed, limit_train_batches, extra)
+    table = score_all(dm, paths, preds, info)
+    files = benchmark_files(table, summarise(table), n_inits=len(dm.init_times("test")))
+    with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:  # the three tables, whole
+        for name, text in files.items():
+            folder.write_text(name, text)
+    return table
+
+
+def _train_all(
+    dm: EnsembleDataModule,
+    models: list[ModelSpec],
+    tasks: list,
+    emos: list[str],
+    seed: int,
+    limit_train_batches: int | None,
+    bound: tuple | None,
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Fit the EMOS variants (and the bounds: ``bound`` = (paths, synth options)), train every
+    model; their test predictions and information (parameters, time to quality), by name."""
+    preds: dict[str, dict] = {}
+    info: dict[str, dict] = {}
     with Progress("benchmark", len(models) + 1, "models") as progress:
         progress.describe("EMOS")
-        emos_preds, emos_info, baselines, test = _emos(dm, list(emos), seed)
+        emos_preds, emos_info, baselines, test = _emos(dm, emos, seed)
         preds.update(emos_preds)
         info.update(emos_info)
-        if bound:
-            preds.update(_bounds(dm, paths, synth, test))
+        if bound is not None:
+            preds.update(_bounds(dm, *bound, test))
         progress.advance(f"{' and '.join(emos_info)} fitted in {seconds(progress.lap)}")
         for spec, task in zip(models, tasks):
             progress.describe(spec.name)
@@ -311,13 +332,7 @@ def benchmark(
                 **time_to_quality(log, baselines[spec.task]),
             }
             progress.advance(f"{spec.name} trained in {seconds(took)}")
-
-    table = score_all(dm, paths, preds, info)
-    files = benchmark_files(table, summarise(table), n_inits=len(dm.init_times("test")))
-    with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:  # the three tables, whole
-        for name, text in files.items():
-            folder.write_text(name, text)
-    return table
+    return preds, info
 
 
 __all__ = ["ModelSpec", "SynthOptions", "benchmark"]
