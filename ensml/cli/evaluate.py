@@ -72,9 +72,11 @@ def evaluate(
         Score these pressure levels in hPa (default: all of the forecast's).
     out_dir
         Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` (one block of rows per
-        lead, column ``lead_h``) and the per-point ``scores.nc`` are written (all at the end,
-        each to a temporary name first). ``scores.nc`` has a ``lead_time`` dim when more than
-        one lead is scored; with one, its fields have none (a scalar ``lead_time``).
+        lead, column ``lead_h``) and the per-point ``scores.nc`` are written, all together at the
+        end. New, empty, or a folder whose ledger (``.ensml/``) records ensml's outputs: a rerun
+        replaces only the files that ledger records as evaluate's; any other non-empty folder is
+        refused before any work. ``scores.nc`` has a ``lead_time`` dim when more than one lead
+        is scored; with one, its fields have none (a scalar ``lead_time``).
     cases
         Case-study YAML files, folders or globs (see :mod:`ensml.verify.cases`): scored per case
         (at each case's own ``lead``) and forecast into ``<out_dir>/cases/`` (``cases.csv``,

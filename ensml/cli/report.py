@@ -64,7 +64,10 @@ def report(
         Also study this many dates/boxes found automatically where the analysis exceeds its
         monthly climatological 99% quantile over the largest area.
     out_dir
-        The report folder; replaced as a whole when the new report is complete.
+        The report folder (``report.md``, ``report.html``, ``figures/``, ``tables/``), written
+        together at the end: new, empty, or an earlier report's, whose files its ledger
+        (``.ensml/``) records; a user's files beside them are kept, any other non-empty folder
+        is refused before any work.
     title
         The report's title.
     case_variable
