@@ -8,21 +8,22 @@ score, once:
 * the forecast and the analysis (:mod:`ensml.data.open`) on one grid, with the variables,
   levels and lead times asked for;
 * optionally the files of ``ensml predict`` / ``ensml postprocess`` given to an option
-  (:data:`ensml.data.runfiles.ROLES`: ``predictions``, ``spread predictions``, ``members``). Each file's run metadata
-  is read back (:meth:`ensml.predictions.RunMeta.from_attrs`; a file without it is refused), the
-  task that made it must be the one its option scores, and the files of one option must come
-  from one run (:func:`ensml.predictions.one_run`, naming two checkpoints that differ);
+  (:data:`ensml.data.runfiles.ROLES`: ``predictions``, ``spread predictions``, ``members``).
+  Each file's run metadata is read back (:meth:`ensml.predictions.RunMeta.from_attrs`; a file
+  without it is refused), the task that made it must be the one its option scores, and the
+  files of one option must come from one run (:func:`ensml.predictions.one_run`, naming two
+  checkpoints that differ);
 * optionally the generator's oracle (``<var>_mean``/``<var>_std`` by init and lead);
 * the init times that every source holds and whose valid time the analysis holds at every lead;
 * the area weights of the grid (:func:`ensml.data.weights.area_weights`, the one weighting).
 
 :meth:`EnsembleFrame.at` then reads one lead at a time, so memory holds one lead's fields.
 
-Lead times (:func:`ensml.data.runfiles.choose_leads`): by default the leads of the runs given (every forecast lead
-but 0 h without one); a lead that one of their files lacks is an error naming the file and the
-lead, unless the leads asked for are ``"common"``: the leads every file holds, the others
-reported as dropped. A *partial* frame (case studies, the report's charts by lead) instead
-leaves a source out where it lacks a lead or a variable.
+Lead times (:func:`ensml.data.runfiles.choose_leads`): by default the leads of the runs given
+(every forecast lead but 0 h without one); a lead that one of their files lacks is an error
+naming the file and the lead, unless the leads asked for are ``"common"``: the leads every file
+holds, the others reported as dropped. A *partial* frame (case studies, the report's charts by
+lead) instead leaves a source out where it lacks a lead or a variable.
 """
 
 from __future__ import annotations
