@@ -149,5 +149,5 @@ def test_an_output_folder_that_is_a_file(checkpoints, archive_dir, tiny_data, tm
         main(pp_args([checkpoints["mixed48"]], archive_dir / "*.nc", out, analysis=tiny_data["analysis"]))
         == 1
     )
-    assert capsys.readouterr().err.strip() == f"ensml: out_dir {out} is a file, not a folder"
+    assert capsys.readouterr().err.strip() == f"ensml: postprocess: out_dir {out} is a file, not a folder"
     assert out.read_text() == "a file"
