@@ -16,7 +16,7 @@ from rich.console import Console
 from ensml import __version__
 from ensml.data.open import open_forecast
 from ensml.data.outputs import OutputFolder, create_zarr_store
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, Interrupted, PartialFailure
 from ensml.names import LATITUDE, LONGITUDE, MEMBER, format_leads
 from ensml.postprocess.cluster import ClusterSpec, connect, job_script
 from ensml.postprocess.manifest import MANIFEST, Manifest, data_sha256, input_identity, zarr_store_id
@@ -166,8 +166,8 @@ def postprocess(
                     torch.set_num_threads(spec.torch_threads)
                 with connect(spec, ModelPlugin(models, device, spec.torch_threads)) as client:
                     execute(todo, job, client, finish)
-        except KeyboardInterrupt:
-            raise EnsmlError(
+        except KeyboardInterrupt:  # exit status 130, as the CLI gives a Ctrl-C elsewhere
+            raise Interrupted(
                 f"interrupted after {len(records)} of {len(todo)} units; run the same command again to finish"
             ) from None
         finally:
@@ -200,7 +200,8 @@ def _report(records: list[dict[str, Any]], up_to_date: int, elapsed: float, clus
     counts["failed"] = len(records) - counts["done"]
     if counts["failed"]:
         total = sum(counts.values())
-        raise EnsmlError(f"{counts['failed']} of {total} units failed (reasons above and in {manifest.path})")
+        message = f"{counts['failed']} of {total} units failed (reasons above and in {manifest.path})"
+        raise PartialFailure(message)  # exit status 2: the rest is complete
     return counts
 
 
