@@ -82,6 +82,9 @@ class RunFolder:
 
     def check(self, trainer: L.Trainer) -> None:
         """Raise unless the run may write its folder (nothing is created); remember the layout."""
+        root = Path(trainer.default_root_dir)
+        if root.exists() and not root.is_dir():  # Lightning would fail on it later, with a traceback
+            raise EnsmlError(f"{COMMAND}: default_root_dir {root} is a file, not a folder")
         self.root, self.names = self.layout(trainer)
         OutputFolder.check(self.root, COMMAND, names=self.names)
 
