@@ -8,13 +8,11 @@ renames, which writers take in turn (a lock on the parent folder). Tested with r
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import time
 from pathlib import Path
 
 import xarray as xr
 
-from ensml.data.writers import atomic_path
 from tests.cli.process import finish, start_cli
 from tests.conftest import SMOKE, tiny_data_args
 
@@ -50,28 +48,3 @@ def test_a_second_predict_into_the_same_folder_is_refused_while_the_first_runs(
     with xr.open_dataset(tmp_path / "runs/smoke/predictions.nc") as ours:
         with xr.open_dataset(fitted / "runs/smoke/predictions.nc") as single:
             xr.testing.assert_allclose(ours.load(), single.load())
-
-
-def _write_folder(path: str, tag: int, rounds: int, start) -> None:
-    start.wait()
-    for r in range(rounds):
-        with atomic_path(Path(path)) as tmp:
-            tmp.mkdir()
-            for name in ("a.txt", "b.txt", "c.txt"):
-                (tmp / name).write_text(f"{tag}-{r}\n")
-
-
-def test_many_processes_replacing_one_folder(tmp_path: Path) -> None:
-    writers = 4
-    ctx = mp.get_context("fork")
-    start = ctx.Barrier(writers)
-    path = tmp_path / "out"
-    procs = [ctx.Process(target=_write_folder, args=(str(path), i, 25, start)) for i in range(writers)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-    assert [p.exitcode for p in procs] == [0] * writers  # no writer failed on another's rename
-    contents = {(path / name).read_text() for name in ("a.txt", "b.txt", "c.txt")}
-    assert len(contents) == 1 and sorted(p.name for p in path.iterdir()) == ["a.txt", "b.txt", "c.txt"]
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary left

@@ -1,4 +1,5 @@
-"""No command destroys a user's folder or leaves debris: owned output folders, swept temporaries."""
+"""No command destroys a user's folder or leaves debris, seen from the command line (the output
+module's own tests are tests/data/test_outputs*.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import pytest
 import xarray as xr
 
 from ensml.cli.main import main
-from ensml.data.outdir import MARKER, check_output_folder, owner, replace_folder
-from ensml.errors import EnsmlError
+from ensml.data.outputs import STATE_DIR
 from tests.cli.test_bad_input import run_failing
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
@@ -32,6 +32,10 @@ def _evaluate(data: dict[str, Path], out: str, *extra: str) -> list[str]:
             f"--out_dir={out}", *extra]  # fmt: skip
 
 
+def _ledger(folder: Path) -> dict[str, dict]:
+    return json.loads((folder / STATE_DIR / "ledger.json").read_text())["entries"]
+
+
 def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -41,7 +45,7 @@ def test_report_refuses_a_folder_it_did_not_write(tiny_data, work, capsys) -> No
     (runs / "mixed" / "checkpoints").mkdir(parents=True)
     (runs / "mixed" / "checkpoints" / "best.ckpt").write_bytes(b"weights")
     before = _tree(runs)
-    line = run_failing(_report(tiny_data, "runs"), capsys, "holds files that ensml report did not write")
+    line = run_failing(_report(tiny_data, "runs"), capsys, "holds 1 entry ensml did not write (e.g. mixed)")
     assert "runs" in line and _tree(runs) == before
 
 
@@ -49,7 +53,7 @@ def test_report_refuses_a_folder_it_did_not_write(tiny_data, work, capsys) -> No
 def test_out_dir_is_a_file(tiny_data, work, capsys, command) -> None:
     (work / "out").write_text("my notes")
     args = _report(tiny_data, "out") if command == "report" else _evaluate(tiny_data, "out")
-    run_failing(args, capsys, f"cannot write {command} out_dir out: it is a file")
+    run_failing(args, capsys, f"{command}: out_dir out is a file, not a folder")
     assert (work / "out").read_text() == "my notes"
 
 
@@ -79,18 +83,10 @@ def test_read_only_out_dir(tiny_data, work, capsys, monkeypatch, command) -> Non
             "evaluate": _evaluate(tiny_data, "ro/out"),
             "synth": ["data", "synth", "--out_dir=ro/out", "--n_lat=4", "--n_lon=8"],
         }[command]
-        # synth writes through ensml.data.outputs, whose message names the folder that is not writable
-        run_failing(args, capsys, "is not writable" if command == "synth" else "read-only")
+        run_failing(args, capsys, "is not writable")
         assert not any(ro.iterdir())
     finally:
         ro.chmod(0o755)
-
-
-def test_read_only_checked_for_root_too(tmp_path, monkeypatch) -> None:
-    """The permission check itself (root passes os.access, so it is exercised by patching)."""
-    monkeypatch.setattr(os, "access", lambda path, mode: False)
-    with pytest.raises(EnsmlError, match=r"^cannot write report out_dir .* is read-only$"):
-        check_output_folder(tmp_path / "out", "report")
 
 
 def test_evaluate_folder_holds_one_run(tiny_data, fitted, work) -> None:
@@ -103,33 +99,22 @@ def test_evaluate_folder_holds_one_run(tiny_data, fitted, work) -> None:
     sd.to_netcdf(work / "spread.nc")
     first = main(_evaluate(tiny_data, "ev", f"--spread_predictions={work / 'spread.nc'}"))
     assert first == 0 and (work / "ev" / "spread.csv").is_file()
-    assert owner(work / "ev") == "evaluate"
+    assert {e["command"] for e in _ledger(work / "ev").values()} == {"evaluate"}
     assert main(_evaluate(tiny_data, "ev")) == 0
-    assert sorted(p.name for p in (work / "ev").iterdir()) == [MARKER, "scores.csv", "scores.md", "scores.nc"]
+    names = sorted(p.name for p in (work / "ev").iterdir())
+    assert names == [STATE_DIR, "scores.csv", "scores.md", "scores.nc"]
     assert [p.name for p in work.iterdir() if p.name.startswith(".")] == []
 
 
-def test_folder_of_an_older_ensml_is_recognised(tiny_data, work) -> None:
-    """A folder without marker that holds only what the command writes is an earlier run's."""
+def test_a_folder_without_ledger_is_refused_whatever_it_holds(tiny_data, work, capsys) -> None:
+    """Files named like evaluate's own, but not in a ledger, are a user's: refused, left as they were."""
     old = work / "ev"
     old.mkdir()
     for name in ("scores.csv", "spread.csv", "spread.md"):
-        (old / name).write_text("old")
-    assert main(_evaluate(tiny_data, "ev")) == 0
-    assert (
-        not (old / "spread.csv").exists() and json.loads((old / MARKER).read_text())["command"] == "evaluate"
-    )
-
-
-def test_failure_keeps_the_earlier_folder(tmp_path) -> None:
-    out = tmp_path / "out"
-    with replace_folder(out, "evaluate") as folder:
-        (folder / "scores.csv").write_text("first")
-    with pytest.raises(RuntimeError), replace_folder(out, "evaluate") as folder:
-        (folder / "scores.csv").write_text("second")
-        raise RuntimeError("cut short")
-    assert (out / "scores.csv").read_text() == "first"
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+        (old / name).write_text("mine")
+    before = _tree(old)
+    run_failing(_evaluate(tiny_data, "ev"), capsys, "ev")
+    assert _tree(old) == before and not (old / STATE_DIR).exists()
 
 
 def test_synth_out_dir_under_a_file(work, capsys) -> None:
