@@ -73,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if verbose():
             traceback.print_exc()
         print(f"ensml: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code  # 1; 2 for a partial failure; 128 + signal when interrupted
+    except KeyboardInterrupt:  # Ctrl-C where no command handles it: one line, not a traceback
+        print("ensml: interrupted", file=sys.stderr)
+        return 130
     except ArgumentError as exc:  # a bad option or config value, from jsonargparse
         verb = _verb(args)
         print(f"ensml: {verb + ': ' if verb else ''}{describe(str(exc), verb)}", file=sys.stderr)

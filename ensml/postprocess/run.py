@@ -16,9 +16,10 @@ from rich.console import Console
 from ensml import __version__
 from ensml.data.open import open_forecast
 from ensml.data.writers import remove_temporaries
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, PartialFailure
 from ensml.names import LATITUDE, LONGITUDE, MEMBER
-from ensml.postprocess.cluster import ClusterSpec, connect, job_script
+from ensml.postprocess.cluster import ClusterSpec, Connection, for_workers, job_script
+from ensml.postprocess.interrupt import critical, interrupted, poll, stops_on_signals
 from ensml.postprocess.manifest import Manifest, input_identity, output_lock
 from ensml.postprocess.models import ModelSet
 from ensml.postprocess.options import (
@@ -35,11 +36,16 @@ from ensml.postprocess.outputs import create_zarr_store, data_sha256, zarr_store
 from ensml.postprocess.plan import ZARR_STORE, expand_inputs, netcdf_units, zarr_units
 from ensml.postprocess.products import product_dataset
 from ensml.postprocess.progress import run_progress, summary
+from ensml.postprocess.supervisor import Supervisor
 from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
 from ensml.progress import note
 from ensml.provenance import command
 
+#: Seconds to fetch a finished unit's record (a few kB) before looking at the cluster again.
+GATHER_S = 5.0
 
+
+@stops_on_signals
 def postprocess(
     checkpoints: list[str],
     forecasts: str | list[str],
@@ -113,7 +119,7 @@ def postprocess(
     spec = ClusterSpec(
         cluster, workers, threads_per_worker, scheduler_file, scheduler_address, jobqueue or JobQueue()
     )
-    spec.check()
+    spec.check(submit=not dry_run)
     models = ModelSet.from_paths(checkpoints)
     thresholds = check_products(products, models.variables, models.levels)
     inputs = expand_inputs(forecasts)
@@ -160,6 +166,7 @@ def postprocess(
         todo = [u for u in units if force or not _current(manifest, u, identities[u.key], verify)]
         job = Job(models, job_products, tuple(thresholds), analysis_files, format, device, attrs, command())
         progress = run_progress(len(todo))
+        conn = Connection(spec, ModelPlugin(models, device, spec.torch_threads))
 
         def finish(unit: Unit, result: dict[str, Any]) -> None:
             stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -172,11 +179,12 @@ def postprocess(
             if todo:
                 if spec.kind == "none" and not spec.joins:
                     torch.set_num_threads(spec.torch_threads)
-                with connect(spec, ModelPlugin(models, device, spec.torch_threads)) as client:
-                    execute(todo, job, client, finish)
-        except KeyboardInterrupt:
-            raise EnsmlError(
-                f"interrupted after {len(records)} of {len(todo)} units; run the same command again to finish"
+                with conn:
+                    execute(todo, job, conn.client, finish, conn.supervisor)
+        except KeyboardInterrupt:  # a signal (see .interrupt): the connection cancelled the jobs
+            n = progress.done + progress.failed
+            raise interrupted(
+                f" after {n} of {len(todo)} units{conn.jobs_note()}; run the same command again to finish"
             ) from None
         finally:
             progress.close()
@@ -184,7 +192,7 @@ def postprocess(
             remove_temporaries(out)  # of workers killed in this run (a live writer's are kept)
     elapsed = time.perf_counter() - start
     up_to_date = len(units) - len(todo)
-    table, failures = summary(records, up_to_date, elapsed, spec.describe(), str(out))
+    table, failures = summary(records, up_to_date, elapsed, conn.where(), str(out))
     console.print(table)
     for line in failures:
         print(line)
@@ -192,7 +200,9 @@ def postprocess(
     counts["failed"] = len(records) - counts["done"]
     if counts["failed"]:
         total = sum(counts.values())
-        raise EnsmlError(f"{counts['failed']} of {total} units failed (reasons above and in {manifest.path})")
+        raise PartialFailure(
+            f"{counts['failed']} of {total} units failed (reasons above and in {manifest.path})"
+        )
     return counts
 
 
@@ -290,54 +300,78 @@ def _current(manifest: Manifest, unit: Unit, identity: dict[str, Any], verify: b
     return True
 
 
-def execute(units: list[Unit], job: Job, client: Any, finish: Callable[[Unit, dict[str, Any]], None]) -> None:
+def execute(
+    units: list[Unit],
+    job: Job,
+    client: Any,
+    finish: Callable[[Unit, dict[str, Any]], None],
+    supervisor: Supervisor | None = None,
+) -> None:
     """Run ``units`` (in this process when ``client`` is None), calling ``finish`` as each ends.
 
     At most a few units per worker are queued at a time, so the client and scheduler hold
     bounded state however many files there are. A unit whose worker died (distributed retries it
     on another worker up to ``distributed.scheduler.allowed-failures`` times) fails with the reason.
+    ``supervisor`` looks at the cluster about once a second and stops the run (an
+    :class:`EnsmlError`) when it cannot go on; signals are acted on between results.
     """
     if client is None:
         for unit in units:
+            poll()  # a signal stops the run between units (see .interrupt)
             finish(unit, run_unit(unit, job))
         return
-    from distributed import as_completed
+    from distributed import wait
 
+    job, units = for_workers(job, units)
+    supervisor = supervisor or Supervisor(client)
     queue = iter(units)
-    owner: dict[str, Unit] = {}
-    pending = as_completed()
-    window = {"size": 4, "checked": 0.0}
+    owner: dict[Any, Unit] = {}  # future → its unit
+    finished = 0
 
     def top_up() -> None:
-        now = time.monotonic()
-        if now - window["checked"] > 1.0:  # workers may join later (batch jobs): look once a second
-            window.update(size=max(4, 2 * len(client.scheduler_info().get("workers", {}))), checked=now)
-        while len(owner) < window["size"]:
+        while len(owner) < max(4, 2 * supervisor.workers):  # workers may join later (batch jobs)
             unit = next(queue, None)
             if unit is None:
                 return
             # The job (options, checkpoint metadata; a few kB) goes with each unit: a scattered copy
             # would be lost with the worker that holds it.
-            future = client.submit(run_unit, unit, job, pure=False)
-            owner[future.key] = unit
-            pending.add(future)
+            owner[client.submit(run_unit, unit, job, pure=False)] = unit
 
-    top_up()
-    for future in pending:
-        unit = owner.pop(future.key)
-        try:
-            result = future.result()
-        except Exception as exc:  # the worker died (KilledWorker), or the task was lost
-            reason = f"{type(exc).__name__}: a worker died while processing it (out of memory?) {exc}"
-            result = {
-                "key": unit.key,
-                "output": unit.output,
-                "status": "failed",
-                "reason": " ".join(reason.split()),
-            }
-        future.release()
-        finish(unit, result)
+    with critical():  # signals stop the loop at poll(), never inside a call to the scheduler
+        supervisor.watch(0, len(units))
         top_up()
+        while owner:
+            poll()
+            supervisor.watch(finished, len(units))
+            try:
+                done = wait(list(owner), timeout=0.5, return_when="FIRST_COMPLETED").done
+            except TimeoutError:
+                continue
+            for future in done:
+                result = _result(future, owner[future])
+                if result is not None:
+                    finish(owner.pop(future), result)
+                    finished += 1
+            top_up()
+
+
+def _result(future: Any, unit: Unit) -> dict[str, Any] | None:
+    """A finished unit's record; a failed one when its worker died or the task was lost.
+
+    None when the result cannot be fetched within :data:`GATHER_S`: its worker died after
+    finishing it, distributed computes it again, and the caller waits for it again (and keeps
+    watching the cluster meanwhile, which a plain ``result()`` would not).
+    """
+    try:
+        result = future.result(timeout=GATHER_S)
+    except TimeoutError:
+        return None
+    except Exception as exc:  # KilledWorker, a lost task: the unit fails, the run goes on
+        reason = f"{type(exc).__name__}: a worker died while processing it (out of memory?) {exc}"
+        reason = " ".join(reason.split())
+        result = {"key": unit.key, "output": unit.output, "status": "failed", "reason": reason}
+    future.release()
+    return result
 
 
 def _dry_run(

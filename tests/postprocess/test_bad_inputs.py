@@ -63,7 +63,7 @@ def test_a_bad_file_fails_alone(
     bad = folder / "bad.nc"
     make(good[0], bad)
     out = tmp_path / "out"
-    assert main(pp_args([checkpoints["mixed48"]], folder / "*.nc", out, analysis=tiny_data["analysis"])) == 1
+    assert main(pp_args([checkpoints["mixed48"]], folder / "*.nc", out, analysis=tiny_data["analysis"])) == 2
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
     assert err[-1] == f"ensml: 1 of 3 units failed (reasons above and in {out / MANIFEST})"
