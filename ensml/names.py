@@ -230,3 +230,11 @@ def iso_lead(lead: LeadLike) -> str:
     minutes, secs = divmod(rest, 60)
     parts = [f"{n}{unit}" for n, unit in ((hours, "H"), (minutes, "M"), (secs, "S")) if n]
     return "PT" + ("".join(parts) or "0H")
+
+
+def format_leads(leads: LeadLike | Iterable[LeadLike]) -> str:
+    """Several lead times for messages: ``"0, 24, 48 h"`` (one unit when all are whole hours)."""
+    values = parse_leads(leads)
+    if values.size and not (values % HOUR).any():
+        return ", ".join(str(int(v // HOUR)) for v in values) + " h"
+    return ", ".join(format_lead(v) for v in values) or "none"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import lightning  # noqa: F401  (its log handlers bind the real stderr, not a test's captured one)
 import numpy as np
 import pytest
 
@@ -38,7 +39,7 @@ def tiny_data_args(data: dict[str, Path], **overrides: object) -> list[str]:
     default of ``configs/data.yaml``, which ``make demo`` runs).
     """
     args = [f"--data.forecast={data['forecast']}", f"--data.analysis={data['analysis']}"]
-    overrides = {"data.target_lead_hours": 48, **overrides}
+    overrides = {"data.target_leads": 48, **overrides}
     for key, (start, end) in TINY_PERIODS.items():
         args.append(f"--data.{key}=[{start}, {end}]")
     args += [f"--{k}={v}" for k, v in overrides.items()]

@@ -4,8 +4,8 @@ On ``builder-inited`` it writes ``cli.md`` beside ``conf.py`` (generated, gitign
 of ``ensml --help`` and of every command's ``--help``, each under its own heading as a literal
 block. The help comes from calling :func:`ensml.cli.main.main` in this process with stdout captured, the
 program name set to ``ensml`` and ``COLUMNS`` fixed, so the page is the same on every machine. The
-commands come from :mod:`ensml.cli.main` (``LIGHTNING_VERBS`` and ``_components()``), so a new command
-appears here without editing the docs.
+commands come from :func:`ensml.cli.main.commands`, so a new command appears here without editing
+the docs.
 """
 
 from __future__ import annotations
@@ -27,12 +27,9 @@ COLUMNS = "100"
 
 def commands() -> list[list[str]]:
     """Every command of ``ensml`` as its words: ``[["fit"], …, ["data", "synth"], …]``."""
-    from ensml import cli
+    from ensml.cli.main import commands as ensml_commands
 
-    out = [[verb] for verb in cli.LIGHTNING_VERBS]
-    for verb, target in cli._components().items():
-        out += [[verb, sub] for sub in target] if isinstance(target, dict) else [[verb]]
-    return out
+    return [words.split() for words, _ in ensml_commands()]
 
 
 @contextlib.contextmanager

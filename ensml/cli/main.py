@@ -1,45 +1,71 @@
-"""The ``ensml`` command: a thin dispatcher.
+"""The ``ensml`` command: dispatch a verb to its thin module, turn every failure into one line.
 
-``ensml fit|validate|test|predict`` go to LightningCLI; the other verbs (``ensml data synth``,
-``ensml evaluate``) are typed functions parsed by jsonargparse, so every verb takes
-``--config file.yaml`` and dotted overrides the same way. User errors, a bad option included,
-print as one line (``ensml: …``, see :mod:`ensml.cli.parse_errors`) with exit status 1.
+Each verb lives in a module of :mod:`ensml.cli` that imports nothing heavy when it is loaded:
+its function's signature is the verb's options, its docstring the help text, and the library
+it calls is imported inside the function (the IMPROVER pattern). So ``ensml --help`` and
+``ensml VERB --help`` answer without loading torch, xarray or dask. ``fit``, ``validate``,
+``test`` and ``predict`` go to LightningCLI (:mod:`ensml.cli.fit`).
+
+Exit codes are those of :data:`ensml.errors.EXIT_CODES`: a user error prints ``ensml: <what is
+wrong, in which file>`` and exits 1 (2 when part of the work failed); Ctrl-C and SIGTERM exit
+130 and 143 after the command has cleaned up; a full disk or a read-only file system is one line
+naming the path. A Python traceback is printed only for a bug (or with ``--verbose``).
 """
 
 from __future__ import annotations
 
+import errno
+import importlib
+import os
+import signal
 import sys
 import traceback
 from argparse import ArgumentError
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import ModuleType
 
 from ensml import __version__
 from ensml.cli.parse_errors import check_config_files, describe
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, Interrupted
 from ensml.logs import GLOBAL_FLAGS, take_flags, verbose
 from ensml.provenance import set_command
 
-LIGHTNING_VERBS = ("fit", "validate", "test", "predict")
-OTHER_VERBS = ("data", "evaluate", "report", "postprocess", "plan-parallel", "benchmark")
+#: Each verb and the module of :mod:`ensml.cli` that runs it, in the order ``ensml --help`` lists them.
+VERBS: dict[str, str] = {
+    "fit": "fit",
+    "validate": "fit",
+    "test": "fit",
+    "predict": "fit",
+    "data": "data",
+    "evaluate": "evaluate",
+    "report": "report",
+    "postprocess": "postprocess",
+    "plan-parallel": "plan",
+    "benchmark": "benchmark",
+}
+#: What an OSError that reaches the top means, for the one line (other errno values are bugs).
+DISK_ERRORS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EFBIG: "file too large",
+}
 
 
-def _components() -> dict:
-    from ensml.data.archive import archive
-    from ensml.data.synth.generate import synth
-    from ensml.experiments.benchmark import benchmark
-    from ensml.experiments.plan import plan_parallel_cli
-    from ensml.postprocess import postprocess
-    from ensml.report.assemble import report
-    from ensml.verify.evaluate import evaluate
+def verb_module(verb: str) -> ModuleType:
+    """The module of ``verb`` (light: its library is imported when the verb runs)."""
+    if verb not in VERBS:
+        raise EnsmlError(f"unknown command {verb!r}; the commands are {', '.join(VERBS)} (ensml --help)")
+    return importlib.import_module(f"ensml.cli.{VERBS[verb]}")
 
-    return {
-        "data": {"synth": synth, "archive": archive},
-        "evaluate": evaluate,
-        "report": report,
-        "postprocess": postprocess,
-        "plan-parallel": plan_parallel_cli,
-        "benchmark": benchmark,
-    }
+
+def commands() -> list[tuple[str, str]]:
+    """Every command as ``(words, one-line summary)``: ``("fit", …)``, ``("data synth", …)``."""
+    out: list[tuple[str, str]] = []
+    for module in dict.fromkeys(VERBS.values()):
+        out += list(importlib.import_module(f"ensml.cli.{module}").SUMMARIES.items())
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,56 +76,74 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("ensml: give a command (ensml --help lists them)", file=sys.stderr)
         return 1
     if args in (["-h"], ["--help"]):
-        print(overview())
-        return 0
+        return _print(overview())
     if args == ["--version"]:
-        print(f"ensml {__version__}")
-        return 0
+        return _print(f"ensml {__version__}")
     try:
-        args = take_flags(args)
-        if args and not args[0].startswith("-") and args[0] not in LIGHTNING_VERBS + OTHER_VERBS:
-            verbs = ", ".join(LIGHTNING_VERBS + OTHER_VERBS)
-            raise EnsmlError(f"unknown command {args[0]!r}; the commands are {verbs} (ensml --help)")
-        check_config_files(args)
-        if args and args[0] in LIGHTNING_VERBS:
-            from ensml.train.lightning_cli import run_lightning
-
-            run_lightning(args)
-        else:
-            from jsonargparse import auto_cli
-
-            auto_cli(_components(), args=args, as_positional=False, exit_on_error=False)
+        with _terminate_as_interrupt():
+            args = take_flags(args)
+            if not args:
+                raise EnsmlError("give a command (ensml --help lists them)")
+            module = verb_module(args[0])
+            check_config_files(args)
+            module.run(args)
     except EnsmlError as exc:
-        if verbose():
-            traceback.print_exc()
-        print(f"ensml: {exc}", file=sys.stderr)
-        return exc.exit_code  # 1; 2 for a partial failure; 128 + signal when interrupted
-    except KeyboardInterrupt:  # Ctrl-C where no command handles it: one line, not a traceback
-        print("ensml: interrupted", file=sys.stderr)
-        return 130
+        return _fail(str(exc), exc.exit_code)
     except ArgumentError as exc:  # a bad option or config value, from jsonargparse
         verb = _verb(args)
-        print(f"ensml: {verb + ': ' if verb else ''}{describe(str(exc), verb)}", file=sys.stderr)
-        return 1
+        return _fail(f"{verb + ': ' if verb else ''}{describe(str(exc), verb)}", 1)
+    except KeyboardInterrupt:
+        return _fail("interrupted (Ctrl-C); complete outputs are kept, run the same command to finish", 130)
+    except BrokenPipeError:  # the reader of our output went away (ensml … | head)
+        sys.stdout = open(os.devnull, "w")
+        return 141
+    except OSError as exc:
+        if exc.errno not in DISK_ERRORS:
+            raise
+        where = exc.filename or "a file"
+        return _fail(f"cannot write {where}: {DISK_ERRORS[exc.errno]}", 1)
     return 0
 
 
-LIGHTNING_SUMMARIES = {
-    "fit": "Train a model (spread or post-processing) from a YAML config: --config configs/mixed.yaml.",
-    "validate": "Score a checkpoint on the validation split (--ckpt_path).",
-    "test": "Score a checkpoint on the test split (--ckpt_path).",
-    "predict": "Write a checkpoint's predictions for the test split to netCDF (--ckpt_path).",
-}
+def _fail(message: str, status: int) -> int:
+    if verbose():
+        traceback.print_exc()
+    print(f"ensml: {message}", file=sys.stderr)
+    return status
+
+
+def _print(text: str) -> int:
+    try:
+        print(text)
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")
+        return 141
+    return 0
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a batch system's kill, ``scancel``) unwinds like Ctrl-C: cleanup runs, exit 143."""
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Interrupted("terminated (SIGTERM); complete outputs are kept, run again to finish", signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread (an embedding program): leave its handlers alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def overview() -> str:
     """``ensml --help``: every command with a one-line summary."""
-    rows = list(LIGHTNING_SUMMARIES.items())
-    for verb, target in _components().items():
-        subs = target.items() if isinstance(target, dict) else [("", target)]
-        rows += [(f"{verb} {sub}".strip(), _summary(fn)) for sub, fn in subs]
-    width = max(len(verb) for verb, _ in rows)
-    lines = [f"  {verb:<{width}}  {summary}" for verb, summary in rows]
+    rows = commands()
+    width = max(len(words) for words, _ in rows)
+    lines = [f"  {words:<{width}}  {summary}" for words, summary in rows]
     return "\n".join([
         f"ensml {__version__}: machine learning on weather ensembles.",
         "",
@@ -113,11 +157,6 @@ def overview() -> str:
         "",
         "ensml COMMAND --help lists a command's options; ensml --version prints the version.",
     ])  # fmt: skip
-
-
-def _summary(fn: object) -> str:
-    doc = (getattr(fn, "__doc__", None) or "").strip()
-    return doc.splitlines()[0].replace("``", "") if doc else ""
 
 
 def _verb(args: Sequence[str]) -> str:

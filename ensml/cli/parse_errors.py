@@ -108,9 +108,9 @@ def describe(message: str, verb: str = "") -> str:
     choice = re.match(r"^argument subcommand: invalid choice: '([^']*)' \(choose from (.*)\)$", first)
     if choice:
         return f"unknown command {choice.group(1)!r}; the commands are {choice.group(2).replace(chr(39), '')}"
-    sub = re.match(r'^expected "([\w.-]+)\.subcommand" to be one of \{(.*)\}', first)
+    sub = re.match(r'^expected "(?:[\w.-]+\.)?subcommand" to be one of \{(.*)\}', first)
     if sub:
-        return f"needs a command: {sub.group(2).replace(',', ' or ')}"
+        return f"needs a command: {sub.group(1).replace(',', ' or ')}"
     required = re.match(r"^the following arguments are required: (.*)$", first)
     if required:
         keys = [k.strip().split(".", 1)[-1] for k in required.group(1).split(",")]

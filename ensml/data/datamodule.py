@@ -7,10 +7,11 @@ import numpy as np
 import xarray as xr
 from torch.utils.data import DataLoader
 
+from ensml.compat import uses_distributed_sampler
 from ensml.data.grid import check_same_grid
 from ensml.data.layouts.options import ReaderOptions
 from ensml.data.open import check_lead_times, check_levels, check_members, open_analysis, open_forecast
-from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec
+from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec, check_leads
 from ensml.data.sampling import EpochPlan, EpochSampler
 from ensml.data.splits import split_init_times
 from ensml.data.static import read_static
@@ -49,12 +50,13 @@ class EnsembleDataModule(L.LightningDataModule):
         Variables to use.
     levels
         Pressure levels (hPa) to use.
-    input_lead_hours
-        Lead times (h) fed to the model.
-    target_lead_hours
-        Lead time (h), or list of lead times, whose spread or analysis is predicted (each one of
-        ``input_lead_hours``). Several target leads make one model predict all of them (its
-        outputs hold a ``lead_time`` dimension).
+    input_leads
+        Lead times fed to the model: hours (``[0, 24, 48]``) or durations (``["0h", "P1D"]``;
+        see :func:`ensml.names.parse_lead`).
+    target_leads
+        Lead time, or list of lead times, whose spread or analysis is predicted (each one of
+        ``input_leads``). Several target leads make one model predict all of them (its outputs
+        hold a ``lead_time`` dimension).
     k
         Size of the member subset given to the model (the research used 5 of 10).
     member_sampling
@@ -103,8 +105,8 @@ class EnsembleDataModule(L.LightningDataModule):
         analysis: str | list[str] | None = None,
         variables: list[str] = ("z", "t"),  # type: ignore[assignment]
         levels: list[float] = (500, 850),  # type: ignore[assignment]
-        input_lead_hours: list[int] = (0, 24, 48),  # type: ignore[assignment]
-        target_lead_hours: int | list[int] = 48,
+        input_leads: list[int | str] = (0, 24, 48),  # type: ignore[assignment]
+        target_leads: int | str | list[int | str] = 48,
         k: int = 5,
         member_sampling: MemberSampling = "first",
         train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
@@ -123,16 +125,7 @@ class EnsembleDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        targets = target_lead_hours if isinstance(target_lead_hours, list | tuple) else [target_lead_hours]
-        if (
-            not targets
-            or len(set(targets)) != len(targets)
-            or any(h not in input_lead_hours for h in targets)
-        ):
-            raise EnsmlError(
-                f"target_lead_hours={target_lead_hours} must be distinct lead(s) among "
-                f"input_lead_hours {list(input_lead_hours)}"
-            )
+        self.input_lead_values, self.target_lead_values = check_leads(input_leads, target_leads)
         if batch_size < 1:
             raise EnsmlError(f"batch_size must be at least 1, got {batch_size}")
         if list(static_variables) and static is None:
@@ -156,7 +149,7 @@ class EnsembleDataModule(L.LightningDataModule):
         fc = open_forecast(hp.forecast, hp.variables, chunks="auto", reader=hp.reader)
         name = f"forecast {hp.forecast}"
         check_levels(fc, hp.levels, name)
-        check_lead_times(fc, hp.input_lead_hours, name)
+        check_lead_times(fc, self.input_lead_values, name)
         m = check_members(fc, hp.k, name)
         surface, fc_levels = surface_mask(fc, hp.variables), fc
         # Surface variables: one channel repeated over the levels (ensml.data.surface).
@@ -164,12 +157,8 @@ class EnsembleDataModule(L.LightningDataModule):
         self._spec = SampleSpec(
             variables=tuple(hp.variables),
             levels=tuple(float(x) for x in hp.levels),
-            input_lead_hours=tuple(int(h) for h in hp.input_lead_hours),
-            target_lead_hours=(
-                tuple(int(h) for h in hp.target_lead_hours)
-                if isinstance(hp.target_lead_hours, list | tuple)
-                else int(hp.target_lead_hours)
-            ),
+            input_leads=tuple(self.input_lead_values),
+            target_leads=tuple(self.target_lead_values),
             k=int(hp.k),
             members=m,
         )
@@ -196,7 +185,7 @@ class EnsembleDataModule(L.LightningDataModule):
             used = np.concatenate(list(splits.values()))
             sel = {LEVEL: list(self._spec.levels)}
             _check_finite(
-                fc.sel({**sel, INIT_TIME: used, LEAD_TIME: self._spec.input_leads}), INIT_TIME, name
+                fc.sel({**sel, INIT_TIME: used, LEAD_TIME: list(self._spec.input_leads)}), INIT_TIME, name
             )
             if hp.analysis is not None:
                 valid = np.unique(np.concatenate([used, *(used + lead for lead in self._spec.target_leads)]))
@@ -273,7 +262,7 @@ class EnsembleDataModule(L.LightningDataModule):
     def _replicas(self) -> tuple[int, int]:
         """(number of data-parallel replicas, this process's replica) of the running trainer."""
         trainer = self.trainer
-        if trainer is None or not trainer._accelerator_connector.use_distributed_sampler:
+        if trainer is None or not uses_distributed_sampler(trainer):
             return 1, 0
         kwargs = getattr(trainer.strategy, "distributed_sampler_kwargs", None) or {}
         return int(kwargs.get("num_replicas", 1)), int(kwargs.get("rank", 0))

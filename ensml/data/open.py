@@ -34,6 +34,9 @@ from ensml.names import (
     MEMBER,
     SPATIAL_DIMS,
     TIME,
+    LeadLike,
+    format_leads,
+    parse_leads,
 )
 
 PathLike = str | Path
@@ -226,12 +229,13 @@ def check_levels(ds: xr.Dataset, levels: Sequence[float], name: str) -> None:
         raise EnsmlError(f"{name} has no level(s) {missing} hPa (found: {have})")
 
 
-def check_lead_times(ds: xr.Dataset, lead_hours: Sequence[int], name: str) -> None:
-    """Raise unless every requested lead time (hours) is in ``ds``."""
-    have = [int(v / np.timedelta64(1, "h")) for v in ds[LEAD_TIME].values]
-    missing = [h for h in lead_hours if h not in have]
-    if missing:
-        raise EnsmlError(f"{name} has no lead time(s) {missing} h (found: {have} h)")
+def check_lead_times(ds: xr.Dataset, leads: LeadLike | Sequence[LeadLike], name: str) -> None:
+    """Raise unless every lead time in ``leads`` (hours or durations: :func:`parse_leads`) is in ``ds``."""
+    have = parse_leads(np.atleast_1d(ds[LEAD_TIME].values))
+    wanted = parse_leads(leads)
+    missing = wanted[~np.isin(wanted, have)]
+    if missing.size:
+        raise EnsmlError(f"{name} has no lead time(s) {format_leads(missing)} (found: {format_leads(have)})")
 
 
 def check_members(ds: xr.Dataset, k: int, name: str) -> int:

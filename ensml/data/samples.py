@@ -23,7 +23,7 @@ from ensml.data.prefetch import Prefetcher
 from ensml.data.sampling import EpochPlan, SampleKey, split_key
 from ensml.data.surface import read_levels
 from ensml.errors import EnsmlError, exception_reason
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, LeadLike, parse_leads
 
 MemberSampling = Literal["first", "random"]
 # Axis order of one sample's forecast block (after the variable axis) and analysis block.
@@ -34,28 +34,22 @@ FORECAST_TARGET_DIMS = FORECAST_SAMPLE_DIMS  # the spread target's read: the tar
 
 @dataclass(frozen=True)
 class SampleSpec:
-    """What one sample holds. V variables, L input leads, T target leads, D levels, K of M members."""
+    """What one sample holds. V variables, L input leads, T target leads, D levels, K of M members.
+
+    Lead times are ``timedelta64[ns]`` (:func:`ensml.names.parse_leads` makes them from hours or
+    durations); the target leads are among the input leads.
+    """
 
     variables: tuple[str, ...]
     levels: tuple[float, ...]
-    input_lead_hours: tuple[int, ...]
-    target_lead_hours: int | tuple[int, ...]
+    input_leads: tuple[np.timedelta64, ...]
+    target_leads: tuple[np.timedelta64, ...]  # hours or durations are parsed on creation
     k: int
     members: int
 
-    @property
-    def input_leads(self) -> list[np.timedelta64]:
-        return [np.timedelta64(h, "h").astype("timedelta64[ns]") for h in self.input_lead_hours]
-
-    @property
-    def target_hours(self) -> list[int]:
-        """The target lead times (h): one or several."""
-        h = self.target_lead_hours
-        return [int(x) for x in (h if isinstance(h, tuple | list) else [h])]
-
-    @property
-    def target_leads(self) -> list[np.timedelta64]:
-        return [np.timedelta64(h, "h").astype("timedelta64[ns]") for h in self.target_hours]
+    def __post_init__(self) -> None:  # leads given as hours or durations become timedelta64
+        object.__setattr__(self, "input_leads", tuple(parse_leads(self.input_leads)))
+        object.__setattr__(self, "target_leads", tuple(parse_leads(self.target_leads)))
 
     @property
     def target_lead(self) -> np.timedelta64:
@@ -65,12 +59,39 @@ class SampleSpec:
     @property
     def target_indices(self) -> list[int]:
         """Positions of the target leads among the input leads."""
-        return [self.input_lead_hours.index(h) for h in self.target_hours]
+        return [self.input_leads.index(lead) for lead in self.target_leads]
 
     @property
     def target_index(self) -> int:
         """Position of the last target lead among the input leads."""
         return self.target_indices[-1]
+
+
+def check_leads(
+    input_leads: LeadLike | Sequence[LeadLike], target_leads: LeadLike | Sequence[LeadLike]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The input and target leads of a sample as ``timedelta64[ns]`` arrays, checked.
+
+    Raises
+    ------
+    EnsmlError
+        When a lead cannot be parsed, the input leads repeat one, or the target leads are not
+        distinct leads among the input leads.
+    """
+    inputs, targets = parse_leads(input_leads), parse_leads(target_leads)
+    if inputs.size == 0 or np.unique(inputs).size != inputs.size:
+        raise EnsmlError(f"input_leads must be distinct lead times, got {_shown(input_leads)}")
+    if targets.size == 0 or np.unique(targets).size != targets.size or not np.isin(targets, inputs).all():
+        raise EnsmlError(
+            f"target_leads={_shown(target_leads)} must be distinct lead(s) among "
+            f"input_leads {_shown(input_leads)}"
+        )
+    return inputs, targets
+
+
+def _shown(leads: LeadLike | Sequence[LeadLike]) -> str:
+    """Leads as given (hours), for messages: ``[0, 24, 48]``."""
+    return str(list(leads) if isinstance(leads, list | tuple) else leads)
 
 
 class EnsembleSamples(torch.utils.data.Dataset):
@@ -161,7 +182,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
     def _open(self) -> None:
         spec = self.spec
         fc = open_forecast(self.forecast_paths, spec.variables, reader=self.readers[0])
-        self._fc = select(fc, {LEVEL: list(spec.levels), LEAD_TIME: spec.input_leads})
+        self._fc = select(fc, {LEVEL: list(spec.levels), LEAD_TIME: list(spec.input_leads)})
         if self.analysis_paths is not None:
             an = open_analysis(self.analysis_paths, spec.variables, reader=self.readers[1])
             self._an = select(an, {LEVEL: list(spec.levels)})

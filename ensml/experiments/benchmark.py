@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
 
@@ -32,60 +32,15 @@ from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
 from ensml.experiments.benchmark_score import BENCHMARK_NAMES, score_all, summarise, write_tables
 from ensml.experiments.bound import BOUND_NAME, SPREAD_BOUND_NAME, spread_bound, subset_bound
+from ensml.experiments.options import DEFAULT_MODELS, ModelSpec, SynthOptions
 from ensml.experiments.quality import QualityLog
-from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER
+from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, format_leads
 from ensml.progress import Progress, note, seconds
 from ensml.scores.gaussian import crps_gaussian
 from ensml.train.emos import fit_emos
 from ensml.train.lightning_cli import quiet_lightning
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
-
-@dataclass
-class SynthOptions:
-    """Options of the embedded dataset (see :func:`ensml.data.synth.generate.synth`)."""
-
-    n_lat: int = 32
-    n_lon: int = 64
-    levels: list[int] = field(default_factory=lambda: [500, 850])
-    lead_hours: list[int] = field(default_factory=lambda: [0, 12, 24, 36, 48])
-    members: int = 10
-    start: str = "2017-01-01"
-    end: str = "2020-12-31"
-    every_days: int = 2
-    storms_per_year: float = 6.0
-    seed: int = 0
-
-
-@dataclass
-class ModelSpec:
-    """One neural model of the benchmark: a task, a network and its training budget.
-
-    ``options`` are further arguments of the task (:class:`~ensml.train.tasks.MixedTask` or
-    :class:`~ensml.train.tasks.SpreadTask`), e.g. ``{location_inputs: true, local_affine: true,
-    scheme: two_stage}`` or ``{loss: l1_msssim}``. ``patience``: stop when the validation loss has
-    not improved for this many epochs (None: train ``max_epochs``); the weights of the best
-    validation epoch are the ones scored.
-    """
-
-    name: str
-    task: Literal["mixed", "spread"] = "mixed"
-    arch: str = "unet3d"
-    width: int = 16
-    depth: int = 3
-    lr: float = 2e-3
-    max_epochs: int = 8
-    patience: int | None = None
-    arch_options: dict | None = None
-    options: dict | None = None
-
-
-DEFAULT_MODELS = [
-    ModelSpec("U-Net mixed", "mixed", "unet3d"),
-    ModelSpec("temporal U-Net mixed", "mixed", "unet3d_time"),
-    ModelSpec("U-Net spread", "spread", "unet3d"),
-    ModelSpec("temporal U-Net spread", "spread", "unet3d_time"),
-]
 EMOS_NAMES = {"global": "global EMOS", "local": "local EMOS"}
 
 
@@ -98,6 +53,8 @@ def _ensure_data(data_dir: Path, opts: SynthOptions) -> dict[str, Path]:
         attrs = dict(ds.attrs)
     for key, want in asdict(opts).items():
         have = attrs.get(f"synth_{key}")
+        if key == "leads" and have is not None:  # ISO durations in the file, hours in the config
+            have, want = format_leads(str(have).split()), format_leads(want)
         same = np.array_equal(np.atleast_1d(have), np.atleast_1d(want)) if have is not None else False
         if not same:
             have = np.asarray(have).tolist() if have is not None else "unknown"
@@ -204,10 +161,10 @@ def _bounds(dm: EnsembleDataModule, paths: dict[str, Path], synth: SynthOptions,
     """The per-point bounds (:mod:`ensml.experiments.bound`) on the test split."""
     spec, index = dm.spec, test["index"].numpy()
     inits = dm.test_set.init_times
-    args = (spec.variables, spec.levels, spec.target_hours)
+    args = (spec.variables, spec.levels, spec.target_leads)
     gauss = subset_bound(synth, inits, index, test["mean"], *args, spec.k)
     fc = open_forecast(str(paths["forecast"]), list(spec.variables))
-    fc = fc.sel({INIT_TIME: inits[index], LEAD_TIME: spec.target_leads, LEVEL: list(spec.levels)})
+    fc = fc.sel({INIT_TIME: inits[index], LEAD_TIME: list(spec.target_leads), LEVEL: list(spec.levels)})
     fc = fc.isel({MEMBER: slice(0, spec.k)}).transpose(INIT_TIME, LEAD_TIME, MEMBER, LEVEL, ...)
     shown = np.stack([fc[v].values for v in spec.variables], axis=2)  # (N, T, V, K, D, H, W)
     shown = shown.reshape(len(index), -1, *shown.shape[3:])
@@ -233,8 +190,8 @@ def benchmark(
     synth: SynthOptions | None = None,
     variables: list[str] = ("z", "t"),  # type: ignore[assignment]
     levels: list[float] = (500, 850),  # type: ignore[assignment]
-    input_lead_hours: list[int] = (0, 12, 24, 36, 48),  # type: ignore[assignment]
-    target_lead_hours: int | list[int] = (24, 48),  # type: ignore[assignment]
+    input_leads: list[int | str] = (0, 12, 24, 36, 48),  # type: ignore[assignment]
+    target_leads: int | str | list[int | str] = (24, 48),  # type: ignore[assignment]
     k: int = 5,
     member_sampling: Literal["first", "random"] = "random",
     train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
@@ -261,10 +218,10 @@ def benchmark(
         Variables every model uses (validated against the dataset before any training).
     levels
         Pressure levels (hPa) every model uses.
-    input_lead_hours
-        Lead times (h) fed to the models.
-    target_lead_hours
-        Lead time(s) (h) predicted and scored, each one of ``input_lead_hours``: every network
+    input_leads
+        Lead times fed to the models (hours or durations, as ``ensml fit``'s ``data.input_leads``).
+    target_leads
+        Lead time(s) predicted and scored, each one of ``input_leads``: every network
         and EMOS predicts all of them, and the tables score each.
     k
         Members given to the models (members 0 … k-1 when scoring).
@@ -315,7 +272,7 @@ def benchmark(
     paths = _ensure_data(Path(data_dir), synth)
     dm = EnsembleDataModule(
         str(paths["forecast"]), str(paths["analysis"]), variables=list(variables), levels=list(levels),
-        input_lead_hours=list(input_lead_hours), target_lead_hours=target_lead_hours, k=k,
+        input_leads=list(input_leads), target_leads=target_leads, k=k,
         member_sampling=member_sampling, train_period=train_period, val_period=val_period,
         test_period=test_period, batch_size=batch_size, seed=seed,
     )  # fmt: skip

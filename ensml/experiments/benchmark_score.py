@@ -17,7 +17,7 @@ import xarray as xr
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.open import open_analysis, open_dataset, open_forecast
 from ensml.data.weights import latitude_weights
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, lead_hours
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.verify.evaluate import crps_rows, spread_scores
@@ -47,8 +47,8 @@ def score_all(
     """
     spec = dm.spec
     rows = []
-    for t, (lead, lead_h) in enumerate(zip(spec.target_leads, spec.target_hours)):
-        rows.append(_score_lead(dm, paths, preds, t, lead, lead_h))
+    for t, lead in enumerate(spec.target_leads):
+        rows.append(_score_lead(dm, paths, preds, t, lead, lead_hours(lead)))
     table = pd.concat(rows, ignore_index=True)
     base = table["model"].str.replace(" (Gaussian)", "", regex=False)
     for col in INFO_COLUMNS:

@@ -30,6 +30,7 @@ import torch
 from ensml.data.synth import model as synth_model
 from ensml.data.synth.generate import SynthConfig, _validate
 from ensml.errors import EnsmlError
+from ensml.names import parse_leads
 
 #: Names of the bounds' rows in the benchmark tables.
 BOUND_NAME = "per-point bound from K members"
@@ -61,9 +62,9 @@ def _check(cfg: SynthConfig, variables: Sequence[str], levels: Sequence[float]) 
         )
 
 
-def _pick(cfg: SynthConfig, variables, levels, target_hours):
+def _pick(cfg: SynthConfig, variables, levels, target_leads):
     """Index of (levels, leads, variables) into the generator's arrays."""
-    cols = [list(cfg.lead_hours).index(int(h)) for h in target_hours]
+    cols = [list(parse_leads(cfg.leads)).index(lead) for lead in parse_leads(target_leads)]
     lev = [list(cfg.levels).index(int(p)) for p in levels]
     return cols, lev, [("z", "t").index(v) for v in variables]
 
@@ -75,7 +76,7 @@ def subset_bound(
     mean_k: torch.Tensor,
     variables: Sequence[str],
     levels: Sequence[float],
-    target_hours: Sequence[int],
+    target_leads: Sequence[np.timedelta64],
     k: int,
 ) -> dict[str, np.ndarray]:
     """The bound's Gaussian at the target leads, in the layout of the benchmark's predictions.
@@ -90,7 +91,7 @@ def subset_bound(
     mean_k
         (N, T·V, D, H, W) K-member means at the target leads (fields lead-major), as the data
         module read them.
-    variables, levels, target_hours, k
+    variables, levels, target_leads, k
         What ``mean_k`` holds.
 
     Returns
@@ -101,7 +102,7 @@ def subset_bound(
     cfg, inits, gen = _generated(synth_options)
     _check(cfg, variables, levels)
     rows = np.searchsorted(inits, np.asarray(init_times)[index])
-    cols, lev, v_idx = _pick(cfg, variables, levels, target_hours)
+    cols, lev, v_idx = _pick(cfg, variables, levels, target_leads)
     sel = np.ix_(rows, cols)
     centre = gen["member_centre"][sel][:, :, v_idx][..., lev, :, :]  # (N, T, V, D, H, W)
     spread = gen["member_spread"][sel][:, :, v_idx][..., lev, :, :]
@@ -125,7 +126,7 @@ def spread_bound(
     members_k: np.ndarray,
     variables: Sequence[str],
     levels: Sequence[float],
-    target_hours: Sequence[int],
+    target_leads: Sequence[np.timedelta64],
     members: int,
     draws: int = 32,
     seed: int = 0,
@@ -139,7 +140,7 @@ def spread_bound(
     cfg, inits, gen = _generated(synth_options)
     _check(cfg, variables, levels)
     rows = np.searchsorted(inits, np.asarray(init_times)[index])
-    cols, lev, v_idx = _pick(cfg, variables, levels, target_hours)
+    cols, lev, v_idx = _pick(cfg, variables, levels, target_leads)
     sel = np.ix_(rows, cols)
     centre = gen["member_centre"][sel][:, :, v_idx][..., lev, :, :]  # (N, T, V, D, H, W)
     spread = gen["member_spread"][sel][:, :, v_idx][..., lev, :, :].astype(np.float64)

@@ -109,7 +109,7 @@ def real_spread_check(
     rng = np.random.default_rng(seed)
 
     task = SpreadTask(
-        variables=list(variables), levels=list(levels), input_lead_hours=[0], target_lead_hours=0, k=k,
+        variables=list(variables), levels=list(levels), input_leads=[0], target_leads=0, k=k,
         width=width, depth=depth, lr=lr,
     )  # fmt: skip
     stats = {

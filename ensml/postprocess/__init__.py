@@ -1,13 +1,44 @@
 """Apply trained models to new forecasts at scale: ``ensml postprocess``.
 
-Job planning (:mod:`.plan`), the per-unit worker (:mod:`.worker`), the manifest and lock
-(:mod:`.manifest`), ensemble copula coupling and Gaussian products (:mod:`.ecc`,
-:mod:`.products`), outputs (:mod:`.outputs`) and the cluster factory (:mod:`.cluster`).
+Job planning (:mod:`.plan`), the per-unit worker (:mod:`.worker`), the manifest (:mod:`.manifest`),
+ensemble copula coupling and Gaussian products (:mod:`.ecc`, :mod:`.products`), the options
+(:mod:`.options`) and the cluster (:mod:`.cluster`). The names below are imported on first use,
+so ``import ensml.postprocess.options`` (the command line's types) loads no torch or xarray.
 """
 
-from ensml.postprocess.ecc import ecc_levels, ecc_members, exceedance, gaussian_quantiles
-from ensml.postprocess.options import JobQueue, Products
-from ensml.postprocess.run import postprocess
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ensml.postprocess.ecc import ecc_levels, ecc_members, exceedance, gaussian_quantiles
+    from ensml.postprocess.options import JobQueue, Products
+    from ensml.postprocess.run import postprocess
+
+# name -> module, imported on first access (PEP 562)
+_LAZY = {
+    "JobQueue": "ensml.postprocess.options",
+    "Products": "ensml.postprocess.options",
+    "ecc_levels": "ensml.postprocess.ecc",
+    "ecc_members": "ensml.postprocess.ecc",
+    "exceedance": "ensml.postprocess.ecc",
+    "gaussian_quantiles": "ensml.postprocess.ecc",
+    "postprocess": "ensml.postprocess.run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "JobQueue",

@@ -12,14 +12,11 @@ broadcasts.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 from scipy.special import ndtr, ndtri
 
 from ensml.errors import EnsmlError
-
-EccSpacing = Literal["centred", "rank"]
+from ensml.postprocess.options import EccSpacing
 
 
 def ecc_levels(n: int, spacing: EccSpacing = "centred") -> np.ndarray:

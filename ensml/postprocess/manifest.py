@@ -26,7 +26,7 @@ from typing import Any
 
 from ensml.data.writers import atomic_path
 from ensml.errors import EnsmlError
-from ensml.postprocess.models import file_sha256
+from ensml.predictions import file_sha256
 
 MANIFEST = "manifest.jsonl"
 LOCK = ".postprocess.lock"

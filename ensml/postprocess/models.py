@@ -9,7 +9,6 @@ its own input leads and its own K first members.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import threading
 from collections.abc import Sequence
@@ -21,19 +20,11 @@ import numpy as np
 import torch
 
 from ensml.errors import EnsmlError
-from ensml.train.hparams import lead_list
+from ensml.names import format_lead, parse_leads
+from ensml.predictions import RunMeta, file_sha256
 from ensml.train.tasks import GRID_KEY, EnsembleTask
 
 TASKS = ("MixedTask", "SpreadTask")
-
-
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -66,13 +57,14 @@ class CheckpointInfo:
         return self.class_path.rsplit(".", 1)[-1]
 
     @property
-    def target_leads(self) -> list[int]:
-        """The lead times (h) the checkpoint predicts, in the order of its output fields."""
-        return lead_list(self.hparams["target_lead_hours"])
+    def target_leads(self) -> np.ndarray:
+        """The lead times (timedelta64) the checkpoint predicts, in the order of its output fields."""
+        return parse_leads(self.hparams["target_leads"])
 
     @property
-    def input_lead_hours(self) -> list[int]:
-        return [int(h) for h in self.hparams["input_lead_hours"]]
+    def input_leads(self) -> np.ndarray:
+        """The lead times (timedelta64) the checkpoint reads, in the order of its inputs."""
+        return parse_leads(self.hparams["input_leads"])
 
     @property
     def k(self) -> int:
@@ -121,15 +113,21 @@ class ModelSet:
                     f"checkpoints {first.path} ({first.task}) and {other.path} ({other.task}) are of "
                     "different tasks: post-process mixed and spread models in separate runs"
                 )
-        leads = [h for c in infos for h in c.target_leads]
-        twice = sorted({h for h in leads if leads.count(h) > 1})
-        if twice:
-            paths = [c.path for c in infos if twice[0] in c.target_leads]
+        leads = np.concatenate([c.target_leads for c in infos])
+        values, counts = np.unique(leads, return_counts=True)
+        if (counts > 1).any():
+            twice = values[counts > 1][0]
+            paths = [c.path for c in infos if twice in c.target_leads]
             raise EnsmlError(
-                f"checkpoints {' and '.join(paths)} both predict lead {twice[0]} h: give one "
+                f"checkpoints {' and '.join(paths)} both predict lead {format_lead(twice)}: give one "
                 "checkpoint per target lead time"
             )
         for other in infos[1:]:
+            if other.k != first.k:
+                raise EnsmlError(
+                    f"checkpoints {first.path} (k={first.k}) and {other.path} (k={other.k}) read different "
+                    "member subsets: post-process checkpoints of one k in one run"
+                )
             for key in ("variables", "levels"):
                 if [str(x) for x in other.hparams[key]] != [str(x) for x in first.hparams[key]]:
                     raise EnsmlError(
@@ -158,19 +156,34 @@ class ModelSet:
         return list(self.checkpoints[0].surface)
 
     @property
-    def lead_hours(self) -> list[int]:
-        """Target leads covered, ascending: the outputs' ``lead_time``."""
-        return sorted(h for c in self.checkpoints for h in c.target_leads)
+    def leads(self) -> np.ndarray:
+        """Target leads covered (timedelta64), ascending: the outputs' ``lead_time``."""
+        return np.sort(np.concatenate([c.target_leads for c in self.checkpoints]))
 
     @property
-    def read_lead_hours(self) -> list[int]:
-        """Every lead read from a forecast: the union of the input leads."""
-        return sorted({h for c in self.checkpoints for h in c.input_lead_hours})
+    def read_leads(self) -> np.ndarray:
+        """Every lead read from a forecast (timedelta64, ascending): the union of the input leads."""
+        return np.unique(np.concatenate([c.input_leads for c in self.checkpoints]))
 
     @property
     def k(self) -> int:
-        """The largest member subset any checkpoint reads."""
-        return max(c.k for c in self.checkpoints)
+        """The member subset every checkpoint reads (members 0 … k-1)."""
+        return self.checkpoints[0].k
+
+    def run_meta(self) -> RunMeta:
+        """The run metadata every product of these checkpoints carries (:mod:`ensml.predictions`)."""
+        grid = self.grid or {}
+        return RunMeta(
+            task=self.task,
+            k=self.k,
+            members=tuple(range(self.k)),
+            ensemble_size=int(grid.get("members", 0)),
+            variables=tuple(self.variables),
+            levels=tuple(self.levels),
+            leads=tuple(self.leads),
+            checkpoints=tuple(self.identity),
+            surface=tuple(self.surface),
+        )
 
     @property
     def uses_analysis(self) -> bool:

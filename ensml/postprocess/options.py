@@ -11,8 +11,9 @@ from typing import Any, Literal
 import numpy as np
 
 from ensml.errors import EnsmlError
-from ensml.postprocess.ecc import EccSpacing
 
+#: Probability levels of the ECC quantiles (see :func:`ensml.postprocess.ecc.ecc_levels`).
+EccSpacing = Literal["centred", "rank"]
 OutputFormat = Literal["netcdf", "zarr"]
 ClusterKind = Literal["local", "slurm", "pbs", "none"]
 Device = Literal["cpu", "cuda", "auto"]

@@ -41,7 +41,7 @@ def write_netcdf_init(path: Path, ds: xr.Dataset, index: int, attrs: dict[str, A
     """Write init ``index`` of an output: create the file at 0, append along ``init_time`` after."""
     if index == 0:
         out = ds.copy(deep=False)
-        out.attrs = global_attrs(attrs, history)
+        out.attrs = global_attrs({**attrs, **ds.attrs}, history)
         out.to_netcdf(path, engine="netcdf4", format="NETCDF4", unlimited_dims=[INIT_TIME],
                       encoding=product_encoding(ds))  # fmt: skip
         return
@@ -67,7 +67,7 @@ def zarr_template(template: xr.Dataset, inits: np.ndarray, attrs: dict[str, Any]
         shape = (n, *var.shape[1:])
         lazy = da.zeros(shape, dtype=np.float32, chunks=enc[str(name)]["chunks"])
         data[name] = (var.dims, lazy, var.attrs)
-    return xr.Dataset(data, coords=coords, attrs=global_attrs(attrs, history))
+    return xr.Dataset(data, coords=coords, attrs=global_attrs({**attrs, **template.attrs}, history))
 
 
 def create_zarr_store(store: Path, template: xr.Dataset, inits: np.ndarray, attrs: dict, history: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,9 +17,10 @@ from ensml import __version__
 from ensml.data.open import open_forecast
 from ensml.data.writers import remove_temporaries
 from ensml.errors import EnsmlError, PartialFailure
-from ensml.names import LATITUDE, LONGITUDE, MEMBER
-from ensml.postprocess.cluster import ClusterSpec, Connection, for_workers, job_script
-from ensml.postprocess.interrupt import critical, interrupted, poll, stops_on_signals
+from ensml.names import LATITUDE, LONGITUDE, MEMBER, format_leads
+from ensml.postprocess.cluster import ClusterSpec, Connection, job_script
+from ensml.postprocess.execute import execute
+from ensml.postprocess.interrupt import interrupted, stops_on_signals
 from ensml.postprocess.manifest import Manifest, input_identity, output_lock
 from ensml.postprocess.models import ModelSet
 from ensml.postprocess.options import (
@@ -36,13 +37,9 @@ from ensml.postprocess.outputs import create_zarr_store, data_sha256, zarr_store
 from ensml.postprocess.plan import ZARR_STORE, expand_inputs, netcdf_units, zarr_units
 from ensml.postprocess.products import product_dataset
 from ensml.postprocess.progress import run_progress, summary
-from ensml.postprocess.supervisor import Supervisor
-from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
+from ensml.postprocess.worker import Job, ModelPlugin, Unit
 from ensml.progress import note
 from ensml.provenance import command
-
-#: Seconds to fetch a finished unit's record (a few kB) before looking at the cluster again.
-GATHER_S = 5.0
 
 
 @stops_on_signals
@@ -146,8 +143,7 @@ def postprocess(
         "title": f"ensml post-processed ensemble forecast ({models.task})",
         "source": f"ensml {__version__} postprocess, {models.task}",
         "references": "ECC-Q: Schefzik, Thorarinsdottir and Gneiting (2013), Statistical Science 28, 616-640",
-        "ensml_version": __version__,
-        "ensml_task": models.task,
+        **models.run_meta().to_attrs(),
         "ensml_checkpoints": "; ".join(f"{p} (sha256 {h})" for p, h in models.digest.items()),
         "ensml_command": command(),
     }
@@ -256,26 +252,10 @@ def _template(
     m: int,
 ) -> Any:
     """One init's products made of placeholder values: the structure of every region."""
-    shape = (len(models.variables), len(models.lead_hours), len(models.levels), lat.size, lon.size)
+    shape = (len(models.variables), len(models.leads), len(models.levels), lat.size, lon.size)
     zeros, ones = np.zeros(shape, np.float32), np.ones(shape, np.float32)
     raw = np.zeros((*shape[:2], m, *shape[2:]), np.float32)
-    m_ = models
-    return product_dataset(
-        init,
-        m_.lead_hours,
-        m_.variables,
-        m_.levels,
-        lat,
-        lon,
-        zeros,
-        ones,
-        raw,
-        products,
-        thresholds,
-        m_.task,
-        m_.k,
-        m_.surface,
-    )
+    return product_dataset(init, models.run_meta(), lat, lon, zeros, ones, raw, products, thresholds)
 
 
 def _identities(
@@ -298,80 +278,6 @@ def _current(manifest: Manifest, unit: Unit, identity: dict[str, Any], verify: b
             region = ds.isel(init_time=slice(unit.region, unit.region + 1)).load()
         return data_sha256(region) == manifest.records[unit.key].get("output_sha256")
     return True
-
-
-def execute(
-    units: list[Unit],
-    job: Job,
-    client: Any,
-    finish: Callable[[Unit, dict[str, Any]], None],
-    supervisor: Supervisor | None = None,
-) -> None:
-    """Run ``units`` (in this process when ``client`` is None), calling ``finish`` as each ends.
-
-    At most a few units per worker are queued at a time, so the client and scheduler hold
-    bounded state however many files there are. A unit whose worker died (distributed retries it
-    on another worker up to ``distributed.scheduler.allowed-failures`` times) fails with the reason.
-    ``supervisor`` looks at the cluster about once a second and stops the run (an
-    :class:`EnsmlError`) when it cannot go on; signals are acted on between results.
-    """
-    if client is None:
-        for unit in units:
-            poll()  # a signal stops the run between units (see .interrupt)
-            finish(unit, run_unit(unit, job))
-        return
-    from distributed import wait
-
-    job, units = for_workers(job, units)
-    supervisor = supervisor or Supervisor(client)
-    queue = iter(units)
-    owner: dict[Any, Unit] = {}  # future → its unit
-    finished = 0
-
-    def top_up() -> None:
-        while len(owner) < max(4, 2 * supervisor.workers):  # workers may join later (batch jobs)
-            unit = next(queue, None)
-            if unit is None:
-                return
-            # The job (options, checkpoint metadata; a few kB) goes with each unit: a scattered copy
-            # would be lost with the worker that holds it.
-            owner[client.submit(run_unit, unit, job, pure=False)] = unit
-
-    with critical():  # signals stop the loop at poll(), never inside a call to the scheduler
-        supervisor.watch(0, len(units))
-        top_up()
-        while owner:
-            poll()
-            supervisor.watch(finished, len(units))
-            try:
-                done = wait(list(owner), timeout=0.5, return_when="FIRST_COMPLETED").done
-            except TimeoutError:
-                continue
-            for future in done:
-                result = _result(future, owner[future])
-                if result is not None:
-                    finish(owner.pop(future), result)
-                    finished += 1
-            top_up()
-
-
-def _result(future: Any, unit: Unit) -> dict[str, Any] | None:
-    """A finished unit's record; a failed one when its worker died or the task was lost.
-
-    None when the result cannot be fetched within :data:`GATHER_S`: its worker died after
-    finishing it, distributed computes it again, and the caller waits for it again (and keeps
-    watching the cluster meanwhile, which a plain ``result()`` would not).
-    """
-    try:
-        result = future.result(timeout=GATHER_S)
-    except TimeoutError:
-        return None
-    except Exception as exc:  # KilledWorker, a lost task: the unit fails, the run goes on
-        reason = f"{type(exc).__name__}: a worker died while processing it (out of memory?) {exc}"
-        reason = " ".join(reason.split())
-        result = {"key": unit.key, "output": unit.output, "status": "failed", "reason": reason}
-    future.release()
-    return result
 
 
 def _dry_run(
@@ -397,7 +303,7 @@ def _dry_run(
     )
     console.print(
         f"postprocess (dry run): {len(units)} units from {len(inputs)} files, {len(units) - current} to do, "
-        f"{current} up to date; leads {models.lead_hours} h; {spec.describe()}; output {out}"
+        f"{current} up to date; leads {format_leads(models.leads)}; {spec.describe()}; output {out}"
     )
     if spec.kind in ("slurm", "pbs") and not spec.joins:
         console.print(job_script(spec), markup=False)

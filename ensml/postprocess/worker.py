@@ -39,10 +39,11 @@ from ensml.data.samples import (
 from ensml.data.writers import atomic_path
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
-from ensml.postprocess.models import LOAD_COUNT, ModelSet, check_grid, file_sha256, load_models
+from ensml.postprocess.models import LOAD_COUNT, ModelSet, check_grid, load_models
 from ensml.postprocess.options import OutputFormat, Products, ThresholdSet
 from ensml.postprocess.outputs import data_sha256, write_netcdf_init, write_zarr_region
 from ensml.postprocess.products import product_dataset
+from ensml.predictions import file_sha256
 
 PLUGIN_NAME = "ensml-models"
 
@@ -72,10 +73,6 @@ class Unit:
     region: int | None = None  # zarr: its index along the store's init_time
 
 
-def _hours(values: np.ndarray) -> list[int]:
-    return [int(v / np.timedelta64(1, "h")) for v in values]
-
-
 class _Forecast:
     """One forecast file opened lazily and checked against the checkpoints."""
 
@@ -89,12 +86,11 @@ class _Forecast:
                     f"{self.what}: the checkpoints were trained with {var!r} {kind}, the file differs"
                 )
         check_levels(fc, models.levels, self.what)
-        check_lead_times(fc, models.read_lead_hours, self.what)
+        check_lead_times(fc, models.read_leads, self.what)
         self.members = check_members(fc, models.k, self.what)
         check_grid(models, fc[LATITUDE].values, fc[LONGITUDE].values, self.what)
         self.inits = np.atleast_1d(fc[INIT_TIME].values).astype("datetime64[ns]")  # unique: open_forecast
-        leads = [np.timedelta64(h, "h").astype("timedelta64[ns]") for h in models.read_lead_hours]
-        self.fc = select(fc, {LEVEL: models.levels, LEAD_TIME: leads})
+        self.fc = select(fc, {LEVEL: models.levels, LEAD_TIME: list(models.read_leads)})
         self.latitude, self.longitude = fc[LATITUDE].values, fc[LONGITUDE].values
         self.an = None
         if models.uses_analysis:
@@ -133,12 +129,12 @@ def predict_init(
     analysis = None
     if fc.an is not None:
         analysis = read_block(fc.an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, models.variables, fc.an_what)
-    read = models.read_lead_hours
+    read = list(models.read_leads)
     n_var = len(models.variables)
-    by_lead: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    by_lead: dict[np.timedelta64, tuple[np.ndarray, np.ndarray]] = {}
     for info, task in zip(models.checkpoints, nets):
         item = subset_moments(
-            block[:, [read.index(h) for h in info.input_lead_hours]], np.arange(info.k), info.k
+            block[:, [read.index(lead) for lead in info.input_leads]], np.arange(info.k), info.k
         )
         if info.uses_analysis:
             item["analysis_init"] = analysis
@@ -150,11 +146,11 @@ def predict_init(
         mean = out["mean"][0].float().cpu().numpy().reshape(std.shape) if "mean" in out else None
         for t, lead in enumerate(info.target_leads):
             # a spread model's distribution is centred on the subset mean at that lead
-            centre = item["mean_k"][:, info.input_lead_hours.index(lead)] if mean is None else mean[t]
+            centre = item["mean_k"][:, list(info.input_leads).index(lead)] if mean is None else mean[t]
             by_lead[lead] = (centre, std[t])
-    means = [by_lead[h][0] for h in models.lead_hours]
-    stds = [by_lead[h][1] for h in models.lead_hours]
-    raw = block[:, [read.index(h) for h in models.lead_hours]]
+    means = [by_lead[lead][0] for lead in models.leads]
+    stds = [by_lead[lead][1] for lead in models.leads]
+    raw = block[:, [read.index(lead) for lead in models.leads]]
     return np.stack(means, axis=1), np.stack(stds, axis=1), raw
 
 
@@ -182,10 +178,8 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
 
         def products(init: np.datetime64) -> Any:
             mean, std, raw = predict_init(fc, init, job.models, nets, device)
-            m = job.models
-            return product_dataset(init, m.lead_hours, m.variables, m.levels, fc.latitude, fc.longitude,
-                                   mean, std, raw, job.products, job.thresholds, m.task, m.k,
-                                   m.surface)  # fmt: skip
+            return product_dataset(init, job.models.run_meta(), fc.latitude, fc.longitude, mean, std, raw,
+                                   job.products, job.thresholds)  # fmt: skip
 
         if job.format == "zarr":
             ds = products(inits[0])

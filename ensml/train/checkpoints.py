@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from ensml.compat import restart_train_iterator
 from ensml.data.sampling import EpochSampler
 from ensml.data.writers import atomic_path
 
@@ -66,7 +67,7 @@ class FollowResumedEpoch(Callback):
         loaders = trainer.train_dataloader
         for loader in loaders.values() if isinstance(loaders, dict) else [loaders]:
             if isinstance(getattr(loader, "sampler", None), EpochSampler) and loader.sampler.stale:
-                iter(trainer.fit_loop._data_fetcher)  # Lightning's own call at an epoch start
+                restart_train_iterator(trainer)
                 return
 
 

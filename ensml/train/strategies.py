@@ -29,6 +29,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 
+from ensml.compat import set_distributed_sampler, uses_distributed_sampler
 from ensml.errors import EnsmlError
 from ensml.models.spatial import (
     ProcessGrid,
@@ -159,11 +160,10 @@ class SpatialParallelStrategy(DDPStrategy):
         dm.slab = self.slab
         # With one replica every spatial rank keeps the datamodule's own sampler (identically
         # seeded everywhere); Lightning's DistributedSampler is used only across replicas.
-        connector = trainer._accelerator_connector
         if self._use_sampler is None:
-            self._use_sampler = connector.use_distributed_sampler
+            self._use_sampler = uses_distributed_sampler(trainer)
         fitting = trainer.state.fn == TrainerFn.FITTING
-        connector.use_distributed_sampler = self._use_sampler and fitting and self.grid.n_data > 1
+        set_distributed_sampler(trainer, self._use_sampler and fitting and self.grid.n_data > 1)
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, Any]:

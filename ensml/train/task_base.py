@@ -6,7 +6,7 @@ as the third convolution axis; optionally the analysis at initialisation, the lo
 (:func:`ensml.data.static.location_channels`) and static fields of the surface. Normalisation
 statistics and static fields live in buffers, so they travel with the checkpoint.
 
-Outputs: one field per variable and **target lead** (``target_lead_hours``, one lead or
+Outputs: one field per variable and **target lead** (``target_leads``, one lead or
 several), laid out lead-major as ``F = T × V`` channels ``(B, F, D, H, W)`` (field ``f`` is
 variable ``f % V`` at target lead ``f // V``); with one target lead this is the ``(B, V, D, H,
 W)`` of a single-lead model. Optionally a per-grid-point affine layer
@@ -22,14 +22,16 @@ import lightning as L
 import numpy as np
 import torch
 
+from ensml.data.samples import check_leads
 from ensml.data.static import N_LOCATION, location_channels
 from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
 from ensml.models import build_network, is_sequence_arch
 from ensml.models.local import LocalAffine
+from ensml.names import lead_hours
 from ensml.train import schedule
 from ensml.train.checkpoints import FollowResumedEpoch
-from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible, lead_list
+from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible
 
 STAT_KEYS = ("clim_mean", "anom_std", "spread_scale")
 # Buffers whose shape comes from the data (empty until statistics are installed).
@@ -51,10 +53,10 @@ class EnsembleTask(L.LightningModule):
         Variables the model is built for (linked from ``data.variables`` by the CLI).
     levels
         Pressure levels (hPa) the model is built for (linked from ``data.levels``).
-    input_lead_hours
-        Lead times (h) fed to the model (linked from ``data.input_lead_hours``).
-    target_lead_hours
-        Lead time (h), or list of lead times, predicted (linked from ``data.target_lead_hours``).
+    input_leads
+        Lead times fed to the model, hours or durations (linked from ``data.input_leads``).
+    target_leads
+        Lead time, or list of lead times, predicted (linked from ``data.target_leads``).
     k
         Members in the input subset (linked from ``data.k``).
     arch
@@ -102,8 +104,8 @@ class EnsembleTask(L.LightningModule):
         self,
         variables: list[str] = ("z", "t"),  # type: ignore[assignment]
         levels: list[float] = (500, 850),  # type: ignore[assignment]
-        input_lead_hours: list[int] = (0, 24, 48),  # type: ignore[assignment]
-        target_lead_hours: int | list[int] = 48,
+        input_leads: list[int | str] = (0, 24, 48),  # type: ignore[assignment]
+        target_leads: int | str | list[int | str] = 48,
         k: int = 5,
         arch: str = "unet3d",
         width: int = 16,
@@ -121,17 +123,13 @@ class EnsembleTask(L.LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        n_lead = len(input_lead_hours)
-        missing = [h for h in self.target_leads if h not in list(input_lead_hours)]
-        if missing:
-            raise EnsmlError(
-                f"target_lead_hours {missing} are not among input_lead_hours {list(input_lead_hours)}"
-            )
+        self.input_lead_values, self.target_lead_values = check_leads(input_leads, target_leads)
+        n_lead = len(self.input_lead_values)
         self.sequence_input = is_sequence_arch(arch)
         if self.sequence_input and n_lead < 2:
             raise EnsmlError(
                 f"model arch {arch!r} is temporal and needs at least 2 input lead times, "
-                f"got input_lead_hours={list(input_lead_hours)}"
+                f"got input_leads={list(input_leads)}"
             )
         if local_affine and grid_shape is None:
             raise EnsmlError("local_affine needs the grid: set grid_shape (the CLI links it from the data)")
@@ -162,15 +160,14 @@ class EnsembleTask(L.LightningModule):
 
     # -- shapes -------------------------------------------------------------------------------
     @property
-    def target_leads(self) -> list[int]:
-        """The target lead times (h), in the order of the output fields."""
-        return lead_list(self.hparams.target_lead_hours)
+    def target_leads(self) -> np.ndarray:
+        """The target lead times (``timedelta64[ns]``), in the order of the output fields."""
+        return self.target_lead_values
 
     @property
     def target_indices(self) -> list[int]:
         """Positions of the target leads among the input leads."""
-        leads = list(self.hparams.input_lead_hours)
-        return [leads.index(h) for h in self.target_leads]
+        return [int(np.flatnonzero(self.input_lead_values == lead)[0]) for lead in self.target_leads]
 
     @property
     def target_index(self) -> int:
@@ -191,7 +188,7 @@ class EnsembleTask(L.LightningModule):
     def build_net(self, out_channels: int) -> torch.nn.Module:
         """A network of ``hparams.arch`` from this task's input channels to ``out_channels``."""
         hp = self.hparams
-        n_var, n_lead = len(hp.variables), len(hp.input_lead_hours)
+        n_var, n_lead = len(hp.variables), len(self.input_lead_values)
         extra_in = (n_var if self.uses_analysis else 0) + self.n_static  # per lead, for temporal nets
         extra: dict[str, Any] = {}
         if self.sequence_input:
@@ -375,7 +372,7 @@ class EnsembleTask(L.LightningModule):
         for name, per_field in self.scores(batch).items():
             for f in range(per_field.shape[1]):
                 i = f % len(variables)
-                lead = "" if len(leads) == 1 else f"_{leads[f // len(variables)]}h"
+                lead = "" if len(leads) == 1 else f"_{lead_hours(leads[f // len(variables)])}h"
                 levels = [None] if self.surface[i] else self.hparams.levels
                 for j, lev in enumerate(levels):
                     self.log(

@@ -23,6 +23,7 @@ from ensml.names import (
     VALID_TIME,
     VARIABLE_ATTRS,
 )
+from ensml.predictions import RunMeta, file_sha256
 
 DIMS = (INIT_TIME, LEVEL, LATITUDE, LONGITUDE)
 SURFACE_DIMS = (INIT_TIME, LATITUDE, LONGITUDE)
@@ -64,9 +65,8 @@ class PredictionWriter(BasePredictionWriter):
         hp = pl_module.hparams
         index = torch.cat([p["index"] for p in predictions]).cpu().numpy()
         inits = dm.predict_set.init_times[index]
-        hours = pl_module.target_leads
-        leads = np.array([np.timedelta64(h, "h") for h in hours]).astype("timedelta64[ns]")
-        several = len(hours) > 1
+        leads = pl_module.target_leads
+        several = len(leads) > 1
         coords = {
             INIT_TIME: inits,
             LEVEL: np.asarray(hp.levels, dtype=np.float64),
@@ -84,7 +84,7 @@ class PredictionWriter(BasePredictionWriter):
                 continue
             values = torch.cat([p[key] for p in predictions]).float().cpu().numpy()
             values = values.reshape(
-                len(values), len(hours), len(hp.variables), *values.shape[2:]
+                len(values), len(leads), len(hp.variables), *values.shape[2:]
             )  # lead-major
             if not several:
                 values = values[:, 0]
@@ -110,6 +110,7 @@ class PredictionWriter(BasePredictionWriter):
             source=f"ensml {kind}, k={hp.k} of {dm.spec.members} members, arch={hp.arch}",
             forecast=str(dm.hparams.forecast),
             checkpoint=str(trainer.ckpt_path or ""),
+            **run_meta(pl_module, dm.spec.members, trainer.ckpt_path).to_attrs(),
         )
         encoding = {v: {"zlib": True, "complevel": 4, "dtype": "float32"} for v in ds.data_vars}
         try:
@@ -117,3 +118,20 @@ class PredictionWriter(BasePredictionWriter):
         except OSError as err:
             raise EnsmlError(f"cannot write predictions {self.output}: {err.strerror or err}") from None
         write_netcdf(ds, self.output, encoding=encoding)
+
+
+def run_meta(task: L.LightningModule, ensemble_size: int, checkpoint: str | Path | None) -> RunMeta:
+    """The run metadata of ``task``'s predictions (:mod:`ensml.predictions`), from its checkpoint."""
+    hp = task.hparams
+    has_checkpoint = checkpoint is not None and Path(checkpoint).is_file()
+    return RunMeta(
+        task=type(task).__name__,
+        k=int(hp.k),
+        members=tuple(range(int(hp.k))),
+        ensemble_size=int(ensemble_size),
+        variables=tuple(hp.variables),
+        levels=tuple(hp.levels),
+        leads=tuple(task.target_leads),
+        checkpoints=(file_sha256(checkpoint),) if has_checkpoint else (),
+        surface=tuple(v for v, s in zip(hp.variables, task.surface.tolist(), strict=True) if s),
+    )

@@ -62,7 +62,7 @@ def coastlines():
     """The shipped Natural Earth 110m coastlines as a shapely ``MultiLineString`` (lon/lat)."""
     from shapely.geometry import MultiLineString
 
-    with resources.files("ensml.scores").joinpath("mapdata", COASTLINE_FILE).open("rb") as f:
+    with resources.files("ensml.verify").joinpath("mapdata", COASTLINE_FILE).open("rb") as f:
         data = np.load(f)
         lon, lat, off = data["lon"], data["lat"], data["offsets"]
     return MultiLineString([np.column_stack([lon[a:b], lat[a:b]]).astype(float) for a, b in pairwise(off)])

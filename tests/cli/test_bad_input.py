@@ -104,7 +104,7 @@ def test_overlapping_periods(tiny_data, work, capsys) -> None:
 
 
 def test_target_lead_not_an_input(tiny_data, work, capsys) -> None:
-    run_failing(fit_args(tiny_data, **{"data.target_lead_hours": 72}), capsys, "target_lead_hours=72")
+    run_failing(fit_args(tiny_data, **{"data.target_leads": 72}), capsys, "target_leads=72")
 
 
 def test_checkpoint_for_other_variables(tiny_data, fitted, work, capsys) -> None:

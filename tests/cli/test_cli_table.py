@@ -148,7 +148,7 @@ CASES: dict[str, Case] = {
     # -- impossible K and options ---------------------------------------------------------------------
     "fit: k larger than the ensemble": Case(lambda i: fit(i, **{"data.k": 20}), ("k=20",)),
     "evaluate: k larger than the ensemble": Case(lambda i: evaluate(i, "--k=20", "--out_dir=out"), ("k=20",)),
-    "fit: target lead not an input": Case(lambda i: fit(i, **{"data.target_lead_hours": 72}), ("target_lead_hours=72",)),
+    "fit: target lead not an input": Case(lambda i: fit(i, **{"data.target_leads": 72}), ("target_leads=72",)),
     "fit: option of the wrong type": Case(lambda i: fit(i, **{"data.k": "five"}), ("option --data.k", "expected int", "'five'")),
     "fit: unknown option": Case(lambda i: fit(i, "--data.kk=5"), ("unknown option --data.kk=5",)),
     "validate: value not among the choices": Case(lambda i: lightning("validate", i, **{"data.member_sampling": "all"}), ("--data.member_sampling", "'first', 'random'", "'all'")),

@@ -103,6 +103,7 @@ def test_evaluate_folder_holds_one_run(tiny_data, fitted, work) -> None:
     with xr.open_dataset(spread) as ds:  # a spread model's file: the mixed predictions' sigma alone
         sd = ds[[v for v in ds.data_vars if str(v).endswith("_std")]].load()
     sd.attrs = {k: v.replace("mixed", "spread") if isinstance(v, str) else v for k, v in ds.attrs.items()}
+    sd.attrs["ensml_task"] = "SpreadTask"
     sd.to_netcdf(work / "spread.nc")
     first = main(_evaluate(tiny_data, "ev", f"--spread_predictions={work / 'spread.nc'}"))
     assert first == 0 and (work / "ev" / "spread.csv").is_file()

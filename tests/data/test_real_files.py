@@ -63,9 +63,7 @@ def test_sparse_seasonal_file_is_masked_and_refused_for_training(real_data) -> N
     held = np.isfinite(fc["t2m"]).any(["latitude", "longitude"]).values
     assert held.sum() == 7 * 3 * 8 and fc.sizes["member"] == 28
     lead = int(fc["lead_time"].values[0] / np.timedelta64(1, "h"))
-    dm = EnsembleDataModule(
-        str(path), variables=["t2m"], levels=[], input_lead_hours=[lead], target_lead_hours=lead
-    )
+    dm = EnsembleDataModule(str(path), variables=["t2m"], levels=[], input_leads=[lead], target_leads=lead)
     with pytest.raises(
         EnsmlError, match=r"^surface variable\(s\) t2m need at least one pressure-level variable"
     ):

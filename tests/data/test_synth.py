@@ -218,7 +218,7 @@ def test_member_count_does_not_change_truth(tmp_path):
 
 
 def test_sub_daily_leads_and_other_levels(tmp_path):
-    p = synth(tmp_path / "o", **TINY, lead_hours=range(0, 49, 6), levels=(1000, 700, 300), members=3)
+    p = synth(tmp_path / "o", **TINY, leads=range(0, 49, 6), levels=(1000, 700, 300), members=3)
     fc, an = xr.open_dataset(p["forecast"]), xr.open_dataset(p["analysis"])
     assert fc.sizes["lead_time"] == 9 and list(fc.level.values) == [1000, 700, 300]
     assert np.isin(fc.valid_time.values.ravel(), an.time.values).all()
@@ -234,10 +234,11 @@ def test_sub_daily_leads_and_other_levels(tmp_path):
         ({"members": 1}, "at least 2 members"),
         ({"start": "2017-02-01", "end": "2017-01-01"}, "date range is empty"),
         ({"start": "not a date"}, "must be dates"),
-        ({"lead_hours": (24, 0)}, "strictly increasing"),
-        ({"lead_hours": (24, 24)}, "strictly increasing"),
-        ({"lead_hours": (-6, 0)}, ">= 0"),
-        ({"lead_hours": ()}, "lead_hours is empty"),
+        ({"leads": (24, 0)}, "strictly increasing"),
+        ({"leads": (24, 24)}, "strictly increasing"),
+        ({"leads": (-6, 0)}, ">= 0"),
+        ({"leads": ()}, "leads is empty"),
+        ({"leads": ("P1D", "tomorrow")}, "'tomorrow' is not understood"),
         ({"n_lat": 2}, "too small"),
         ({"n_lon": 4}, "too small"),
         ({"levels": ()}, "levels is empty"),

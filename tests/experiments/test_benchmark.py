@@ -77,13 +77,13 @@ def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: P
     ("args", "message"),
     [
         (["--levels=[500, 700]"], "has no level(s) [700"),
-        (["--input_lead_hours=[0, 12, 24, 48]"], "has no lead time(s) [12] h"),
+        (["--input_leads=[0, 12, 24, 48]"], "has no lead time(s) 12 h"),
         (["--variables=[z, q]"], "has no variable 'q'"),
         (["--k=11"], "k=11"),
         (
             [
-                "--input_lead_hours=[48]",
-                "--target_lead_hours=48",
+                "--input_leads=[48]",
+                "--target_leads=48",
                 '--models=[{"name": "t", "arch": "unet3d_time"}]',
             ],
             "at least 2 input lead",
@@ -114,7 +114,8 @@ def test_shipped_configs_build_every_model(name: str, tiny_data: dict[str, Path]
     from jsonargparse import ArgumentParser
 
     from ensml.data.datamodule import EnsembleDataModule
-    from ensml.experiments.benchmark import ModelSpec, _build, benchmark
+    from ensml.experiments.benchmark import _build, benchmark
+    from ensml.experiments.options import ModelSpec
     from tests.conftest import TINY_PERIODS
 
     parser = ArgumentParser(exit_on_error=False)
@@ -122,8 +123,8 @@ def test_shipped_configs_build_every_model(name: str, tiny_data: dict[str, Path]
     cfg = parser.parse_path(str(CONFIGS / "benchmark" / f"{name}.yaml"))
     dm = EnsembleDataModule(
         str(tiny_data["forecast"]), str(tiny_data["analysis"]), variables=cfg.variables,
-        levels=cfg.levels, input_lead_hours=[0, 24, 48],  # the tiny set's leads
-        target_lead_hours=cfg.target_lead_hours, k=cfg.k, batch_size=2,
+        levels=cfg.levels, input_leads=[0, 24, 48],  # the tiny set's leads
+        target_leads=cfg.target_leads, k=cfg.k, batch_size=2,
         **{key: list(period) for key, period in TINY_PERIODS.items()},
     )  # fmt: skip
     dm.setup("fit")

@@ -9,12 +9,12 @@ import torch
 import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.experiments.benchmark import SynthOptions
 from ensml.experiments.bound import subset_bound
+from ensml.experiments.options import SynthOptions
 from tests.conftest import TINY_PERIODS
 
 # The options of the session's tiny dataset (tests/conftest.py::tiny_data).
-TINY = SynthOptions(n_lat=16, n_lon=32, lead_hours=[0, 24, 48], start="2017-01-01", end="2017-12-31",
+TINY = SynthOptions(n_lat=16, n_lon=32, leads=[0, 24, 48], start="2017-01-01", end="2017-12-31",
                     every_days=3, seed=1)  # fmt: skip
 
 
@@ -22,7 +22,7 @@ def test_bound_errs_by_the_k_member_noise(tiny_data: dict[str, Path]) -> None:
     """(μ_bound − μ*) is the mean of K member perturbations: standardised by its designed spread
     sqrt(σ_bound² − σ*²) it is standard normal; and the bound beats the raw subset mean's error."""
     files = str(tiny_data["forecast"]), str(tiny_data["analysis"])
-    dm = EnsembleDataModule(*files, target_lead_hours=[24, 48], **TINY_PERIODS)
+    dm = EnsembleDataModule(*files, target_leads=[24, 48], **TINY_PERIODS)
     dm.setup("fit")
     batches = list(dm.predict_dataloader())
     index = torch.cat([b["index"] for b in batches]).numpy()

@@ -66,7 +66,7 @@ def _batch(b: int = 2, leads: int = 3) -> dict[str, torch.Tensor]:
 
 def _task(cls, arch: str, leads=LEADS):
     torch.manual_seed(0)
-    task = cls(input_lead_hours=leads, target_lead_hours=48, arch=arch, width=4, depth=2, lr=3e-3)
+    task = cls(input_leads=leads, target_leads=48, arch=arch, width=4, depth=2, lr=3e-3)
     stats = {
         "clim_mean": np.zeros((V, D, H, W)),
         "anom_std": np.ones((V, D)),
@@ -104,4 +104,4 @@ def test_unet_keeps_leads_as_channels() -> None:
 @pytest.mark.parametrize("arch", ["convgru", "unet3d_time"])
 def test_temporal_needs_two_leads(arch) -> None:
     with pytest.raises(EnsmlError, match="temporal and needs at least 2 input lead times"):
-        MixedTask(input_lead_hours=[48], target_lead_hours=48, arch=arch)
+        MixedTask(input_leads=[48], target_leads=48, arch=arch)

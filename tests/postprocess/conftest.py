@@ -42,11 +42,11 @@ def checkpoints(
 
     return {
         "mixed48": fitted / "runs/smoke/checkpoints/best.ckpt",
-        "mixed24": fit("mixed24", "--data.input_lead_hours=[0, 24]", "--data.target_lead_hours=24"),
+        "mixed24": fit("mixed24", "--data.input_leads=[0, 24]", "--data.target_leads=24"),
         "spread48": fit("spread48", "--model.class_path=ensml.train.tasks.SpreadTask"),
         "noanalysis48": fit("noan48", "--model.init_args.use_analysis=false"),
         "temporal48": fit("temporal48", "--model.init_args.arch=unet3d_time"),
-        "mixed2448": fit("mixed2448", "--data.target_lead_hours=[24, 48]"),
+        "mixed2448": fit("mixed2448", "--data.target_leads=[24, 48]"),
     }
 
 

@@ -39,7 +39,7 @@ BAD_FILES = {
     "other grid": (_edit(lambda ds: ds.isel(latitude=slice(0, 8))), "another grid than the checkpoints"),
     "other variables": (_edit(lambda ds: ds.drop_vars("t")), "has no variable 't'"),
     "other levels": (_edit(lambda ds: ds.sel(level=[500.0])), "has no level(s) [850.0]"),
-    "no 48 h lead": (_edit(lambda ds: ds.sel(lead_time=ds.lead_time[:2])), "has no lead time(s) [48] h"),
+    "no 48 h lead": (_edit(lambda ds: ds.sel(lead_time=ds.lead_time[:2])), "has no lead time(s) 48 h"),
     "too few members": (_edit(lambda ds: ds.isel(member=slice(0, 3))), "k=5 members"),
     "NaN": (_edit(_nan), "NaN or infinite values in t"),
     "no analysis at init": (

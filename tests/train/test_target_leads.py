@@ -20,7 +20,7 @@ LEADS = [24, 48]
 
 @pytest.fixture(scope="module")
 def data(tiny_data: dict[str, Path]) -> EnsembleDataModule:
-    dm = EnsembleDataModule(str(tiny_data["forecast"]), str(tiny_data["analysis"]), target_lead_hours=LEADS,
+    dm = EnsembleDataModule(str(tiny_data["forecast"]), str(tiny_data["analysis"]), target_leads=LEADS,
                             batch_size=2, **TINY_PERIODS)  # fmt: skip
     dm.setup("fit")
     return dm
@@ -68,7 +68,7 @@ def test_fit_and_predict_write_a_lead_dimension(
     tiny_data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    args = ["--config", SMOKE, *tiny_data_args(tiny_data, **{"data.target_lead_hours": "[24, 48]"})]
+    args = ["--config", SMOKE, *tiny_data_args(tiny_data, **{"data.target_leads": "[24, 48]"})]
     assert main(["fit", *args]) == 0
     assert main(["predict", *args, "--ckpt_path=runs/smoke/checkpoints/best.ckpt"]) == 0
     with xr.open_dataset("runs/smoke/predictions.nc") as ds:
@@ -84,12 +84,12 @@ def test_fit_and_predict_write_a_lead_dimension(
         capsys.readouterr()
         .err.strip()
         .splitlines()[-1]
-        .endswith("was trained with target_lead_hours=[24, 48] but the data has target_lead_hours=48")
+        .endswith("was trained with target_leads 24, 48 h but the data has 48 h")
     )
 
 
 def test_target_leads_must_be_input_leads(tiny_data: dict[str, Path]) -> None:
-    with pytest.raises(EnsmlError, match=r"target_lead_hours=\[24, 72\] must be distinct lead\(s\) among"):
-        EnsembleDataModule(str(tiny_data["forecast"]), target_lead_hours=[24, 72])
-    with pytest.raises(EnsmlError, match=r"target_lead_hours=\[48, 48\]"):
-        EnsembleDataModule(str(tiny_data["forecast"]), target_lead_hours=[48, 48])
+    with pytest.raises(EnsmlError, match=r"target_leads=\[24, 72\] must be distinct lead\(s\) among"):
+        EnsembleDataModule(str(tiny_data["forecast"]), target_leads=[24, 72])
+    with pytest.raises(EnsmlError, match=r"target_leads=\[48, 48\]"):
+        EnsembleDataModule(str(tiny_data["forecast"]), target_leads=[48, 48])

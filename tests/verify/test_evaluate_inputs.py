@@ -47,7 +47,7 @@ def _evaluate(data: dict[str, Path], *extra: object, **files: object) -> list[st
 
 def _spread_file(preds: Path, dst: Path) -> Path:
     """A spread model's ``ensml predict`` output: ``<var>_std`` only."""
-    return _variant(preds, dst, lambda ds: ds[["z_std", "t_std"]])
+    return _variant(preds, dst, lambda ds: ds[["z_std", "t_std"]].assign_attrs(ensml_task="SpreadTask"))
 
 
 def test_nan_in_predictions(tiny_data, preds, work, capsys) -> None:
@@ -88,7 +88,7 @@ def test_predictions_missing_a_variable(tiny_data, preds, work, capsys) -> None:
 
 
 def test_spread_predictions_missing_a_variable(tiny_data, preds, work, capsys) -> None:
-    bad = _variant(preds, work / "s.nc", lambda ds: ds[["z_std"]])
+    bad = _variant(preds, work / "s.nc", lambda ds: ds[["z_std"]].assign_attrs(ensml_task="SpreadTask"))
     run_failing(
         _evaluate(tiny_data, spread_predictions=bad), capsys, f"spread predictions file {bad} has no t_std"
     )

@@ -214,7 +214,7 @@ def test_no_predictions_scores_every_forecast_lead_but_zero(data, tmp_path) -> N
         # no lead in common
         ({"predictions": "preds24dim", "spread_predictions": "spread48"}, [], "no lead time in common"),
         # a lead the forecast lacks
-        ({}, ["--lead_hours=72"], "has no lead time(s) [72] h (found: [0, 24, 48] h)"),
+        ({}, ["--lead_hours=72"], "has no lead time(s) 72 h (found: 0, 24, 48 h)"),
     ],
 )
 def test_bad_leads_are_one_line_and_write_nothing(

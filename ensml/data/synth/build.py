@@ -57,7 +57,7 @@ class SynthConfig:
     n_lat: int
     n_lon: int
     levels: tuple[int, ...]
-    lead_hours: tuple[int, ...]
+    leads: tuple[str, ...]  # ISO 8601 durations (ensml.names.iso_lead)
     members: int
     start: str
     end: str
@@ -75,7 +75,9 @@ def _coord_attrs(ds: xr.Dataset) -> xr.Dataset:
 
 
 def _global_attrs(cfg: SynthConfig, what: str) -> dict:
+    # netCDF-3 attributes hold no lists of strings: the leads (ISO durations) as one string
     params = {f"synth_{k}": (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
+    params["synth_leads"] = " ".join(cfg.leads)
     return {
         "title": f"ensml synthetic ensemble: {what}",
         "institution": "ensml",
@@ -247,7 +249,7 @@ def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, n_le
         return x
 
     token = uuid.uuid4().hex
-    shape = (len(cfg.lead_hours), cfg.members, n_levels, cfg.n_lat, cfg.n_lon)
+    shape = (len(cfg.leads), cfg.members, n_levels, cfg.n_lat, cfg.n_lon)
     blocks = [
         da.from_delayed(
             # Explicit keys: tokenising ``make`` would hash the arrays in its closure per block.

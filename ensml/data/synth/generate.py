@@ -70,7 +70,6 @@ first 5 members alone beats the raw 10 members by about 14%.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 from collections.abc import Sequence
@@ -85,6 +84,7 @@ import xarray as xr
 from ensml.data.synth.build import SynthConfig, build_datasets, encodings
 from ensml.data.writers import temporary_folder, write_netcdf, write_zarr
 from ensml.errors import EnsmlError
+from ensml.names import format_leads, iso_lead, parse_leads
 from ensml.progress import EVERY_S, Progress
 
 NAMES = ("forecast", "analysis", "oracle")
@@ -103,11 +103,11 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
         raise EnsmlError("synth needs at least one pressure level (levels is empty)")
     if len(set(cfg.levels)) != len(cfg.levels) or any(not 1 <= p <= 1100 for p in cfg.levels):
         raise EnsmlError(f"synth levels must be distinct pressures in 1..1100 hPa, got {list(cfg.levels)}")
-    leads = cfg.lead_hours
-    if not leads:
-        raise EnsmlError("synth needs at least one lead time (lead_hours is empty)")
-    if leads[0] < 0 or any(b <= a for a, b in itertools.pairwise(leads)):
-        raise EnsmlError(f"synth lead_hours must be >= 0 and strictly increasing, got {list(leads)}")
+    leads = parse_leads(cfg.leads)
+    if not leads.size:
+        raise EnsmlError("synth needs at least one lead time (leads is empty)")
+    if np.any(np.diff(leads) <= np.timedelta64(0, "ns")):
+        raise EnsmlError(f"synth leads must be strictly increasing, got {format_leads(leads)}")
     if cfg.every_days < 1:
         raise EnsmlError(f"synth every_days must be >= 1, got {cfg.every_days}")
     if not (np.isfinite(cfg.storms_per_year) and 0 <= cfg.storms_per_year <= 365):
@@ -123,8 +123,7 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
     if t1 < t0:
         raise EnsmlError(f"synth date range is empty: end {cfg.end} is before start {cfg.start}")
     inits = pd.date_range(t0, t1, freq=f"{cfg.every_days}D").to_numpy().astype("datetime64[ns]")
-    lead_td = np.asarray(leads, dtype="int64").astype("timedelta64[h]").astype("timedelta64[ns]")
-    return inits, lead_td
+    return inits, leads
 
 
 def _prepare_out_dir(out_dir: Path, overwrite: bool, suffix: str) -> None:
@@ -148,7 +147,7 @@ def synth(
     n_lat: int = 32,
     n_lon: int = 64,
     levels: Sequence[int] = (500, 850),
-    lead_hours: Sequence[int] = (0, 24, 48),
+    leads: Sequence[int | str] = (0, 24, 48),
     members: int = 10,
     start: str = "2017-01-01",
     end: str = "2020-12-31",
@@ -180,8 +179,8 @@ def synth(
         Number of longitudes: 0 … 360 - 360/n_lon degrees east.
     levels
         Pressure levels in hPa (1..1100), written in this order.
-    lead_hours
-        Lead times in hours, >= 0 and strictly increasing (for example 0, 6, …, 48).
+    leads
+        Lead times, strictly increasing: hours (``[0, 6, 12]``) or durations (``["0h", "P1D"]``).
     members
         Ensemble size, >= 2.
     start
@@ -224,7 +223,7 @@ def synth(
             n_lat=int(n_lat),
             n_lon=int(n_lon),
             levels=tuple(int(p) for p in levels),
-            lead_hours=tuple(int(h) for h in lead_hours),
+            leads=tuple(iso_lead(lead) for lead in parse_leads(leads)),
             members=int(members),
             start=str(start),
             end=str(end),

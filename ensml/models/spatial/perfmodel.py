@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ensml.compat import view_base
 from ensml.models.layers import SphereConv3d
 from ensml.models.spatial.grid import ProcessGrid
 from ensml.models.unet3d import UNet3d
@@ -107,7 +108,7 @@ def saved_hooks(saved: dict) -> torch.autograd.graph.saved_tensors_hooks:
     """Context recording every tensor autograd saves (parameters excluded) into ``saved``."""
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        base = t if t._base is None else t._base
+        base = view_base(t)
         if not isinstance(base, nn.Parameter):
             saved[id(base)] = (base, base.numel() * base.element_size())
         return t

@@ -45,7 +45,9 @@ def _convert(m: nn.Module, grid: ProcessGrid, name: str) -> nn.Module | None:
         if not local or any(m.output_padding[1:]) or any(d != 1 for d in m.dilation[1:]):
             raise NotImplementedError(f"{name}: only non-overlapping transposed convs (kernel = stride)")
         return m  # each output cell depends on one input cell: no halo
-    if isinstance(m, nn.modules.batchnorm._BatchNorm | nn.Conv1d | nn.Conv2d):
+    if isinstance(
+        m, nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d | nn.SyncBatchNorm | nn.Conv1d | nn.Conv2d
+    ):
         raise NotImplementedError(f"{name}: {type(m).__name__} has no spatial-parallel version")
     return None
 

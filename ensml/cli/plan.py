@@ -1,0 +1,70 @@
+"""``ensml plan-parallel``: recommend a spatial × data split of the devices for a U-Net task."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ensml.cli.verb import run_function, summary
+
+
+def plan_parallel(
+    devices: int,
+    forecast: str | None = None,
+    n_lat: int | None = None,
+    n_lon: int | None = None,
+    n_level: int | None = None,
+    n_var: int = 2,
+    n_lead: int = 3,
+    task: Literal["mixed", "spread"] = "mixed",
+    width: int = 16,
+    depth: int = 3,
+    kernel_size: int = 3,
+    batch_size: int = 1,
+    memory_gib: float | None = None,
+) -> None:
+    """Print the predicted cost of every data × lat × lon split of ``devices`` ranks.
+
+    Parameters
+    ----------
+    devices
+        Number of ranks (GPUs) to split.
+    forecast
+        A forecast file whose latitude/longitude/level sizes to use (or give the sizes below).
+    n_lat
+        Latitudes of one sample (overrides the file's).
+    n_lon
+        Longitudes of one sample (overrides the file's).
+    n_level
+        Pressure levels of one sample (overrides the file's).
+    n_var
+        Variables of one sample (sets the U-Net's channels).
+    n_lead
+        Input lead times of one sample (sets the U-Net's channels).
+    task
+        ``mixed`` (post-processing: also feeds the analysis, predicts mean and std) or
+        ``spread`` (predicts the std only).
+    width
+        U-Net width, as ``model.init_args.width`` of the fit config.
+    depth
+        U-Net depth (number of poolings), as ``model.init_args.depth``.
+    kernel_size
+        Convolution kernel size, as ``model.init_args.kernel_size``.
+    batch_size
+        Samples per replica per step (``data.batch_size``).
+    memory_gib
+        Memory per device in GiB (default: that of the machine model, 80).
+    """
+    options = dict(locals())
+    from ensml.experiments.plan import plan_parallel_cli as plan
+
+    plan(**options)
+
+
+#: The command this module runs, and its function (the help text is its docstring).
+COMMANDS = {"plan-parallel": plan_parallel}
+SUMMARIES = {words: summary(fn) for words, fn in COMMANDS.items()}
+
+
+def run(args: list[str]) -> None:
+    """Run ``ensml plan-parallel ARGS``."""
+    run_function(plan_parallel, args)

@@ -1,0 +1,60 @@
+"""Every use of a private (``_``-prefixed) name of Lightning or torch, in one place.
+
+ensml uses public APIs only, except where an upstream gap leaves no public way; each such use
+is a function here, and ``tests/test_compat.py`` fails when upstream changes the name, so an
+upgrade breaks a test, not a user's run. Calls:
+
+- :func:`uses_distributed_sampler` / :func:`set_distributed_sampler`: the Trainer's
+  ``use_distributed_sampler`` setting lives on its private accelerator connector; the data module
+  reads it, and the spatial-parallel strategy turns it off for spatial ranks of one replica.
+- :func:`restart_train_iterator`: re-creates the training iterator of the epoch that just started
+  (Lightning's own call at an epoch start), so a resumed run does not replay epoch 0's order.
+- :func:`view_base`: the tensor a view shares memory with (torch's ``Tensor._base``), to count
+  the bytes autograd saves once per storage.
+
+Overrides of protected hooks, which subclasses are meant to implement (checked to exist by the
+same test): ``LightningCLI._parse_ckpt_path`` (a broken checkpoint as one line),
+``ParallelStrategy._configure_launcher`` (the spatial split checked before launch) and
+``nn.Module._load_from_state_dict`` (data-shaped buffers sized from the checkpoint).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def uses_distributed_sampler(trainer: Any) -> bool:
+    """Whether ``trainer`` wraps its training loaders in a DistributedSampler (its setting)."""
+    return bool(trainer._accelerator_connector.use_distributed_sampler)
+
+
+def set_distributed_sampler(trainer: Any, use: bool) -> None:
+    """Turn ``trainer``'s DistributedSampler wrapping on or off (after it was built)."""
+    trainer._accelerator_connector.use_distributed_sampler = bool(use)
+
+
+def restart_train_iterator(trainer: Any) -> None:
+    """Create the training iterator of the current epoch anew (drops prefetched batches)."""
+    iter(trainer.fit_loop._data_fetcher)
+
+
+def view_base(tensor: Any) -> Any:
+    """The tensor whose memory ``tensor`` views (``tensor`` itself if it is not a view)."""
+    base = tensor._base
+    return tensor if base is None else base
+
+
+#: Protected hooks ensml overrides: (module, class, method).
+OVERRIDDEN_HOOKS = (
+    ("lightning.pytorch.cli", "LightningCLI", "_parse_ckpt_path"),
+    ("lightning.pytorch.strategies", "DDPStrategy", "_configure_launcher"),
+    ("torch.nn", "Module", "_load_from_state_dict"),
+)
+
+__all__ = [
+    "OVERRIDDEN_HOOKS",
+    "restart_train_iterator",
+    "set_distributed_sampler",
+    "uses_distributed_sampler",
+    "view_base",
+]

@@ -1,0 +1,60 @@
+"""Options of ``ensml benchmark``: the embedded dataset it trains on and the models of the zoo.
+
+Plain dataclasses (no torch, no xarray), so the command line reads its types without loading
+the libraries that train the models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class SynthOptions:
+    """Options of the embedded dataset (see :func:`ensml.data.synth.generate.synth`)."""
+
+    n_lat: int = 32
+    n_lon: int = 64
+    levels: list[int] = field(default_factory=lambda: [500, 850])
+    leads: list[int | str] = field(default_factory=lambda: [0, 12, 24, 36, 48])
+    members: int = 10
+    start: str = "2017-01-01"
+    end: str = "2020-12-31"
+    every_days: int = 2
+    storms_per_year: float = 6.0
+    seed: int = 0
+
+
+@dataclass
+class ModelSpec:
+    """One neural model of the benchmark: a task, a network and its training budget.
+
+    ``options`` are further arguments of the task (:class:`~ensml.train.tasks.MixedTask` or
+    :class:`~ensml.train.tasks.SpreadTask`), e.g. ``{location_inputs: true, local_affine: true,
+    scheme: two_stage}`` or ``{loss: l1_msssim}``. ``patience``: stop when the validation loss has
+    not improved for this many epochs (None: train ``max_epochs``); the weights of the best
+    validation epoch are the ones scored.
+    """
+
+    name: str
+    task: Literal["mixed", "spread"] = "mixed"
+    arch: str = "unet3d"
+    width: int = 16
+    depth: int = 3
+    lr: float = 2e-3
+    max_epochs: int = 8
+    patience: int | None = None
+    arch_options: dict | None = None
+    options: dict | None = None
+
+
+DEFAULT_MODELS = [
+    ModelSpec("U-Net mixed", "mixed", "unet3d"),
+    ModelSpec("temporal U-Net mixed", "mixed", "unet3d_time"),
+    ModelSpec("U-Net spread", "spread", "unet3d"),
+    ModelSpec("temporal U-Net spread", "spread", "unet3d_time"),
+]
+
+
+__all__ = ["DEFAULT_MODELS", "ModelSpec", "SynthOptions"]

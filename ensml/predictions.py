@@ -1,0 +1,222 @@
+"""Run metadata: what made a predictions or products file, written into it once and read back.
+
+Every file of predictions (``ensml predict``) and of products (``ensml postprocess``) carries, as
+global attributes, the facts of the run that made it: the task, the member subset the model
+read (``k`` and which members), the size of the ensemble it was trained on, the variables,
+levels (and which variables are surface ones) and lead times it covers, the SHA-256 of the
+checkpoint(s) and the ensml version. Readers take these facts from the files
+(:meth:`RunMeta.from_attrs`): ``k`` and the leads are never again given by a flag that could
+disagree, and files of two runs are never scored as one (:func:`one_run`).
+
+The attributes are plain netCDF/zarr attributes (``ensml_task``, ``ensml_k``, ``ensml_leads``,
+…), so xarray, cdo, Panoply or ncview users see them without ensml. Lead times are ISO 8601
+durations (``PT24H``), the edge format of :mod:`ensml.names`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ensml import __version__
+from ensml.errors import EnsmlError
+from ensml.names import format_leads, iso_lead, parse_leads
+
+PREFIX = "ensml_"
+#: The tasks whose outputs carry run metadata.
+TASKS = ("MixedTask", "SpreadTask")
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes (a checkpoint's identity)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """The facts of the run that made a predictions or products file.
+
+    Attributes
+    ----------
+    task
+        ``MixedTask`` (a Gaussian predictive distribution of the analysis) or ``SpreadTask``
+        (the estimated spread of the full ensemble).
+    k
+        Members the model read as input.
+    members
+        Which members, as positions along the forecast's ``member`` dimension (``0 … k-1``).
+    ensemble_size
+        Members of the ensemble the model was trained on (M; a spread model estimates their std).
+    variables, levels
+        What the file covers (levels in hPa); ``surface`` names the surface (single-level)
+        variables among ``variables``, which have no level dimension.
+    leads
+        The lead times the file holds (``timedelta64[ns]``, ascending).
+    checkpoints
+        SHA-256 of each checkpoint that made the file (one per group of target leads), or empty
+        for a model that was never trained.
+    version
+        The ensml version that wrote the file.
+    """
+
+    task: str
+    k: int
+    members: tuple[int, ...]
+    ensemble_size: int
+    variables: tuple[str, ...]
+    levels: tuple[float, ...]
+    leads: tuple[np.timedelta64, ...]
+    checkpoints: tuple[str, ...] = ()
+    surface: tuple[str, ...] = ()
+    version: str = field(default=__version__)
+
+    def __post_init__(self) -> None:
+        leads = tuple(np.sort(parse_leads(list(self.leads))))
+        object.__setattr__(self, "leads", leads)
+        object.__setattr__(self, "members", tuple(int(m) for m in self.members))
+        object.__setattr__(self, "levels", tuple(float(x) for x in self.levels))
+
+    @property
+    def is_spread(self) -> bool:
+        """Whether the file holds a spread model's estimates (else a Gaussian predictive distribution)."""
+        return self.task == "SpreadTask"
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The metadata as global attributes of a netCDF or zarr file."""
+        return {
+            f"{PREFIX}task": self.task,
+            f"{PREFIX}k": int(self.k),
+            f"{PREFIX}members": " ".join(str(m) for m in self.members),
+            f"{PREFIX}ensemble_size": int(self.ensemble_size),
+            f"{PREFIX}variables": " ".join(self.variables),
+            f"{PREFIX}surface_variables": " ".join(self.surface),
+            f"{PREFIX}levels": " ".join(f"{x:g}" for x in self.levels),
+            f"{PREFIX}leads": " ".join(iso_lead(lead) for lead in self.leads),
+            f"{PREFIX}checkpoint_sha256": " ".join(self.checkpoints),
+            f"{PREFIX}version": self.version,
+        }
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any], source: str) -> RunMeta:
+        """Read the metadata back from ``attrs`` (of the file ``source``, named in errors).
+
+        Raises
+        ------
+        EnsmlError
+            When an attribute is missing or cannot be read: the file was not written by this
+            version of ``ensml predict`` or ``ensml postprocess``.
+        """
+
+        def get(key: str, default: Any = None) -> str:
+            value = attrs.get(PREFIX + key, default)
+            if value is None:
+                raise EnsmlError(
+                    f"{source} has no {PREFIX}{key} attribute: it was not written by ensml predict or "
+                    "ensml postprocess of this version, so what made it cannot be checked"
+                )
+            return str(value)
+
+        try:
+            task = get("task")
+            if task not in TASKS:
+                raise ValueError(f"{PREFIX}task is {task!r}")
+            return cls(
+                task=task,
+                k=int(get("k")),
+                members=tuple(int(m) for m in get("members").split()),
+                ensemble_size=int(get("ensemble_size")),
+                variables=tuple(get("variables").split()),
+                levels=tuple(float(x) for x in get("levels").split()),
+                leads=tuple(parse_leads(get("leads").split())),
+                checkpoints=tuple(get("checkpoint_sha256", "").split()),
+                surface=tuple(get("surface_variables", "").split()),
+                version=get("version"),
+            )
+        except (ValueError, EnsmlError) as exc:
+            if isinstance(exc, EnsmlError) and str(exc).startswith(source):
+                raise
+            raise EnsmlError(f"{source} has unreadable ensml run metadata ({exc})") from None
+
+    def describe(self) -> str:
+        """One line: ``MixedTask from members 0-4 of 10, leads 24, 48 h, checkpoint 1a2b3c4d``."""
+        checkpoints = ", ".join(sha[:12] for sha in self.checkpoints) or "none (untrained)"
+        first, last = (self.members[0], self.members[-1]) if self.members else (0, -1)
+        return (
+            f"{self.task} from members {first}-{last} of {self.ensemble_size}, leads "
+            f"{format_leads(self.leads)}, checkpoint(s) {checkpoints}"
+        )
+
+    def without_leads(self) -> RunMeta:
+        """The metadata with the leads left out, to compare runs whose files cover other leads."""
+        return replace(self, leads=())
+
+
+def one_run(metas: Mapping[str, RunMeta], what: str) -> RunMeta:
+    """The metadata that every file of ``what`` shares, or a one-line error naming two that differ.
+
+    Parameters
+    ----------
+    metas
+        The metadata of each file, by the file's name.
+    what
+        What the files are, for the message (``"predictions"``).
+
+    Raises
+    ------
+    EnsmlError
+        When two files were made by different checkpoints, tasks, member subsets, variables or
+        levels (for example products of two runs in one folder, after the checkpoint changed).
+        Files of one run may hold different leads; the caller checks the leads it scores.
+    """
+    items = list(metas.items())
+    if not items:
+        raise EnsmlError(f"no {what} files to read")
+    name0, first = items[0]
+    for name, meta in items[1:]:
+        if meta.without_leads() != first.without_leads():
+            raise EnsmlError(
+                f"{what} files {name0} and {name} come from different runs "
+                f"({_difference(first, meta)}); score one run at a time"
+            )
+    leads = np.unique(np.concatenate([np.asarray(m.leads, dtype="timedelta64[ns]") for _, m in items]))
+    return replace(first, leads=tuple(leads))
+
+
+def _difference(a: RunMeta, b: RunMeta) -> str:
+    """What differs between two runs' metadata, checkpoints first."""
+    if a.checkpoints != b.checkpoints:
+        return f"checkpoint {_shas(a)} vs {_shas(b)}"
+    for key in ("task", "k", "members", "ensemble_size", "variables", "levels", "surface", "version"):
+        if getattr(a, key) != getattr(b, key):
+            return f"{key} {getattr(a, key)} vs {getattr(b, key)}"
+    return "their metadata"
+
+
+def _shas(meta: RunMeta) -> str:
+    return "+".join(sha[:12] for sha in meta.checkpoints) or "none"
+
+
+def check_k(meta: RunMeta, k: int | None, source: str) -> int:
+    """``k`` of the run; a ``k`` given as an option must agree with it (it repeats a fact of the file)."""
+    if k is not None and int(k) != meta.k:
+        raise EnsmlError(f"k={k} was given, but {source} was made from k={meta.k} members; leave k unset")
+    return meta.k
+
+
+def leads_of(metas: Sequence[RunMeta]) -> np.ndarray:
+    """The union of the leads of several runs' files (``timedelta64[ns]``, ascending)."""
+    if not metas:
+        return np.array([], dtype="timedelta64[ns]")
+    return np.unique(np.concatenate([np.asarray(m.leads, dtype="timedelta64[ns]") for m in metas]))
+
+
+__all__ = ["RunMeta", "check_k", "file_sha256", "leads_of", "one_run"]

@@ -1,0 +1,79 @@
+"""The private Lightning and torch names of :mod:`ensml.compat` still exist and still mean the same.
+
+If an upgrade renames one, this fails here, instead of a user's run failing or, worse, an
+override silently no longer being called.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+import ensml
+from ensml import compat
+
+
+def test_distributed_sampler_setting_is_read_and_written() -> None:
+    trainer = L.Trainer(use_distributed_sampler=False, logger=False, enable_checkpointing=False)
+    assert compat.uses_distributed_sampler(trainer) is False
+    compat.set_distributed_sampler(trainer, True)
+    assert compat.uses_distributed_sampler(trainer) is True
+
+
+def test_train_iterator_can_be_restarted() -> None:
+    trainer = L.Trainer(logger=False, enable_checkpointing=False)
+    assert hasattr(trainer.fit_loop, "_data_fetcher")  # set when fitting starts; the name must exist
+
+
+def test_view_base_is_the_viewed_tensor() -> None:
+    a = torch.zeros(4, 3)
+    assert compat.view_base(a[1:]) is a
+    assert compat.view_base(a) is a
+
+
+@pytest.mark.parametrize(("module", "cls", "method"), compat.OVERRIDDEN_HOOKS)
+def test_overridden_hooks_exist(module: str, cls: str, method: str) -> None:
+    assert callable(getattr(getattr(importlib.import_module(module), cls), method))
+
+
+def _own_private_names(trees: dict[Path, ast.Module]) -> set[str]:
+    """Private names that ensml itself defines (methods, ``x._name = ...``, class attributes)."""
+    own = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                own.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                own.add(node.target.id)
+    return {name for name in own if name.startswith("_")}
+
+
+def test_no_private_name_of_another_library_outside_compat() -> None:
+    """``x._name`` that ensml does not define itself appears in ensml/compat.py only."""
+    root = Path(ensml.__file__).parent
+    trees = {path: ast.parse(path.read_text()) for path in sorted(root.rglob("*.py"))}
+    own = _own_private_names(trees)
+    found = []
+    for path, tree in trees.items():
+        if path.name == "compat.py" and path.parent == root:
+            continue
+        for node in ast.walk(tree):
+            private = isinstance(node, ast.Attribute) and node.attr.startswith("_")
+            if not private or node.attr.startswith("__") or node.attr in own:
+                continue
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and getattr(owner.func, "id", None) == "super":
+                continue
+            found.append(f"{path.relative_to(root.parent)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, found
