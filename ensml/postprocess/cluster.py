@@ -17,7 +17,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -83,6 +83,9 @@ class ClusterSpec:
     scheduler_file: str | None = None
     scheduler_address: str | None = None
     jobqueue: JobQueue = field(default_factory=JobQueue)
+    #: The batch jobs' logs when ``jobqueue.log_directory`` is not set: the run's out_dir has
+    #: them (``<out_dir>/.ensml/logs``), never the folder ensml was started in.
+    log_dir: str | None = None
 
     def check(self, submit: bool = True) -> None:
         """Raise :class:`EnsmlError` for an impossible setting, before anything is done.
@@ -142,6 +145,12 @@ class ClusterSpec:
     @property
     def no_worker_timeout_s(self) -> float:
         return duration_s(self.jobqueue.no_worker_timeout, "jobqueue.no_worker_timeout")
+
+    @property
+    def logs(self) -> str | None:
+        """The batch jobs' log folder, absolute (jobs may start elsewhere), or None."""
+        logs = self.jobqueue.log_directory or self.log_dir
+        return os.path.abspath(logs) if logs else None
 
     @property
     def joins(self) -> bool:
@@ -242,7 +251,7 @@ def jobqueue_cluster(spec: ClusterSpec) -> Any:
         job_script_prologue=[*config_exports(), *jq.job_script_prologue],
         interface=jq.interface,
         local_directory=jq.local_directory,
-        log_directory=jq.log_directory,
+        log_directory=spec.logs,
         python=jq.python or sys.executable,
         scheduler_options={"dashboard_address": DASHBOARD},
         silence_logs=_log_level(),
@@ -251,12 +260,32 @@ def jobqueue_cluster(spec: ClusterSpec) -> Any:
 
 
 def job_script(spec: ClusterSpec) -> str:
-    """The batch script each SLURM/PBS job would run (nothing is submitted)."""
+    """The batch script each SLURM/PBS job would run (nothing is submitted, nothing written).
+
+    dask-jobqueue creates the log folder when it renders a script: the folders it created for
+    this are removed again (a dry run writes nothing).
+    """
+    new = _missing_parents(spec.logs) if spec.logs else []
     cluster = jobqueue_cluster(spec)
     try:
         return cluster.job_script()
     finally:
         cluster.close()
+        for folder in new:  # deepest first; only while empty
+            with suppress(OSError):
+                os.rmdir(folder)
+
+
+def _missing_parents(path: str) -> list[str]:
+    """``path`` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while path and not os.path.exists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
 
 
 def for_workers(job: Job, units: list[Unit]) -> tuple[Job, list[Unit]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import replace
@@ -15,6 +16,7 @@ from rich.console import Console
 
 from ensml import __version__
 from ensml.data.open import open_forecast
+from ensml.data.outputs import STATE_DIR
 from ensml.data.writers import remove_temporaries
 from ensml.errors import EnsmlError, PartialFailure
 from ensml.names import LATITUDE, LONGITUDE, MEMBER, format_leads
@@ -114,8 +116,9 @@ def postprocess(
     """
     products = products or Products()
     spec = ClusterSpec(
-        cluster, workers, threads_per_worker, scheduler_file, scheduler_address, jobqueue or JobQueue()
-    )
+        cluster, workers, threads_per_worker, scheduler_file, scheduler_address, jobqueue or JobQueue(),
+        log_dir=os.path.join(os.path.abspath(out_dir), STATE_DIR, "logs"),  # batch logs: not the cwd
+    )  # fmt: skip
     spec.check(submit=not dry_run)
     models = ModelSet.from_paths(checkpoints)
     thresholds = check_products(products, models.variables, models.levels)

@@ -58,7 +58,7 @@ def _running_job(slurm: Slurm, timeout: float = 60.0) -> str:
     pytest.fail(f"no job running: {slurm.jobs()}")
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(150, func_only=True)  # the fixtures start SLURM and fit a model first
 def test_three_jobs_on_a_two_cpu_node_count_the_two_that_ran(
     slurm, fitted, year_archive, tiny_data, tmp_path
 ):
@@ -77,7 +77,7 @@ def test_three_jobs_on_a_two_cpu_node_count_the_two_that_ran(
     _assert_no_job_left(slurm)
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(150, func_only=True)  # the fixtures start SLURM and fit a model first
 def test_job_cancelled_mid_run_stops_the_run_and_a_rerun_finishes(
     slurm, fitted, year_archive, tiny_data, tmp_path
 ):
@@ -103,7 +103,7 @@ def test_job_cancelled_mid_run_stops_the_run_and_a_rerun_finishes(
     _assert_no_job_left(slurm)
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(90, func_only=True)  # the fixtures start SLURM and fit a model first
 def test_a_rejected_job_script_is_one_line(slurm, fitted, archive_dir, tiny_data, tmp_path):
     # the README's GPU example, on a node without GPUs
     args = _args(
@@ -117,7 +117,7 @@ def test_a_rejected_job_script_is_one_line(slurm, fitted, archive_dir, tiny_data
     _assert_no_job_left(slurm)
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(90, func_only=True)  # the fixtures start SLURM and fit a model first
 def test_a_job_that_cannot_start_is_cancelled_with_the_reason(
     slurm, fitted, archive_dir, tiny_data, tmp_path
 ):
@@ -134,7 +134,7 @@ def test_a_job_that_cannot_start_is_cancelled_with_the_reason(
     _assert_no_job_left(slurm)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120, func_only=True)  # the fixtures start SLURM and fit a model first
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_cancels_the_jobs(sig, slurm, fitted, year_archive, tiny_data, tmp_path):
     out = tmp_path / "out"

@@ -22,7 +22,7 @@ from ensml.postprocess.options import JobQueue
 from tests.cluster.runs import archive_year, finish, last_line, start, wait_for_records, wait_session_gone
 from tests.postprocess.conftest import pp_args
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300, func_only=True)]  # fixtures fit models first
 
 
 @pytest.fixture(scope="module")
