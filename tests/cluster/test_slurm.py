@@ -75,6 +75,9 @@ def test_three_jobs_on_a_two_cpu_node_count_the_two_that_ran(
     assert 1 <= ran <= 2 and records["worker"].nunique() <= ran, summary
     assert "3 SLURM" not in summary
     _assert_no_job_left(slurm)
+    # the jobs' logs are in the output folder's state area, not in the folder ensml ran in
+    assert not list(tmp_path.glob("*.out")) and not list(tmp_path.glob("*.err"))
+    assert list((out / ".ensml" / "logs").glob("*.err")), list(out.rglob("*"))
 
 
 @pytest.mark.timeout(150, func_only=True)  # the fixtures start SLURM and fit a model first
