@@ -156,3 +156,17 @@ def test_dask_jobqueue_still_fails_a_submission_the_way_we_read_it(fake_pbs, mon
             time.sleep(0.05)
         (job,) = cluster.workers.values()
         assert job.submit_error == "qsub: Bad UID for job execution" and job.job_id is None
+
+
+@pytest.mark.parametrize("kind", ["slurm", "pbs"])
+def test_job_logs_go_to_the_out_dir_and_rendering_creates_no_folder(kind: str, tmp_path: Path) -> None:
+    logs = tmp_path / "out" / ".ensml" / "logs"
+    lines = job_script(ClusterSpec(kind=kind, log_dir=str(logs))).splitlines()
+    if kind == "slurm":
+        assert f"#SBATCH -o {logs}/" in "\n".join(lines) and f"#SBATCH -e {logs}/" in "\n".join(lines)
+    else:
+        assert f"#PBS -o {logs}/" in lines and f"#PBS -e {logs}/" in lines
+    assert not (tmp_path / "out").exists()  # dask-jobqueue made it to render the script: removed
+    mine = tmp_path / "mine"
+    lines = job_script(ClusterSpec(kind=kind, log_dir=str(logs), jobqueue=JobQueue(log_directory=str(mine))))
+    assert str(mine) in lines and str(logs) not in lines

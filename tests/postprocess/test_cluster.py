@@ -31,18 +31,21 @@ def year_archive(tiny_data, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def reference(checkpoints, year_archive: Path, tiny_data, tmp_path_factory) -> Path:
+def ckpt(fitted: Path) -> Path:
+    """The mixed 48 h smoke checkpoint (``checkpoints["mixed48"]`` without fitting the other five)."""
+    return fitted / "runs/smoke/checkpoints/best.ckpt"
+
+
+@pytest.fixture(scope="module")
+def reference(ckpt, year_archive: Path, tiny_data, tmp_path_factory) -> Path:
     """The products of an uninterrupted run, in this process."""
     out = tmp_path_factory.mktemp("reference")
-    assert (
-        main(pp_args([checkpoints["mixed48"]], year_archive / "*.nc", out, analysis=tiny_data["analysis"]))
-        == 0
-    )
+    assert main(pp_args([ckpt], year_archive / "*.nc", out, analysis=tiny_data["analysis"])) == 0
     return out
 
 
-def test_local_cluster_loads_the_model_once_per_worker(checkpoints, archive_dir, tiny_data, tmp_path) -> None:
-    args = pp_args([checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path, analysis=tiny_data["analysis"])
+def test_local_cluster_loads_the_model_once_per_worker(ckpt, archive_dir, tiny_data, tmp_path) -> None:
+    args = pp_args([ckpt], archive_dir / "*.nc", tmp_path, analysis=tiny_data["analysis"])
     assert main([*args, "--cluster=local", "--workers=2", "--threads_per_worker=1"]) == 0
     records = pd.read_json(tmp_path / MANIFEST, lines=True)
     assert len(records) == len(list(archive_dir.glob("*.nc"))) and (records["status"] == "done").all()
@@ -53,21 +56,15 @@ def test_local_cluster_loads_the_model_once_per_worker(checkpoints, archive_dir,
     assert (pd.read_json(tmp_path / MANIFEST, lines=True)["torch_threads"] == 2).all()
 
 
-def test_joins_a_running_cluster_by_address_and_by_scheduler_file(
-    checkpoints, archive_dir, tiny_data, tmp_path
-):
+def test_joins_a_running_cluster_by_address_and_by_scheduler_file(ckpt, archive_dir, tiny_data, tmp_path):
     from distributed import LocalCluster
 
     sched_file = tmp_path / "scheduler.json"
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
                       scheduler_kwargs={"scheduler_file": str(sched_file)}) as cluster:  # fmt: skip
-        args = pp_args(
-            [checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path / "a", analysis=tiny_data["analysis"]
-        )
+        args = pp_args([ckpt], archive_dir / "*.nc", tmp_path / "a", analysis=tiny_data["analysis"])
         assert main([*args, "--cluster=local", f"--scheduler_address={cluster.scheduler_address}"]) == 0
-        args = pp_args(
-            [checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path / "b", analysis=tiny_data["analysis"]
-        )
+        args = pp_args([ckpt], archive_dir / "*.nc", tmp_path / "b", analysis=tiny_data["analysis"])
         assert main([*args, "--cluster=local", f"--scheduler_file={sched_file}"]) == 0
         assert len(cluster.workers) == 1  # the running cluster's worker did the work and is still there
     for out in ("a", "b"):
@@ -105,12 +102,8 @@ def test_batch_job_script(kind: str) -> None:
     assert "--nworkers 4" in worker and "--nthreads 1" in worker and sys.executable in worker
 
 
-def test_dry_run_prints_the_plan_and_the_job_script(
-    checkpoints, archive_dir, tiny_data, tmp_path, capsys
-) -> None:
-    args = pp_args(
-        [checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path / "out", analysis=tiny_data["analysis"]
-    )
+def test_dry_run_prints_the_plan_and_the_job_script(ckpt, archive_dir, tiny_data, tmp_path, capsys) -> None:
+    args = pp_args([ckpt], archive_dir / "*.nc", tmp_path / "out", analysis=tiny_data["analysis"])
     assert main([*args, "--cluster=slurm", "--jobqueue.queue=short", "--dry_run=true"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     n = len(list(archive_dir.glob("*.nc")))
@@ -131,9 +124,9 @@ def _assert_exactly_once(out: Path, inputs: Path, reference: Path) -> None:
                 np.testing.assert_array_equal(got[var].values, want[var].values)
 
 
-def test_client_killed_then_rerun(checkpoints, year_archive, tiny_data, reference, tmp_path) -> None:
+def test_client_killed_then_rerun(ckpt, year_archive, tiny_data, reference, tmp_path) -> None:
     out = tmp_path / "out"
-    args = pp_args([checkpoints["mixed48"]], year_archive / "*.nc", out, analysis=tiny_data["analysis"])
+    args = pp_args([ckpt], year_archive / "*.nc", out, analysis=tiny_data["analysis"])
     args = [*args, "--cluster=local", "--workers=2"]
     proc = start(args, tmp_path)
     wait_for_records(out / MANIFEST, 5, proc)
@@ -148,9 +141,9 @@ def test_client_killed_then_rerun(checkpoints, year_archive, tiny_data, referenc
     _assert_exactly_once(out, year_archive, reference)
 
 
-def test_worker_killed_mid_run(checkpoints, year_archive, tiny_data, reference, tmp_path) -> None:
+def test_worker_killed_mid_run(ckpt, year_archive, tiny_data, reference, tmp_path) -> None:
     out = tmp_path / "out"
-    args = pp_args([checkpoints["mixed48"]], year_archive / "*.nc", out, analysis=tiny_data["analysis"])
+    args = pp_args([ckpt], year_archive / "*.nc", out, analysis=tiny_data["analysis"])
     proc = start([*args, "--cluster=local", "--workers=2"], tmp_path)
     wait_for_records(out / MANIFEST, 5, proc)
     workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
@@ -161,9 +154,9 @@ def test_worker_killed_mid_run(checkpoints, year_archive, tiny_data, reference, 
     _assert_exactly_once(out, year_archive, reference)
 
 
-def test_two_runs_at_once_on_one_folder(checkpoints, year_archive, tiny_data, reference, tmp_path) -> None:
+def test_two_runs_at_once_on_one_folder(ckpt, year_archive, tiny_data, reference, tmp_path) -> None:
     out = tmp_path / "out"
-    args = pp_args([checkpoints["mixed48"]], year_archive / "*.nc", out, analysis=tiny_data["analysis"])
+    args = pp_args([ckpt], year_archive / "*.nc", out, analysis=tiny_data["analysis"])
     procs = [start(args, tmp_path) for _ in range(2)]
     results = [p.communicate(timeout=300) for p in procs]
     codes = sorted(p.returncode for p in procs)
@@ -176,9 +169,9 @@ def test_two_runs_at_once_on_one_folder(checkpoints, year_archive, tiny_data, re
 
 
 @pytest.mark.parametrize("cluster", ["none", "local"])
-def test_ctrl_c_stops_the_run_in_one_line(cluster, checkpoints, year_archive, tiny_data, tmp_path) -> None:
+def test_ctrl_c_stops_the_run_in_one_line(cluster, ckpt, year_archive, tiny_data, tmp_path) -> None:
     out = tmp_path / "out"
-    args = pp_args([checkpoints["mixed48"]], year_archive / "*.nc", out, analysis=tiny_data["analysis"])
+    args = pp_args([ckpt], year_archive / "*.nc", out, analysis=tiny_data["analysis"])
     proc = start([*args, f"--cluster={cluster}", "--workers=2"], tmp_path)
     wait_for_records(out / MANIFEST, 3, proc)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group, workers too
@@ -194,15 +187,13 @@ def test_ctrl_c_stops_the_run_in_one_line(cluster, checkpoints, year_archive, ti
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
 
 
-def test_paths_sent_to_workers_are_absolute(
-    checkpoints, archive_dir, tiny_data, tmp_path, monkeypatch
-) -> None:
+def test_paths_sent_to_workers_are_absolute(ckpt, archive_dir, tiny_data, tmp_path, monkeypatch) -> None:
     """Workers of a joined cluster run in another folder than the command: no relative path for them."""
     from distributed import LocalCluster
 
     work = tmp_path / "work"
     (work / "models").mkdir(parents=True)
-    shutil.copy2(checkpoints["mixed48"], work / "models/best.ckpt")
+    shutil.copy2(ckpt, work / "models/best.ckpt")
     sched_file = tmp_path / "scheduler.json"
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
                       scheduler_kwargs={"scheduler_file": str(sched_file)}):  # fmt: skip
@@ -215,18 +206,18 @@ def test_paths_sent_to_workers_are_absolute(
     assert (records["status"] == "done").all() and not records["worker"].str.endswith(f":{os.getpid()}").any()
 
 
-def test_for_workers_makes_every_path_absolute(checkpoints, tiny_data, monkeypatch, tmp_path) -> None:
+def test_for_workers_makes_every_path_absolute(ckpt, tiny_data, monkeypatch, tmp_path) -> None:
     from ensml.postprocess.cluster import for_workers
     from ensml.postprocess.models import ModelSet
     from ensml.postprocess.options import Products
     from ensml.postprocess.worker import Job, Unit
 
-    monkeypatch.chdir(checkpoints["mixed48"].parent)
-    models = ModelSet.from_paths([checkpoints["mixed48"].name])
+    monkeypatch.chdir(ckpt.parent)
+    models = ModelSet.from_paths([ckpt.name])
     job = Job(models, Products(), (), ("analysis.nc",), "netcdf", "cpu", {}, "")
     job, units = for_workers(job, [Unit("k", "in/a.nc", "out/a.nc")])
-    here = checkpoints["mixed48"].parent
-    assert job.models.checkpoints[0].path == str(here / checkpoints["mixed48"].name)
+    here = ckpt.parent
+    assert job.models.checkpoints[0].path == str(here / ckpt.name)
     assert job.analysis == (str(here / "analysis.nc"),) and job.models.identity == models.identity
     assert units == [Unit("k", str(here / "in/a.nc"), str(here / "out/a.nc"))]
 
@@ -286,11 +277,11 @@ def test_durations_in_seconds_or_words() -> None:
 
 
 def test_no_sbatch_is_one_line_before_anything_is_written(
-    checkpoints, archive_dir, tiny_data, tmp_path, monkeypatch, capsys
+    ckpt, archive_dir, tiny_data, tmp_path, monkeypatch, capsys
 ) -> None:
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # python, but no batch clients
     out = tmp_path / "out"
-    args = pp_args([checkpoints["mixed48"]], archive_dir / "*.nc", out, analysis=tiny_data["analysis"])
+    args = pp_args([ckpt], archive_dir / "*.nc", out, analysis=tiny_data["analysis"])
     assert main([*args, "--cluster=slurm", "--jobqueue.cores=1"]) == 1
     assert capsys.readouterr().err.strip() == (
         "ensml: cluster: slurm submits jobs with sbatch, which is not on PATH here: run on a SLURM login "
