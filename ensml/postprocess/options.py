@@ -78,7 +78,8 @@ class JobQueue:
         How long a run may go on without any dask worker while units remain (seconds or a
         duration): all workers lost (jobs cancelled, nodes down) or jobs that started no worker.
         The run then stops, naming its jobs and their states; the completed units stay recorded
-        and a rerun does the rest. Also bounds a joined cluster (``scheduler_file``) without workers.
+        and a rerun does the rest. Jobs that started get at least 2 min for their first worker to
+        connect. Also bounds a joined cluster (``scheduler_file``) without workers.
     """
 
     queue: str | None = None

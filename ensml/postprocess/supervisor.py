@@ -31,6 +31,8 @@ from ensml.progress import EVERY_S, note, seconds
 POLL_S, QUERY_S = 1.0, 2.0
 #: Seconds to wait for cancelled jobs to leave the queue, and for the cluster to close.
 GONE_S, CLOSE_S = 15.0, 30.0
+#: Seconds at least that started jobs get for their first worker to connect.
+JOIN_S = 120.0
 
 
 class Supervisor:
@@ -94,8 +96,17 @@ class Supervisor:
             self.last_worker = now
         elif waiting:
             self._waited = now
-        elif done < total and now - max(self.last_worker, self._waited) > self.no_worker_timeout:
+        elif done < total and now - max(self.last_worker, self._waited) > self._no_worker_limit():
             raise self._no_workers(done, total)
+
+    def _no_worker_limit(self) -> float:
+        """``no_worker_timeout``; at least :data:`JOIN_S` while jobs run whose workers never joined
+        yet (they still import Python, dask and torch: a minute on a busy shared file system)."""
+        if self.system is None or self.ran:
+            return self.no_worker_timeout
+        live = [s for j, s in self.states.items() if j not in self.dropped]
+        starting = any(s.state in self.system.running for s in live)
+        return max(self.no_worker_timeout, JOIN_S) if starting else self.no_worker_timeout
 
     def worker_names(self) -> set[str]:
         """Names of the workers connected now (none when the scheduler cannot be reached)."""
@@ -178,7 +189,7 @@ class Supervisor:
     def _no_workers(self, done: int, total: int) -> EnsmlError:
         lost = self.ran or self.last_worker > self.start
         what = "all dask workers lost" if lost else "no dask worker joined"
-        for_s = f"{what}: none for {seconds(self.no_worker_timeout)} (jobqueue.no_worker_timeout)"
+        for_s = f"{what}: none for {seconds(self._no_worker_limit())} (jobqueue.no_worker_timeout)"
         if self.system is not None and self.job_ids:
             ids = list(dict.fromkeys(self.job_ids.values()))
             self.states.update(self.system.states(ids))

@@ -202,3 +202,11 @@ def test_shutdown_cancels_what_the_cluster_left_and_says_when_it_cannot(monkeypa
         "ensml: could not cancel SLURM jobs 12 RUNNING, 14 PENDING: scancel: error: Kill job error on job "
         "id 14: Access/permission denied; cancel them with scancel"
     ]
+
+
+def test_started_jobs_get_time_for_their_first_worker_to_connect() -> None:
+    queue = Queue({"12": JobState("12", "RUNNING")})
+    sup, clock, _ = _supervisor(Client(), Cluster({"SLURMCluster-0": Job("12")}), queue, no_worker=3.0)
+    _run(sup, clock, 100)  # a worker importing torch on a busy node: no error before JOIN_S
+    with pytest.raises(EnsmlError, match=r"^no dask worker joined: none for 2\.0 min .*SLURM job 12 RUNNING"):
+        _run(sup, clock, 30)
