@@ -80,7 +80,7 @@ def test_three_jobs_on_a_two_cpu_node_count_the_two_that_ran(
     assert list((out / ".ensml" / "logs").glob("*.err")), list(out.rglob("*"))
 
 
-@pytest.mark.timeout(150, func_only=True)  # the fixtures start SLURM and fit a model first
+@pytest.mark.timeout(300, func_only=True)  # two runs, each waits for its job to start
 def test_job_cancelled_mid_run_stops_the_run_and_a_rerun_finishes(
     slurm, fitted, year_archive, tiny_data, tmp_path
 ):
