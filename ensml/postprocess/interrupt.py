@@ -10,7 +10,7 @@ completed, temporaries are removed. The run then ends with :class:`~ensml.errors
 (exit status 130 or 143, one line).
 
 A second signal stops the run at once (except while it submits or cancels jobs,
-:func:`critical`); a third exits on the spot (status 128 + signal; the next run removes what
+:func:`critical`); a third kills the process with that signal (status 128 + signal; the next run removes what
 was left half-written).
 
 dask-jobqueue sets its own SIGINT handler when imported (``sys.exit()``: Ctrl-C would exit with
@@ -66,7 +66,9 @@ class SignalGuard:
                 name = signal.Signals(signum).name
                 os.write(2, f"postprocess: {name}: stopping at the next safe point (again: now)\n".encode())
         elif self.count >= 3:
-            os._exit(128 + (self.signum or signum))  # the user insists: no clean-up
+            # The user insists: die of the signal itself, no clean-up (the shell sees 128 + signal).
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
         elif not self._critical and not self._raised:
             self._raised = True
             raise KeyboardInterrupt
