@@ -80,7 +80,7 @@ def test_three_jobs_on_a_two_cpu_node_count_the_two_that_ran(
     assert list((out / ".ensml" / "logs").glob("*.err")), list(out.rglob("*"))
 
 
-@pytest.mark.timeout(300, func_only=True)  # two runs, each waits for its job to start
+@pytest.mark.timeout(480, func_only=True)  # two runs; on a busy 2-core machine the rerun takes minutes
 def test_job_cancelled_mid_run_stops_the_run_and_a_rerun_finishes(
     slurm, fitted, year_archive, tiny_data, tmp_path
 ):
@@ -100,7 +100,7 @@ def test_job_cancelled_mid_run_stops_the_run_and_a_rerun_finishes(
     _assert_no_job_left(slurm)
     done = len(pd.read_json(out / MANIFEST, lines=True))
     assert 5 <= done < len(list(year_archive.glob("*.nc")))
-    code, stdout, stderr = finish(start(args, tmp_path, slurm.env()))
+    code, stdout, stderr = finish(start(args, tmp_path, slurm.env()), timeout=300)  # ~117 units left
     assert code == 0, stderr
     _assert_exactly_once(out, year_archive)
     _assert_no_job_left(slurm)
