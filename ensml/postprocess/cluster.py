@@ -10,17 +10,27 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
+import signal
 import sys
+import threading
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dask
+from dask.utils import parse_bytes, parse_timedelta
 
 from ensml.errors import EnsmlError
 from ensml.logs import verbose
+from ensml.postprocess.batch import batch_system, pbs_resources, supervised_job_cls
+from ensml.postprocess.interrupt import critical
 from ensml.postprocess.options import ClusterKind, JobQueue
+from ensml.postprocess.supervisor import Supervisor
+from ensml.postprocess.worker import Job, Unit
 
 # Dask settings for workers that run one long unit at a time, a few queued. distributed's
 # defaults wake each worker's event loop every 20 ms (health tick), check memory every 100 ms,
@@ -45,6 +55,24 @@ def config_exports() -> list[str]:
     return [f"export {var(k)}={v}" for k, v in WORKER_CONFIG.items()]
 
 
+#: The scheduler's HTTP server (dashboard) on a free port: with None, distributed still binds 8787
+#: and warns when another program holds it.
+DASHBOARD = ":0"
+#: Seconds to reach a running scheduler (scheduler_file, scheduler_address).
+CONNECT_TIMEOUT = "30s"
+
+
+def duration_s(value: float | str, option: str) -> float:
+    """Seconds from a number or a duration such as ``90s``, ``10m``, ``2h`` (dask's parser)."""
+    try:
+        s = float(value) if isinstance(value, int | float) else float(parse_timedelta(value, default="s"))
+    except (ValueError, KeyError, TypeError):
+        raise EnsmlError(f"{option}: {value!r} is not a duration (seconds, or e.g. 90s, 10m, 2h)") from None
+    if not 0 < s < float("inf"):
+        raise EnsmlError(f"{option} must be a positive duration, got {value!r}")
+    return s
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """How to get workers (see ``ensml postprocess`` for each option)."""
@@ -55,8 +83,15 @@ class ClusterSpec:
     scheduler_file: str | None = None
     scheduler_address: str | None = None
     jobqueue: JobQueue = field(default_factory=JobQueue)
+    #: The batch jobs' logs when ``jobqueue.log_directory`` is not set: the run's out_dir has
+    #: them (``<out_dir>/.ensml/logs``), never the folder ensml was started in.
+    log_dir: str | None = None
 
-    def check(self) -> None:
+    def check(self, submit: bool = True) -> None:
+        """Raise :class:`EnsmlError` for an impossible setting, before anything is done.
+
+        ``submit``: a run that will submit jobs also needs sbatch/qsub on PATH (a dry run not).
+        """
         if self.threads_per_worker < 1:
             raise EnsmlError(f"threads_per_worker must be at least 1, got {self.threads_per_worker}")
         if self.workers is not None and self.workers < 1:
@@ -68,15 +103,63 @@ class ClusterSpec:
             raise EnsmlError(f"{joins[0]} joins a running cluster; cluster: {self.kind} would start another")
         if joins and self.scheduler_file and not os.path.isfile(self.scheduler_file):
             raise EnsmlError(f"scheduler_file {self.scheduler_file} does not exist")
+        self.pending_timeout_s, self.no_worker_timeout_s  # noqa: B018 - parsed to check them
+        if self.kind in ("slurm", "pbs"):
+            self._check_jobqueue(submit)
+
+    def _check_jobqueue(self, submit: bool) -> None:
         jq = self.jobqueue
-        if self.kind in ("slurm", "pbs") and (jq.cores < 1 or jq.processes < 1 or jq.cores < jq.processes):
+        if jq.cores < 1 or jq.processes < 1 or jq.cores < jq.processes:
             raise EnsmlError(
                 f"jobqueue: cores ({jq.cores}) must be at least processes ({jq.processes}), both ≥ 1"
             )
+        if jq.jobs < 1:
+            raise EnsmlError(f"jobqueue.jobs must be at least 1, got {jq.jobs}")
+        try:
+            ok = parse_bytes(jq.memory) > 0
+        except (ValueError, TypeError):
+            ok = False
+        if not ok:
+            raise EnsmlError(f"jobqueue.memory: {jq.memory!r} is not an amount of memory (e.g. 16GB)")
+        if not re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", str(jq.walltime)):
+            raise EnsmlError(f"jobqueue.walltime: {jq.walltime!r} is not a duration such as 01:30:00")
+        if self.kind == "pbs":
+            pbs_resources(jq.cores, _pbs_memory(jq.memory), list(jq.job_extra_directives))
+        try:
+            import dask_jobqueue  # noqa: F401
+        except ImportError:  # pragma: no cover - a declared dependency
+            raise EnsmlError(
+                f"cluster: {self.kind} needs dask-jobqueue (pip install dask-jobqueue)"
+            ) from None
+        system = batch_system(self.kind)
+        if submit and shutil.which(system.submit) is None:
+            raise EnsmlError(
+                f"cluster: {self.kind} submits jobs with {system.submit}, which is not on PATH here: run "
+                f"on a {system.name} login node, or use cluster: local"
+            )
+
+    @property
+    def pending_timeout_s(self) -> float:
+        return duration_s(self.jobqueue.pending_timeout, "jobqueue.pending_timeout")
+
+    @property
+    def no_worker_timeout_s(self) -> float:
+        return duration_s(self.jobqueue.no_worker_timeout, "jobqueue.no_worker_timeout")
+
+    @property
+    def logs(self) -> str | None:
+        """The batch jobs' log folder, absolute (jobs may start elsewhere), or None."""
+        logs = self.jobqueue.log_directory or self.log_dir
+        return os.path.abspath(logs) if logs else None
 
     @property
     def joins(self) -> bool:
         return bool(self.scheduler_file or self.scheduler_address)
+
+    @property
+    def batch(self) -> bool:
+        """Whether this run submits SLURM/PBS jobs."""
+        return self.kind in ("slurm", "pbs") and not self.joins
 
     @property
     def local_workers(self) -> int:
@@ -89,26 +172,74 @@ class ClusterSpec:
             return max(1, self.jobqueue.cores // self.jobqueue.processes)
         return self.threads_per_worker
 
+    @property
+    def per_job(self) -> str:
+        n = self.jobqueue.processes
+        return f"{n} worker{'s' if n > 1 else ''} × {self.torch_threads} torch threads"
+
     def describe(self) -> str:
+        """The cluster asked for, in words."""
         if self.joins:
             return f"the cluster at {self.scheduler_address or self.scheduler_file}"
         if self.kind == "none":
             return f"this process ({self.torch_threads} torch threads)"
         if self.kind == "local":
             return f"a local cluster of {self.local_workers} workers × {self.torch_threads} torch threads"
-        jq = self.jobqueue
-        each = f"{jq.processes} workers × {self.torch_threads} torch threads"
-        return f"{jq.jobs} {self.kind.upper()} job(s) of {each}"
+        return f"{self.jobqueue.jobs} {self.kind.upper()} job(s) of {self.per_job}"
+
+
+@contextmanager
+def _children_ignore_sigint(local: bool) -> Iterator[None]:
+    """Start local workers with SIGINT ignored (kept through exec; Python then installs no
+    KeyboardInterrupt handler): Ctrl-C at a terminal signals the whole process group, and the
+    workers would die with tracebacks while this process stops the run and closes them.
+
+    A signal mask is not inherited by the spawned workers, so SIGINT is ignored here too while
+    they start (a few seconds): a Ctrl-C then is lost, the next one stops the run.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if local and main else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _log_level() -> int:
+    """distributed's log level in this process (the scheduler's, and local workers'): its errors
+    about lost workers and keys come out as the supervisor's one line, --verbose shows them."""
+    return logging.INFO if verbose() else logging.CRITICAL
+
+
+def _pbs_memory(memory: str) -> str:
+    """``memory`` as PBS writes sizes (an integer and a unit, e.g. 64GB), kept when it is one."""
+    if re.fullmatch(r"\d+[kmgtp]?[bw]", memory.strip().lower()):
+        return memory.strip()
+    from dask_jobqueue.pbs import pbs_format_bytes_ceil
+
+    return pbs_format_bytes_ceil(parse_bytes(memory))
 
 
 def jobqueue_cluster(spec: ClusterSpec) -> Any:
-    """A dask-jobqueue cluster object for ``spec`` (no job is submitted until it is scaled)."""
-    try:
-        import dask_jobqueue
-    except ImportError:  # pragma: no cover - a declared dependency
-        raise EnsmlError("cluster: slurm/pbs needs dask-jobqueue (pip install dask-jobqueue)") from None
+    """A dask-jobqueue cluster for ``spec`` (no job is submitted until it is scaled).
+
+    Its jobs are named ``ensml-<8 hex digits>`` (``cluster.job_name``), unique to the run, so
+    that what the run submitted can be found in the queue, and keep a rejected submission's
+    message (:func:`~ensml.postprocess.batch.supervised_job_cls`).
+    """
+    import dask_jobqueue
+
     jq = spec.jobqueue
-    common: dict[str, Any] = dict(
+    extra, kwargs = list(jq.job_extra_directives), {}
+    if spec.kind == "pbs":  # one select line: the user's chunk resources join ours
+        kwargs["resource_spec"], extra = pbs_resources(jq.cores, _pbs_memory(jq.memory), extra)
+    else:
+        kwargs["job_cpu"] = jq.cores
+    base = dask_jobqueue.SLURMCluster if spec.kind == "slurm" else dask_jobqueue.PBSCluster
+    return base(
+        job_cls=supervised_job_cls(base.job_cls),
+        job_name=f"ensml-{uuid.uuid4().hex[:8]}",
         queue=jq.queue,
         account=jq.account,
         # One dask thread per worker: each runs one unit at a time with cores/processes torch threads.
@@ -116,65 +247,132 @@ def jobqueue_cluster(spec: ClusterSpec) -> Any:
         processes=jq.processes,
         memory=jq.memory,
         walltime=jq.walltime,
-        job_extra_directives=list(jq.job_extra_directives),
+        job_extra_directives=extra,
         job_script_prologue=[*config_exports(), *jq.job_script_prologue],
         interface=jq.interface,
         local_directory=jq.local_directory,
-        log_directory=jq.log_directory,
+        log_directory=spec.logs,
         python=jq.python or sys.executable,
-        scheduler_options={"dashboard_address": None},
+        scheduler_options={"dashboard_address": DASHBOARD},
+        silence_logs=_log_level(),
+        **kwargs,
     )
-    if spec.kind == "slurm":
-        return dask_jobqueue.SLURMCluster(job_cpu=jq.cores, **common)
-    return dask_jobqueue.PBSCluster(resource_spec=f"select=1:ncpus={jq.cores}:mem={jq.memory}", **common)
 
 
 def job_script(spec: ClusterSpec) -> str:
-    """The batch script each SLURM/PBS job would run (nothing is submitted)."""
+    """The batch script each SLURM/PBS job would run (nothing is submitted, nothing written).
+
+    dask-jobqueue creates the log folder when it renders a script: the folders it created for
+    this are removed again (a dry run writes nothing).
+    """
+    new = _missing_parents(spec.logs) if spec.logs else []
     cluster = jobqueue_cluster(spec)
     try:
         return cluster.job_script()
     finally:
         cluster.close()
+        for folder in new:  # deepest first; only while empty
+            with suppress(OSError):
+                os.rmdir(folder)
 
 
-@contextmanager
-def connect(spec: ClusterSpec, plugin: Any) -> Iterator[Any]:
-    """A ``distributed.Client`` for ``spec`` with ``plugin`` registered (None for ``kind: none``)."""
-    if spec.kind == "none" and not spec.joins:
-        yield None
-        return
-    from distributed import Client, LocalCluster
+def _missing_parents(path: str) -> list[str]:
+    """``path`` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while path and not os.path.exists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
 
-    cluster = None
-    try:
-        if spec.scheduler_file:
-            client = Client(scheduler_file=spec.scheduler_file, timeout="30s")
-        elif spec.scheduler_address:
-            client = Client(spec.scheduler_address, timeout="30s")
-        elif spec.kind == "local":
-            with dask.config.set(WORKER_CONFIG):
-                cluster = LocalCluster(
-                    n_workers=spec.local_workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
-                    silence_logs=logging.INFO if verbose() else logging.ERROR,  # workers' logs: --verbose
-                )
-            client = Client(cluster)
-        else:
-            with dask.config.set(WORKER_CONFIG):  # the scheduler runs here
-                cluster = jobqueue_cluster(spec)
-            cluster.scale(jobs=spec.jobqueue.jobs)
-            client = Client(cluster)
-    except OSError as exc:
-        if cluster is not None:
-            cluster.close()
-        raise EnsmlError(f"cannot reach the dask cluster ({exc})") from None
-    try:
-        client.register_plugin(plugin, name=plugin.name)
-        yield client
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+
+def for_workers(job: Job, units: list[Unit]) -> tuple[Job, list[Unit]]:
+    """``job`` and ``units`` with every path absolute: workers may run in another folder."""
+    checkpoints = tuple(replace(c, path=os.path.abspath(c.path)) for c in job.models.checkpoints)
+    analysis = None if job.analysis is None else tuple(os.path.abspath(p) for p in job.analysis)
+    job = replace(job, models=replace(job.models, checkpoints=checkpoints), analysis=analysis)
+    return job, [replace(u, input=os.path.abspath(u.input), output=os.path.abspath(u.output)) for u in units]
+
+
+class Connection:
+    """The run's dask client, cluster and :class:`Supervisor` (a context manager).
+
+    Entering starts or joins the cluster (for SLURM/PBS: submits ``jobqueue.jobs`` jobs) and
+    registers ``plugin`` on the workers; leaving closes the client and the cluster and makes
+    sure no job of the run is left in the queue. No signal cuts either short
+    (:func:`~ensml.postprocess.interrupt.critical`). For
+    ``cluster: none`` there is no client (units run in this process).
+    """
+
+    def __init__(self, spec: ClusterSpec, plugin: Any) -> None:
+        self.spec, self.plugin = spec, plugin
+        self.client: Any = None
+        self.cluster: Any = None
+        self.supervisor: Supervisor | None = None
+
+    def __enter__(self) -> Connection:
+        if self.spec.kind == "none" and not self.spec.joins:
+            return self
+        try:
+            with critical():
+                self._connect()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _connect(self) -> None:
+        from distributed import Client, LocalCluster
+
+        spec = self.spec
+        system = batch_system(spec.kind) if spec.batch else None
+        try:
+            if spec.joins:
+                where = {"scheduler_file": spec.scheduler_file} if spec.scheduler_file else {}
+                self.client = Client(spec.scheduler_address, timeout=CONNECT_TIMEOUT, **where)
+            else:
+                with dask.config.set(WORKER_CONFIG), _children_ignore_sigint(not system):
+                    self.cluster = jobqueue_cluster(spec) if system else LocalCluster(
+                        n_workers=spec.local_workers, threads_per_worker=1, processes=True,
+                        dashboard_address=DASHBOARD,
+                        silence_logs=_log_level(),
+                    )  # fmt: skip
+                self.supervisor = self._supervisor(system)
+                if system:
+                    self.cluster.scale(jobs=spec.jobqueue.jobs)
+                self.client = Client(self.cluster)
+        except OSError as exc:
+            raise EnsmlError(f"cannot reach the dask cluster at {spec.describe()} ({exc})") from None
+        self.supervisor = self.supervisor or self._supervisor(None)
+        self.supervisor.client = self.client
+        self.client.register_plugin(self.plugin, name=self.plugin.name)
+
+    def _supervisor(self, system: Any) -> Supervisor:
+        spec = self.spec
+        return Supervisor(self.client, self.cluster, system, spec.pending_timeout_s, spec.no_worker_timeout_s,
+                          spec.describe())  # fmt: skip
+
+    def __exit__(self, *exc: object) -> None:
+        with critical():
+            if self.client is not None:
+                self.client.close()
+            if self.supervisor is not None:
+                self.supervisor.shutdown()
+            elif self.cluster is not None:
+                self.cluster.close()
+
+    def where(self) -> str:
+        """Where the units ran, for the summary (the jobs that really started workers)."""
+        if self.supervisor is None or self.supervisor.system is None:
+            return self.spec.describe()
+        return f"{self.supervisor.where()} of {self.spec.per_job}"
+
+    def jobs_note(self) -> str:
+        """``; SLURM jobs 12, 13 cancelled`` for a stopped run ("" without jobs)."""
+        sup = self.supervisor
+        if sup is None or sup.system is None or not sup.job_ids:
+            return ""
+        ids = list(dict.fromkeys(sup.job_ids.values()))
+        return f"; {sup.system.name} job{'s' if len(ids) > 1 else ''} {', '.join(ids)} cancelled"

@@ -69,6 +69,17 @@ class JobQueue:
         Network interface of the workers, their scratch folder, and where batch logs go.
     python
         Python executable of the workers (default: this one).
+    pending_timeout
+        How long the jobs may wait in the queue while no worker has started: seconds, or a
+        duration such as ``90s``, ``10m``, ``2h``. Past it the run stops with the scheduler's
+        reason (``squeue``/``qstat``) and cancels its jobs; a job still queued while others work
+        is cancelled with a note.
+    no_worker_timeout
+        How long a run may go on without any dask worker while units remain (seconds or a
+        duration): all workers lost (jobs cancelled, nodes down) or jobs that started no worker.
+        The run then stops, naming its jobs and their states; the completed units stay recorded
+        and a rerun does the rest. Jobs that started get at least 2 min for their first worker to
+        connect. Also bounds a joined cluster (``scheduler_file``) without workers.
     """
 
     queue: str | None = None
@@ -84,6 +95,8 @@ class JobQueue:
     local_directory: str | None = None
     log_directory: str | None = None
     python: str | None = None
+    pending_timeout: float | str = 600.0
+    no_worker_timeout: float | str = 300.0
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,10 +16,12 @@ from rich.console import Console
 
 from ensml import __version__
 from ensml.data.open import open_forecast
-from ensml.data.outputs import OutputFolder, create_zarr_store
-from ensml.errors import EnsmlError, Interrupted, PartialFailure
+from ensml.data.outputs import STATE_DIR, OutputFolder, create_zarr_store
+from ensml.errors import EnsmlError, PartialFailure
 from ensml.names import LATITUDE, LONGITUDE, MEMBER, format_leads
-from ensml.postprocess.cluster import ClusterSpec, connect, job_script
+from ensml.postprocess.cluster import ClusterSpec, Connection, job_script
+from ensml.postprocess.execute import execute
+from ensml.postprocess.interrupt import interrupted, stops_on_signals
 from ensml.postprocess.manifest import MANIFEST, Manifest, data_sha256, input_identity, zarr_store_id
 from ensml.postprocess.models import ModelSet
 from ensml.postprocess.options import (
@@ -34,12 +37,13 @@ from ensml.postprocess.options import (
 from ensml.postprocess.plan import ZARR_STORE, expand_inputs, netcdf_units, zarr_units
 from ensml.postprocess.products import product_dataset, product_encoding
 from ensml.postprocess.progress import run_progress, summary
-from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
+from ensml.postprocess.worker import Job, ModelPlugin, Unit
 from ensml.provenance import command
 
 COMMAND = "postprocess"
 
 
+@stops_on_signals
 def postprocess(
     checkpoints: list[str],
     forecasts: str | list[str],
@@ -114,9 +118,10 @@ def postprocess(
     """
     products = products or Products()
     spec = ClusterSpec(
-        cluster, workers, threads_per_worker, scheduler_file, scheduler_address, jobqueue or JobQueue()
-    )
-    spec.check()
+        cluster, workers, threads_per_worker, scheduler_file, scheduler_address, jobqueue or JobQueue(),
+        log_dir=os.path.join(os.path.abspath(out_dir), STATE_DIR, "logs"),  # batch logs: not the cwd
+    )  # fmt: skip
+    spec.check(submit=not dry_run)
     models = ModelSet.from_paths(checkpoints)
     thresholds = check_products(products, models.variables, models.levels)
     inputs = expand_inputs(forecasts)
@@ -149,6 +154,7 @@ def postprocess(
         todo = _stage(folder, stale)
         job = Job(models, job_products, tuple(thresholds), analysis_files, format, device, attrs, command())
         progress = run_progress(len(todo))
+        conn = Connection(spec, ModelPlugin(models, device, spec.torch_threads))
 
         def finish(unit: Unit, result: dict[str, Any]) -> None:
             stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -164,17 +170,18 @@ def postprocess(
             if todo:
                 if spec.kind == "none" and not spec.joins:
                     torch.set_num_threads(spec.torch_threads)
-                with connect(spec, ModelPlugin(models, device, spec.torch_threads)) as client:
-                    execute(todo, job, client, finish)
-        except KeyboardInterrupt:  # exit status 130, as the CLI gives a Ctrl-C elsewhere
-            raise Interrupted(
-                f"interrupted after {len(records)} of {len(todo)} units; run the same command again to finish"
+                with conn:
+                    execute(todo, job, conn.client, finish, conn.supervisor)
+        except KeyboardInterrupt:  # a signal (see .interrupt): the connection cancelled the jobs
+            n = progress.done + progress.failed
+            raise interrupted(
+                f" after {n} of {len(todo)} units{conn.jobs_note()}; run the same command again to finish"
             ) from None
         finally:
             progress.close()
         _close(folder, manifest, todo)  # after an error: the records appended so far are durable
     elapsed = time.perf_counter() - start
-    return _report(records, len(units) - len(todo), elapsed, spec.describe(), manifest, console)
+    return _report(records, len(units) - len(todo), elapsed, conn.where(), manifest, console)
 
 
 def _attrs(models: ModelSet) -> dict[str, Any]:
@@ -314,56 +321,6 @@ def _close(folder: OutputFolder, manifest: Manifest, todo: list[Unit]) -> None:
     stores = list(dict.fromkeys(u.output for u in todo if u.region is not None))
     folder.adopt(stores)
     manifest.compact()
-
-
-def execute(units: list[Unit], job: Job, client: Any, finish: Callable[[Unit, dict[str, Any]], None]) -> None:
-    """Run ``units`` (in this process when ``client`` is None), calling ``finish`` as each ends.
-
-    At most a few units per worker are queued at a time, so the client and scheduler hold
-    bounded state however many files there are. A unit whose worker died (distributed retries it
-    on another worker up to ``distributed.scheduler.allowed-failures`` times) fails with the reason.
-    """
-    if client is None:
-        for unit in units:
-            finish(unit, run_unit(unit, job))
-        return
-    from distributed import as_completed
-
-    queue = iter(units)
-    owner: dict[str, Unit] = {}
-    pending = as_completed()
-    window = {"size": 4, "checked": 0.0}
-
-    def top_up() -> None:
-        now = time.monotonic()
-        if now - window["checked"] > 1.0:  # workers may join later (batch jobs): look once a second
-            window.update(size=max(4, 2 * len(client.scheduler_info().get("workers", {}))), checked=now)
-        while len(owner) < window["size"]:
-            unit = next(queue, None)
-            if unit is None:
-                return
-            # The job (options, checkpoint metadata; a few kB) goes with each unit: a scattered copy
-            # would be lost with the worker that holds it.
-            future = client.submit(run_unit, unit, job, pure=False)
-            owner[future.key] = unit
-            pending.add(future)
-
-    top_up()
-    for future in pending:
-        unit = owner.pop(future.key)
-        try:
-            result = future.result()
-        except Exception as exc:  # the worker died (KilledWorker), or the task was lost
-            reason = f"{type(exc).__name__}: a worker died while processing it (out of memory?) {exc}"
-            result = {
-                "key": unit.key,
-                "output": unit.output,
-                "status": "failed",
-                "reason": " ".join(reason.split()),
-            }
-        future.release()
-        finish(unit, result)
-        top_up()
 
 
 def _dry_run(
