@@ -97,17 +97,9 @@ def real_spread_check(
         Markdown).
     """
     L.seed_everything(seed, verbose=False)
-    fc = open_forecast(grib, variables).isel({LEAD_TIME: 0})
-    m = check_members(fc, k, f"forecast {grib}")
-    fc = fc.sel({LEVEL: list(levels)}).transpose(INIT_TIME, MEMBER, LEVEL, ...)
-    x = np.stack([fc[v].values for v in variables], axis=1).astype(np.float32)  # (T, V, M, D, H, W)
-    n_time = x.shape[0]
-    if not 1 <= test_times < n_time:
-        raise EnsmlError(f"test_times must be in 1..{n_time - 1} for {grib} ({n_time} times)")
-    train, test = x[:-test_times], x[-test_times:]
+    fc, m, train, test = _load(grib, variables, levels, k, test_times)
     combos = np.array(list(itertools.combinations(range(m), k)))
     rng = np.random.default_rng(seed)
-
     task = SpreadTask(
         variables=list(variables), levels=list(levels), input_leads=[0], target_leads=0, k=k,
         width=width, depth=depth, lr=lr,
@@ -121,6 +113,39 @@ def real_spread_check(
     samples = [
         (t, c) for t in range(len(train)) for c in rng.choice(len(combos), subsets_per_time, replace=False)
     ]
+    _train(task, train, combos, samples, rng, epochs, batch_size, lr)
+    test_combos = combos[:max_test_subsets] if max_test_subsets else combos
+    w = torch.as_tensor(latitude_weights(fc[LATITUDE].values).values, dtype=torch.float32)[:, None]
+    sums = _score(task, test, test_combos, w, k, len(variables), len(levels))
+    n = len(test) * len(test_combos)
+    rows = [
+        {"variable": variables[vi], "level_hPa": levels[li], "estimator": name,
+         "target": f"{m}-member std (ddof 0)", "rmse": s[0] / n, "bias": s[1] / n, "correlation": s[2] / n,
+         "subsets": n}
+        for (name, vi, li), s in sums.items()
+    ]  # fmt: skip
+    table = pd.DataFrame(rows).sort_values(["variable", "level_hPa"], kind="stable", ignore_index=True)
+    shown = table.assign(bias=[f"{b:+.4g}" for b in table["bias"]])
+    print(to_markdown(shown), file=sys.stdout)
+    return table
+
+
+def _load(grib: str, variables, levels, k: int, test_times: int) -> tuple:
+    """``(fc, M, train, test)``: the forecast dataset (lead 0) and its fields ``(T, V, M, D, H,
+    W)`` split into the training times and the last ``test_times``."""
+    fc = open_forecast(grib, variables).isel({LEAD_TIME: 0})
+    m = check_members(fc, k, f"forecast {grib}")
+    fc = fc.sel({LEVEL: list(levels)}).transpose(INIT_TIME, MEMBER, LEVEL, ...)
+    x = np.stack([fc[v].values for v in variables], axis=1).astype(np.float32)  # (T, V, M, D, H, W)
+    n_time = x.shape[0]
+    if not 1 <= test_times < n_time:
+        raise EnsmlError(f"test_times must be in 1..{n_time - 1} for {grib} ({n_time} times)")
+    return fc, m, x[:-test_times], x[-test_times:]
+
+
+def _train(task, train, combos, samples, rng, epochs: int, batch_size: int, lr: float) -> None:
+    """Train ``task`` on the ``(time, subset)`` samples: AdamW, one-cycle schedule, the batch
+    order drawn from ``rng`` each epoch."""
     opt = torch.optim.AdamW(task.parameters(), lr=lr, weight_decay=1e-5)
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=lr, total_steps=epochs * -(-len(samples) // batch_size)
@@ -141,8 +166,20 @@ def real_spread_check(
                 sched.step()
             progress.advance(f"mean training loss {np.mean(losses):.4g}")
 
-    test_combos = combos[:max_test_subsets] if max_test_subsets else combos
-    w = torch.as_tensor(latitude_weights(fc[LATITUDE].values).values, dtype=torch.float32)[:, None]
+
+def _metrics(est: torch.Tensor, target: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Area-weighted RMSE, bias and correlation of ``est`` against ``target``, stacked last."""
+    err = est - target
+    tm, em = (target * w).mean((-2, -1), keepdim=True), (est * w).mean((-2, -1), keepdim=True)
+    cov = ((est - em) * (target - tm) * w).mean((-2, -1))
+    corr = cov / torch.sqrt(((est - em) ** 2 * w).mean((-2, -1)) * ((target - tm) ** 2 * w).mean((-2, -1)))
+    return torch.stack([(err**2 * w).mean((-2, -1)).sqrt(), (err * w).mean((-2, -1)), corr], -1)
+
+
+def _score(
+    task, test, test_combos, w, k: int, n_var: int, n_lev: int
+) -> dict[tuple[str, int, int], np.ndarray]:
+    """Sums over the test subsets of :func:`_metrics` per (estimator, variable, level)."""
     sums: dict[tuple[str, int, int], np.ndarray] = {}
     task.eval()
     note(f"real_spread: scoring {len(test) * len(test_combos)} test subsets")
@@ -157,30 +194,12 @@ def real_spread_check(
                 }
                 target = batch["std_m"]
                 for name, est in estimates.items():
-                    err = est - target
-                    tm, em = (target * w).mean((-2, -1), keepdim=True), (est * w).mean((-2, -1), keepdim=True)
-                    cov = ((est - em) * (target - tm) * w).mean((-2, -1))
-                    corr = cov / torch.sqrt(
-                        ((est - em) ** 2 * w).mean((-2, -1)) * ((target - tm) ** 2 * w).mean((-2, -1))
-                    )
-                    vals = torch.stack(
-                        [(err**2 * w).mean((-2, -1)).sqrt(), (err * w).mean((-2, -1)), corr], -1
-                    )
-                    for vi in range(len(variables)):
-                        for li in range(len(levels)):
+                    vals = _metrics(est, target, w)
+                    for vi in range(n_var):
+                        for li in range(n_lev):
                             key = (name, vi, li)
                             sums[key] = sums.get(key, 0) + vals[:, vi, li].sum(0).numpy()
-    n = len(test) * len(test_combos)
-    rows = [
-        {"variable": variables[vi], "level_hPa": levels[li], "estimator": name,
-         "target": f"{m}-member std (ddof 0)", "rmse": s[0] / n, "bias": s[1] / n, "correlation": s[2] / n,
-         "subsets": n}
-        for (name, vi, li), s in sums.items()
-    ]  # fmt: skip
-    table = pd.DataFrame(rows).sort_values(["variable", "level_hPa"], kind="stable", ignore_index=True)
-    shown = table.assign(bias=[f"{b:+.4g}" for b in table["bias"]])
-    print(to_markdown(shown), file=sys.stdout)
-    return table
+    return sums
 
 
 if __name__ == "__main__":  # pragma: no cover
