@@ -36,7 +36,7 @@ demo: env
 
 test: env
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --nbmake tests notebooks
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests
 
 # The documentation site: the README's sections as guides, both notebooks executed and rendered with
 # their outputs, the command-line and API references generated; warnings are errors (about 1 min).

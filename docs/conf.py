@@ -43,11 +43,12 @@ exclude_patterns = ["_build", "_templates", "_ext", "**/.ipynb_checkpoints", "Th
 myst_heading_anchors = 3
 
 # -- Notebooks (myst-nb) -----------------------------------------------------------------------------
-# The notebooks are stored without outputs; every build runs them (offline, as CI's nbmake does,
-# with their parameters cell as is) and renders what they print and draw. A failing cell fails
-# the build. docs/notebooks is a link to the folder ../notebooks (a link to the folder, not to each
-# file): a kernel started in docs/notebooks runs in notebooks/ itself, as under nbmake and Jupyter,
-# where postprocess.ipynb finds the repository's configs/ from its own folder.
+# The notebooks are stored without outputs; every build runs them (offline, with their parameters
+# cell as is) and renders what they print and draw. A failing cell fails the build, and
+# tests/test_docs.py is the test suite's one run of them. docs/notebooks is a link to the folder
+# ../notebooks (a link to the folder, not to each file): a kernel started in docs/notebooks runs in
+# notebooks/ itself, as under Jupyter, where postprocess.ipynb finds the repository's configs/ from
+# its own folder.
 nb_execution_mode = "force"
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True

@@ -15,38 +15,18 @@ import shutil
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import xarray as xr
 
-from ensml import __version__
+# The CF helpers live in the output module; the names stay here for today's callers until
+# they write through ensml.data.outputs.
+from ensml.data.outputs.netcdf import CONVENTIONS as CONVENTIONS
+from ensml.data.outputs.netcdf import DEFAULT_COMPRESSION as DEFAULT_COMPRESSION
+from ensml.data.outputs.netcdf import global_attrs as global_attrs
+from ensml.data.outputs.netcdf import netcdf_encoding, zarr_encoding
 from ensml.errors import EnsmlError
-
-CONVENTIONS = "CF-1.8"
-# Lossless compression for data variables unless the caller says otherwise. Level 1 is
-# several times faster than the usual 4 and within a few percent of its size on model fields.
-DEFAULT_COMPRESSION: dict[str, Any] = {"zlib": True, "complevel": 1, "shuffle": True}
-
-
-def _default_encoding(ds: xr.Dataset, encoding: Mapping[str, Mapping[str, Any]]) -> dict[str, dict]:
-    """Per-variable encoding: compression for numeric data variables, no fill value on coordinates."""
-    out: dict[str, dict] = {}
-    for name, var in ds.variables.items():
-        enc: dict[str, Any] = {}
-        if name in ds.data_vars and var.dtype.kind in "iufb" and var.ndim > 0:
-            enc.update(DEFAULT_COMPRESSION)
-        if name in ds.coords and var.dtype.kind == "f" and "_FillValue" not in var.encoding:
-            enc["_FillValue"] = None  # CF: coordinate variables must not have missing values
-        enc.update(encoding.get(str(name), {}))
-        enc.pop("shards", None)  # zarr v3 only
-        if enc:
-            out[str(name)] = enc
-    unknown = sorted(set(encoding) - {str(n) for n in ds.variables})
-    if unknown:
-        raise EnsmlError(f"netCDF encoding names variables not in the dataset: {', '.join(unknown)}")
-    return out
 
 
 def check_writable(path: str | os.PathLike[str], what: str, *, folder: bool) -> Path:
@@ -227,23 +207,6 @@ def _folder_lock(folder: Path, path: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def global_attrs(attrs: Mapping[str, Any], history: str | None = None) -> dict[str, Any]:
-    """``attrs`` with the CF globals every ensml output carries.
-
-    ``Conventions = "CF-1.8"``, ``source`` (kept if given, else ``"ensml <version>"``) and a
-    ``history`` line ``"<UTC ISO time> ensml <version>: <history>"`` put in front of any
-    existing history (newest first, as NCO does). Booleans and None become text (netCDF
-    attributes cannot hold them).
-    """
-    out = dict(attrs)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    line = f"{stamp} ensml {__version__}: {history or 'written'}"
-    out["history"] = f"{line}\n{out['history']}" if out.get("history") else line
-    out["Conventions"] = CONVENTIONS
-    out.setdefault("source", f"ensml {__version__}")
-    return {k: (str(v) if isinstance(v, bool | type(None)) else v) for k, v in out.items()}
-
-
 def write_netcdf(
     ds: xr.Dataset,
     path: str | os.PathLike[str],
@@ -288,7 +251,7 @@ def write_netcdf(
         raise EnsmlError(f"cannot write {path}: directory {path.parent} does not exist")
     if path.is_dir():
         raise EnsmlError(f"cannot write {path}: it is a directory")
-    enc = _default_encoding(ds, encoding or {})
+    enc = netcdf_encoding(ds, encoding or {})
 
     out = ds.copy(deep=False)
     out.attrs = global_attrs(ds.attrs, history)
@@ -324,14 +287,7 @@ def write_zarr(
         raise EnsmlError(f"cannot write {path}: directory {path.parent} does not exist")
     if zarr_format not in (2, 3):
         raise EnsmlError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
-    enc: dict[str, dict] = {}
-    for name, e in (encoding or {}).items():
-        e = {k: v for k, v in e.items() if k not in ("zlib", "complevel", "shuffle")}
-        if "chunksizes" in e:
-            e["chunks"] = e.pop("chunksizes")
-        if zarr_format == 2:
-            e.pop("shards", None)
-        enc[str(name)] = e
+    enc = zarr_encoding(encoding or {}, zarr_format)
     out = ds.copy(deep=False)
     out.attrs = global_attrs(ds.attrs, history)
     for name in out.variables:  # netCDF chunking left over from a source file is not zarr's
