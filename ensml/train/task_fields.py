@@ -3,7 +3,9 @@
 :class:`TaskFields` holds the methods that turn a batch into the network's input channels
 (:meth:`~TaskFields.features`) and map the network's output fields: the target leads, the
 spread scale and climatology of each output field, surface variables tied over levels, the
-per-point affine layer and the area-weighted mean. It is a mixin of
+per-point affine layer and the area-weighted mean.
+:meth:`~ensml.train.task_base.EnsembleTask.network`, on the stack while the network runs, stays
+in the training spine's module (docs/architecture.md). It is a mixin of
 :class:`~ensml.train.task_base.EnsembleTask`, whose buffers (statistics, static fields, latitude
 weights) and hyperparameters it reads.
 """
@@ -60,10 +62,6 @@ class TaskFields:
         mean = self.clim_mean.repeat(t, 1, 1, 1)[None]
         std = self.anom_std.repeat(t, 1)[None, :, :, None, None]
         return mean, std
-
-    def network(self, batch: dict[str, torch.Tensor], net: torch.nn.Module | None = None) -> torch.Tensor:
-        """``net`` (default: the task's network) on the batch's features, surface fields tied."""
-        return self.tie_surface((net or self.net)(self.features(batch)))
 
     def tie_surface(self, out: torch.Tensor) -> torch.Tensor:
         """Network output (B, n·F, D, H, W) with surface variables' channels made level-constant.
