@@ -7,16 +7,12 @@ renames, which writers take in turn (a lock on the parent folder). Tested with r
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 from pathlib import Path
 
-import pandas as pd
 import xarray as xr
 
-from ensml.data.outdir import MARKER
 from ensml.data.writers import atomic_path, remove_temporaries
-from ensml.verify.tables import EVALUATE_NAMES
 from tests.cli.process import finish, start_cli
 from tests.conftest import SMOKE, tiny_data_args
 
@@ -28,20 +24,6 @@ def _both(args: list[str], work: Path) -> None:
         done = finish(run, f"concurrent run {i}")
         assert done.returncode == 0, done.stdout[-3000:]
     assert not remove_temporaries(work), "a temporary was left behind"
-
-
-def test_two_evaluate_runs_into_one_folder(tiny_data, fitted, tmp_path: Path) -> None:
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            f"--predictions={fitted / 'runs/smoke/predictions.nc'}", "--out_dir=out"]  # fmt: skip
-    _both(args, tmp_path)
-    out = tmp_path / "out"
-    assert {p.name for p in out.iterdir()} == {MARKER, "scores.csv", "scores.md", "scores.nc"}
-    assert json.loads((out / MARKER).read_text())["command"] == "evaluate"
-    assert set(EVALUATE_NAMES) >= {p.name for p in out.iterdir()} - {MARKER}
-    scores = pd.read_csv(out / "scores.csv")
-    assert len(scores) > 0 and scores["crps"].notna().all()
-    with xr.open_dataset(out / "scores.nc") as ds:
-        ds.load()
 
 
 def test_two_predict_runs_into_one_file(tiny_data, fitted, tmp_path: Path) -> None:
