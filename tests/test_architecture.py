@@ -96,3 +96,17 @@ def test_fit_spine_is_the_documented_one(tiny_data: dict[str, Path], tmp_path: P
     traced = _traced_spine(lambda: main(args), "fit")
     assert traced == _documented_spine("fit")
     assert len(traced) <= LIMITS["fit"]
+
+
+def test_evaluate_spine_is_at_most_eight_documented_modules(
+    tiny_data: dict[str, Path], tmp_path: Path
+) -> None:
+    from ensml.cli.main import main
+
+    documented = _documented_spine("evaluate")
+    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
+            f"--oracle={tiny_data['oracle']}", f"--out_dir={tmp_path / 'eval'}"]  # fmt: skip
+    traced = _traced_spine(lambda: main(args), "evaluate")
+    # The run files' metadata (data/runfiles.py) is read only with --predictions; the rest always.
+    assert documented - traced <= {"ensml.data.runfiles"}, (sorted(traced), sorted(documented))
+    assert traced <= documented and len(documented) <= LIMIT
