@@ -76,64 +76,64 @@ def _prefetch_part(flat: np.ndarray, pf0: int, pf1: int, per: int, v: int, step:
         prefetch(flat, o)
 
 
-@numba.njit(cache=True, nogil=True)
-def _crps_block(
-    fc: np.ndarray,
-    flat: np.ndarray,
-    obs: np.ndarray,
-    fair: bool,
-    lo: float,
-    hi: float,
-    net: tuple,
-    out: np.ndarray,
-    start: int,
-    stop: int,
-    scratch: tuple,
-) -> int:
-    """CRPS of points ``start:stop`` into ``out`` (its dtype); returns how many are not finite.
-
-    ``net`` is ``(P, G, R, comparators a, comparators b, B)`` of
-    :func:`ensml.scores._sortnet.plan`; ``scratch`` the buffers of :func:`_scratch`.
-    """
-    p, g, nreg, net_a, net_b, _ = net
-    buf, acc_abs, acc_w, yb, tmp = scratch
-    m = fc.shape[0]
+@numba.njit(cache=True, nogil=True, inline="always")
+def _prefetch_window(flat: np.ndarray, start: int, stop: int, m: int, p: int, lanes: int) -> tuple:
+    """``(pf0, pf1, per)``: the lines ``flat[pf0:pf1]`` of the block after next (register path),
+    prefetched ``per`` elements per vector of points by :func:`_prefetch_part`."""
     n = stop - start
-    lanes = VECTOR_BYTES // buf.itemsize  # one vector is one 64-byte cache line
-    chained = lo > -np.inf or hi < np.inf  # the twCRPS
-    ob = obs[start:stop]
-    for k in range(n):
-        yb[k] = np.float64(_chain(ob[k], lo, hi))
-    # the lines of the block after next, prefetched a part per vector of points (register path)
     pf0 = (stop + n) * m if flat.size and p else 0
     pf1 = min(flat.size, pf0 + n * m)
     per = ((pf1 - pf0) // ((n + lanes - 1) // lanes) + lanes) // lanes * lanes if pf1 > pf0 else 0
-    # 0. 9..16 float32 members, contiguous: tiles of 16 points scored (and chained) in registers
-    n0 = 0
-    if p == 16 and flat.size and lanes == 16:
-        n0 = max(0, min(n, (flat.size - 16) // m - start + 1)) // 16 * 16  # 16-float reads in bounds
-        for k0 in range(0, n0, 16):
-            _prefetch_part(flat, pf0, pf1, per, k0 // 16, lanes)
-            if chained:
-                crps_small_chained(flat, (start + k0) * m, m, yb, k0, acc_abs, acc_w, lo, hi)
-            else:
-                crps_small(flat, (start + k0) * m, m, yb, k0, acc_abs, acc_w)
-    # 1. copy the (other) points of the block into the m rows of buf
+    return pf0, pf1, per
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _score_small(flat, start, n, m, yb, acc_abs, acc_w, lo, hi, pf: tuple, lanes: int) -> int:
+    """9..16 float32 members, contiguous: tiles of 16 points scored (and chained) in registers.
+
+    Returns how many points of the block (from its first) were scored: the tiles whose 16-float
+    reads stay in bounds.
+    """
+    pf0, pf1, per = pf
+    chained = lo > -np.inf or hi < np.inf
+    n0 = max(0, min(n, (flat.size - 16) // m - start + 1)) // 16 * 16  # 16-float reads in bounds
+    for k0 in range(0, n0, 16):
+        _prefetch_part(flat, pf0, pf1, per, k0 // 16, lanes)
+        if chained:
+            crps_small_chained(flat, (start + k0) * m, m, yb, k0, acc_abs, acc_w, lo, hi)
+        else:
+            crps_small(flat, (start + k0) * m, m, yb, k0, acc_abs, acc_w)
+    return n0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _load_flat(flat: np.ndarray, buf: np.ndarray, start: int, stop: int, m: int, n0: int) -> None:
+    """Points ``start + n0 .. stop`` of the flat point-major array into the ``m`` rows of ``buf``
+    (no transpose copy)."""
+    n = stop - start
+    base = flat[start * m : stop * m]
+    n8 = n - n % 8
+    m8 = m - m % 8 if m >= 8 else 0
+    for k0 in range(n0, n8, 8):  # tiles of 8 points x 8 members, transposed in registers
+        for i0 in range(0, m8, 8):
+            tile8(base, k0 * m + i0, m, buf, i0, k0)
+        if m8 and m8 < m:  # the last members: a tile overlapping the previous one
+            tile8(base, k0 * m + m - 8, m, buf, m - 8, k0)
+        for i in range(m8, m if m < 8 else 0):
+            for kk in range(8):
+                buf[i, k0 + kk] = base[(k0 + kk) * m + i]
+    for k in range(n8, n):
+        for i in range(m):
+            buf[i, k] = base[k * m + i]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _load_block(fc: np.ndarray, flat: np.ndarray, buf: np.ndarray, start: int, stop: int, n0: int) -> None:
+    """Points ``start:stop`` of ``fc`` (from ``start + n0`` when read from ``flat``) into ``buf``."""
+    m = fc.shape[0]
+    n = stop - start
     if flat.size:  # members contiguous, points dense: read the flat array (no transpose copy)
-        base = flat[start * m : stop * m]
-        n8 = n - n % 8
-        m8 = m - m % 8 if m >= 8 else 0
-        for k0 in range(n0, n8, 8):  # tiles of 8 points x 8 members, transposed in registers
-            for i0 in range(0, m8, 8):
-                tile8(base, k0 * m + i0, m, buf, i0, k0)
-            if m8 and m8 < m:  # the last members: a tile overlapping the previous one
-                tile8(base, k0 * m + m - 8, m, buf, m - 8, k0)
-            for i in range(m8, m if m < 8 else 0):
-                for kk in range(8):
-                    buf[i, k0 + kk] = base[(k0 + kk) * m + i]
-        for k in range(n8, n):
-            for i in range(m):
-                buf[i, k] = base[k * m + i]
+        _load_flat(flat, buf, start, stop, m, n0)
     elif fc.strides[0] < fc.strides[1]:
         fb = fc[:, start:stop]  # block views: indices from 0 let LLVM vectorise the loops
         for k in range(n):
@@ -144,11 +144,14 @@ def _crps_block(
         for i in range(m):
             for k in range(n):
                 buf[i, k] = fb[i, k]
-    if chained and not p:  # twCRPS: the chaining function, on the block in L1 (sort_column chains)
-        for i in range(m):
-            for k in range(n):
-                buf[i, k] = _chain(buf[i, k], lo, hi)
-    # 2. sort each column (point) along members
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _sort_block(buf, m, n, n0, lo, hi, net: tuple, flat, pf: tuple, lanes: int) -> None:
+    """Sort each column (point) of ``buf[:m, n0:n]`` along members (all of ``buf[:m, :n]`` for
+    the register groups and the network over the buffer)."""
+    p, g, nreg, net_a, net_b, _ = net
+    pf0, pf1, per = pf
     if p:  # a vector of columns at a time, with a part of the prefetches
         for v in range(n0 // lanes, (n + lanes - 1) // lanes):
             _prefetch_part(flat, pf0, pf1, per, v, lanes)
@@ -168,7 +171,12 @@ def _crps_block(
             lt = v < u
             buf[a, k] = v if lt else u
             buf[b, k] = u if lt else v
-    # 3. reduce in float64, centred on the observation, a vector of points at a time
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _reduce_block(buf, m, n, n0, lanes, yb, acc_abs, acc_w, fair: bool, ob: np.ndarray) -> int:
+    """Reduce the sorted ``buf`` in float64, centred on the observation, a vector of points at a
+    time, into ``ob`` (the block of ``out``); returns how many are not finite."""
     for k0 in range(n0, n, lanes):
         reduce_columns(buf, m, k0, yb, acc_abs, acc_w)
     if fair:
@@ -177,11 +185,58 @@ def _crps_block(
         c2 = 1.0 / (m * float(m))
     inv_m = 1.0 / m
     nbad = 0
-    ob = out[start:stop]
     for k in range(n):
         r = acc_abs[k] * inv_m - acc_w[k] * c2
         ob[k] = r
         nbad += not (abs(r) < np.inf)
+    return nbad
+
+
+@numba.njit(cache=True, nogil=True)
+def _crps_block(
+    fc: np.ndarray,
+    flat: np.ndarray,
+    obs: np.ndarray,
+    fair: bool,
+    lo: float,
+    hi: float,
+    net: tuple,
+    out: np.ndarray,
+    start: int,
+    stop: int,
+    scratch: tuple,
+) -> int:
+    """CRPS of points ``start:stop`` into ``out`` (its dtype); returns how many are not finite.
+
+    ``net`` is ``(P, G, R, comparators a, comparators b, B)`` of
+    :func:`ensml.scores._sortnet.plan`; ``scratch`` the buffers of :func:`_scratch`.
+    """
+    p = net[0]
+    buf, acc_abs, acc_w, yb, tmp = scratch
+    m = fc.shape[0]
+    n = stop - start
+    lanes = VECTOR_BYTES // buf.itemsize  # one vector is one 64-byte cache line
+    chained = lo > -np.inf or hi < np.inf  # the twCRPS
+    ob = obs[start:stop]
+    for k in range(n):
+        yb[k] = np.float64(_chain(ob[k], lo, hi))
+    # the lines of the block after next, prefetched a part per vector of points (register path)
+    pf = _prefetch_window(flat, start, stop, m, p, lanes)
+    # 0. 9..16 float32 members, contiguous: tiles of 16 points scored (and chained) in registers
+    n0 = 0
+    if p == 16 and flat.size and lanes == 16:
+        n0 = _score_small(flat, start, n, m, yb, acc_abs, acc_w, lo, hi, pf, lanes)
+    # 1. copy the (other) points of the block into the m rows of buf
+    _load_block(fc, flat, buf, start, stop, n0)
+    if chained and not p:  # twCRPS: the chaining function, on the block in L1 (sort_column chains)
+        for i in range(m):
+            for k in range(n):
+                buf[i, k] = _chain(buf[i, k], lo, hi)
+    # 2. sort each column (point) along members
+    _sort_block(buf, m, n, n0, lo, hi, net, flat, pf, lanes)
+    # 3. reduce in float64, centred on the observation, a vector of points at a time
+    ob = out[start:stop]
+    nbad = _reduce_block(buf, m, n, n0, lanes, yb, acc_abs, acc_w, fair, ob)
     if nbad == 0:
         return 0
     # NaN or infinite member or observation (or m == 1 for fair): scalar path

@@ -3,7 +3,8 @@
 ``sorting_network(m)`` gives the compare-exchange pairs of an ``m``-input network; ``plan`` picks
 how ``m`` members are sorted (whole in registers, or by register groups of 8/16 and a network
 over the buffer) and the block size; ``_sort8``/``_sort16``
-sort groups of 8/16 buffer rows in registers with hard-coded networks. Compare-exchanges swap
+sort groups of 8/16 buffer rows in registers with hard-coded networks (``_sort8_values`` on 8
+values, and ``_merge8x8_values`` of two sorted halves for 16). Compare-exchanges swap
 rather than take min/max, so a NaN stays in the buffer (and is caught by the caller).
 """
 
@@ -98,147 +99,113 @@ def _cx(a, b):  # compare-exchange that swaps (a NaN stays in place)
     return (b, a) if b < a else (a, b)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _load8(buf: np.ndarray, r: int, k: int) -> tuple:
+    """Rows ``r .. r+7`` of column ``k`` of ``buf``, as 8 values."""
+    return (
+        buf[r + 0, k],
+        buf[r + 1, k],
+        buf[r + 2, k],
+        buf[r + 3, k],
+        buf[r + 4, k],
+        buf[r + 5, k],
+        buf[r + 6, k],
+        buf[r + 7, k],
+    )
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _store8(buf: np.ndarray, r: int, k: int, x: tuple) -> None:
+    """Store 8 values ``x`` in rows ``r .. r+7`` of column ``k`` of ``buf``."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = x
+    buf[r + 0, k] = x0
+    buf[r + 1, k] = x1
+    buf[r + 2, k] = x2
+    buf[r + 3, k] = x3
+    buf[r + 4, k] = x4
+    buf[r + 5, k] = x5
+    buf[r + 6, k] = x6
+    buf[r + 7, k] = x7
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _sort8_values(x: tuple) -> tuple:
+    """8 values sorted: Batcher's odd-even merge sort, 19 exchanges in 6 layers."""
+    x0, x1, x2, x3, x4, x5, x6, x7 = x
+    x0, x1 = _cx(x0, x1)
+    x2, x3 = _cx(x2, x3)
+    x4, x5 = _cx(x4, x5)
+    x6, x7 = _cx(x6, x7)
+    x0, x2 = _cx(x0, x2)
+    x1, x3 = _cx(x1, x3)
+    x4, x6 = _cx(x4, x6)
+    x5, x7 = _cx(x5, x7)
+    x1, x2 = _cx(x1, x2)
+    x5, x6 = _cx(x5, x6)
+    x0, x4 = _cx(x0, x4)
+    x1, x5 = _cx(x1, x5)
+    x2, x6 = _cx(x2, x6)
+    x3, x7 = _cx(x3, x7)
+    x2, x4 = _cx(x2, x4)
+    x3, x5 = _cx(x3, x5)
+    x1, x2 = _cx(x1, x2)
+    x3, x4 = _cx(x3, x4)
+    x5, x6 = _cx(x5, x6)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _merge8x8_values(lo: tuple, hi: tuple) -> tuple:
+    """Two sorted runs of 8 values merged into 16 (Batcher's odd-even merge, 25 exchanges).
+
+    Returns the lower and the upper 8 of the 16 sorted values.
+    """
+    x0, x1, x2, x3, x4, x5, x6, x7 = lo
+    x8, x9, x10, x11, x12, x13, x14, x15 = hi
+    x0, x8 = _cx(x0, x8)
+    x1, x9 = _cx(x1, x9)
+    x2, x10 = _cx(x2, x10)
+    x3, x11 = _cx(x3, x11)
+    x4, x12 = _cx(x4, x12)
+    x5, x13 = _cx(x5, x13)
+    x6, x14 = _cx(x6, x14)
+    x7, x15 = _cx(x7, x15)
+    x4, x8 = _cx(x4, x8)
+    x5, x9 = _cx(x5, x9)
+    x6, x10 = _cx(x6, x10)
+    x7, x11 = _cx(x7, x11)
+    x2, x4 = _cx(x2, x4)
+    x3, x5 = _cx(x3, x5)
+    x6, x8 = _cx(x6, x8)
+    x7, x9 = _cx(x7, x9)
+    x10, x12 = _cx(x10, x12)
+    x11, x13 = _cx(x11, x13)
+    x1, x2 = _cx(x1, x2)
+    x3, x4 = _cx(x3, x4)
+    x5, x6 = _cx(x5, x6)
+    x7, x8 = _cx(x7, x8)
+    x9, x10 = _cx(x9, x10)
+    x11, x12 = _cx(x11, x12)
+    x13, x14 = _cx(x13, x14)
+    return (x0, x1, x2, x3, x4, x5, x6, x7), (x8, x9, x10, x11, x12, x13, x14, x15)
+
+
 @numba.njit(cache=True, nogil=True)
 def _sort8(buf: np.ndarray, r: int, n: int) -> None:
     """Sort rows ``r .. r+7`` of ``buf`` per column in registers (Batcher, 19 exchanges)."""
     for k in range(n):
-        x0, x1, x2, x3, x4, x5, x6, x7 = (
-            buf[r + 0, k],
-            buf[r + 1, k],
-            buf[r + 2, k],
-            buf[r + 3, k],
-            buf[r + 4, k],
-            buf[r + 5, k],
-            buf[r + 6, k],
-            buf[r + 7, k],
-        )
-        x0, x1 = _cx(x0, x1)
-        x2, x3 = _cx(x2, x3)
-        x4, x5 = _cx(x4, x5)
-        x6, x7 = _cx(x6, x7)
-        x0, x2 = _cx(x0, x2)
-        x1, x3 = _cx(x1, x3)
-        x4, x6 = _cx(x4, x6)
-        x5, x7 = _cx(x5, x7)
-        x1, x2 = _cx(x1, x2)
-        x5, x6 = _cx(x5, x6)
-        x0, x4 = _cx(x0, x4)
-        x1, x5 = _cx(x1, x5)
-        x2, x6 = _cx(x2, x6)
-        x3, x7 = _cx(x3, x7)
-        x2, x4 = _cx(x2, x4)
-        x3, x5 = _cx(x3, x5)
-        x1, x2 = _cx(x1, x2)
-        x3, x4 = _cx(x3, x4)
-        x5, x6 = _cx(x5, x6)
-        buf[r + 0, k] = x0
-        buf[r + 1, k] = x1
-        buf[r + 2, k] = x2
-        buf[r + 3, k] = x3
-        buf[r + 4, k] = x4
-        buf[r + 5, k] = x5
-        buf[r + 6, k] = x6
-        buf[r + 7, k] = x7
+        _store8(buf, r, k, _sort8_values(_load8(buf, r, k)))
 
 
 @numba.njit(cache=True, nogil=True)
 def _sort16(buf: np.ndarray, r: int, n: int) -> None:
-    """Sort rows ``r .. r+15`` of ``buf`` per column in registers (Batcher, 63 exchanges)."""
+    """Sort rows ``r .. r+15`` of ``buf`` per column in registers (Batcher, 63 exchanges).
+
+    Batcher's network for 16 is its networks for the two halves (2 x 19) then their merge (25).
+    """
     for k in range(n):
-        x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15 = (
-            buf[r + 0, k],
-            buf[r + 1, k],
-            buf[r + 2, k],
-            buf[r + 3, k],
-            buf[r + 4, k],
-            buf[r + 5, k],
-            buf[r + 6, k],
-            buf[r + 7, k],
-            buf[r + 8, k],
-            buf[r + 9, k],
-            buf[r + 10, k],
-            buf[r + 11, k],
-            buf[r + 12, k],
-            buf[r + 13, k],
-            buf[r + 14, k],
-            buf[r + 15, k],
-        )
-        x0, x1 = _cx(x0, x1)
-        x2, x3 = _cx(x2, x3)
-        x4, x5 = _cx(x4, x5)
-        x6, x7 = _cx(x6, x7)
-        x8, x9 = _cx(x8, x9)
-        x10, x11 = _cx(x10, x11)
-        x12, x13 = _cx(x12, x13)
-        x14, x15 = _cx(x14, x15)
-        x0, x2 = _cx(x0, x2)
-        x1, x3 = _cx(x1, x3)
-        x4, x6 = _cx(x4, x6)
-        x5, x7 = _cx(x5, x7)
-        x8, x10 = _cx(x8, x10)
-        x9, x11 = _cx(x9, x11)
-        x12, x14 = _cx(x12, x14)
-        x13, x15 = _cx(x13, x15)
-        x1, x2 = _cx(x1, x2)
-        x5, x6 = _cx(x5, x6)
-        x9, x10 = _cx(x9, x10)
-        x13, x14 = _cx(x13, x14)
-        x0, x4 = _cx(x0, x4)
-        x1, x5 = _cx(x1, x5)
-        x2, x6 = _cx(x2, x6)
-        x3, x7 = _cx(x3, x7)
-        x8, x12 = _cx(x8, x12)
-        x9, x13 = _cx(x9, x13)
-        x10, x14 = _cx(x10, x14)
-        x11, x15 = _cx(x11, x15)
-        x2, x4 = _cx(x2, x4)
-        x3, x5 = _cx(x3, x5)
-        x10, x12 = _cx(x10, x12)
-        x11, x13 = _cx(x11, x13)
-        x1, x2 = _cx(x1, x2)
-        x3, x4 = _cx(x3, x4)
-        x5, x6 = _cx(x5, x6)
-        x9, x10 = _cx(x9, x10)
-        x11, x12 = _cx(x11, x12)
-        x13, x14 = _cx(x13, x14)
-        x0, x8 = _cx(x0, x8)
-        x1, x9 = _cx(x1, x9)
-        x2, x10 = _cx(x2, x10)
-        x3, x11 = _cx(x3, x11)
-        x4, x12 = _cx(x4, x12)
-        x5, x13 = _cx(x5, x13)
-        x6, x14 = _cx(x6, x14)
-        x7, x15 = _cx(x7, x15)
-        x4, x8 = _cx(x4, x8)
-        x5, x9 = _cx(x5, x9)
-        x6, x10 = _cx(x6, x10)
-        x7, x11 = _cx(x7, x11)
-        x2, x4 = _cx(x2, x4)
-        x3, x5 = _cx(x3, x5)
-        x6, x8 = _cx(x6, x8)
-        x7, x9 = _cx(x7, x9)
-        x10, x12 = _cx(x10, x12)
-        x11, x13 = _cx(x11, x13)
-        x1, x2 = _cx(x1, x2)
-        x3, x4 = _cx(x3, x4)
-        x5, x6 = _cx(x5, x6)
-        x7, x8 = _cx(x7, x8)
-        x9, x10 = _cx(x9, x10)
-        x11, x12 = _cx(x11, x12)
-        x13, x14 = _cx(x13, x14)
-        buf[r + 0, k] = x0
-        buf[r + 1, k] = x1
-        buf[r + 2, k] = x2
-        buf[r + 3, k] = x3
-        buf[r + 4, k] = x4
-        buf[r + 5, k] = x5
-        buf[r + 6, k] = x6
-        buf[r + 7, k] = x7
-        buf[r + 8, k] = x8
-        buf[r + 9, k] = x9
-        buf[r + 10, k] = x10
-        buf[r + 11, k] = x11
-        buf[r + 12, k] = x12
-        buf[r + 13, k] = x13
-        buf[r + 14, k] = x14
-        buf[r + 15, k] = x15
+        lo = _sort8_values(_load8(buf, r, k))
+        hi = _sort8_values(_load8(buf, r + 8, k))
+        lo, hi = _merge8x8_values(lo, hi)
+        _store8(buf, r, k, lo)
+        _store8(buf, r + 8, k, hi)

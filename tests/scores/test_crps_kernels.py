@@ -84,6 +84,52 @@ def test_plan_network_sorts():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("g", [8, 16])
+def test_register_groups_are_batchers_network(g, dtype):
+    """``_sort8``/``_sort16`` (rows r .. r+g-1) do what ``sorting_network(g)`` does, exchange by
+    exchange: the same order of ties, and a NaN stays where the swaps leave it."""
+    rng = np.random.default_rng(g)
+    x = rng.integers(-3, 4, size=(g + 5, 70)).astype(dtype)  # many ties
+    x[:, 1] = rng.standard_normal(g + 5)
+    x[3, 2], x[g, 3], x[1, 4], x[7, 4] = np.inf, -np.inf, np.nan, np.nan
+    want = x.copy()
+    for a, b in zip(*_sortnet.sorting_network(g)):
+        u, v = want[2 + a].copy(), want[2 + b].copy()
+        swap = v < u
+        want[2 + a], want[2 + b] = np.where(swap, v, u), np.where(swap, u, v)
+    got = x.copy()
+    (_sortnet._sort8 if g == 8 else _sortnet._sort16)(got, 2, 67)  # rows 2 .. g+1, 67 columns
+    np.testing.assert_array_equal(got[:, :67], want[:, :67])
+    np.testing.assert_array_equal(got[:, 67:], x[:, 67:])
+    assert np.all(np.diff(got[2 : 2 + g, 5:67], axis=0) >= 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("g", [8, 16])
+def test_register_groups_sort_like_np_sort(g, dtype):
+    """``_sort8``/``_sort16`` give ``np.sort``'s values on many random and adversarial columns:
+    ties, all equal, sorted, reversed, ±0, ±Inf, extremes, subnormals (no NaN: see above)."""
+    rng = np.random.default_rng(100 + g)
+    fi = np.finfo(dtype)
+    cols = [
+        rng.standard_normal((g, 400)),
+        rng.integers(-2, 3, size=(g, 400)),  # many ties
+        rng.integers(0, 2, size=(g, 400)),  # 0/1 inputs
+        np.tile(np.arange(g)[:, None], 8),  # sorted
+        np.tile(np.arange(g)[::-1, None], 8),  # reversed
+        np.full((g, 3), 7.0),  # all equal
+        rng.choice([-np.inf, np.inf, 0.0, -0.0, fi.max, -fi.max, fi.tiny / 4, 1.0], size=(g, 400)),
+    ]
+    x = np.concatenate([c.astype(dtype) for c in cols], axis=1)
+    for r in (0, 3):
+        buf = np.full((r + g + 2, x.shape[1]), -1.5, dtype)
+        buf[r : r + g] = x
+        (_sortnet._sort8 if g == 8 else _sortnet._sort16)(buf, r, x.shape[1])
+        np.testing.assert_array_equal(buf[r : r + g], np.sort(x, axis=0))
+        assert np.all(buf[:r] == -1.5) and np.all(buf[r + g :] == -1.5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("p", [16, 32, 64, 128])
 def test_sort_column_sorts_in_registers(p, dtype):
     rng = np.random.default_rng(p)

@@ -28,6 +28,15 @@ SURFACE_HPA = 1000
 SURFACE_NOTE = f"synthetic: the temperature of the synthetic atmosphere at {SURFACE_HPA} hPa"
 MEMBER_NOTE = "rounded to power-of-two steps of at most 1/32 of the ensemble spread"
 
+#: The oracle's variables of the storm table: the table's key and the attributes.
+STORM_VARIABLES = {
+    "storm_genesis_time": ("genesis_time", {"long_name": "storm genesis time"}),
+    "storm_genesis_latitude": ("lat0", {"long_name": "storm genesis latitude", "units": "degrees_north"}),
+    "storm_genesis_longitude": ("lon0", {"long_name": "storm genesis longitude", "units": "degrees_east"}),
+    "storm_lifetime": ("lifetime_hours", {"long_name": "storm lifetime", "units": "hours"}),
+    "storm_amplitude": ("amplitude", {"long_name": "storm known intensity factor", "units": "1"}),
+}
+
 
 def _quantise(a: np.ndarray, scale: np.ndarray, steps: int) -> None:
     """Round ``a`` in place to multiples of the largest power of two <= ``scale / steps``.
@@ -108,7 +117,6 @@ def build_datasets(
     # t2m is the temperature of the synthetic atmosphere at SURFACE_HPA, drawn as one more level.
     extra = [SURFACE_HPA] if cfg.surface and SURFACE_HPA not in cfg.levels else []
     gen_levels = list(cfg.levels) + extra
-    k_sfc, nk = gen_levels.index(SURFACE_HPA) if cfg.surface else -1, len(cfg.levels)
     out = synth_model.generate(
         n_lat=cfg.n_lat,
         n_lon=cfg.n_lon,
@@ -122,86 +130,69 @@ def build_datasets(
     members = _lazy_members(
         out["member_block"], out["member_spread"], cfg, len(inits), len(gen_levels), on_progress
     )
-    surface_dims = tuple(d for d in names.FORECAST_DIMS if d != names.LEVEL)
-    lat, lon, times = out["latitude"], out["longitude"], out["times"]
-    level = np.asarray(cfg.levels, dtype="int32")
-    space = {names.LEVEL: level, names.LATITUDE: lat, names.LONGITUDE: lon}
+    written = _written(cfg, gen_levels)
+    space = {
+        names.LEVEL: np.asarray(cfg.levels, dtype="int32"),
+        names.LATITUDE: out["latitude"],
+        names.LONGITUDE: out["longitude"],
+    }
     fc_coords = {names.INIT_TIME: inits, names.LEAD_TIME: leads}
-    valid = (names.VALID_TIME, (names.INIT_TIME, names.LEAD_TIME), inits[:, None] + leads[None, :])
-
-    fc = xr.Dataset(
-        {
-            v: (
-                names.FORECAST_DIMS,
-                members[n][..., :nk, :, :],
-                {**names.VARIABLE_ATTRS[v], "comment": MEMBER_NOTE},
-            )
-            for n, v in enumerate(("z", "t"))
-        }
-        | (
-            {
-                "t2m": (
-                    surface_dims,
-                    members[1][..., k_sfc, :, :],
-                    {**names.VARIABLE_ATTRS["t2m"], "comment": f"{SURFACE_NOTE}; {MEMBER_NOTE}"},
-                )
-            }
-            if cfg.surface
-            else {}
-        ),
-        coords={**fc_coords, names.MEMBER: np.arange(1, cfg.members + 1, dtype="int32"), **space},
-    ).assign_coords({names.VALID_TIME: valid[1:]})
+    valid = {names.VALID_TIME: ((names.INIT_TIME, names.LEAD_TIME), inits[:, None] + leads[None, :])}
+    fc = _forecast(
+        members, written, {**fc_coords, names.MEMBER: np.arange(1, cfg.members + 1, dtype="int32"), **space}
+    ).assign_coords(valid)
     fc.attrs = _global_attrs(cfg, "ensemble forecast")
-
-    an = xr.Dataset(
-        {v: (names.ANALYSIS_DIMS, out["truth"][v][:, :nk], dict(names.VARIABLE_ATTRS[v])) for v in ("z", "t")}
-        | (
-            {
-                "t2m": (
-                    (names.TIME, names.LATITUDE, names.LONGITUDE),
-                    out["truth"]["t"][:, k_sfc],
-                    {**names.VARIABLE_ATTRS["t2m"], "comment": SURFACE_NOTE},
-                )
-            }
-            if cfg.surface
-            else {}
-        ),
-        coords={names.TIME: times, **space},
-    )
+    an = _analysis(out["truth"], written, {names.TIME: out["times"], **space})
     an.attrs = _global_attrs(cfg, "verifying analysis (truth) by valid time")
+    orc = _oracle(out, written, {**fc_coords, **space}).assign_coords(valid)
+    orc.attrs = _global_attrs(cfg, "oracle predictive distribution N(mean, std**2) of the analysis")
+    return {"forecast": _coord_attrs(fc), "analysis": _coord_attrs(an), "oracle": _coord_attrs(orc)}
 
-    odims = (names.INIT_TIME, names.LEAD_TIME, names.LEVEL, names.LATITUDE, names.LONGITUDE)
-    ovars = {}
-    levels_of = {"z": ("z", slice(0, nk)), "t": ("t", slice(0, nk))} | (
-        {"t2m": ("t", k_sfc)} if cfg.surface else {}
-    )
-    for v, (source, k) in levels_of.items():
-        a = names.VARIABLE_ATTRS[v]
-        dims = odims if isinstance(k, slice) else tuple(d for d in odims if d != names.LEVEL)
-        mean = out["mean"][source][:, :, k].astype(np.float32)
-        _quantise(mean, out["std"][source][:, :, k], MEAN_STEPS_PER_STD)
-        std = out["std"][source][:, :, k].astype(np.float32)
-        _round_mantissa(std, STD_BITS)
-        ovars[f"{v}_mean"] = (
-            dims,
-            mean,
-            {
-                **a,
-                "long_name": f"oracle predictive mean of {a['long_name']}",
-                "comment": "rounded to power-of-two steps of at most 1/256 of the std",
-            },
+
+def _written(cfg: SynthConfig, gen_levels: list[int]) -> dict[str, tuple[str, slice | int]]:
+    """Each variable written: the generated variable (z or t) it is, and its generated levels.
+
+    ``z`` and ``t`` on the levels asked for (the first generated ones, a slice); with
+    ``surface``, ``t2m`` the ``t`` of the single level ``SURFACE_HPA`` (an index).
+    """
+    on_levels = slice(0, len(cfg.levels))
+    surface = {"t2m": ("t", gen_levels.index(SURFACE_HPA))} if cfg.surface else {}
+    return {"z": ("z", on_levels), "t": ("t", on_levels)} | surface
+
+
+def _dims(dims: tuple[str, ...], levels: slice | int) -> tuple[str, ...]:
+    """``dims``, without the level for a single-level (surface) variable."""
+    return dims if isinstance(levels, slice) else tuple(d for d in dims if d != names.LEVEL)
+
+
+def _forecast(members, written: dict, coords: dict) -> xr.Dataset:
+    """The rounded float32 members ``(init, lead, member, [level,] lat, lon)`` of each variable (dask)."""
+    data = {}
+    for v, (source, k) in written.items():
+        note = MEMBER_NOTE if isinstance(k, slice) else f"{SURFACE_NOTE}; {MEMBER_NOTE}"
+        block = members[("z", "t").index(source)][..., k, :, :]
+        data[v] = (_dims(names.FORECAST_DIMS, k), block, {**names.VARIABLE_ATTRS[v], "comment": note})
+    return xr.Dataset(data, coords=coords)
+
+
+def _analysis(truth: dict[str, np.ndarray], written: dict, coords: dict) -> xr.Dataset:
+    """The verifying truth ``(time, [level,] lat, lon)`` of each variable, float32 as computed."""
+    data = {}
+    for v, (source, k) in written.items():
+        surface = {} if isinstance(k, slice) else {"comment": SURFACE_NOTE}
+        data[v] = (_dims(names.ANALYSIS_DIMS, k), truth[source][:, k], {**names.VARIABLE_ATTRS[v], **surface})
+    return xr.Dataset(data, coords=coords)
+
+
+def _oracle(out: dict, written: dict, coords: dict) -> xr.Dataset:
+    """The exact predictive distribution of each variable, the storm event mask and storm table."""
+    dims = (names.INIT_TIME, names.LEAD_TIME, names.LEVEL, names.LATITUDE, names.LONGITUDE)
+    data = {}
+    for v, (source, k) in written.items():
+        data |= _oracle_distribution(
+            v, out["mean"][source][:, :, k], out["std"][source][:, :, k], _dims(dims, k)
         )
-        ovars[f"{v}_std"] = (
-            dims,
-            std,
-            {
-                "standard_name": f"{a['standard_name']} standard_error",
-                "long_name": f"oracle predictive standard deviation of {a['long_name']}",
-                "units": a["units"],
-                "comment": f"rounded to {STD_BITS} significant bits",
-            },
-        )
-    ovars["event_mask"] = (
+    data["event_mask"] = (
         (names.INIT_TIME, names.LEAD_TIME, names.LATITUDE, names.LONGITUDE),
         out["event_mask"],
         {
@@ -210,32 +201,30 @@ def build_datasets(
             "flag_meanings": "no_storm storm",
         },
     )
-    st = out["storms"]
-    ovars["storm_genesis_time"] = ("storm", st["genesis_time"], {"long_name": "storm genesis time"})
-    ovars["storm_genesis_latitude"] = (
-        "storm",
-        st["lat0"],
-        {"long_name": "storm genesis latitude", "units": "degrees_north"},
-    )
-    ovars["storm_genesis_longitude"] = (
-        "storm",
-        st["lon0"],
-        {"long_name": "storm genesis longitude", "units": "degrees_east"},
-    )
-    ovars["storm_lifetime"] = (
-        "storm",
-        st["lifetime_hours"],
-        {"long_name": "storm lifetime", "units": "hours"},
-    )
-    ovars["storm_amplitude"] = (
-        "storm",
-        st["amplitude"],
-        {"long_name": "storm known intensity factor", "units": "1"},
-    )
-    orc = xr.Dataset(ovars, coords={**fc_coords, **space})
-    orc = orc.assign_coords({names.VALID_TIME: valid[1:]})
-    orc.attrs = _global_attrs(cfg, "oracle predictive distribution N(mean, std**2) of the analysis")
-    return {"forecast": _coord_attrs(fc), "analysis": _coord_attrs(an), "oracle": _coord_attrs(orc)}
+    for name, (key, attrs) in STORM_VARIABLES.items():
+        data[name] = ("storm", out["storms"][key], dict(attrs))
+    return xr.Dataset(data, coords=coords)
+
+
+def _oracle_distribution(v: str, mean: np.ndarray, std: np.ndarray, dims: tuple[str, ...]) -> dict:
+    """``{v}_mean`` and ``{v}_std``, float32, rounded for storage (``mean``, ``std`` in float64)."""
+    a = names.VARIABLE_ATTRS[v]
+    mean32 = mean.astype(np.float32)
+    _quantise(mean32, std, MEAN_STEPS_PER_STD)
+    std32 = std.astype(np.float32)
+    _round_mantissa(std32, STD_BITS)
+    mean_attrs = {
+        **a,
+        "long_name": f"oracle predictive mean of {a['long_name']}",
+        "comment": "rounded to power-of-two steps of at most 1/256 of the std",
+    }
+    std_attrs = {
+        "standard_name": f"{a['standard_name']} standard_error",
+        "long_name": f"oracle predictive standard deviation of {a['long_name']}",
+        "units": a["units"],
+        "comment": f"rounded to {STD_BITS} significant bits",
+    }
+    return {f"{v}_mean": (dims, mean32, mean_attrs), f"{v}_std": (dims, std32, std_attrs)}
 
 
 def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, n_levels: int, on_progress):

@@ -15,6 +15,7 @@ from ensml.data.synth.fields import (
     DAY_HOURS,
     YEAR_DAYS,
     GaussianFields,
+    Storm,
     VerticalStructure,
     activity_climatology,
     anomaly_envelope,
@@ -106,19 +107,64 @@ def generate(
     be drawn in any order, lazily, while the file is written).
     """
     lat, lon = lat_lon_grid(n_lat, n_lon)
+    times, ki, kv, hours, doy = _state_times(inits, leads)
+    vs = VerticalStructure.anomalies(levels)
+    scale = vs.amp[:, :, None, None] * anomaly_envelope(lat)  # (v, k, lat, 1)
+    truth, known, act, u_base, phi = _atmosphere(seed, levels, lat, lon, hours, doy, vs, scale)
+    # The oracle: the truth at valid time given what a forecast from init knows; then the storms.
+    mean, var_nostorm = _oracle_without_storms(known, u_base, act, phi, ki, kv, vs, scale)
+    del known, u_base
+    var = var_nostorm.copy()
+    storms, storm_known, event = _add_storms(
+        seed, storms_per_year, levels, lat, lon, hours, ki, kv, truth, var
+    )
+    mean += storm_known
+    std = np.sqrt(var)
+    # The ensemble: biased, under-dispersive, imperfect spread, damped storms, coherent members.
+    spread32 = _member_spread(seed, lat, n_lon, var_nostorm)
+    centre = _member_centre(lat, levels, leads, scale, mean, storm_known)
+    return {
+        "latitude": lat,
+        "longitude": lon,
+        "times": times,
+        "truth": {"z": truth[:, 0], "t": truth[:, 1]},
+        "mean": {"z": mean[:, :, 0], "t": mean[:, :, 1]},
+        "std": {"z": std[:, :, 0], "t": std[:, :, 1]},
+        "member_block": _member_drawer(seed, members, leads, lat, n_lon, vs, spread32, centre),
+        "member_spread": spread32,
+        "member_centre": centre,
+        "event_mask": event.astype(np.uint8),
+        "storms": _storm_table(storms, times[0]),
+    }
+
+
+def _state_times(inits: np.ndarray, leads: np.ndarray) -> tuple:
+    """The state grid: every init and valid time, and where the forecasts' times fall in it.
+
+    Returns ``times`` (sorted, unique datetime64), ``ki (init,)`` and ``kv (init, lead)``, the
+    indices of the init and valid times in it, ``hours (time,)`` since its first time and
+    ``doy (time,)``, the fractional day of the year.
+    """
     valid = inits[:, None] + leads[None, :]
     times = np.unique(np.concatenate([inits, valid.ravel()]))
     ki, kv = np.searchsorted(times, inits), np.searchsorted(times, valid)
     hours = (times - times[0]) / np.timedelta64(1, "h")
     stamp = pd.DatetimeIndex(times)
     doy = np.asarray(stamp.day_of_year + stamp.hour / DAY_HOURS, dtype=float)
-    nt, ni, nl = len(times), len(inits), len(leads)
+    return times, ki, kv, hours, doy
 
-    vs = VerticalStructure.anomalies(levels)
-    scale = vs.amp[:, :, None, None] * anomaly_envelope(lat)  # (v, k, lat, 1)
+
+def _atmosphere(seed: int, levels, lat, lon, hours, doy, vs: VerticalStructure, scale) -> tuple:
+    """The true atmosphere without storms, ``clim + s (g P + U + n)``, and its known part.
+
+    Draws the flow activity ``act``, the predictable weather ``P``, the unpredictable error
+    process ``U`` and the analysis noise ``n`` (random streams 0 to 3). Returns ``truth (time,
+    v, k, lat, lon)`` float32 (the files are float32), ``known`` (same shape, float64) = clim +
+    s g P, ``act (time, lat, lon)``, ``u_base (time, 3, lat, lon)``, the unit fields of ``U``,
+    and ``phi (time,)``, its AR(1) factors between state times.
+    """
+    n_lat, n_lon, nt = len(lat), len(lon), len(hours)
     act_clim = activity_climatology(doy, lat)  # (time, lat, 1)
-
-    # Flow activity, predictable weather P, unpredictable error process U, analysis noise n.
     r, _ = _ou(_stream(seed, 0), GaussianFields(n_lat, n_lon, LEN_ACTIVITY), hours, TAU_ACTIVITY_H, 1, 1.0)
     act = act_clim * np.exp(STD_ACTIVITY * r[:, 0] - STD_ACTIVITY**2 / 2)  # (time, lat, lon)
     p_base, _ = _ou(_stream(seed, 1), GaussianFields(n_lat, n_lon, LEN_P), hours, TAU_P_H, 3, 1.0)
@@ -136,67 +182,125 @@ def generate(
     truth += vs.combine(u_base)
     truth *= scale.astype(np.float32)
     truth += known
-    del n_base
+    return truth, known, act, u_base, phi
 
-    # Oracle: condition U on U(init); P, act and storm tracks are known.
-    var_u = np.empty((ni, nl, n_lat, n_lon))
+
+def _u_given_init(phi: np.ndarray, act: np.ndarray, ki: np.ndarray, kv: np.ndarray) -> tuple:
+    """``U(valid) | U(init)``, unit-free: ``var_u (init, lead, lat, lon)`` and ``phi_prod (init, lead)``.
+
+    ``U(valid) = phi_prod U(init) + e`` with ``Var[e] = var_u``, stepped through the state
+    times between init and valid (the OU process of :func:`_ou`).
+    """
+    ni, nl = kv.shape
+    var_u = np.empty((ni, nl, *act.shape[1:]))
     phi_prod = np.empty((ni, nl))
     for i in range(ni):
-        v, f, k = np.zeros((n_lat, n_lon)), 1.0, ki[i]
+        v, f, k = np.zeros(act.shape[1:]), 1.0, ki[i]
         for j in range(nl):
             while k < kv[i, j]:
                 k += 1
                 v = phi[k] ** 2 * v + (1 - phi[k] ** 2) * (S_U * act[k - 1]) ** 2
                 f *= phi[k]
             var_u[i, j], phi_prod[i, j] = v, f
+    return var_u, phi_prod
+
+
+def _oracle_without_storms(known, u_base, act, phi, ki, kv, vs: VerticalStructure, scale) -> tuple:
+    """Oracle mean and variance ``(init, lead, v, k, lat, lon)`` before storms: U conditioned on U(init).
+
+    P, ``act`` (and the storm tracks) are known; the mean is ``known(valid) + s phi_prod
+    U(init)``, the variance ``s² (var_u + noise²)``.
+    """
+    var_u, phi_prod = _u_given_init(phi, act, ki, kv)
     u_init = vs.combine(u_base[ki])  # (init, v, k, lat, lon)
     mean = known[kv] + scale * phi_prod[:, :, None, None, None, None] * u_init[:, None]
-    del known
     var_nostorm = scale**2 * (var_u[:, :, None, None] + (S_NOISE * act[kv][:, :, None, None]) ** 2)
-    var = var_nostorm.copy()
+    return mean, var_nostorm
 
-    # Storms: truth, known part of the mean, and variance of the unknown intensity.
+
+def _add_storms(seed: int, storms_per_year: float, levels, lat, lon, hours, ki, kv, truth, var) -> tuple:
+    """Draw the storms (random stream 4); add them to ``truth`` and to the oracle ``var``, in place.
+
+    Returns the storms, ``storm_known (init, lead, v, k, lat, lon)``, the part of the storms a
+    forecast knows (the intensity with ``B`` at init), and ``event (init, lead, lat, lon)``
+    (bool), where a storm's envelope at valid time is above ``STORM_MASK``.
+    """
     srng = _stream(seed, 4)
     span_years = (hours[-1] + 3 * DAY_HOURS) / (DAY_HOURS * YEAR_DAYS)
     storms = draw_storms(srng, int(srng.poisson(storms_per_year * span_years)), 0.0, float(hours[-1]))
     prof = storm_profile(levels)[:, :, None, None]  # (v, k, 1, 1)
-    storm_known = np.zeros_like(mean)
-    event = np.zeros((ni, nl, n_lat, n_lon), dtype=bool)
-    pos = np.full(nt, -1)
+    storm_known = np.zeros_like(var)
+    event = np.zeros((*kv.shape, len(lat), len(lon)), dtype=bool)
     for s in storms:
         idx = s.active(hours)
         if idx.size == 0:
             continue
         es = s.envelope_shape(hours[idx], lat, lon)
-        since = np.maximum(hours[idx] - np.concatenate([[s.genesis_hours], hours[idx[:-1]]]), 0.0)
-        b = np.cumsum(np.sqrt(STORM_Q_PER_H * since) * srng.standard_normal(idx.size))
+        b = _intensity_walk(srng, s, hours[idx])
         truth[idx] += prof * (es * (s.amplitude + b[:, None, None]))[:, None, None]
-        pos[:] = -1
-        pos[idx] = np.arange(idx.size)
-        for i, j in zip(*np.nonzero(pos[kv] >= 0)):
-            n = pos[kv[i, j]]
-            b_known = b[pos[ki[i]]] if pos[ki[i]] >= 0 else 0.0
-            unknown_h = hours[kv[i, j]] - max(hours[ki[i]], s.genesis_hours)
-            storm_known[i, j] += prof * (es[n] * (s.amplitude + b_known))
-            var[i, j] += prof**2 * es[n] ** 2 * STORM_Q_PER_H * max(unknown_h, 0.0)
-            event[i, j] |= es[n] > STORM_MASK
-    mean += storm_known
-    std = np.sqrt(var)
+        _storm_oracle(s, idx, es, b, prof, hours, ki, kv, storm_known, var, event)
+    return storms, storm_known, event
 
-    # Ensemble: bias, under-dispersion, imperfect spread, damped storms, coherent perturbations.
+
+def _intensity_walk(srng: np.random.Generator, s: Storm, hours: np.ndarray) -> np.ndarray:
+    """``B`` at the storm's active ``hours``: a Brownian motion from genesis (rate ``STORM_Q_PER_H``)."""
+    since = np.maximum(hours - np.concatenate([[s.genesis_hours], hours[:-1]]), 0.0)
+    return np.cumsum(np.sqrt(STORM_Q_PER_H * since) * srng.standard_normal(hours.size))
+
+
+def _storm_oracle(s: Storm, idx, es, b, prof, hours, ki, kv, storm_known, var, event) -> None:
+    """Add storm ``s`` to every forecast valid while it is active, in place.
+
+    ``idx`` are its active state times, ``es`` its envelope there and ``b`` its ``B``. The known
+    part uses ``B(init)`` (0 before genesis); the unknown intensity adds ``q`` times the hours
+    from ``max(init, genesis)`` to valid to the variance.
+    """
+    pos = np.full(len(hours), -1)
+    pos[idx] = np.arange(idx.size)
+    for i, j in zip(*np.nonzero(pos[kv] >= 0)):
+        n = pos[kv[i, j]]
+        b_known = b[pos[ki[i]]] if pos[ki[i]] >= 0 else 0.0
+        unknown_h = hours[kv[i, j]] - max(hours[ki[i]], s.genesis_hours)
+        storm_known[i, j] += prof * (es[n] * (s.amplitude + b_known))
+        var[i, j] += prof**2 * es[n] ** 2 * STORM_Q_PER_H * max(unknown_h, 0.0)
+        event[i, j] |= es[n] > STORM_MASK
+
+
+def _member_spread(seed: int, lat: np.ndarray, n_lon: int, var_nostorm: np.ndarray) -> np.ndarray:
+    """The members' designed spread ``(init, lead, v, k, lat, lon)`` float32.
+
+    Under-dispersive (``alpha(lat)``) and imperfect: a smooth random log-factor ``delta`` per
+    init (random stream 5) times the oracle's spread without the storm term.
+    """
+    alpha = 0.7 - 0.15 * np.exp(-(((np.abs(lat) - 45.0) / 20.0) ** 2))[:, None]  # (lat, 1)
+    delta = STD_DELTA * GaussianFields(len(lat), n_lon, LEN_DELTA).sample(_stream(seed, 5), len(var_nostorm))
+    return (alpha * np.exp(delta - STD_DELTA**2 / 2)[:, None, None, None] * np.sqrt(var_nostorm)).astype(
+        np.float32
+    )
+
+
+def _member_centre(lat, levels, leads, scale, mean, storm_known) -> np.ndarray:
+    """What the members are drawn around ``(init, lead, v, k, lat, lon)``: biased, storms damped.
+
+    The oracle mean plus a bias growing with lead, less the share ``1 - keep(lead)`` of the
+    known storms that the members miss.
+    """
     lead_days = (leads / np.timedelta64(1, "h")) / DAY_HOURS
     track = activity_climatology(np.array([15.0 + YEAR_DAYS / 4]), lat)[0]  # (lat, 1), no season
     bias = scale * track * _bias_pattern(lat, levels) * (0.02 + 0.05 * lead_days)[:, None, None, None, None]
-    alpha = 0.7 - 0.15 * np.exp(-(((np.abs(lat) - 45.0) / 20.0) ** 2))[:, None]  # (lat, 1)
-    delta = STD_DELTA * GaussianFields(n_lat, n_lon, LEN_DELTA).sample(_stream(seed, 5), ni)
-    spread32 = (alpha * np.exp(delta - STD_DELTA**2 / 2)[:, None, None, None] * np.sqrt(var_nostorm)).astype(
-        np.float32
-    )
     keep = np.maximum(STORM_KEEP_MIN, 1.0 - STORM_KEEP_PER_DAY * lead_days)[None, :, None, None, None, None]
-    centre = mean - (1 - keep) * storm_known + bias[None]
-    coher = np.exp(-np.diff(leads / np.timedelta64(1, "h"), prepend=0.0) / TAU_ETA_H)  # (lead,)
+    return mean - (1 - keep) * storm_known + bias[None]
 
-    gf_eta = GaussianFields(n_lat, n_lon, LEN_ETA)
+
+def _member_drawer(seed: int, members: int, leads, lat, n_lon: int, vs: VerticalStructure, spread32, centre):
+    """``member_block(i0, i1)`` of :func:`generate`: coherent perturbations around ``centre``.
+
+    The perturbations are unit z/t-coherent fields (one random stream per init), an AR(1)
+    across leads (e-folding ``TAU_ETA_H``), scaled by ``spread32``.
+    """
+    nl = len(leads)
+    coher = np.exp(-np.diff(leads / np.timedelta64(1, "h"), prepend=0.0) / TAU_ETA_H)  # (lead,)
+    gf_eta = GaussianFields(len(lat), n_lon, LEN_ETA)
 
     def member_block(i0: int, i1: int) -> np.ndarray:
         """Members of inits ``i0:i1`` as float32 ``(v, init, lead, member, k, lat, lon)``."""
@@ -210,24 +314,15 @@ def generate(
         x += centre[i0:i1, None]
         return np.ascontiguousarray(x.transpose(3, 0, 2, 1, 4, 5, 6))
 
-    storm_table = {
-        "genesis_time": times[0]
-        + (np.array([s.genesis_hours for s in storms]) * 3600e9).astype("timedelta64[ns]"),
+    return member_block
+
+
+def _storm_table(storms: list[Storm], t0: np.datetime64) -> dict[str, np.ndarray]:
+    """Per-storm arrays: genesis time (datetime64[ns]), position (degrees), lifetime (h), amplitude."""
+    return {
+        "genesis_time": t0 + (np.array([s.genesis_hours for s in storms]) * 3600e9).astype("timedelta64[ns]"),
         "lat0": np.array([s.lat0 for s in storms]),
         "lon0": np.array([s.lon0 for s in storms]),
         "lifetime_hours": np.array([s.lifetime_hours for s in storms]),
         "amplitude": np.array([s.amplitude for s in storms]),
-    }
-    return {
-        "latitude": lat,
-        "longitude": lon,
-        "times": times,
-        "truth": {"z": truth[:, 0], "t": truth[:, 1]},
-        "mean": {"z": mean[:, :, 0], "t": mean[:, :, 1]},
-        "std": {"z": std[:, :, 0], "t": std[:, :, 1]},
-        "member_block": member_block,
-        "member_spread": spread32,
-        "member_centre": centre,
-        "event_mask": event.astype(np.uint8),
-        "storms": storm_table,
     }
