@@ -18,6 +18,7 @@ from ensml.errors import EnsmlError
 
 _KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
 _CLASS_PROBLEM = re.compile(r"^- Problem with given class_path '([^']+)':$")
+_RANGE = re.compile(r"^(?:- )?Not of type \w+: (.*) does not conform to restriction (.*)$")
 _EXPECTED = re.compile(r"^(?:- )?Expected a (.+?)(?:\. Got value: (.*))?$")
 
 
@@ -76,6 +77,10 @@ def _describe_key(key: str, lines: list[str]) -> str:
             return f"option --{key}.init_args.{unknown.group(1)} is not an argument of {cls}"
         return f"{_option(key)}: {cls} cannot be used ({reason.rstrip('.')})"
     for line in text:
+        bound = _RANGE.match(line)
+        if bound:
+            limits = re.sub(r"v\s*([<>!=]=?)\s*", r"\1 ", bound.group(2))  # v>=1 and v<=9 → >= 1 and <= 9
+            return f"{_option(key)}: {bound.group(1)} is out of range (must be {limits})"
         path = re.match(r"^(?:- )?Expected a dot import path string: (.*)$", line)
         if path:
             example = "a dotted path such as ensml.train.tasks.MixedTask"
