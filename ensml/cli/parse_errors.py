@@ -20,7 +20,8 @@ _KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
 _CLASS_PROBLEM = re.compile(r"^- Problem with given class_path '([^']+)':$")
 _RANGE = re.compile(r"^(?:- )?Not of type \w+: (.*?)\s*does not conform to restriction (.*)$")
 _NOT_NUMBER = re.compile(
-    r"^(?:- )?Not of type \w+: (?:invalid literal for (int)\(\) with base 10|could not convert string to (float)): (.*)$"
+    r"^(?:- )?Not of type \w+: "
+    r"(?:invalid literal for (int)\(\) with base 10|could not convert string to (float)): (.*)$"
 )
 _EXPECTED = re.compile(r"^(?:- )?Expected a (.+?)(?:\. Got value: (.*))?$")
 
