@@ -7,9 +7,17 @@ siblings, and on a reader in ``data/layouts`` importing the entry point above it
 
 from __future__ import annotations
 
+import inspect
+import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
+import dask
 import pytest
+
+from tests.conftest import SMOKE, tiny_data_args
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,3 +30,83 @@ def test_import_layers_hold(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     out = capsys.readouterr().out
     assert status == 0, out
     assert "BROKEN" not in out and out.count("KEPT") >= 2
+
+
+# -- The spines: which ensml modules a sample crosses (docs/architecture.md, "The spines") -----------
+# Counted: every ensml module on the call stack when xarray opens or reads a file, a network runs
+# or a score is computed. Not counted: the bottom layer that every room uses (vocabulary, run
+# metadata, errors, progress) and the verb's command-line front. A package of readers, networks,
+# scores or output files counts once, as the page lists it.
+SHARED = ("ensml.names", "ensml.predictions", "ensml.errors", "ensml.progress", "ensml.logs",
+          "ensml.provenance", "ensml.compat", "ensml.cli.")  # fmt: skip
+FRONT = {"fit": ("ensml.train.lightning_cli",)}
+GROUPS = ("ensml.data.layouts", "ensml.data.outputs", "ensml.models", "ensml.scores")
+READS = {"open_dataset", "open_mfdataset", "open_zarr", "__getitem__", "_getitem"}
+LIMIT = 8
+# fit's start-up reads the files once more (the data module's checks, the statistics); the page says so.
+LIMITS = {"fit": LIMIT + 2}
+
+
+def _step(module: str) -> str:
+    """The spine step a module belongs to: its package group, or itself."""
+    return next((g for g in GROUPS if module == g or module.startswith(g + ".")), module)
+
+
+def _documented_spine(verb: str) -> set[str]:
+    """The steps docs/architecture.md lists for ``ensml <verb>`` (after its command-line front)."""
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = page.split(f"**`ensml {verb}`**", 1)[1].split("\n\n", 2)[1]
+    paths = re.findall(r"`([a-z_/]+(?:\.py|/))`", block)
+    steps = {_step("ensml." + p.removesuffix(".py").removesuffix("/").replace("/", ".")) for p in paths}
+    return {s for s in steps if not s.startswith(SHARED + FRONT.get(verb, ()))}
+
+
+def _traced_spine(run: Callable[[], object], verb: str) -> set[str]:
+    """The steps on the stack whenever xarray opens or reads a file, a network runs or a score is computed."""
+    skip = SHARED + FRONT.get(verb, ())
+    seen: set[str] = set()
+
+    def on_call(frame: FrameType, event: str, arg: object) -> None:  # a global trace: calls only
+        module, code = frame.f_globals.get("__name__", ""), frame.f_code.co_name
+        reading = module.startswith("xarray.backends") and code in READS
+        network = module.startswith("ensml.models") and code == "forward"
+        computing = network or module.startswith("ensml.scores")
+        if not (reading or computing):
+            return
+        names = [o.frame.f_globals.get("__name__", "") for o in inspect.getouterframes(frame, context=0)]
+        steps = {_step(n) for n in names if n.startswith("ensml.") and not n.startswith(skip)}
+        if steps - {_step(module)}:  # called by another ensml module: a sample on its way, not an import
+            seen.update(steps)
+
+    with dask.config.set(scheduler="synchronous"):
+        sys.settrace(on_call)
+        try:
+            run()
+        finally:
+            sys.settrace(None)
+    return seen
+
+
+def test_fit_spine_is_the_documented_one(tiny_data: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    from ensml.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    short = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1"]
+    args = ["fit", "--config", SMOKE, *tiny_data_args(tiny_data), *short]
+    traced = _traced_spine(lambda: main(args), "fit")
+    assert traced == _documented_spine("fit")
+    assert len(traced) <= LIMITS["fit"]
+
+
+def test_evaluate_spine_is_at_most_eight_documented_modules(
+    tiny_data: dict[str, Path], tmp_path: Path
+) -> None:
+    from ensml.cli.main import main
+
+    documented = _documented_spine("evaluate")
+    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
+            f"--oracle={tiny_data['oracle']}", f"--out_dir={tmp_path / 'eval'}"]  # fmt: skip
+    traced = _traced_spine(lambda: main(args), "evaluate")
+    # The run files' metadata (data/runfiles.py) is read only with --predictions; the rest always.
+    assert documented - traced <= {"ensml.data.runfiles"}, (sorted(traced), sorted(documented))
+    assert traced <= documented and len(documented) <= LIMIT

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from jsonargparse.typing import PositiveFloat, PositiveInt
+
 from ensml.cli.verb import run_function, summary
+
+if TYPE_CHECKING:
+    from ensml.verify.evaluate import Scores
+
+#: A lead time as a user writes it: hours (``24``) or a duration (``"24h"``, ``"P1D"``).
+Lead = int | float | str
 
 
 def evaluate(
@@ -12,10 +22,10 @@ def evaluate(
     spread_predictions: str | list[str] | None = None,
     oracle: str | None = None,
     members: str | list[str] | None = None,
-    k: int = 5,
-    lead_hours: int | list[int] | None = None,
+    k: PositiveInt | None = None,
+    leads: Lead | list[Lead] | None = None,
     variables: list[str] | None = None,
-    levels: list[float] | None = None,
+    levels: list[PositiveFloat] | None = None,
     out_dir: str = "runs/eval",
     cases: str | list[str] | None = None,
 ) -> None:
@@ -30,7 +40,8 @@ def evaluate(
     predictions
         netCDF written by ``ensml predict`` with a post-processing model, or ``ensml postprocess``
         outputs of a mixed model (files or a glob) (``<var>_mean``, ``<var>_std``): scored with
-        the Gaussian CRPS. A spread model's file here is an error.
+        the Gaussian CRPS. Every file must hold ensml's run metadata (``ensml_*`` attributes),
+        all from one run (one checkpoint); a spread model's file here is an error.
     spread_predictions
         The same from a spread model (``<var>_std``): scored by RMSE and correlation against the
         M-member spread (std, ddof 0), beside the K-member sample std. A post-processing
@@ -40,16 +51,19 @@ def evaluate(
         lead, from ``ensml data synth``): the best CRPS any forecast could reach.
     members
         Calibrated members, e.g. the ECC members of ``ensml postprocess`` outputs (files or a
-        glob; variables named as in the forecast, with a member dim): scored with the empirical
-        ensemble CRPS.
+        glob, with run metadata; variables named as in the forecast, with a member dim): scored
+        with the empirical ensemble CRPS.
     k
-        Size of the raw subset scored beside the full ensemble (members 0 … k-1).
-    lead_hours
-        Lead times scored (h): one, a list, or ``None`` (default) for every lead that the given
-        predictions, spread predictions and members all hold (a one-lead ``ensml predict`` file
-        holds its scalar ``lead_time``), or, with none of them given, every lead of the forecast
-        but 0 h. A lead that a given file, the forecast or the oracle lacks is an error. Leads
-        are scored one at a time, so memory holds one lead's fields.
+        Size of the raw subset scored beside the full ensemble (members 0 … k-1). Taken from the
+        run metadata of the predictions, spread predictions and members; give it only without
+        them (default 5), or it must agree with them.
+    leads
+        Lead times scored: hours (``24``) or durations (``24h``, ``P1D``), one or a list;
+        ``common`` for the leads every given file holds (the others are dropped, and the tables
+        say so); or unset (default) for the leads of the given predictions, spread predictions
+        and members, each of which must then hold every one (else an error names the file and
+        the lead), or, with none of them, every lead of the forecast but 0 h. Leads are scored
+        one at a time, so memory holds one lead's fields.
     variables
         Score these variables (default: all of the forecast's). Every predictions, members and
         oracle file given must hold each one: a file without one is an error, not a table
@@ -58,18 +72,45 @@ def evaluate(
         Score these pressure levels in hPa (default: all of the forecast's).
     out_dir
         Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` (one block of rows per
-        lead, column ``lead_h``) and the per-point ``scores.nc`` are written (all at the end,
-        each to a temporary name first). ``scores.nc`` has a ``lead_time`` dim when more than
-        one lead is scored; with one, its fields have none (a scalar ``lead_time``).
+        lead, column ``lead_h``) and the per-point ``scores.nc`` are written, all together at the
+        end. New, empty, or a folder whose ledger (``.ensml/``) records ensml's outputs: a rerun
+        replaces only the files that ledger records as evaluate's; any other non-empty folder is
+        refused before any work. ``scores.nc`` has a ``lead_time`` dim when more than one lead
+        is scored; with one, its fields have none (a scalar ``lead_time``).
     cases
         Case-study YAML files, folders or globs (see :mod:`ensml.verify.cases`): scored per case
-        (at each case's own ``lead_hours``) and forecast into ``<out_dir>/cases/`` (``cases.csv``,
+        (at each case's own ``lead``) and forecast into ``<out_dir>/cases/`` (``cases.csv``,
         ``cases.md``, one map figure per case), computed before anything is written.
     """
     options = dict(locals())
     from ensml.verify.evaluate import evaluate as score
 
-    score(**options)
+    print_scores(score(**options))
+
+
+def print_scores(scores: Scores) -> None:
+    """Print the CRPS and spread tables with rich (plain text when stdout is not a terminal)."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ensml.verify.tables import formatted
+
+    console = Console(file=sys.stdout, width=160)
+    crps_title = f"CRPS over {scores.n_inits} test init times"
+    if scores.leads_note:
+        crps_title += f" ({scores.leads_note.rstrip('.')})"
+    for title, df in ((crps_title, scores.table), ("Spread estimation", scores.spread)):
+        if df is None:
+            continue
+        table = Table(title=title)
+        shown = formatted(df)
+        for col in shown.columns:
+            table.add_column(str(col), justify="left" if shown[col].dtype == object else "right")
+        for row in shown.itertuples(index=False):
+            table.add_row(*map(str, row))
+        console.print(table)
 
 
 #: The command this module runs, and its function (the help text is its docstring).

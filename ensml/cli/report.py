@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
+from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
+
+from ensml.cli.evaluate import Lead, print_scores
 from ensml.cli.verb import run_function, summary
 
 
 def report(
     forecast: str | list[str],
     analysis: str | list[str],
-    predictions: str | None = None,
-    spread_predictions: str | None = None,
+    predictions: str | list[str] | None = None,
+    spread_predictions: str | list[str] | None = None,
     oracle: str | None = None,
     cases: str | list[str] | None = None,
-    n_storm_cases: int = 0,
-    n_extreme_cases: int = 0,
-    k: int = 5,
-    lead_hours: int = 48,
+    n_storm_cases: NonNegativeInt = 0,
+    n_extreme_cases: NonNegativeInt = 0,
+    k: PositiveInt | None = None,
+    leads: Lead | list[Lead] | None = None,
+    lead: Lead | None = None,
     variables: list[str] | None = None,
-    levels: list[float] | None = None,
+    levels: list[PositiveFloat] | None = None,
     out_dir: str = "runs/report",
     title: str = "ensml verification report",
     case_variable: str | None = None,
-    case_level: float | None = None,
+    case_level: PositiveFloat | None = None,
 ) -> None:
     """Write the verification report (``report.md`` + ``figures/``, and ``report.html``).
 
@@ -38,11 +42,16 @@ def report(
     oracle
         The generator's true predictive distribution (``ensml data synth``'s ``oracle.nc``).
     k
-        Size of the raw subset scored beside the full ensemble (members 0 … k-1).
-    lead_hours
+        Size of the raw subset scored beside the full ensemble (members 0 … k-1), as for
+        ``ensml evaluate``: the predictions' run metadata gives it.
+    leads
+        Lead times of the global score table, as for ``ensml evaluate`` (default: every lead the
+        predictions hold; ``common`` for those all given files hold). The charts by lead cover
+        every forecast lead.
+    lead
         Lead time of the skill maps, rank histograms, reliability diagrams and automatic case
-        studies (h). The global score table covers every lead the predictions hold (every
-        forecast lead but 0 h without predictions), and the charts by lead every forecast lead.
+        studies: hours (``48``) or a duration (``48h``, ``P2D``); default: the last lead of the
+        global score table.
     variables
         Variables to report (default: all of the forecast's).
     levels
@@ -55,7 +64,10 @@ def report(
         Also study this many dates/boxes found automatically where the analysis exceeds its
         monthly climatological 99% quantile over the largest area.
     out_dir
-        The report folder; replaced as a whole when the new report is complete.
+        The report folder (``report.md``, ``report.html``, ``figures/``, ``tables/``), written
+        together at the end: new, empty, or an earlier report's, whose files its ledger
+        (``.ensml/``) records; a user's files beside them are kept, any other non-empty folder
+        is refused before any work.
     title
         The report's title.
     case_variable
@@ -66,7 +78,10 @@ def report(
     options = dict(locals())
     from ensml.report.assemble import report as assemble
 
-    assemble(**options)
+    written = assemble(**options)
+    print_scores(written.scores)
+    markdown, html = written.pages
+    print(f"ensml report: wrote {markdown} and {html}")
 
 
 #: The command this module runs, and its function (the help text is its docstring).

@@ -1,10 +1,10 @@
-"""Data: open and validate ensembles, the synthetic ensemble, samples for training, safe writers.
+"""Data: open and validate ensembles, the synthetic ensemble, samples for training, outputs.
 
 Readers open netCDF, GRIB and zarr files (recognised by content) lazily and rename what other
 sources call the dimensions to the names of :mod:`ensml.names`; :class:`EnsembleDataModule`
 splits init dates into train / validation / test and serves batches of float32 tensors; every
-output file is written through :func:`write_netcdf` or :func:`atomic_path`, under a temporary
-name renamed when complete.
+output is written through an output folder of :mod:`ensml.data.outputs` (ownership ledger,
+lock, staging, whole or not at all).
 
 The torch-based names (:class:`EnsembleDataModule`, :class:`EnsembleSamples`,
 :class:`EpochSampler`) are imported on first use, so ``import ensml.data`` does not import torch
@@ -25,7 +25,6 @@ from ensml.data.open import load_dataset, open_analysis, open_dataset, open_fore
 from ensml.data.splits import split_init_times
 from ensml.data.static import location_channels, read_static
 from ensml.data.stats import compute_stats
-from ensml.data.writers import atomic_path, write_netcdf
 
 if TYPE_CHECKING:
     from ensml.data.datamodule import EnsembleDataModule
@@ -56,7 +55,6 @@ __all__ = [
     "EnsembleDataModule",
     "EnsembleSamples",
     "EpochSampler",
-    "atomic_path",
     "compute_stats",
     "detect_format",
     "load_dataset",
@@ -68,5 +66,4 @@ __all__ = [
     "open_grib",
     "read_static",
     "split_init_times",
-    "write_netcdf",
 ]

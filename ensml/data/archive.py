@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from ensml.data.open import open_forecast
+from ensml.data.outputs import OutputFolder, format_name
 from ensml.data.splits import split_init_times
-from ensml.data.writers import write_netcdf
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LEAD_TIME
 from ensml.progress import EVERY_S, Progress
@@ -30,39 +30,70 @@ def archive(
     forecast
         Forecast file(s) or glob(s) in any layout ensml reads.
     out_dir
-        Folder for the files (created if missing).
+        Folder for the files: new, empty or an earlier archive's (created if missing).
     period
         ``[start, end]`` dates (inclusive); default: every init time.
     name
-        File name pattern; ``{init}`` is the init time (a ``datetime``, so strftime codes apply).
+        File name pattern, relative to ``out_dir`` (it may name sub-folders); ``{init}`` is the
+        init time (a ``datetime``, so strftime codes apply). A name leaving ``out_dir`` is refused.
     variables
         Variables to keep (default: all).
 
     Returns
     -------
     list of Path
-        The files written, in init order. Each is written to a temporary name first, so an
-        interrupted run leaves only complete files.
+        The files written, in init order. Every name is checked before the first write (inside
+        ``out_dir``, no file of the user's in the way); each file is staged in ``out_dir/.ensml``
+        and renamed into place when complete, so a killed run leaves only complete files, all in
+        the folder's ledger (a rerun replaces them).
+
+    Raises
+    ------
+    EnsmlError
+        A bad forecast, period or name template; an ``out_dir`` that is not ensml's (a non-empty
+        folder without its ledger), a file or read-only; a name that is a user's file; a write
+        that fails (full disk: one line naming the file).
     """
     fc = open_forecast(forecast, variables)
     inits = fc[INIT_TIME].values.astype("datetime64[ns]")
     if period is not None:
         max_lead = np.max(fc[LEAD_TIME].values) if fc.sizes.get(LEAD_TIME) else np.timedelta64(0, "ns")
         inits = split_init_times(inits, {"period": period}, max_lead, source=f"forecast {forecast}")["period"]
-    names = [name.format(init=pd.Timestamp(t).to_pydatetime()) for t in inits]
-    if len(set(names)) != len(names):
-        raise EnsmlError(f"archive name pattern {name!r} gives the same file name to two init times")
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise EnsmlError(f"out_dir {out} is a file, not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise EnsmlError(f"cannot create {out}: {err.strerror}") from None
+    names = _names(name, inits)
+    OutputFolder.check(out_dir, "archive", names=names)  # every name, before the first write
     written = []
-    with Progress("archive", len(inits), "files", every_s=EVERY_S) as progress:
-        for init, file_name in zip(inits, names):
-            one = fc.sel({INIT_TIME: [init]}).load()
-            written.append(write_netcdf(one, out / file_name, history=command()))
-            progress.advance()
+    with OutputFolder.open(out_dir, "archive", names=names) as folder:
+        with Progress("archive", len(inits), "files", every_s=EVERY_S) as progress:
+            for init, file_name in zip(inits, names):
+                one = fc.sel({INIT_TIME: [init]}).load()
+                # Each file is renamed into place (and recorded) as soon as it is complete.
+                folder.write_netcdf(one, file_name, history=command())
+                written.append(Path(out_dir) / file_name)
+                progress.advance()
     return written
+
+
+def _names(template: str, inits: np.ndarray) -> list[str]:
+    """The output name of every init time from ``template``: relative names inside out_dir
+    (:func:`format_name`, normalised), all different.
+
+    Raises
+    ------
+    EnsmlError
+        A field the template does not know, a name leaving out_dir, or two init times given one
+        name (a template without a field that varies).
+    """
+    first: dict[str, str] = {}
+    for t in inits:
+        when = pd.Timestamp(t).to_pydatetime()
+        try:
+            name = format_name(template, init=when)
+        except EnsmlError as exc:
+            raise EnsmlError(f"archive: {exc}") from None
+        if name in first:
+            raise EnsmlError(
+                f"archive: name template {template!r} gives {name!r} to init times {first[name]} and "
+                f"{when:%Y-%m-%d %H:%M}; use a field that varies, such as {{init:%Y%m%d%H}}"
+            )
+        first[name] = f"{when:%Y-%m-%d %H:%M}"
+    return list(first)

@@ -1,8 +1,9 @@
-"""Write CF netCDF4 files safely: to a temporary name, renamed only when complete.
+"""The old writers, kept only for the verbs not yet wired to :mod:`ensml.data.outputs`.
 
-Every file ensml writes goes through :func:`write_netcdf`, so that a crash or an interrupt
-never leaves a half-written file that looks finished, and every output carries the same
-provenance attributes (``Conventions``, ``source``, ``history``).
+``evaluate``, ``report``, case studies and ``benchmark`` still build their folders with
+:mod:`ensml.data.outdir` (which uses :func:`atomic_path` and :func:`check_writable`), and
+``evaluate``'s tables are written with :func:`write_netcdf`. Every other verb writes through
+the output module; this module goes when those four do. New code must not use it.
 """
 
 from __future__ import annotations
@@ -20,12 +21,7 @@ from typing import Any
 
 import xarray as xr
 
-# The CF helpers live in the output module; the names stay here for today's callers until
-# they write through ensml.data.outputs.
-from ensml.data.outputs.netcdf import CONVENTIONS as CONVENTIONS
-from ensml.data.outputs.netcdf import DEFAULT_COMPRESSION as DEFAULT_COMPRESSION
-from ensml.data.outputs.netcdf import global_attrs as global_attrs
-from ensml.data.outputs.netcdf import netcdf_encoding, zarr_encoding
+from ensml.data.outputs.netcdf import global_attrs, netcdf_encoding
 from ensml.errors import EnsmlError
 
 
@@ -63,9 +59,6 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
 
 
-_TEMPORARY = re.compile(r"^\..+\.[0-9a-f]{12}" + re.escape(TMP_SUFFIX) + "$")
-
-
 def _remove_if_abandoned(p: Path) -> bool:
     """Remove the temporary ``p`` unless its writer is alive (it holds an ``flock`` on the folder)."""
     if not p.is_dir():  # only folders are locked; a file is debris of an earlier ensml
@@ -86,31 +79,9 @@ def _remove_if_abandoned(p: Path) -> bool:
         os.close(fd)
 
 
-def remove_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
-    """Remove the temporaries of :func:`temporary_folder` under ``folder`` whose writer is gone.
-
-    A temporary whose writer still runs (on this machine or, where the filesystem supports
-    ``flock``, another) is left alone. Returns the paths removed.
-    """
-    found = [p for p in Path(folder).rglob(".*" + TMP_SUFFIX) if _TEMPORARY.match(p.name)]
-    removed = []
-    for p in sorted(found, key=lambda p: len(p.parts), reverse=True):
-        with _folder_lock(p.parent, p):
-            removed += [p] if _remove_if_abandoned(p) else []
-    return removed
-
-
-def sweep_temporaries(path: str | os.PathLike[str]) -> list[Path]:
-    """Remove what killed writers of ``path`` left beside it (its abandoned temporaries)."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        return []
-    with _folder_lock(path.parent, path):
-        return _sweep(path)
-
-
 def _sweep(path: Path) -> list[Path]:
-    """:func:`sweep_temporaries`, with the lock on ``path.parent`` held by the caller."""
+    """Remove what killed writers of ``path`` left beside it (its abandoned temporaries), with the
+    lock on ``path.parent`` held by the caller."""
     pattern = re.compile(rf"^\.{re.escape(path.name)}\.[0-9a-f]{{12}}{re.escape(TMP_SUFFIX)}$")
     if not path.parent.is_dir():
         return []
@@ -259,49 +230,6 @@ def write_netcdf(
     try:
         with atomic_path(path) as tmp:
             out.to_netcdf(tmp, engine="netcdf4", format="NETCDF4", encoding=enc)
-    except OSError as err:
-        raise EnsmlError(f"cannot write {path}: {err}") from err
-    return path
-
-
-def write_zarr(
-    ds: xr.Dataset,
-    path: str | os.PathLike[str],
-    encoding: Mapping[str, Mapping[str, Any]] | None = None,
-    *,
-    zarr_format: int = 3,
-    history: str | None = None,
-) -> Path:
-    """Write ``ds`` as a zarr store (v2 or v3) at ``path``, atomically as :func:`write_netcdf`.
-
-    ``encoding`` is netCDF-style (``chunksizes``, ``dtype``, time ``units``); netCDF-only keys
-    (``zlib``, ``complevel``, ``shuffle``) are dropped and zarr's default compressor (zstd) is
-    used. ``shards`` groups chunks into one stored object in a v3 store and is ignored in v2.
-    The store is written to a hidden temporary folder and renamed when complete; a v2
-    store has consolidated metadata (v3 has none in its specification). Every chunk is
-    written, also one equal to the fill value, so a missing chunk always means damage
-    (:func:`ensml.data.layouts.zarr.check_chunks`).
-    """
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise EnsmlError(f"cannot write {path}: directory {path.parent} does not exist")
-    if zarr_format not in (2, 3):
-        raise EnsmlError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
-    enc = zarr_encoding(encoding or {}, zarr_format)
-    out = ds.copy(deep=False)
-    out.attrs = global_attrs(ds.attrs, history)
-    for name in out.variables:  # netCDF chunking left over from a source file is not zarr's
-        out[name].encoding = {}
-    try:
-        with atomic_path(path) as tmp:
-            out.to_zarr(
-                tmp,
-                mode="w",
-                encoding=enc,
-                zarr_format=zarr_format,
-                consolidated=zarr_format == 2,
-                write_empty_chunks=True,
-            )
     except OSError as err:
         raise EnsmlError(f"cannot write {path}: {err}") from err
     return path

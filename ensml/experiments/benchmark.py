@@ -12,6 +12,7 @@ wall-clock column ``train_s``). Scoring goes through :func:`ensml.verify.evaluat
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,11 +27,11 @@ from lightning.pytorch.callbacks import EarlyStopping
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.open import open_forecast
-from ensml.data.outdir import check_output_folder, replace_folder
+from ensml.data.outputs import OutputFolder
 from ensml.data.synth.generate import synth as make_synth
 from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
-from ensml.experiments.benchmark_score import BENCHMARK_NAMES, score_all, summarise, write_tables
+from ensml.experiments.benchmark_score import BENCHMARK_NAMES, benchmark_files, score_all, summarise
 from ensml.experiments.bound import BOUND_NAME, SPREAD_BOUND_NAME, spread_bound, subset_bound
 from ensml.experiments.options import DEFAULT_MODELS, ModelSpec, SynthOptions
 from ensml.experiments.quality import QualityLog
@@ -248,8 +249,10 @@ def benchmark(
         other processes' load cost up to 10×) and fixes the reduction order: keep it fixed when
         comparing tables.
     out_dir
-        Output folder: new, empty or an earlier benchmark's; replaced as a whole by the tables
-        at the end, nothing before.
+        Output folder: new, empty or one whose ensml ledger records an earlier benchmark
+        (:mod:`ensml.data.outputs`); checked before the training, written only at the end,
+        the three tables together. Only files the ledger records as the benchmark's are
+        replaced: a user's own ``benchmark.md`` in a folder ensml does not own is refused.
     bound
         Also score the per-point bounds (:mod:`ensml.experiments.bound`): the best any
         point-by-point post-processing of the K-member mean could reach, and the best estimate
@@ -260,9 +263,12 @@ def benchmark(
     pandas.DataFrame
         The comparison table (also in ``benchmark.csv``).
     """
-    check_output_folder(out_dir, "benchmark", BENCHMARK_NAMES)  # before the training, not after
+    OutputFolder.check(out_dir, "benchmark", names=BENCHMARK_NAMES)  # before the training, not after
     synth = synth or SynthOptions()
-    torch.set_num_threads(max(1, int(threads)))
+    cores = os.cpu_count() or 1
+    if not 1 <= int(threads) <= cores:
+        raise EnsmlError(f"benchmark: threads {threads} must be between 1 and this machine's {cores} cores")
+    torch.set_num_threads(int(threads))
     models = list(DEFAULT_MODELS if models is None else models)
     names = [m.name for m in models] + [EMOS_NAMES[e] for e in emos]
     if len(set(names)) != len(names):
@@ -282,17 +288,38 @@ def benchmark(
     plural = "" if len(models) == 1 else "s"
     note(f"benchmark: {len(emos)} EMOS variants and {len(models)} network{plural} to train on {data_dir}")
 
-    preds: dict[str, dict] = {}
-    info: dict[str, dict] = {}
     quiet_lightning()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    extra = (paths, synth) if bound else None
+    preds, info = _train_all(dm, models, tasks, list(emos), seed, limit_train_batches, extra)
+    table = score_all(dm, paths, preds, info)
+    files = benchmark_files(table, summarise(table), n_inits=len(dm.init_times("test")))
+    with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:  # the three tables, whole
+        for name, text in files.items():
+            folder.write_text(name, text)
+    return table
+
+
+def _train_all(
+    dm: EnsembleDataModule,
+    models: list[ModelSpec],
+    tasks: list,
+    emos: list[str],
+    seed: int,
+    limit_train_batches: int | None,
+    bound: tuple | None,
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Fit the EMOS variants (and the bounds: ``bound`` = (paths, synth options)), train every
+    model; their test predictions and information (parameters, time to quality), by name."""
+    preds: dict[str, dict] = {}
+    info: dict[str, dict] = {}
     with Progress("benchmark", len(models) + 1, "models") as progress:
         progress.describe("EMOS")
-        emos_preds, emos_info, baselines, test = _emos(dm, list(emos), seed)
+        emos_preds, emos_info, baselines, test = _emos(dm, emos, seed)
         preds.update(emos_preds)
         info.update(emos_info)
-        if bound:
-            preds.update(_bounds(dm, paths, synth, test))
+        if bound is not None:
+            preds.update(_bounds(dm, *bound, test))
         progress.advance(f"{' and '.join(emos_info)} fitted in {seconds(progress.lap)}")
         for spec, task in zip(models, tasks):
             progress.describe(spec.name)
@@ -305,11 +332,7 @@ def benchmark(
                 **time_to_quality(log, baselines[spec.task]),
             }
             progress.advance(f"{spec.name} trained in {seconds(took)}")
-
-    table = score_all(dm, paths, preds, info)
-    with replace_folder(out_dir, "benchmark", BENCHMARK_NAMES) as folder:
-        write_tables(folder, table, summarise(table), n_inits=len(dm.init_times("test")))
-    return table
+    return preds, info
 
 
 __all__ = ["ModelSpec", "SynthOptions", "benchmark"]

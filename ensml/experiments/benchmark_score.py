@@ -1,5 +1,8 @@
 """Scoring of ``ensml benchmark``: every model's test predictions on the ``ensml evaluate`` path.
 
+The forecast, analysis and oracle of the test split are read through the one frame builder
+(:func:`ensml.data.frame.build_frame`), so the benchmark weighs by cell area
+(:func:`ensml.data.weights.area_weights`) and aligns by valid time as ``ensml evaluate`` does.
 Raw ensembles are scored with the empirical ensemble CRPS and, for comparison, with the Gaussian
 CRPS of their mean and std (ddof 1); EMOS, mixed models and the oracle with the closed-form
 Gaussian CRPS. Rows come from :func:`ensml.verify.evaluate.crps_rows` (with the oracle's
@@ -15,9 +18,8 @@ import pandas as pd
 import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.open import open_analysis, open_dataset, open_forecast
-from ensml.data.weights import latitude_weights
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, lead_hours
+from ensml.data.frame import EnsembleFrame, build_frame
+from ensml.names import INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER, lead_hours
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.verify.evaluate import crps_rows, spread_scores
@@ -46,9 +48,12 @@ def score_all(
     Every target lead is scored (rows per lead, ``lead_h``).
     """
     spec = dm.spec
-    rows = []
-    for t, lead in enumerate(spec.target_leads):
-        rows.append(_score_lead(dm, paths, preds, t, lead, lead_hours(lead)))
+    frame = build_frame(
+        str(paths["forecast"]), str(paths["analysis"]), variables=list(spec.variables),
+        levels=list(spec.levels), leads=list(spec.target_leads), oracle=str(paths["oracle"]),
+        oracle_vars=["event_mask"], inits=dm.test_set.init_times,
+    )  # fmt: skip
+    rows = [_score_lead(dm, frame, preds, t, lead) for t, lead in enumerate(spec.target_leads)]
     table = pd.concat(rows, ignore_index=True)
     base = table["model"].str.replace(" (Gaussian)", "", regex=False)
     for col in INFO_COLUMNS:
@@ -57,19 +62,14 @@ def score_all(
 
 
 def _score_lead(
-    dm: EnsembleDataModule, paths: dict[str, Path], preds: dict[str, dict], t: int, lead, lead_h: int
+    dm: EnsembleDataModule, frame: EnsembleFrame, preds: dict[str, dict], t: int, lead: np.timedelta64
 ) -> pd.DataFrame:
+    """The rows of target lead ``t`` (``lead``): CRPS of every source, spread scores of the spread models."""
     spec = dm.spec
-    variables, levels, k, m = list(spec.variables), list(spec.levels), spec.k, spec.members
-    n_var = len(variables)
-    inits = np.sort(dm.test_set.init_times)
-    fc = open_forecast(str(paths["forecast"]), variables)
-    fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: levels}).load()
-    obs = open_analysis(str(paths["analysis"]), variables).sel({TIME: inits + lead, LEVEL: levels}).load()
-    obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
-    orc = open_dataset(str(paths["oracle"]), "oracle").sel({INIT_TIME: inits, LEAD_TIME: lead}).load()
-    orc = orc.sel({LEVEL: levels})
-    weights = latitude_weights(fc[LATITUDE])
+    variables, levels, k, m, inits = frame.variables, frame.levels, spec.k, spec.members, frame.inits
+    n_var, lead_h, weights = len(variables), lead_hours(lead), frame.weights
+    at_lead = frame.at(lead)
+    fc, obs, orc = at_lead.forecast, at_lead.analysis, at_lead.oracle
 
     def field(name: str, key: str, i: int) -> xr.DataArray:
         p = preds[name]
@@ -157,13 +157,12 @@ def _format(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-BENCHMARK_NAMES = ("benchmark.csv", "benchmark_summary.csv", "benchmark.md")  # a benchmark folder
+#: The files of a benchmark folder.
+BENCHMARK_NAMES = ("benchmark.csv", "benchmark_summary.csv", "benchmark.md")
 
 
-def write_tables(out: Path, table: pd.DataFrame, summary: pd.DataFrame, n_inits: int) -> None:
-    """``benchmark.csv``, ``benchmark_summary.csv`` and ``benchmark.md`` (both tables) in ``out``."""
-    table.to_csv(out / "benchmark.csv", index=False)
-    summary.to_csv(out / "benchmark_summary.csv", index=False)
+def benchmark_files(table: pd.DataFrame, summary: pd.DataFrame, n_inits: int) -> dict[str, str]:
+    """``benchmark.csv``, ``benchmark_summary.csv`` and ``benchmark.md`` (both tables) by name."""
     note = (
         f"Test split: {n_inits} init times; area-weighted means (exact cell area). CRPS estimator per "
         "row: empirical ensemble CRPS for raw ensembles, closed-form Gaussian CRPS for rows marked "
@@ -179,4 +178,8 @@ def write_tables(out: Path, table: pd.DataFrame, summary: pd.DataFrame, n_inits:
         _format(summary)
     )
     md += "\n## All scores\n\n" + note + to_markdown(_format(table)).replace("| nan |", "|  |")
-    (out / "benchmark.md").write_text(md)
+    return {
+        "benchmark.csv": table.to_csv(index=False),
+        "benchmark_summary.csv": summary.to_csv(index=False),
+        "benchmark.md": md,
+    }

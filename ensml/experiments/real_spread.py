@@ -43,6 +43,64 @@ def _batch(x: np.ndarray, subsets: np.ndarray) -> dict[str, torch.Tensor]:
     }
 
 
+def _train(task: SpreadTask, train: np.ndarray, combos: np.ndarray, samples: list, *, epochs: int,
+           batch_size: int, lr: float, rng: np.random.Generator) -> None:  # fmt: skip
+    """Train ``task`` on ``samples`` ((time, subset) pairs of ``train``) with AdamW and one cycle."""
+    opt = torch.optim.AdamW(task.parameters(), lr=lr, weight_decay=1e-5)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=lr, total_steps=epochs * -(-len(samples) // batch_size)
+    )
+    with Progress("real_spread", epochs, "epochs") as progress:
+        for _ in range(epochs):
+            losses = []
+            order = rng.permutation(len(samples))
+            for i in range(0, len(order), batch_size):
+                chosen = [samples[j] for j in order[i : i + batch_size]]
+                parts = [_batch(train[t], combos[[c]]) for t, c in chosen]
+                batch = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+                opt.zero_grad()
+                loss = task.loss(batch)
+                loss.backward()
+                losses.append(float(loss.detach()))
+                opt.step()
+                sched.step()
+            progress.advance(f"mean training loss {np.mean(losses):.4g}")
+
+
+def _score(task: SpreadTask, test: np.ndarray, test_combos: np.ndarray, w: torch.Tensor, k: int,
+           n_var: int, n_lev: int) -> dict[tuple[str, int, int], np.ndarray]:  # fmt: skip
+    """Sums over the test subsets of area-weighted RMSE, bias and correlation of each spread
+    estimate against the M-member std, by (estimator, variable index, level index)."""
+    sums: dict[tuple[str, int, int], np.ndarray] = {}
+    task.eval()
+    note(f"real_spread: scoring {len(test) * len(test_combos)} test subsets")
+    with torch.no_grad():
+        for xt in test:
+            for i in range(0, len(test_combos), 64):
+                batch = _batch(xt, test_combos[i : i + 64])
+                estimates = {
+                    "spread model (SpreadTask)": task(batch),
+                    f"{k}-member sample std (ddof 1)": batch["std_k"][:, :, 0],
+                    f"{k}-member sample std (ddof 0)": batch["std_k0"],
+                }
+                target = batch["std_m"]
+                for name, est in estimates.items():
+                    err = est - target
+                    tm, em = (target * w).mean((-2, -1), keepdim=True), (est * w).mean((-2, -1), keepdim=True)
+                    cov = ((est - em) * (target - tm) * w).mean((-2, -1))
+                    corr = cov / torch.sqrt(
+                        ((est - em) ** 2 * w).mean((-2, -1)) * ((target - tm) ** 2 * w).mean((-2, -1))
+                    )
+                    vals = torch.stack(
+                        [(err**2 * w).mean((-2, -1)).sqrt(), (err * w).mean((-2, -1)), corr], -1
+                    )
+                    for vi in range(n_var):
+                        for li in range(n_lev):
+                            key = (name, vi, li)
+                            sums[key] = sums.get(key, 0) + vals[:, vi, li].sum(0).numpy()
+    return sums
+
+
 def real_spread_check(
     grib: str = "../shared/data/real/cfgrib/era5-levels-members.grib",
     variables: list[str] = ("z", "t"),  # type: ignore[assignment]
@@ -121,55 +179,11 @@ def real_spread_check(
     samples = [
         (t, c) for t in range(len(train)) for c in rng.choice(len(combos), subsets_per_time, replace=False)
     ]
-    opt = torch.optim.AdamW(task.parameters(), lr=lr, weight_decay=1e-5)
-    sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=lr, total_steps=epochs * -(-len(samples) // batch_size)
-    )
-    with Progress("real_spread", epochs, "epochs") as progress:
-        for _ in range(epochs):
-            losses = []
-            order = rng.permutation(len(samples))
-            for i in range(0, len(order), batch_size):
-                chosen = [samples[j] for j in order[i : i + batch_size]]
-                parts = [_batch(train[t], combos[[c]]) for t, c in chosen]
-                batch = {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
-                opt.zero_grad()
-                loss = task.loss(batch)
-                loss.backward()
-                losses.append(float(loss.detach()))
-                opt.step()
-                sched.step()
-            progress.advance(f"mean training loss {np.mean(losses):.4g}")
+    _train(task, train, combos, samples, epochs=epochs, batch_size=batch_size, lr=lr, rng=rng)
 
     test_combos = combos[:max_test_subsets] if max_test_subsets else combos
     w = torch.as_tensor(latitude_weights(fc[LATITUDE].values).values, dtype=torch.float32)[:, None]
-    sums: dict[tuple[str, int, int], np.ndarray] = {}
-    task.eval()
-    note(f"real_spread: scoring {len(test) * len(test_combos)} test subsets")
-    with torch.no_grad():
-        for xt in test:
-            for i in range(0, len(test_combos), 64):
-                batch = _batch(xt, test_combos[i : i + 64])
-                estimates = {
-                    "spread model (SpreadTask)": task(batch),
-                    f"{k}-member sample std (ddof 1)": batch["std_k"][:, :, 0],
-                    f"{k}-member sample std (ddof 0)": batch["std_k0"],
-                }
-                target = batch["std_m"]
-                for name, est in estimates.items():
-                    err = est - target
-                    tm, em = (target * w).mean((-2, -1), keepdim=True), (est * w).mean((-2, -1), keepdim=True)
-                    cov = ((est - em) * (target - tm) * w).mean((-2, -1))
-                    corr = cov / torch.sqrt(
-                        ((est - em) ** 2 * w).mean((-2, -1)) * ((target - tm) ** 2 * w).mean((-2, -1))
-                    )
-                    vals = torch.stack(
-                        [(err**2 * w).mean((-2, -1)).sqrt(), (err * w).mean((-2, -1)), corr], -1
-                    )
-                    for vi in range(len(variables)):
-                        for li in range(len(levels)):
-                            key = (name, vi, li)
-                            sums[key] = sums.get(key, 0) + vals[:, vi, li].sum(0).numpy()
+    sums = _score(task, test, test_combos, w, k, len(variables), len(levels))
     n = len(test) * len(test_combos)
     rows = [
         {"variable": variables[vi], "level_hPa": levels[li], "estimator": name,

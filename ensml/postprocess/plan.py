@@ -1,8 +1,10 @@
 """Which inputs become which outputs, cut into work units.
 
-netCDF output: one unit per input file, written to ``<out_dir>/<path relative to the inputs'
-common folder>.nc`` (the input folders are mirrored, so equal names in different folders do
-not collide). zarr output: one unit per init time, each a region of ``<out_dir>/products.zarr``.
+A unit's output is a name relative to the output folder, the name its ledger records
+(:mod:`ensml.data.outputs`). netCDF output: one unit per input file, written to ``<path
+relative to the inputs' common folder>.nc`` (the input folders are mirrored, so equal names in
+different folders do not collide). zarr output: one unit per init time, each a region of
+``products.zarr``.
 """
 
 from __future__ import annotations
@@ -49,27 +51,25 @@ def expand_inputs(patterns: str | Sequence[str], what: str = "forecast") -> list
 def netcdf_units(inputs: Sequence[Path], out_dir: Path) -> list[Unit]:
     """One unit per input; outputs mirror the inputs' folders below their common folder."""
     root = Path(os.path.commonpath([p.parent for p in inputs]))
-    out_dir = out_dir.resolve()
+    real = out_dir.resolve()
     units, seen = [], {}
     for p in inputs:
-        if p.is_relative_to(out_dir):
+        if p.is_relative_to(real):
             raise EnsmlError(f"forecast file {p} is inside the output folder {out_dir}")
-        out = out_dir / p.parent.relative_to(root) / (p.name.removesuffix(p.suffix) + ".nc")
-        if out in seen:
-            raise EnsmlError(f"forecast files {seen[out]} and {p} would both be written to {out}")
-        seen[out] = p
-        units.append(Unit(key=str(p), input=str(p), output=str(out)))
+        name = (p.parent.relative_to(root) / (p.name.removesuffix(p.suffix) + ".nc")).as_posix()
+        if name in seen:
+            raise EnsmlError(f"forecast files {seen[name]} and {p} would both be written to {out_dir / name}")
+        seen[name] = p
+        units.append(Unit(key=str(p), input=str(p), output=name))
     return units
 
 
-def zarr_units(
-    inputs: Sequence[Path], out_dir: Path, on_bad: Callable[[Path, str], None]
-) -> tuple[list[Unit], np.ndarray]:
-    """One unit per init time of every readable input (unreadable ones go to ``on_bad``).
+def zarr_units(inputs: Sequence[Path], on_bad: Callable[[Path, str], None]) -> tuple[list[Unit], np.ndarray]:
+    """One unit per init time of every readable input (unreadable ones go to ``on_bad``), each
+    a region of the store :data:`ZARR_STORE`.
 
     Returns the units and the store's init times (sorted); an init in two files is an error.
     """
-    store = out_dir.resolve() / ZARR_STORE
     by_init: dict[np.datetime64, Path] = {}
     for p in inputs:
         try:
@@ -87,7 +87,7 @@ def zarr_units(
             by_init[init] = p
     inits = np.array(sorted(by_init), dtype="datetime64[ns]")
     units = [
-        Unit(key=f"{by_init[t]}@{str(t)[:16]}", input=str(by_init[t]), output=str(store), init=t, region=i)
+        Unit(key=f"{by_init[t]}@{str(t)[:16]}", input=str(by_init[t]), output=ZARR_STORE, init=t, region=i)
         for i, t in enumerate(inits)
     ]
     return units, inits

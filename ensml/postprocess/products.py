@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
-from ensml.data.writers import DEFAULT_COMPRESSION
+from ensml.data.outputs import DEFAULT_COMPRESSION
 from ensml.names import (
     COORD_ATTRS,
     INIT_TIME,

@@ -15,11 +15,11 @@ from rich.console import Console
 
 from ensml import __version__
 from ensml.data.open import open_forecast
-from ensml.data.writers import remove_temporaries
-from ensml.errors import EnsmlError
+from ensml.data.outputs import OutputFolder, create_zarr_store
+from ensml.errors import EnsmlError, Interrupted, PartialFailure
 from ensml.names import LATITUDE, LONGITUDE, MEMBER, format_leads
 from ensml.postprocess.cluster import ClusterSpec, connect, job_script
-from ensml.postprocess.manifest import Manifest, input_identity, output_lock
+from ensml.postprocess.manifest import MANIFEST, Manifest, data_sha256, input_identity, zarr_store_id
 from ensml.postprocess.models import ModelSet
 from ensml.postprocess.options import (
     ClusterKind,
@@ -31,13 +31,13 @@ from ensml.postprocess.options import (
     check_products,
     plain_options,
 )
-from ensml.postprocess.outputs import create_zarr_store, data_sha256, zarr_store_id
 from ensml.postprocess.plan import ZARR_STORE, expand_inputs, netcdf_units, zarr_units
-from ensml.postprocess.products import product_dataset
+from ensml.postprocess.products import product_dataset, product_encoding
 from ensml.postprocess.progress import run_progress, summary
 from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
-from ensml.progress import note
 from ensml.provenance import command
+
+COMMAND = "postprocess"
 
 
 def postprocess(
@@ -63,7 +63,8 @@ def postprocess(
     Each input file gives one CF-1.8 netCDF output (or a region of one zarr store) with, for
     every variable, level and lead time the checkpoints cover: the predictive mean and std (or
     the estimated spread), quantiles, exceedance probabilities and calibrated ECC members. A
-    manifest makes reruns skip what is complete and current; a lock keeps two runs apart.
+    manifest makes reruns skip what is complete and current; the output folder's lock keeps two
+    runs apart, and its ledger says which files are the run's (:mod:`ensml.data.outputs`).
 
     Parameters
     ----------
@@ -76,7 +77,9 @@ def postprocess(
         Analysis files or globs, needed only when the checkpoints use the analysis at
         initialisation (a MixedTask trained with ``use_analysis: true``).
     out_dir
-        Output folder: the products, ``manifest.jsonl`` and the lock.
+        Output folder: new, empty or an earlier post-processing's (a non-empty folder ensml did
+        not write is refused). It holds the products, ``manifest.jsonl`` and ``.ensml`` (ledger,
+        lock, staging); files of the user's there are never replaced or removed.
     format
         ``netcdf`` (one file per input) or ``zarr`` (one store, ``products.zarr``, one region per init).
     products
@@ -125,44 +128,34 @@ def postprocess(
             )
         analysis_files = tuple(str(p) for p in expand_inputs(analysis, "analysis"))
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise EnsmlError(f"out_dir {out} is a file, not a folder")
+    names = _output_names(inputs, out, format)  # every output, checked before any side effect
     options = dict(format=format, products=products, analysis=analysis_files)
     console = Console(highlight=False)
     if dry_run:
         return _dry_run(inputs, out, models, options, spec, force, verify, console)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise EnsmlError(f"cannot create output folder {out}: {err.strerror}") from None
 
-    attrs = {
-        "title": f"ensml post-processed ensemble forecast ({models.task})",
-        "source": f"ensml {__version__} postprocess, {models.task}",
-        "references": "ECC-Q: Schefzik, Thorarinsdottir and Gneiting (2013), Statistical Science 28, 616-640",
-        **models.run_meta().to_attrs(),
-        "ensml_checkpoints": "; ".join(f"{p} (sha256 {h})" for p, h in models.digest.items()),
-        "ensml_command": command(),
-    }
+    attrs = _attrs(models)
     start = time.perf_counter()
-    with output_lock(out):
-        removed = remove_temporaries(out)
-        if removed:
-            note(f"postprocess: removed {len(removed)} temporaries left by an interrupted run")
-        manifest = Manifest(out)
+    # The folder's lock keeps two runs apart; what a killed run staged is removed on opening.
+    with OutputFolder.open(out, COMMAND, names=names) as folder:
+        manifest = Manifest(out, folder)
         records: list[dict[str, Any]] = []  # this run's, including inputs that could not be planned
         units, identities, job_products = _plan(
-            inputs, out, models, options, products, thresholds, records, attrs, force
+            inputs, folder, models, options, products, thresholds, records, attrs, force
         )
         for record in records:  # zarr: unreadable inputs give no units
             manifest.append(record)
-        todo = [u for u in units if force or not _current(manifest, u, identities[u.key], verify)]
+        stale = [u for u in units if force or not _current(folder, manifest, u, identities[u.key], verify)]
+        todo = _stage(folder, stale)
         job = Job(models, job_products, tuple(thresholds), analysis_files, format, device, attrs, command())
         progress = run_progress(len(todo))
 
         def finish(unit: Unit, result: dict[str, Any]) -> None:
             stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            record = {**identities[unit.key], **result, "finished": stamp}
+            output = str(folder.final(unit.output))
+            record = {**identities[unit.key], **result, "output": output, "finished": stamp}
+            if record["status"] == "done" and unit.region is None:
+                folder.record([unit.output])  # a zarr store is recorded once, when the run ends
             manifest.append(record)
             records.append(record)
             progress.advance(ok=record["status"] == "done")
@@ -173,17 +166,33 @@ def postprocess(
                     torch.set_num_threads(spec.torch_threads)
                 with connect(spec, ModelPlugin(models, device, spec.torch_threads)) as client:
                     execute(todo, job, client, finish)
-        except KeyboardInterrupt:
-            raise EnsmlError(
+        except KeyboardInterrupt:  # exit status 130, as the CLI gives a Ctrl-C elsewhere
+            raise Interrupted(
                 f"interrupted after {len(records)} of {len(todo)} units; run the same command again to finish"
             ) from None
         finally:
             progress.close()
-            manifest.compact()
-            remove_temporaries(out)  # of workers killed in this run (a live writer's are kept)
+        _close(folder, manifest, todo)  # after an error: the records appended so far are durable
     elapsed = time.perf_counter() - start
-    up_to_date = len(units) - len(todo)
-    table, failures = summary(records, up_to_date, elapsed, spec.describe(), str(out))
+    return _report(records, len(units) - len(todo), elapsed, spec.describe(), manifest, console)
+
+
+def _attrs(models: ModelSet) -> dict[str, Any]:
+    """The global attributes of every product: what made it (the run metadata) and how."""
+    return {
+        "title": f"ensml post-processed ensemble forecast ({models.task})",
+        "source": f"ensml {__version__} postprocess, {models.task}",
+        "references": "ECC-Q: Schefzik, Thorarinsdottir and Gneiting (2013), Statistical Science 28, 616-640",
+        **models.run_meta().to_attrs(),
+        "ensml_checkpoints": "; ".join(f"{p} (sha256 {h})" for p, h in models.digest.items()),
+        "ensml_command": command(),
+    }
+
+
+def _report(records: list[dict[str, Any]], up_to_date: int, elapsed: float, cluster: str,
+            manifest: Manifest, console: Console) -> dict[str, int]:  # fmt: skip
+    """Print the summary table and the failures; return the counts, or raise if a unit failed."""
+    table, failures = summary(records, up_to_date, elapsed, cluster, str(manifest.path.parent))
     console.print(table)
     for line in failures:
         print(line)
@@ -191,13 +200,14 @@ def postprocess(
     counts["failed"] = len(records) - counts["done"]
     if counts["failed"]:
         total = sum(counts.values())
-        raise EnsmlError(f"{counts['failed']} of {total} units failed (reasons above and in {manifest.path})")
+        message = f"{counts['failed']} of {total} units failed (reasons above and in {manifest.path})"
+        raise PartialFailure(message)  # exit status 2: the rest is complete
     return counts
 
 
 def _plan(
     inputs: list[Path],
-    out: Path,
+    folder: OutputFolder,
     models: ModelSet,
     options: dict[str, Any],
     products: Products,
@@ -206,19 +216,22 @@ def _plan(
     attrs: dict[str, Any],
     force: bool,
 ) -> tuple[list[Unit], dict[str, dict[str, Any]], Products]:
-    """Units, their identities, and the products settings (zarr fixes the number of members)."""
+    """Units, their identities, and the products settings (zarr fixes the number of members).
+
+    zarr: the store is created (through ``folder``) unless one with these inits and variables
+    exists, so that the units only fill its regions.
+    """
     if options["format"] != "zarr":
-        units = netcdf_units(inputs, out)
+        units = netcdf_units(inputs, Path(folder.display))
         return units, _identities(units, models, options), products
 
     def on_bad(path: Path, reason: str) -> None:
         bad.append({**input_identity(path), "key": str(path), "status": "failed", "reason": reason,
                     "checkpoints": models.identity, "options": plain_options(**options)})  # fmt: skip
 
-    units, inits = zarr_units(inputs, out, on_bad)
+    units, inits = zarr_units(inputs, on_bad)
     if not units:
         return units, {}, products
-    store = out.resolve() / ZARR_STORE
     with open_forecast(units[0].input, models.variables) as fc:
         m = fc.sizes[MEMBER]
         lat, lon = fc[LATITUDE].values, fc[LONGITUDE].values
@@ -226,11 +239,11 @@ def _plan(
     products = replace(products, members=n)  # every region holds the same number of members
     options = {**options, "products": products}
     template = _template(inits[0], models, products, thresholds, lat, lon, max(n, 1))
-    store_id = zarr_store_id(store, inits, list(template.data_vars))
+    store_id = zarr_store_id(folder.final(ZARR_STORE), inits, list(template.data_vars))
     if store_id is None or force:
-        store_id = create_zarr_store(
-            store, template, inits, {**attrs, "ensml_inputs": len(inputs)}, command()
-        )
+        store_attrs = {**attrs, "ensml_inputs": len(inputs), **template.attrs}
+        encoding = product_encoding(template, zarr=True)
+        store_id = create_zarr_store(folder, ZARR_STORE, template, inits, encoding, store_attrs, command())
     identities = _identities(units, models, {**options, "store": store_id})
     return units, identities, products
 
@@ -261,16 +274,46 @@ def _identities(
     }
 
 
-def _current(manifest: Manifest, unit: Unit, identity: dict[str, Any], verify: bool) -> bool:
+def _current(
+    folder: OutputFolder, manifest: Manifest, unit: Unit, identity: dict[str, Any], verify: bool
+) -> bool:
     if not manifest.is_current(unit.key, identity, verify):
         return False
     if verify and unit.region is not None:
         import xarray as xr
 
-        with xr.open_zarr(unit.output) as ds:
+        with xr.open_zarr(folder.final(unit.output)) as ds:
             region = ds.isel(init_time=slice(unit.region, unit.region + 1)).load()
         return data_sha256(region) == manifest.records[unit.key].get("output_sha256")
     return True
+
+
+def _output_names(inputs: list[Path], out: Path, format: OutputFormat) -> list[str]:
+    """The manifest and every output name (relative to ``out``), checked as the output folder's
+    (:meth:`OutputFolder.check`: the folder is new, empty or ensml's, no name is a user's file).
+    Only reads the file system."""
+    OutputFolder.check(out, COMMAND, names=[MANIFEST])  # the folder first: `/`, a file, a user's folder
+    products = [ZARR_STORE] if format == "zarr" else [u.output for u in netcdf_units(inputs, out)]
+    OutputFolder.check(out, COMMAND, names=[MANIFEST, *products])
+    return [MANIFEST, *products]
+
+
+def _stage(folder: OutputFolder, units: list[Unit]) -> list[Unit]:
+    """Reserve the outputs of ``units`` before any work is submitted (a kill at any moment then
+    leaves only files the ledger knows), and give each unit the staging its worker writes
+    through: its own output and nothing else."""
+    stores = list(dict.fromkeys(u.output for u in units if u.region is not None))
+    folder.reserve(stores, kind="dir")  # zarr: filled in place, region by region
+    folder.reserve([u.output for u in units if u.region is None])
+    return [replace(u, staging=folder.staging([u.output])) for u in units]
+
+
+def _close(folder: OutputFolder, manifest: Manifest, todo: list[Unit]) -> None:
+    """When the units are done: record the zarr store they filled, and rewrite the manifest with
+    one line per key."""
+    stores = list(dict.fromkeys(u.output for u in todo if u.region is not None))
+    folder.adopt(stores)
+    manifest.compact()
 
 
 def execute(units: list[Unit], job: Job, client: Any, finish: Callable[[Unit, dict[str, Any]], None]) -> None:
@@ -335,7 +378,7 @@ def _dry_run(
 ) -> dict[str, int]:
     manifest = Manifest(out) if out.is_dir() else None
     if options["format"] == "zarr":
-        units, _ = zarr_units(inputs, out, lambda p, r: console.print(f"  would fail: {p}: {r}"))
+        units, _ = zarr_units(inputs, lambda p, r: console.print(f"  would fail: {p}: {r}"))
     else:
         units = netcdf_units(inputs, out)
     identities = _identities(units, models, options)

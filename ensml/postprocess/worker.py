@@ -18,7 +18,6 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import dask
@@ -28,6 +27,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from ensml.data.grid import check_same_grid
 from ensml.data.open import check_lead_times, check_levels, check_members, open_analysis, open_forecast
+from ensml.data.outputs import Staging, append_netcdf_init, write_zarr_region
 from ensml.data.samples import (
     ANALYSIS_SAMPLE_DIMS,
     FORECAST_SAMPLE_DIMS,
@@ -36,13 +36,12 @@ from ensml.data.samples import (
     subset_moments,
     to_tensors,
 )
-from ensml.data.writers import atomic_path
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
+from ensml.postprocess.manifest import data_sha256
 from ensml.postprocess.models import LOAD_COUNT, ModelSet, check_grid, load_models
 from ensml.postprocess.options import OutputFormat, Products, ThresholdSet
-from ensml.postprocess.outputs import data_sha256, write_netcdf_init, write_zarr_region
-from ensml.postprocess.products import product_dataset
+from ensml.postprocess.products import product_dataset, product_encoding
 from ensml.predictions import file_sha256
 
 PLUGIN_NAME = "ensml-models"
@@ -64,13 +63,18 @@ class Job:
 
 @dataclass(frozen=True)
 class Unit:
-    """One piece of work: ``input`` → ``output`` (a netCDF file, or a zarr store's region)."""
+    """One piece of work: ``input`` → ``output`` (a netCDF file, or a zarr store's region).
+
+    ``output`` is a name relative to the output folder; ``staging`` (given by the run once it
+    reserved the name) is how the worker writes it, and the only name it may write.
+    """
 
     key: str
     input: str
     output: str
     init: np.datetime64 | None = None  # zarr: the init of this region
     region: int | None = None  # zarr: its index along the store's init_time
+    staging: Staging | None = None
 
 
 class _Forecast:
@@ -167,6 +171,8 @@ def run_unit(unit: Unit, job: Job) -> dict[str, Any]:
 
 def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dict[str, Any]:
     try:
+        staging = _staging(unit)
+        record["output"] = str(staging.final(unit.output))
         nets = load_models(job.models, job.device)
         device = str(nets[0].device)
         fc = _Forecast(unit.input, job.models, job.analysis)
@@ -174,7 +180,6 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
         if unit.init is not None and unit.init not in fc.inits:
             raise EnsmlError(f"{fc.what} no longer holds init {str(unit.init)[:16]}")
         attrs = {**job.attrs, "ensml_input": str(unit.input)}
-        out = Path(unit.output)
 
         def products(init: np.datetime64) -> Any:
             mean, std, raw = predict_init(fc, init, job.models, nets, device)
@@ -183,16 +188,15 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
 
         if job.format == "zarr":
             ds = products(inits[0])
-            write_zarr_region(out, ds, int(unit.region))
+            # In place, in the store the run reserved: regions never share a chunk.
+            write_zarr_region(staging.final(unit.output), ds, int(unit.region))
             record.update(output_sha256=data_sha256(ds))
         else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                with atomic_path(out, sweep=False) as tmp:  # the run swept under its lock
-                    for i, init in enumerate(inits):
-                        write_netcdf_init(tmp, products(init), i, attrs, job.history)
-            except OSError as err:
-                raise EnsmlError(f"cannot write {out}: {err}") from None
+            with staging.write(unit.output) as tmp:  # renamed into place when every init is in
+                for i, init in enumerate(inits):
+                    ds = products(init)
+                    append_netcdf_init(tmp, ds, i, {**attrs, **ds.attrs}, job.history, product_encoding(ds))
+            out = staging.final(unit.output)
             stat = out.stat()
             record.update(
                 output_sha256=file_sha256(out), output_size=stat.st_size, output_mtime_ns=stat.st_mtime_ns
@@ -208,6 +212,13 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
     record.update(worker=f"{socket.gethostname()}:{os.getpid()}", worker_loads=LOAD_COUNT["n"],
                   torch_threads=torch.get_num_threads())  # fmt: skip
     return record
+
+
+def _staging(unit: Unit) -> Staging:
+    """The unit's way to write its output, which the run must have reserved for it."""
+    if unit.staging is None or unit.output not in unit.staging.names:
+        raise EnsmlError(f"postprocess: the run did not reserve {unit.output} for unit {unit.key}")
+    return unit.staging
 
 
 class ModelPlugin(WorkerPlugin):

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ensml.names import LeadLike, format_lead
 from ensml.verify.levels import field_name, rows_of
 from ensml.verify.maps import display_units
 
@@ -121,14 +122,14 @@ def spread_skill(df: pd.DataFrame) -> bytes:
     return _png(fig)
 
 
-def rank_histograms(hists: dict[tuple[str, float], xr.DataArray], lead_hours: int) -> bytes:
-    """Bars of the relative frequency of each rank; the dashed line is a flat histogram."""
+def rank_histograms(hists: dict[tuple[str, float], xr.DataArray], lead: LeadLike) -> bytes:
+    """Bars of the relative frequency of each rank at ``lead``; the dashed line is a flat histogram."""
     fig, axes = _figure(len(hists))
     for ax, ((var, lev), h) in zip(axes, hists.items()):
         freq = h.values / h.values.sum()
         ax.bar(np.arange(freq.size), freq, color="0.4", width=0.85)
         ax.axhline(1.0 / freq.size, color="tab:red", ls="--", lw=1, label="flat (calibrated)")
-        ax.set_title(f"{field_name(var, lev)} at +{lead_hours} h: rank histogram", fontsize=10)
+        ax.set_title(f"{field_name(var, lev)} at +{format_lead(lead)}: rank histogram", fontsize=10)
         ax.set_xlabel("rank of the analysis among the members")
         ax.set_ylabel("relative frequency (area-weighted)")
         ax.set_xticks(np.arange(freq.size))

@@ -10,7 +10,6 @@ import base64
 import html
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 8px}
@@ -56,13 +55,13 @@ def _md_to_html(md: str) -> str:
     return "\n".join(out)
 
 
-def render(blocks: list, folder: Path, title: str) -> None:
-    """Write ``report.md``, ``figures/*.png`` and ``report.html`` into ``folder``."""
-    (folder / "figures").mkdir(exist_ok=True)
+def render(blocks: list, title: str) -> dict[str, str | bytes]:
+    """The report's files by name: ``report.md``, ``figures/*.png`` and ``report.html``."""
+    files: dict[str, str | bytes] = {}
     md, body = [], []
     for block in blocks:
         if isinstance(block, Figure):
-            (folder / "figures" / block.name).write_bytes(block.png)
+            files[f"figures/{block.name}"] = block.png
             md.append(f"![{block.caption}](figures/{block.name})\n\n*{block.caption}*\n")
             data = base64.b64encode(block.png).decode("ascii")
             body.append(
@@ -80,12 +79,13 @@ def render(blocks: list, folder: Path, title: str) -> None:
         else:
             md.append(f"{text}\n")
             body.append(_md_to_html(text))
-    (folder / "report.md").write_text("\n".join(md))
+    files["report.md"] = "\n".join(md)
     page = (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
-    (folder / "report.html").write_text(page)
+    files["report.html"] = page
+    return files
 
 
 __all__ = ["Figure", "render"]

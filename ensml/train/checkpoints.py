@@ -10,10 +10,9 @@ depends only on seed and epoch, see :mod:`ensml.data.sampling`.)
 from __future__ import annotations
 
 import csv
-import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
@@ -24,33 +23,38 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ensml.compat import restart_train_iterator
 from ensml.data.sampling import EpochSampler
-from ensml.data.writers import atomic_path
+
+if TYPE_CHECKING:
+    from ensml.train.run_folder import RunFolder
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write each checkpoint to a temporary beside it, fsync, then rename it into place.
+    """Write each checkpoint through the run folder: staged in its ``.ensml``, fsync'ed, renamed.
 
     Lightning's own save goes through an fsspec transaction whose temporary lies in the system
     temp folder and is moved (copied, across filesystems) onto the checkpoint: a kill during
     that copy leaves a truncated ``last.ckpt``. Here a kill leaves the previous checkpoint
-    whole, and the next save removes the abandoned temporary.
+    whole (the next run that opens the folder removes the abandoned temporary), and a full disk
+    is one line naming the checkpoint. Checkpoints go only to the run's reserved checkpoint
+    folder (:class:`~ensml.train.run_folder.RunFolder`).
     """
+
+    def __init__(self, run: RunFolder) -> None:
+        super().__init__()
+        self.run = run
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp, tmp.open("wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
+        with self.run.write(path) as tmp:
+            torch.save(checkpoint, tmp)
 
 
-def use_atomic_checkpoints(trainer: L.Trainer) -> None:
-    """Give ``trainer`` an :class:`AtomicCheckpointIO` unless a custom checkpoint IO is set."""
+def use_atomic_checkpoints(trainer: L.Trainer, run: RunFolder) -> None:
+    """Give ``trainer`` an :class:`AtomicCheckpointIO` writing through ``run`` unless a custom
+    checkpoint IO is set."""
     if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-        trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO(run)
 
 
 class FollowResumedEpoch(Callback):
@@ -88,7 +92,8 @@ class KeepLoggedMetrics(Callback):
     again (a resume from a checkpoint older than the log, such as ``best.ckpt``), are dropped.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, run: RunFolder) -> None:
+        self.run = run
         self._files: list[tuple[CSVLogger, Path]] = []
 
     def keep(self, trainer: L.Trainer) -> None:
@@ -116,7 +121,7 @@ class KeepLoggedMetrics(Callback):
             rows, header = _read_rows(path)
             keep = [row for row in rows if int(float(row["step"])) < trainer.global_step]
             if len(keep) < len(rows):
-                with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+                with self.run.write(path) as tmp, tmp.open("w", newline="") as f:
                     out = csv.DictWriter(f, fieldnames=header)
                     out.writeheader()
                     out.writerows(keep)

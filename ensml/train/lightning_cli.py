@@ -5,35 +5,25 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import LightningCLI
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.writers import check_writable
 from ensml.errors import EnsmlError
 from ensml.logs import apply_levels, quiet
 from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
 from ensml.train.options import check_trainer_options  # [cli: option ranges]
 from ensml.train.progress import LogProgress, use_lightning_bar
+from ensml.train.run_folder import RunFolder, SaveConfigToRunFolder
 from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
 
 
-def _check_outputs(trainer: L.Trainer) -> None:
-    """Raise unless the run's folders (logs, config, checkpoints) can be written; create nothing."""
-    run = Path(trainer.log_dir or trainer.default_root_dir)
-    folders = [("run folder", run)]
-    for logger in trainer.loggers:
-        log_dir = getattr(logger, "log_dir", None) or logger.save_dir
-        folders += [("log folder", Path(log_dir))] if log_dir else []
-    folders += [
-        ("checkpoint folder", Path(cb.dirpath or run / "checkpoints")) for cb in trainer.checkpoint_callbacks
-    ]
-    if Path(trainer.default_root_dir).resolve() != Path.cwd().resolve():
-        folders.append(("default_root_dir", Path(trainer.default_root_dir)))
-    for what, folder in folders:
-        check_writable(folder, what, folder=True)
+def _check_outputs(trainer: L.Trainer, run: RunFolder) -> None:
+    """Raise unless the run may write its folder (logs, config, checkpoints); create nothing."""
+    run.check(trainer)
 
 
 def _grid_shape(data: EnsembleDataModule) -> tuple[int, int]:
@@ -64,6 +54,9 @@ class EnsmlCLI(LightningCLI):
         # overwrite the training run's metrics.csv and config.yaml.
         if self.subcommand != "fit":
             self.save_config_callback = None
+        else:  # config.yaml, checkpoints and the metrics rewrite go through the run folder
+            self.run_folder = RunFolder()
+            self.save_config_callback = SaveConfigToRunFolder
         if not use_lightning_bar():  # a log, a pipe or --quiet: lines (or nothing), not a bar
             kwargs["enable_progress_bar"] = False
         # [cli: option ranges] trainer options this machine cannot honour: one line, not a hang.
@@ -77,18 +70,35 @@ class EnsmlCLI(LightningCLI):
             trainer.loggers = []
             return trainer
         last_every_epoch(trainer)
-        use_atomic_checkpoints(trainer)
+        use_atomic_checkpoints(trainer, self.run_folder)
         trainer.callbacks.append(FlushLogs())
         if self.config[self.subcommand].get("ckpt_path"):
-            trainer.callbacks.insert(0, KeepLoggedMetrics())
+            trainer.callbacks.insert(0, KeepLoggedMetrics(self.run_folder))
+        for cb in trainer.callbacks:
+            if isinstance(cb, SaveConfigToRunFolder):
+                cb.run = self.run_folder
         return trainer
 
     def before_fit(self) -> None:
-        _check_outputs(self.trainer)
+        _check_outputs(self.trainer, self.run_folder)
         self._check_inputs()
-        for cb in self.trainer.callbacks:
-            if isinstance(cb, KeepLoggedMetrics):
-                cb.keep(self.trainer)
+        self.run_folder.open()  # global rank 0: lock the run folder, reserve what the run writes
+        try:
+            for cb in self.trainer.callbacks:
+                if isinstance(cb, KeepLoggedMetrics):
+                    cb.keep(self.trainer)
+        except BaseException:
+            self.run_folder.close(failed=True)
+            raise
+
+    def fit(self, **kwargs: Any) -> None:
+        """``trainer.fit``; then adopt what Lightning wrote into the run folder and release it."""
+        try:
+            self.trainer.fit(**kwargs)
+        except BaseException:
+            self.run_folder.close(failed=True)
+            raise
+        self.run_folder.close()
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI reads the checkpoint's hyperparameters while parsing: report a broken

@@ -11,7 +11,7 @@ import torch
 import xarray as xr
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from ensml.data.writers import check_writable, write_netcdf
+from ensml.data.outputs import OutputFolder
 from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
@@ -24,6 +24,9 @@ from ensml.names import (
     VARIABLE_ATTRS,
 )
 from ensml.predictions import RunMeta, file_sha256
+from ensml.provenance import command
+
+COMMAND = "predict"
 
 DIMS = (INIT_TIME, LEVEL, LATITUDE, LONGITUDE)
 SURFACE_DIMS = (INIT_TIME, LATITUDE, LONGITUDE)
@@ -39,20 +42,51 @@ class PredictionWriter(BasePredictionWriter):
     a model of several target leads adds a ``lead_time`` dimension after ``init_time``; a surface
     variable's have no ``level`` (see :mod:`ensml.data.surface`).
 
+    The file is ensml's one output in its folder, which may hold the user's other files (the
+    fit's run folder, the working folder): the folder is opened ``shared`` through
+    :mod:`ensml.data.outputs` when prediction starts (on global rank 0) and held until it ends,
+    so a second predict of the same folder is refused at once, naming the first; a file of that
+    name that ensml did not write is refused before predicting.
+
     Parameters
     ----------
     output
-        Path of the netCDF file to write (written to a temporary name, renamed when complete).
-        Its folder is created if needed; a path that cannot be written fails before predicting.
+        Path of the netCDF file to write (staged in its folder's ``.ensml``, renamed when
+        complete). Its folder is created if needed; a path that cannot be written fails before
+        predicting.
     """
 
     def __init__(self, output: str) -> None:
         super().__init__(write_interval="epoch")
         self.output = Path(output)
+        self._folder: OutputFolder | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_folder"] = None  # the lock stays with the process that took it
+        return state
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage == "predict":  # fail before predicting, not after
-            check_writable(self.output, "predictions", folder=False)
+        if stage != "predict":
+            return
+        where, names = self.output.parent, [self.output.name]
+        if trainer.is_global_zero and self._folder is None:  # fail before predicting, not after
+            self._folder = OutputFolder.open(where, COMMAND, shared=True, names=names)
+        else:
+            OutputFolder.check(where, COMMAND, shared=True, names=names)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._release()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            folder.close()
 
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
@@ -113,11 +147,11 @@ class PredictionWriter(BasePredictionWriter):
             **run_meta(pl_module, dm.spec.members, trainer.ckpt_path).to_attrs(),
         )
         encoding = {v: {"zlib": True, "complevel": 4, "dtype": "float32"} for v in ds.data_vars}
-        try:
-            self.output.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise EnsmlError(f"cannot write predictions {self.output}: {err.strerror or err}") from None
-        write_netcdf(ds, self.output, encoding=encoding)
+        if self._folder is None:
+            raise EnsmlError(
+                f"{COMMAND}: cannot write {self.output}: its folder was not opened before predicting"
+            )
+        self._folder.write_netcdf(ds, self.output.name, encoding=encoding, history=command())
 
 
 def run_meta(task: L.LightningModule, ensemble_size: int, checkpoint: str | Path | None) -> RunMeta:

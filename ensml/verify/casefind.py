@@ -15,9 +15,9 @@ import numpy as np
 import xarray as xr
 
 from ensml.data.grid import describe, is_projected
-from ensml.data.weights import latitude_weights
+from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, TIME
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, TIME, LeadLike, format_lead, parse_lead
 from ensml.verify.cases import Case, Region, Threshold
 
 __all__ = ["find_extreme_cases", "lon_span", "storm_cases"]
@@ -60,7 +60,7 @@ def find_extreme_cases(
     *,
     variable: str,
     level: float,
-    lead_hours: int = 48,
+    lead: LeadLike = "48h",
     quantile: float = 0.99,
     tail: str = "upper",
     n: int = 3,
@@ -74,7 +74,8 @@ def find_extreme_cases(
     exceedance area (cell-area weighted) is summed over every ``box_deg`` (lat, lon) box
     (periodic in longitude), and the ``n`` largest (date, box) pairs at least
     ``min_separation_days`` apart become single-date cases with that threshold. ``valid_times``
-    restricts the dates (e.g. to those a forecast verifies at).
+    restricts the dates (e.g. to those a forecast verifies at); ``lead`` is the cases' lead time
+    (hours or a duration).
     """
     from scipy.ndimage import uniform_filter
 
@@ -94,7 +95,7 @@ def find_extreme_cases(
     lat, lon = an[LATITUDE].values, an[LONGITUDE].values
     dlat, dlon = abs(float(lat[1] - lat[0])), abs(float(lon[1] - lon[0]))
     size = (1, max(1, round(box_deg[0] / dlat)), max(1, round(box_deg[1] / dlon)))
-    area = hit * latitude_weights(an[LATITUDE])
+    area = hit * area_weights(an, note=False)  # a regular grid: exact cell areas of latitude bands
     score = uniform_filter(area.values.astype(float), size=size, mode=("nearest", "nearest", "wrap"))
     cases: list[Case] = []
     taken: list[np.datetime64] = []
@@ -116,7 +117,7 @@ def find_extreme_cases(
                 name=f"{variable}{level:g} {word} {day} {_where(c_lat, c_lon)}",
                 variable=variable,
                 level=float(level),
-                lead_hours=int(lead_hours),
+                lead=parse_lead(lead),
                 region=region,
                 start=np.datetime64(t, "ns"),
                 end=np.datetime64(t, "ns"),
@@ -131,7 +132,7 @@ def find_extreme_cases(
 def storm_cases(
     oracle: xr.Dataset,
     *,
-    lead_hours: int = 48,
+    lead: LeadLike = "48h",
     variable: str = "z",
     level: float = 500.0,
     n: int | None = None,
@@ -140,7 +141,8 @@ def storm_cases(
 ) -> list[Case]:
     """Cases for the stored storms of the synthetic ``oracle.nc``, strongest first.
 
-    For each storm of the ``storm_*`` table, the ``event_mask`` points at ``lead_hours`` that
+    For each storm of the ``storm_*`` table, the ``event_mask`` points at ``lead`` (hours or a
+    duration) that
     lie within 30° of latitude and 80° of longitude of its genesis and between genesis and
     end of life give the case: their valid dates (the window) and their box plus
     ``margin_deg``. Strength is ``storm_amplitude``; storms never in the mask at this lead (or
@@ -152,9 +154,9 @@ def storm_cases(
     missing = [v for v in need if v not in oracle]
     if missing:
         raise EnsmlError(f"storm_cases: the oracle has no {', '.join(missing)} (not from ensml data synth?)")
-    lead = np.timedelta64(lead_hours, "h").astype("timedelta64[ns]")
+    lead = parse_lead(lead)
     if lead not in oracle[LEAD_TIME].values:
-        raise EnsmlError(f"storm_cases: the oracle has no lead time {lead_hours} h")
+        raise EnsmlError(f"storm_cases: the oracle has no lead time {format_lead(lead)}")
     mask = oracle["event_mask"].sel({LEAD_TIME: lead})
     _regular_grid(mask, "storm_cases")
     if init_times is not None:
@@ -166,7 +168,7 @@ def storm_cases(
     cases: list[Case] = []
     for s in order:
         g_time = oracle["storm_genesis_time"].values[s]
-        life = np.timedelta64(int(float(oracle["storm_lifetime"].values[s]) * 3600), "s")
+        life = parse_lead(f"{int(float(oracle['storm_lifetime'].values[s]) * 3600)}s")  # hours in the file
         g_lat = float(oracle["storm_genesis_latitude"].values[s])
         g_lon = float(oracle["storm_genesis_longitude"].values[s])
         when = (valid >= g_time) & (valid <= g_time + life)
@@ -186,7 +188,7 @@ def storm_cases(
                 name=f"storm {day} {hemi} hemisphere {variable}{level:g}",
                 variable=variable,
                 level=float(level),
-                lead_hours=int(lead_hours),
+                lead=lead,
                 region=region,
                 start=times.min(),
                 end=times.max(),

@@ -6,7 +6,7 @@ A case file holds one case (a mapping) or several (``cases: [...]``)::
     description: the strongest stored storm of the test year   # optional
     variable: z
     level: 500                  # hPa
-    lead_hours: 48
+    lead: 48h                   # hours (48) or a duration (48h, 2d, P2D)
     region: {lat: [-75, -40], lon: [340, 45]}   # degrees; lon west > east crosses 0°
     window: [2020-01-30, 2020-02-05]            # valid dates, inclusive
     threshold: {quantile: 0.1, tail: lower}     # optional; or {value: 52000, tail: upper}
@@ -37,9 +37,9 @@ import yaml
 
 from ensml.data.grid import horizontal_dims
 from ensml.errors import EnsmlError
-from ensml.names import LATITUDE, LONGITUDE, TIME
+from ensml.names import LATITUDE, LONGITUDE, TIME, format_lead, parse_lead
 
-KEYS = {"name", "description", "variable", "level", "lead_hours", "region", "window", "threshold"}
+KEYS = {"name", "description", "variable", "level", "lead", "region", "window", "threshold"}
 DAY = np.timedelta64(1, "D")
 
 
@@ -116,7 +116,7 @@ class Case:
     name: str
     variable: str
     level: float
-    lead_hours: int
+    lead: np.timedelta64  # timedelta64[ns]
     region: Region
     start: np.datetime64  # first valid time
     end: np.datetime64  # last valid time (inclusive)
@@ -133,7 +133,7 @@ class Case:
         """The case as YAML-ready plain data (the format :func:`load_cases` reads)."""
         out: dict[str, Any] = {
             "name": self.name, "description": self.description, "variable": self.variable,
-            "level": float(self.level), "lead_hours": int(self.lead_hours),
+            "level": float(self.level), "lead": format_lead(self.lead),
             "region": {"lat": list(map(float, self.region.lat)), "lon": list(map(float, self.region.lon))},
             "window": [str(self.start.astype("datetime64[D]")), str(self.end.astype("datetime64[D]"))],
         }  # fmt: skip
@@ -196,11 +196,13 @@ def case_from_dict(d: Any, where: str = "case") -> Case:
     if end < start:
         raise EnsmlError(f"{where}: window ends ({window[1]}) before it starts ({window[0]})")
     try:
-        level, lead = float(d["level"]), d["lead_hours"]
+        level = float(d["level"])
     except (TypeError, ValueError):
         raise EnsmlError(f"{where}: level must be a number (hPa), got {d['level']!r}") from None
-    if not isinstance(lead, int) or isinstance(lead, bool) or lead < 0:
-        raise EnsmlError(f"{where}: lead_hours must be a non-negative integer, got {lead!r}")
+    try:
+        lead = parse_lead(d["lead"])
+    except EnsmlError as exc:
+        raise EnsmlError(f"{where}: lead: {exc}") from None
     threshold = None
     if d.get("threshold") is not None:
         t = d["threshold"]
@@ -223,7 +225,7 @@ def case_from_dict(d: Any, where: str = "case") -> Case:
             raise EnsmlError(f"{where}: threshold must be finite, got {num}")
         threshold = Threshold(num if "value" in t else None, num if "quantile" in t else None, tail)
     return Case(
-        name=name, variable=str(d["variable"]), level=level, lead_hours=int(lead),
+        name=name, variable=str(d["variable"]), level=level, lead=lead,
         region=Region(lat, (lon[0] % 360.0, lon[1] % 360.0)), start=start, end=end,
         threshold=threshold, description=str(d.get("description") or ""), source=where,
     )  # fmt: skip

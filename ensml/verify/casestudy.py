@@ -17,20 +17,18 @@ over the window; blue is better than the raw ensemble.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 from scipy.stats import norm
 
-from ensml.data.grid import check_same_grid, horizontal_dims
-from ensml.data.open import check_lead_times, check_levels, open_analysis, open_dataset, open_forecast
-from ensml.data.outdir import replace_folder
+from ensml.data.frame import build_frame
+from ensml.data.grid import horizontal_dims
 from ensml.data.surface import check_not_at_level
 from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME, units_of
+from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, VALID_TIME, format_lead, lead_hours, units_of
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.scores.twcrps import twcrps_ensemble
@@ -56,83 +54,44 @@ def gaussian_members(mu: xr.DataArray, sd: xr.DataArray, n: int = N_QUANTILES) -
     return (mu + sd * z).transpose(MEMBER, ...).astype(mu.dtype)
 
 
-def _gaussian_source(ds: xr.Dataset, var: str, path: str, inits: np.ndarray, case: Case, what: str):
-    for v in (f"{var}_mean", f"{var}_std"):
-        if v not in ds:
-            raise EnsmlError(f"{what} file {path} has no variable {v!r} for case {case.name!r}")
-    sel = {INIT_TIME: inits, LEVEL: case.level}
-    lead = np.timedelta64(case.lead_hours, "h").astype("timedelta64[ns]")
-    if LEAD_TIME in ds[f"{var}_mean"].dims:
-        sel[LEAD_TIME] = lead
-    mu, sd = (case.region.select(ds[v].sel(sel)).load() for v in (f"{var}_mean", f"{var}_std"))
-    return mu.drop_vars(LEAD_TIME, errors="ignore"), sd.drop_vars(LEAD_TIME, errors="ignore")
-
-
-def _lead_of(ds: xr.Dataset) -> np.ndarray:
-    return np.atleast_1d(ds[LEAD_TIME].values) if LEAD_TIME in ds.coords else np.array([], "timedelta64[ns]")
-
-
 def score_case(
     case: Case,
     forecast: str | list[str],
     analysis: str | list[str],
-    predictions: str | None = None,
+    predictions: str | list[str] | None = None,
     oracle: str | None = None,
-    k: int = 5,
+    k: int | None = None,
 ) -> CaseResult:
-    """Score one case on the files of ``ensml evaluate`` (see the module docstring)."""
+    """Score one case on the files of ``ensml evaluate`` (see the module docstring).
+
+    The predictions and the oracle are left out where they do not hold the case's variable and
+    lead (a model of another lead); ``k`` is that of the predictions' run, or given (default 5).
+    """
     var, name = case.variable, case.name
-    fc_ds = open_forecast(forecast, [var])
-    an_ds = open_analysis(analysis, [var])
-    check_same_grid(fc_ds, an_ds, f"forecast {forecast}", f"analysis {analysis}")
-    check_not_at_level(fc_ds[var], case.level, f"case {name!r} (forecast {forecast})")
-    check_levels(fc_ds, [case.level], f"forecast {forecast} (case {name!r})")
-    check_levels(an_ds, [case.level], f"analysis {analysis} (case {name!r})")
-    check_lead_times(fc_ds, [case.lead_hours], f"forecast {forecast} (case {name!r})")
-    lead = np.timedelta64(case.lead_hours, "h").astype("timedelta64[ns]")
-    box = case.region.select(fc_ds[var].isel({INIT_TIME: 0, LEAD_TIME: 0, MEMBER: 0, LEVEL: 0}))
+    frame = build_frame(
+        forecast, analysis, variables=[var], levels=[case.level], leads=[case.lead], predictions=predictions,
+        oracle=oracle, partial=True, context=f" (case {name!r})", note=False,
+    )  # fmt: skip
+    k = frame.subset_size(k)
+    check_not_at_level(frame.forecast[var], case.level, f"case {name!r} (forecast {forecast})")
+    box = case.region.select(frame.forecast[var].isel({INIT_TIME: 0, LEAD_TIME: 0, MEMBER: 0, LEVEL: 0}))
     spatial = list(horizontal_dims(box) or ())
     if any(box.sizes[d] == 0 for d in spatial):
         raise EnsmlError(f"case {name!r}: region {case.region} selects no grid point of forecast {forecast}")
-
-    inits = fc_ds[INIT_TIME].values
-    valid = inits + lead
-    inits = inits[(valid >= case.start) & (valid <= case.end) & np.isin(valid, an_ds[TIME].values)]
-    extra: dict[str, xr.Dataset] = {}
-    for path, what in ((predictions, "predictions"), (oracle, "oracle")):
-        if path:
-            ds = open_dataset(path, what)
-            check_same_grid(fc_ds, ds, f"forecast {forecast}", f"{what} {path}")
-            if lead in _lead_of(ds) and f"{var}_mean" in ds:  # a model of another lead or variable
-                extra[what] = ds
-                inits = np.intersect1d(inits, ds[INIT_TIME].values)
-    if inits.size == 0:
+    frame = frame.within(case.start, case.end)
+    extra = [*frame.runs, *(["oracle"] if frame.oracle is not None else [])]
+    if frame.inits.size == 0:
         span = f"{np.datetime64(case.start, 'h')} … {np.datetime64(case.end, 'h')}"
         raise EnsmlError(
-            f"case {name!r}: window {span} selects no init time at +{case.lead_hours} h common to the "
+            f"case {name!r}: window {span} selects no init time at +{format_lead(case.lead)} common to the "
             f"forecast, analysis{' and ' + ', '.join(extra) if extra else ''}"
         )
-    fc = case.region.select(fc_ds[var].sel({INIT_TIME: inits, LEAD_TIME: lead, LEVEL: case.level})).load()
-    fc = fc.drop_vars([LEAD_TIME, "valid_time"], errors="ignore")
-    an_box = case.region.select(an_ds[var].sel({LEVEL: case.level}))
-    y = an_box.sel({TIME: inits + lead}).load().rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
-    y = y.assign_attrs(units=units_of(var))
-
-    thr = tail = None
-    if case.threshold is not None:
-        tail = case.threshold.tail
-        if case.threshold.value is not None:
-            thr = case.threshold.value
-            lo, hi = float(min(fc.min(), y.min())), float(max(fc.max(), y.max()))
-            if (tail == "upper" and thr >= hi) or (tail == "lower" and thr <= lo):
-                raise EnsmlError(
-                    f"case {name!r}: threshold {thr:g} {units_of(var)} is outside the range of "
-                    f"{var}{case.level:g} in the region and window [{lo:.6g}, {hi:.6g}]: no event to score"
-                )
-        else:
-            thr = climatological_threshold(an_box.load(), case)
-            if bool(thr.isnull().any()):  # outside the box of a projected grid: scored nowhere
-                thr = thr.fillna(float(thr.median()))
+    fields = frame.at(case.lead, where=case.region.select)
+    at_level = {LEVEL: case.level}
+    fc = fields.forecast[var].sel(at_level).drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
+    y = fields.analysis[var].sel(at_level).assign_attrs(units=units_of(var))
+    an_box = case.region.select(frame.analysis[var].sel(at_level))
+    thr, tail = _threshold(case, fc, y, an_box)
 
     w = area_weights(y, what=f"case {name!r}", note=False)  # evaluate notes uniform weights
     m = fc.sizes[MEMBER]
@@ -140,26 +99,54 @@ def score_case(
         f"raw ensemble ({m} members)": fc,
         f"raw subset ({min(k, m)} members)": fc.isel({MEMBER: slice(0, k)}),
     }
-    gaussians = {}
     sources = (
-        ("predictions", predictions, "post-processed (Gaussian)"),
-        ("oracle", oracle, "oracle (Gaussian)"),
+        ("post-processed (Gaussian)", fields.runs.get("predictions")),
+        ("oracle (Gaussian)", fields.oracle),
     )
-    for what, path, label in sources:
-        if what in extra:
-            gaussians[label] = _gaussian_source(extra[what], var, str(path), inits, case, what)
+    gaussians = {
+        label: tuple(ds[f"{var}_{p}"].sel(at_level) for p in ("mean", "std"))
+        for label, ds in sources
+        if ds is not None
+    }
+    table, crps = _case_table(case, ensembles, gaussians, y, thr, tail, w, frame.inits.size)
+    figure = _figure(case, y, thr, tail, ensembles, gaussians, crps, w)
+    return CaseResult(case, table, figure, int(frame.inits.size))
 
+
+def _threshold(case: Case, fc: xr.DataArray, y: xr.DataArray, an_box: xr.DataArray):
+    """The case's event threshold (a number or a per-point field) and tail, or ``(None, None)``."""
+    if case.threshold is None:
+        return None, None
+    var, tail = case.variable, case.threshold.tail
+    if case.threshold.value is not None:
+        thr = case.threshold.value
+        lo, hi = float(min(fc.min(), y.min())), float(max(fc.max(), y.max()))
+        if (tail == "upper" and thr >= hi) or (tail == "lower" and thr <= lo):
+            raise EnsmlError(
+                f"case {case.name!r}: threshold {thr:g} {units_of(var)} is outside the range of "
+                f"{var}{case.level:g} in the region and window [{lo:.6g}, {hi:.6g}]: no event to score"
+            )
+        return thr, tail
+    thr = climatological_threshold(an_box.load(), case)
+    if bool(thr.isnull().any()):  # outside the box of a projected grid: scored nowhere
+        thr = thr.fillna(float(thr.median()))
+    return thr, tail
+
+
+def _case_table(case, ensembles, gaussians, y, thr, tail, w, n_inits) -> tuple[pd.DataFrame, dict]:
+    """A row per forecast (CRPS, twCRPS, improvement over the raw ensemble) and the per-point CRPS."""
+    spatial = list(horizontal_dims(y) or ())
     fields: dict[str, xr.DataArray] = {}
-    rows = []
     for label, ens in ensembles.items():
         fields[label] = crps_ensemble(ens, y, preserve_dims=[INIT_TIME, *spatial])
     for label, (mu, sd) in gaussians.items():
         fields[label] = crps_gaussian_xr(mu, sd, y, preserve_dims=[INIT_TIME, *spatial])
+    rows = []
     for label, crps in fields.items():
         row = {
-            "case": name, "variable": var, "level_hPa": case.level, "lead_h": case.lead_hours,
-            "n_inits": int(inits.size), "forecast": label,
-            "crps": float(crps.weighted(w).mean()), "units": units_of(var),
+            "case": case.name, "variable": case.variable, "level_hPa": case.level,
+            "lead_h": lead_hours(case.lead), "n_inits": int(n_inits), "forecast": label,
+            "crps": float(crps.weighted(w).mean()), "units": units_of(case.variable),
             "estimator": "Gaussian closed form" if label in gaussians else "empirical ensemble",
         }  # fmt: skip
         if thr is not None:
@@ -172,8 +159,7 @@ def score_case(
     table["crps_vs_raw"] = 1.0 - table["crps"] / raw["crps"]
     if thr is not None:
         table["twcrps_vs_raw"] = 1.0 - table["twcrps"] / raw["twcrps"] if raw["twcrps"] > 0 else np.nan
-    figure = _figure(case, y, thr, tail, ensembles, gaussians, fields, w)
-    return CaseResult(case, table, figure, int(inits.size))
+    return table, fields
 
 
 def _figure(case, y, thr, tail, ensembles, gaussians, fields, w) -> bytes:
@@ -203,7 +189,7 @@ def _figure(case, y, thr, tail, ensembles, gaussians, fields, w) -> bytes:
     d_hi = max([float(abs(d).max()) for d in diffs.values()] + [1e-12])
     n = y.sizes[INIT_TIME]
     over = "window mean" if n > 1 else "at this time"
-    valid = np.datetime64(t_peak + np.timedelta64(case.lead_hours, "h"), "h")
+    valid = np.datetime64(t_peak + case.lead, "h")
     hatch = event.isel({INIT_TIME: peak}) if event is not None else None
 
     def field(label, data):
@@ -230,7 +216,7 @@ def _figure(case, y, thr, tail, ensembles, gaussians, fields, w) -> bytes:
                   "RdBu_r", -d_hi, d_hi),
         ])  # fmt: skip
     title = (
-        f"{case.name}: {var}{case.level:g} hPa at +{case.lead_hours} h, {n} init time(s); "
+        f"{case.name}: {var}{case.level:g} hPa at +{format_lead(case.lead)}, {n} init time(s); "
         f"analysis contours on mean panels"
         + (f"; hatched: event ({case.threshold})" if hatch is not None else "")
     )
@@ -255,32 +241,24 @@ def formatted(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-CASES_NAMES = ("cases.csv", "cases.md", "case_*.png")  # what a case-study folder holds
-
-
-def write_cases(out_dir: str | Path, results: list[CaseResult]) -> Path:
-    """Write ``cases.csv``, ``cases.md`` and ``case_<slug>.png`` into ``out_dir`` together.
-
-    Everything goes to a hidden temporary folder beside ``out_dir`` first, which replaces
-    ``out_dir`` only when complete (:func:`ensml.data.outdir.replace_folder`).
-    """
+def case_files(results: list[CaseResult]) -> dict[str, str | bytes]:
+    """The files of the case studies by name: ``cases.csv``, ``cases.md`` and ``case_<slug>.png``."""
     from ensml.verify.tables import to_markdown
 
-    with replace_folder(out_dir, "cases", CASES_NAMES) as tmp:
-        table = cases_table(results)
-        table.to_csv(tmp / "cases.csv", index=False)
-        (tmp / "cases.md").write_text(to_markdown(formatted(table)))
-        for r in results:
-            (tmp / f"case_{r.case.slug}.png").write_bytes(r.figure)
-    return Path(out_dir)
+    table = cases_table(results)
+    files: dict[str, str | bytes] = {
+        "cases.csv": table.to_csv(index=False),
+        "cases.md": to_markdown(formatted(table)),
+    }
+    files.update({f"case_{r.case.slug}.png": r.figure for r in results})
+    return files
 
 
 __all__ = [
-    "CASES_NAMES",
     "CaseResult",
+    "case_files",
     "cases_table",
     "formatted",
     "gaussian_members",
     "score_case",
-    "write_cases",
 ]

@@ -6,46 +6,86 @@ are weighted by cell area (:func:`ensml.data.weights.area_weights`: exact over l
 regular grid, from the 2-D latitude/longitude on a projected grid, uniform with a note where
 the coordinates define no cells) and averaged over the test init times.
 
-Every lead time the predictions hold is scored (or those asked for), one lead at a time, on one
-set of init times: those of every input whose valid time the analysis holds at every scored
-lead. Skill and gap closed refer to the raw ensemble and the oracle at the same lead.
-
-Before anything is written, each input file is checked, a failure being one line naming it:
-predictions of the kind their option scores (``ensml_task`` of ``ensml postprocess`` files,
-else a spread model's files have no ``<var>_mean``), every scored variable and lead time
-present, and no NaN or infinite value read for scoring, which NaN-skipping means would
-silently drop (:mod:`ensml.verify.inputs`).
+The forecast, analysis and every other input are opened, checked and aligned by valid time by
+the one frame builder (:func:`ensml.data.frame.build_frame`): each predictions, spread
+predictions and members file's run metadata is read back (the kind of model, ``k``, the
+leads), the files of one option must come from one run, and every scored variable and lead
+must be present. The leads are those of the runs given (every forecast lead but 0 h without
+one), scored one lead at a time on one set of init times: those of every input whose valid time
+the analysis holds at every scored lead. Skill and gap closed refer to the raw ensemble and the
+oracle at the same lead. No NaN or infinite value read for scoring is accepted, which
+NaN-skipping means would silently drop (:mod:`ensml.verify.inputs`). Nothing is written before
+everything is scored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ensml.data.grid import check_same_grid, grid_mapping, horizontal_dims
-from ensml.data.open import (
-    check_lead_times,
-    check_levels,
-    check_members,
-    open_analysis,
-    open_dataset,
-    open_forecast,
+from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame
+from ensml.data.grid import grid_mapping, horizontal_dims
+from ensml.data.outputs import OutputFolder
+from ensml.data.runfiles import leads_option
+from ensml.names import (
+    COORD_ATTRS,
+    INIT_TIME,
+    LEAD_TIME,
+    LEVEL,
+    MEMBER,
+    VALID_TIME,
+    LeadLike,
+    format_lead,
+    format_leads,
+    lead_hours,
+    units_of,
 )
-from ensml.data.outdir import check_output_folder, replace_folder
-from ensml.data.weights import area_weights
-from ensml.errors import EnsmlError
-from ensml.names import COORD_ATTRS, INIT_TIME, LEAD_TIME, LEVEL, MEMBER, TIME, VALID_TIME, units_of
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.verify.cases import load_cases
-from ensml.verify.casestudy import score_case, write_cases
-from ensml.verify.inputs import check_complete, hours, need, read_at, scan, scored_leads
-from ensml.verify.levels import at, at_levels, levels_of, table_level
-from ensml.verify.tables import EVALUATE_NAMES, print_table, write_outputs
+from ensml.verify.casestudy import CaseResult, case_files, score_case
+from ensml.verify.inputs import check_complete
+from ensml.verify.levels import at, levels_of, table_level
+from ensml.verify.tables import Content, score_files, write_files
+
+
+@dataclass
+class Scores:
+    """What :func:`evaluate` scored and wrote (the tables as in ``scores.csv`` and ``spread.csv``)."""
+
+    table: pd.DataFrame  # CRPS: a row per lead, variable, level and forecast
+    spread: pd.DataFrame | None  # spread estimation, with spread predictions
+    n_inits: int
+    weighting: str  # how means are weighted (``weighting`` of ``area_weights``)
+    leads: np.ndarray  # the leads scored, timedelta64[ns]
+    dropped: np.ndarray  # leads some file lacks, left out under ``leads="common"``
+    variables: list[str]
+    levels: list[float]
+    per_point: xr.Dataset  # the per-point scores (``scores.nc``)
+    cases: list[CaseResult] = field(default_factory=list)
+    out_dir: Path | None = None  # where :func:`evaluate` wrote them
+
+    def files(self) -> dict[str, Content]:
+        """The files of ``evaluate`` by name (``scores.*``, ``spread.*``, ``cases/*``)."""
+        files = score_files(
+            self.table, self.spread, self.per_point, self.n_inits, self.weighting, self.leads_note
+        )
+        if self.cases:
+            files.update({f"cases/{name}": data for name, data in case_files(self.cases).items()})
+        return files
+
+    @property
+    def leads_note(self) -> str:
+        """What was left out of the tables, for their headers ("" when nothing)."""
+        if not self.dropped.size:
+            return ""
+        return f"Leads every file holds: {format_leads(self.leads)}; dropped {format_leads(self.dropped)}."
 
 
 def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
@@ -68,181 +108,149 @@ def evaluate(
     spread_predictions: str | list[str] | None = None,
     oracle: str | None = None,
     members: str | list[str] | None = None,
-    k: int = 5,
-    lead_hours: int | list[int] | None = None,
+    k: int | None = None,
+    leads: LeadLike | Sequence[LeadLike] | None = None,
     variables: list[str] | None = None,
     levels: list[float] | None = None,
     out_dir: str = "runs/eval",
     cases: str | list[str] | None = None,
-) -> pd.DataFrame:
-    """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
+) -> Scores:
+    """Score forecasts at each lead time and write the tables (see :func:`ensml.cli.evaluate.evaluate`
+    for the options: the command's help).
 
-    Parameters
-    ----------
-    forecast
-        The raw ensemble forecast (paths or globs).
-    analysis
-        The verifying analysis (paths or globs).
-    predictions
-        netCDF written by ``ensml predict`` with a post-processing model, or ``ensml postprocess``
-        outputs of a mixed model (files or a glob) (``<var>_mean``, ``<var>_std``): scored with
-        the Gaussian CRPS. A spread model's file here is an error.
-    spread_predictions
-        The same from a spread model (``<var>_std``): scored by RMSE and correlation against the
-        M-member spread (std, ddof 0), beside the K-member sample std. A post-processing
-        model's file here is an error.
-    oracle
-        The generator's true predictive distribution (``<var>_mean``/``<var>_std`` by init and
-        lead, from ``ensml data synth``): the best CRPS any forecast could reach.
-    members
-        Calibrated members, e.g. the ECC members of ``ensml postprocess`` outputs (files or a
-        glob; variables named as in the forecast, with a member dim): scored with the empirical
-        ensemble CRPS.
-    k
-        Size of the raw subset scored beside the full ensemble (members 0 … k-1).
-    lead_hours
-        Lead times scored (h): one, a list, or ``None`` (default) for every lead that the given
-        predictions, spread predictions and members all hold (a one-lead ``ensml predict`` file
-        holds its scalar ``lead_time``), or, with none of them given, every lead of the forecast
-        but 0 h. A lead that a given file, the forecast or the oracle lacks is an error. Leads
-        are scored one at a time, so memory holds one lead's fields.
-    variables
-        Score these variables (default: all of the forecast's). Every predictions, members and
-        oracle file given must hold each one: a file without one is an error, not a table
-        without its rows; pass ``variables`` to score fewer.
-    levels
-        Score these pressure levels in hPa (default: all of the forecast's).
-    out_dir
-        Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` (one block of rows per
-        lead, column ``lead_h``) and the per-point ``scores.nc`` are written (all at the end,
-        each to a temporary name first). ``scores.nc`` has a ``lead_time`` dim when more than
-        one lead is scored; with one, its fields have none (a scalar ``lead_time``).
-    cases
-        Case-study YAML files, folders or globs (see :mod:`ensml.verify.cases`): scored per case
-        (at each case's own ``lead_hours``) and forecast into ``<out_dir>/cases/`` (``cases.csv``,
-        ``cases.md``, one map figure per case), computed before anything is written.
+    Returns
+    -------
+    Scores
+        The CRPS table (one row per lead, variable, level and forecast; skill and gap closed
+        relative to the raw ensemble and the oracle at the same lead), the spread table, and
+        what they cover.
 
     Raises
     ------
     EnsmlError
-        Before anything is written, naming the file: predictions of the wrong kind, a missing
-        variable, level or lead time, no lead time in common, or a NaN or infinite value in any
-        value read for scoring (see the module docstring).
-
-    Returns
-    -------
-    pandas.DataFrame
-        The CRPS table (one row per lead, variable, level and forecast; skill and gap closed
-        relative to the raw ensemble and the oracle at the same lead).
+        Before anything is written, naming the file: predictions of the wrong kind or without
+        run metadata, files of two runs in one option, a ``k`` that disagrees with the runs, a
+        missing variable, level or lead time, no lead time in common, or a NaN or infinite
+        value in any value read for scoring; an ``out_dir`` that ensml may not write (a
+        non-empty folder without its ledger, a file, the current folder, read-only), checked
+        before any work. While writing: a full disk and the like, naming the path; the folder is
+        then as it was. Only files that ``evaluate``'s ledger records are replaced or removed
+        (:mod:`ensml.data.outputs`).
     """
+    names = [
+        "scores.csv",
+        "scores.md",
+        "scores.nc",
+        *(["spread.csv", "spread.md"] if spread_predictions else []),
+    ]
+    names += ["cases/cases.csv", "cases/cases.md"] if cases else []
+    OutputFolder.check(out_dir, "evaluate", names=names)  # before the work: fails in seconds
+    scores = score(
+        forecast, analysis, predictions, spread_predictions, oracle, members, k=k, leads=leads,
+        variables=variables, levels=levels, cases=cases,
+    )  # fmt: skip
+    note(f"evaluate: writing the tables and per-point scores to {out_dir}")
+    with OutputFolder.open(out_dir, "evaluate", whole=True) as folder:  # one run's results, whole
+        write_files(folder, scores.files())
+    scores.out_dir = Path(out_dir)
+    return scores
+
+
+def score(
+    forecast: str | list[str],
+    analysis: str | list[str],
+    predictions: str | list[str] | None = None,
+    spread_predictions: str | list[str] | None = None,
+    oracle: str | None = None,
+    members: str | list[str] | None = None,
+    k: int | None = None,
+    leads: LeadLike | Sequence[LeadLike] | None = None,
+    variables: list[str] | None = None,
+    levels: list[float] | None = None,
+    cases: str | list[str] | None = None,
+) -> Scores:
+    """What :func:`evaluate` scores, in memory: nothing is written (see its options)."""
+    leads = leads_option(leads)  # a bad lead fails before the cases
     # cases are scored first: a bad case fails before any other work (they are small)
-    check_output_folder(out_dir, "evaluate", EVALUATE_NAMES)  # before the work, not after
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in load_cases(cases or [])]
-    fc = open_forecast(forecast, variables)
-    variables = list(variables) if variables else [str(v) for v in fc.data_vars]
-    options = (("predictions", predictions), ("spread predictions", spread_predictions), ("members", members))
-    given = {what: scan(paths, what, variables) for what, paths in options if paths}  # no data read yet
-    an = open_analysis(analysis, variables)
-    fc_name, an_name = f"forecast {forecast}", f"analysis {analysis}"
-    check_same_grid(fc, an, fc_name, an_name)
-    leads = scored_leads(lead_hours, list(given.values()), fc[LEAD_TIME].values)
-    check_lead_times(fc, hours(leads), fc_name)
-    m = check_members(fc, k, fc_name)
-    all_levels = np.atleast_1d(fc[LEVEL].values) if LEVEL in fc.coords else []
-    levels = list(levels) if levels is not None else [float(x) for x in all_levels]
-    check_levels(fc, levels, fc_name)
-    check_levels(an, levels, an_name)
+    frame = build_frame(
+        forecast, analysis, variables=variables, levels=levels, leads=leads, predictions=predictions,
+        spread_predictions=spread_predictions, members=members, oracle=oracle,
+    )  # fmt: skip
+    k = frame.subset_size(k)
+    if frame.dropped.size:
+        note(f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
+             f"{format_leads(frame.dropped)}")  # fmt: skip
+    table, spread, per_point = score_frame(frame, k)
+    return Scores(
+        table, spread, n_inits=frame.inits.size, weighting=frame.weights.attrs["weighting"],
+        leads=frame.leads, dropped=frame.dropped, variables=frame.variables, levels=frame.levels,
+        per_point=per_point, cases=studies,
+    )  # fmt: skip
 
-    inits = fc[INIT_TIME].values
-    for inp in given.values():
-        check_same_grid(fc, inp.coords, fc_name, str(inp))
-        check_levels(inp.coords, levels, str(inp))
-        inits = np.intersect1d(inits, inp.coords[INIT_TIME].values)
-    orc = None
-    if oracle:
-        orc = open_dataset(oracle, "oracle")
-        needed = [need(orc, f"{v}_{s}", oracle, "oracle").name for v in variables for s in ("mean", "std")]
-        if LEAD_TIME not in orc.dims:
-            raise EnsmlError(
-                f"oracle {oracle} has no lead_time dim (found dims: {', '.join(map(str, orc.dims))})"
-            )
-        check_lead_times(orc, hours(leads), f"oracle {oracle}")
-        orc = orc[needed]
-        inits = np.intersect1d(inits, orc[INIT_TIME].values)
-    for lead in leads:  # one set of init times for every lead: the curves by lead compare alike
-        inits = inits[np.isin(inits + lead, an[TIME].values)]
-    if inits.size == 0:
-        raise EnsmlError(
-            f"{fc_name}, {an_name} and the predictions have no init dates in common at "
-            f"{', '.join(map(str, hours(leads)))} h"
-        )
 
-    level_sel = {LEVEL: levels} if LEVEL in fc.dims else {}  # surface variables have none
-    weights = area_weights(fc, what=fc_name)
+def score_frame(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset]:
+    """The CRPS table, the spread table (or ``None``) and the per-point scores of ``frame``.
+
+    Reads one lead at a time (each value checked complete); a subset of the first ``k`` members
+    is scored beside the full ensemble.
+    """
+    for lead in frame.leads:  # a lead of no whole hours has no row in the tables: fail before the work
+        lead_hours(lead)
     rows, spread_rows, per_lead = [], [], []
-    progress = Progress("evaluate", len(leads) * len(variables), "fields")
-    for lead in leads:
-        h = int(lead / np.timedelta64(1, "h"))
-        fc_l = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, **level_sel}).load()
-        check_complete(fc_l, fc_name)
-        obs = an.sel({TIME: inits + lead, **level_sel}).load()
-        check_complete(obs, an_name)
-        obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
-        read = {what: read_at(inp, lead).sel({INIT_TIME: inits}) for what, inp in given.items()}
-        orc_l = None
-        if orc is not None:
-            orc_l = orc.sel({INIT_TIME: inits, LEAD_TIME: lead, **level_sel}).load()
-            check_complete(orc_l, f"oracle {oracle}")
+    progress = Progress("evaluate", len(frame.leads) * len(frame.variables), "fields")
+    for lead in frame.leads:
+        at_lead = frame.at(lead, check=check_complete)
         fields: dict[str, xr.DataArray] = {}
-        for var in variables:
-            y = obs[var]
-            point_dims = [d for d in [LEVEL, *horizontal_dims(fc)] if d in fc_l[var].dims]
-            sources: dict[str, xr.DataArray] = {
-                f"raw ensemble ({m} members)": crps_ensemble(fc_l[var], y, preserve_dims=point_dims),
-                f"raw subset ({k} members)": crps_ensemble(
-                    fc_l[var].isel({MEMBER: slice(0, k)}), y, preserve_dims=point_dims
-                ),
-            }
-            if "predictions" in read:
-                mu, sd = (at_levels(read["predictions"][f"{var}_{p}"], levels) for p in ("mean", "std"))
-                sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
-            if "members" in read:
-                calibrated = at_levels(read["members"][var], levels)
-                sources[f"post-processed members ({calibrated.sizes[MEMBER]})"] = crps_ensemble(
-                    calibrated, y, preserve_dims=point_dims
-                )
-            if orc_l is not None:
-                sources["oracle (Gaussian)"] = crps_gaussian_xr(
-                    orc_l[f"{var}_mean"], orc_l[f"{var}_std"], y, preserve_dims=point_dims
-                )
-            for name, field in sources.items():
-                fields[f"crps_{_slug(name)}_{var}"] = field
-            rows += crps_rows(sources, weights, var, levels, h, f"raw ensemble ({m} members)")
-            if "spread predictions" in read:
-                target, subset = fc_l[var].std(MEMBER, ddof=0), fc_l[var].isel({MEMBER: slice(0, k)})
-                estimators = {
-                    f"{k}-member sample std (ddof 1)": subset.std(MEMBER, ddof=1),
-                    "spread model": at_levels(read["spread predictions"][f"{var}_std"], levels),
-                }
-                for name, est in estimators.items():
-                    rmse = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
-                    fields[f"spread_rmse_{_slug(name)}_{var}"] = rmse
-                spread_rows += spread_scores(estimators, target, weights, var, levels, h, m)
-            progress.advance(f"{var} at +{h} h scored in {seconds(progress.lap)}")
+        for var in frame.variables:
+            crps, spread = score_variable(frame, at_lead, var, k, fields)
+            rows += crps
+            spread_rows += spread
+            progress.advance(f"{var} at +{format_lead(lead)} scored in {seconds(progress.lap)}")
         per_lead.append(xr.Dataset(fields))
     progress.close()
-    note(f"evaluate: writing the tables and per-point scores to {out_dir}")
-    table = pd.DataFrame(rows)
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
-    per_point = _on_grid(_by_lead(per_lead, leads), fc)
-    with replace_folder(out_dir, "evaluate", EVALUATE_NAMES) as folder:  # one run's results, whole
-        write_outputs(
-            folder, table, spread_table, per_point, n_inits=inits.size, weighting=weights.attrs["weighting"]
+    return pd.DataFrame(rows), spread_table, _on_grid(_by_lead(per_lead, frame.leads), frame.forecast)
+
+
+def score_variable(
+    frame: EnsembleFrame, lf: LeadFrame, var: str, k: int, fields: dict[str, xr.DataArray]
+) -> tuple[list[dict], list[dict]]:
+    """CRPS rows and spread rows of ``var`` at one lead; its per-point fields are added to ``fields``."""
+    x, y, m = lf.forecast[var], lf.analysis[var], lf.forecast.sizes[MEMBER]
+    point_dims = [d for d in [LEVEL, *horizontal_dims(frame.forecast)] if d in x.dims]
+    raw_key = f"raw ensemble ({m} members)"
+    sources: dict[str, xr.DataArray] = {
+        raw_key: crps_ensemble(x, y, preserve_dims=point_dims),
+        f"raw subset ({k} members)": crps_ensemble(
+            x.isel({MEMBER: slice(0, k)}), y, preserve_dims=point_dims
+        ),
+    }
+    if "predictions" in lf.runs:
+        mu, sd = (lf.runs["predictions"][f"{var}_{p}"] for p in ("mean", "std"))
+        sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
+    if "members" in lf.runs:
+        calibrated = lf.runs["members"][var]
+        sources[f"post-processed members ({calibrated.sizes[MEMBER]})"] = crps_ensemble(
+            calibrated, y, preserve_dims=point_dims
         )
-        if studies:
-            write_cases(folder / "cases", studies)
-    print_table(table, spread_table, n_inits=inits.size)
-    return table
+    if lf.oracle is not None:
+        mu, sd = (lf.oracle[f"{var}_{p}"] for p in ("mean", "std"))
+        sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
+    for name, crps in sources.items():
+        fields[f"crps_{_slug(name)}_{var}"] = crps
+    h = lead_hours(lf.lead)
+    rows = crps_rows(sources, frame.weights, var, frame.levels, h, raw_key)
+    if "spread predictions" not in lf.runs:
+        return rows, []
+    target, subset = x.std(MEMBER, ddof=0), x.isel({MEMBER: slice(0, k)})
+    estimators = {
+        f"{k}-member sample std (ddof 1)": subset.std(MEMBER, ddof=1),
+        "spread model": lf.runs["spread predictions"][f"{var}_std"],
+    }
+    for name, est in estimators.items():
+        fields[f"spread_rmse_{_slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
+    return rows, spread_scores(estimators, target, frame.weights, var, frame.levels, h, m)
 
 
 def crps_rows(
@@ -250,7 +258,7 @@ def crps_rows(
     weights: xr.DataArray,
     var: str,
     levels: Sequence[float],
-    lead_hours: int,
+    lead_h: int,
     raw_key: str,
     events: xr.DataArray | None = None,
     oracle_key: str = "oracle (Gaussian)",
@@ -265,6 +273,8 @@ def crps_rows(
         empirical.
     weights
         Area weights (:func:`ensml.data.weights.area_weights`).
+    lead_h
+        The lead time of the rows, hours (the ``lead_h`` column).
     raw_key, oracle_key
         Sources that skill (``1 - crps / crps_raw``) and ``gap_closed``
         (``(crps_raw - crps) / (crps_raw - crps_oracle)``) refer to; no gap without an oracle.
@@ -287,7 +297,7 @@ def crps_rows(
             value = float(at(mean, lev))
             raw = float(at(means[raw_key], lev))
             row = {
-                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_hours,
+                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
                 "forecast": name,
                 "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
                 "crps": value, "units": units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
@@ -309,7 +319,7 @@ def spread_scores(
     weights: xr.DataArray,
     var: str,
     levels: Sequence[float],
-    lead_hours: int,
+    lead_h: int,
     members: int,
 ) -> list[dict]:
     """Rows of area-weighted RMSE and correlation of spread estimates against ``target``.
@@ -322,7 +332,7 @@ def spread_scores(
         corr = _weighted_corr(est, target, weights)
         for lev in levels_of(rmse, levels):
             rows.append({
-                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_hours,
+                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
                 "estimator": name, "target": f"{members}-member std (ddof 0)", "rmse": float(at(rmse, lev)),
                 "correlation": float(at(corr, lev)), "units": units_of(var),
             })  # fmt: skip
@@ -359,4 +369,12 @@ def _slug(name: str) -> str:
     return name.split(" (")[0].replace(" ", "_").replace("-", "_")
 
 
-__all__: Sequence[str] = ["crps_rows", "evaluate", "spread_scores"]
+__all__: Sequence[str] = [
+    "Scores",
+    "crps_rows",
+    "evaluate",
+    "score",
+    "score_frame",
+    "score_variable",
+    "spread_scores",
+]

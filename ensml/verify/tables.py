@@ -1,16 +1,15 @@
-"""Score tables: write CSV / Markdown / per-point netCDF together, and print them."""
+"""Score tables: write CSV / Markdown / per-point netCDF together, formatted alike."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import xarray as xr
-from rich.console import Console
-from rich.table import Table
 
-from ensml.data.writers import write_netcdf
+if TYPE_CHECKING:
+    from ensml.data.outputs import OutputFolder
+
 
 FLOAT_FORMATS = {
     "crps": "{:.4g}",
@@ -25,7 +24,8 @@ FLOAT_FORMATS = {
 }
 
 
-def _formatted(df: pd.DataFrame) -> pd.DataFrame:
+def formatted(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its score columns as text, as tables show them (:data:`FLOAT_FORMATS`)."""
     out = df.copy()
     for col, fmt in FLOAT_FORMATS.items():
         if col in out:
@@ -36,13 +36,14 @@ def _formatted(df: pd.DataFrame) -> pd.DataFrame:
 
 def to_markdown(df: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table (no tabulate dependency)."""
-    df = _formatted(df).astype(object).fillna("").astype(str)  # pandas 3 keeps NaN through astype(str)
+    df = formatted(df).astype(object).fillna("").astype(str)  # pandas 3 keeps NaN through astype(str)
     lines = ["| " + " | ".join(df.columns) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
-EVALUATE_NAMES = ("scores.csv", "scores.md", "scores.nc", "spread.csv", "spread.md", "cases")
+#: What an output of a verb is: text, bytes, or a dataset written as CF netCDF.
+Content = str | bytes | xr.Dataset
 
 
 def weighting_phrase(weighting: str) -> str:
@@ -50,43 +51,47 @@ def weighting_phrase(weighting: str) -> str:
     return f"unweighted ({weighting})" if weighting.startswith("uniform") else f"area-weighted ({weighting})"
 
 
-def write_outputs(
-    folder: Path,
+def score_files(
     table: pd.DataFrame,
     spread: pd.DataFrame | None,
     fields: xr.Dataset,
     n_inits: int,
     weighting: str = "exact cell area",
-) -> None:
-    """Write evaluate's tables and per-point scores into ``folder`` (a new, empty folder).
+    leads_note: str = "",
+) -> dict[str, Content]:
+    """Evaluate's tables and per-point scores by file name (``scores.csv``, ``scores.md``, ``scores.nc``,
+    and ``spread.csv``, ``spread.md`` with a spread table).
 
-    ``evaluate`` builds its output folder this way inside :func:`ensml.data.outdir.replace_folder`,
-    so ``out_dir`` holds one run's results, complete, or the earlier run's. ``weighting`` (the
-    attribute of :func:`ensml.data.weights.area_weights`) is stated in the headers and in
-    ``scores.nc``.
+    ``weighting`` (the attribute of :func:`ensml.data.weights.area_weights`) is stated in the
+    headers and in ``scores.nc``; ``leads_note`` (leads left out, see
+    :class:`ensml.verify.evaluate.Scores`) in the headers.
     """
-    header = f"Scores over {n_inits} init times, {weighting_phrase(weighting)}.\n\n"
-    table.to_csv(folder / "scores.csv", index=False)
-    (folder / "scores.md").write_text(header + to_markdown(table))
+    header = " ".join(
+        filter(None, [f"Scores over {n_inits} init times, {weighting_phrase(weighting)}.", leads_note])
+    )
+    header += "\n\n"
+    files: dict[str, Content] = {
+        "scores.csv": table.to_csv(index=False),
+        "scores.md": header + to_markdown(table),
+    }
     if spread is not None:
-        spread.to_csv(folder / "spread.csv", index=False)
-        (folder / "spread.md").write_text(header + to_markdown(spread))
+        files["spread.csv"] = spread.to_csv(index=False)
+        files["spread.md"] = header + to_markdown(spread)
+    fields = fields.copy()
     fields.attrs.update(
         title="ensml per-point scores (mean over init times)", init_times=n_inits, weighting=weighting
     )
-    write_netcdf(fields, folder / "scores.nc")
+    files["scores.nc"] = fields
+    return files
 
 
-def print_table(table: pd.DataFrame, spread: pd.DataFrame | None, n_inits: int) -> None:
-    """Print the tables with rich (plain text when stdout is not a terminal)."""
-    console = Console(file=sys.stdout, width=160)
-    for title, df in ((f"CRPS over {n_inits} test init times", table), ("Spread estimation", spread)):
-        if df is None:
-            continue
-        t = Table(title=title)
-        shown = _formatted(df)
-        for col in shown.columns:
-            t.add_column(str(col), justify="left" if shown[col].dtype == object else "right")
-        for row in shown.itertuples(index=False):
-            t.add_row(*map(str, row))
-        console.print(t)
+def write_files(folder: OutputFolder, files: dict[str, Content], prefix: str = "") -> None:
+    """Write ``files`` (name → content) into ``folder`` under ``prefix`` (``"cases/"``): text and
+    bytes as they are, datasets as CF netCDF (``history``: the folder's command)."""
+    for name, content in files.items():
+        if isinstance(content, xr.Dataset):
+            folder.write_netcdf(content, prefix + name, history=folder.command)
+        elif isinstance(content, str):
+            folder.write_text(prefix + name, content)
+        else:
+            folder.write_bytes(prefix + name, content)

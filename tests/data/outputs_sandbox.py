@@ -8,6 +8,7 @@ hidden ``.name.<hex>.tmp`` folders (swept by pattern), product-like names (``sco
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -86,3 +87,39 @@ def skip_unless_mounts() -> None:
     )
     if probe.returncode != 0:
         pytest.skip(f"cannot mount in a private namespace here: {probe.stderr.strip()[:200]}")
+
+
+# What a run on a small disk reports back (the tmpfs vanishes with its mount namespace).
+_REPORT = """
+import json, os, sys
+from pathlib import Path
+from ensml.cli.main import main
+status = main({args!r})
+files = {{str(p): p.stat().st_size for p in Path(".").rglob("*") if p.is_file() and not p.is_symlink()}}
+print(json.dumps({{"status": status, "files": files}}))
+"""
+
+
+def run_cli_on_small_disk(
+    disk: Path, args: list[str], size: str, before: str = "", timeout: float = 300
+) -> tuple[int, list[str], dict[str, int]] | None:
+    """Run ``ensml ARGS`` with its working folder on a tmpfs of ``size`` mounted at ``disk``.
+
+    ``before`` is Python run first, in that folder (to prepare it, or to patch the moment the
+    disk fills up). Returns the exit status, the lines of stderr and every file left on the disk
+    (path relative to it: size in bytes); None where no tmpfs can be mounted here.
+    """
+    disk.mkdir(parents=True, exist_ok=True)
+    code = f"""
+import os, subprocess, sys
+if subprocess.run(["mount", "-t", "tmpfs", "-o", "size={size}", "tmpfs", {str(disk)!r}]).returncode:
+    sys.exit(77)
+os.chdir({str(disk)!r})
+{before}
+""" + _REPORT.format(args=args)
+    result = run_python(code, namespace=True, timeout=timeout)
+    if result.returncode == 77:
+        return None
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    return report["status"], result.stderr.strip().splitlines(), report["files"]

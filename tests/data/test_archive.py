@@ -23,7 +23,8 @@ def test_archive_writes_one_file_per_init(tiny_data, tmp_path: Path) -> None:
     one = xr.open_dataset(files[2])
     assert one.sizes["init_time"] == 1 and one.attrs["Conventions"] == "CF-1.8"
     np.testing.assert_array_equal(one["z"].values, whole["z"].isel(init_time=[2]).values)
-    assert not list(out.glob(".*"))
+    assert [p.name for p in out.glob(".*")] == [".ensml"]  # the ledger; no temporary left
+    assert list((out / ".ensml" / "staging").iterdir()) == []
 
 
 def test_archive_bad_options(tiny_data, tmp_path: Path, capsys) -> None:
@@ -32,7 +33,7 @@ def test_archive_bad_options(tiny_data, tmp_path: Path, capsys) -> None:
     afile.write_text("x")
     cases = {
         "is a file, not a folder": [f"--out_dir={afile}"],
-        "gives the same file name to two init times": [
+        "gives 'fc_2017.nc' to init times": [
             f"--out_dir={tmp_path / 'a'}",
             "--name=fc_{init:%Y}.nc",
         ],

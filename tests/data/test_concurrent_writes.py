@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import time
 from pathlib import Path
 
-import pandas as pd
 import xarray as xr
 
-from ensml.data.outdir import MARKER
-from ensml.data.writers import atomic_path, remove_temporaries
-from ensml.verify.tables import EVALUATE_NAMES
+from ensml.data.writers import atomic_path
 from tests.cli.process import finish, start_cli
 from tests.conftest import SMOKE, tiny_data_args
 
@@ -27,28 +25,28 @@ def _both(args: list[str], work: Path) -> None:
     for i, run in enumerate(runs):
         done = finish(run, f"concurrent run {i}")
         assert done.returncode == 0, done.stdout[-3000:]
-    assert not remove_temporaries(work), "a temporary was left behind"
+    left = [p for p in work.rglob("*") if p.name.endswith(".tmp") or p.parent.name == "staging"]
+    assert not left, f"temporaries were left behind: {left}"
 
 
-def test_two_evaluate_runs_into_one_folder(tiny_data, fitted, tmp_path: Path) -> None:
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            f"--predictions={fitted / 'runs/smoke/predictions.nc'}", "--out_dir=out"]  # fmt: skip
-    _both(args, tmp_path)
-    out = tmp_path / "out"
-    assert {p.name for p in out.iterdir()} == {MARKER, "scores.csv", "scores.md", "scores.nc"}
-    assert json.loads((out / MARKER).read_text())["command"] == "evaluate"
-    assert set(EVALUATE_NAMES) >= {p.name for p in out.iterdir()} - {MARKER}
-    scores = pd.read_csv(out / "scores.csv")
-    assert len(scores) > 0 and scores["crps"].notna().all()
-    with xr.open_dataset(out / "scores.nc") as ds:
-        ds.load()
-
-
-def test_two_predict_runs_into_one_file(tiny_data, fitted, tmp_path: Path) -> None:
+def test_a_second_predict_into_the_same_folder_is_refused_while_the_first_runs(
+    tiny_data, fitted, tmp_path: Path
+) -> None:
     ckpt = fitted / "runs/smoke/checkpoints/best.ckpt"
     args = ["predict", "--config", SMOKE, *tiny_data_args(tiny_data), f"--ckpt_path={ckpt}"]
     (tmp_path / "runs/smoke").mkdir(parents=True)
-    _both(args, tmp_path)
+    pause = {"class_path": "tests.train.pausing.PauseAtPredict"}
+    first = start_cli([*args, f"--trainer.callbacks+={json.dumps(pause)}"], tmp_path)
+    deadline = time.monotonic() + 150
+    while not (tmp_path / "ready").exists():
+        assert first.poll() is None and time.monotonic() < deadline, "the first predict did not start"
+        time.sleep(0.05)
+    second = finish(start_cli(args, tmp_path), "the second predict")
+    (tmp_path / "go").write_text("go\n")
+    assert finish(first, "the first predict").returncode == 0
+    lines = second.stdout.strip().splitlines()
+    assert second.returncode == 1 and "Traceback" not in second.stdout, second.stdout[-3000:]
+    assert lines[-1].startswith("ensml: predict: out_dir runs/smoke is in use by ensml predict (pid"), lines
     with xr.open_dataset(tmp_path / "runs/smoke/predictions.nc") as ours:
         with xr.open_dataset(fitted / "runs/smoke/predictions.nc") as single:
             xr.testing.assert_allclose(ours.load(), single.load())

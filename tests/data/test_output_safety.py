@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +11,6 @@ import xarray as xr
 
 from ensml.cli.main import main
 from ensml.data.outdir import MARKER, check_output_folder, owner, replace_folder
-from ensml.data.writers import remove_temporaries, sweep_temporaries, temporary_folder, write_netcdf
 from ensml.errors import EnsmlError
 from tests.cli.test_bad_input import run_failing
 
@@ -84,7 +79,8 @@ def test_read_only_out_dir(tiny_data, work, capsys, monkeypatch, command) -> Non
             "evaluate": _evaluate(tiny_data, "ro/out"),
             "synth": ["data", "synth", "--out_dir=ro/out", "--n_lat=4", "--n_lon=8"],
         }[command]
-        run_failing(args, capsys, "read-only")
+        # synth writes through ensml.data.outputs, whose message names the folder that is not writable
+        run_failing(args, capsys, "is not writable" if command == "synth" else "read-only")
         assert not any(ro.iterdir())
     finally:
         ro.chmod(0o755)
@@ -139,61 +135,3 @@ def test_failure_keeps_the_earlier_folder(tmp_path) -> None:
 def test_synth_out_dir_under_a_file(work, capsys) -> None:
     (work / "f").write_text("x")
     run_failing(["data", "synth", "--out_dir=f/out", "--n_lat=4", "--n_lon=8"], capsys, "is a file")
-
-
-# --- temporaries of killed runs ---------------------------------------------------------------
-
-HOLDER = """
-import sys, time
-from ensml.data.writers import temporary_folder
-with temporary_folder(sys.argv[1]) as box:
-    (box / "part").write_text("half")
-    print(box, flush=True)
-    time.sleep(600)
-"""
-
-
-def _hold(target: Path) -> tuple[subprocess.Popen, Path]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(target)], stdout=subprocess.PIPE, text=True)
-    return proc, Path(proc.stdout.readline().strip())
-
-
-def test_a_live_writers_temporary_is_kept_and_a_killed_ones_removed(tmp_path) -> None:
-    target = tmp_path / "predictions.nc"
-    proc, box = _hold(target)
-    try:
-        assert box.is_dir() and box.name.startswith(".predictions.nc.")
-        assert sweep_temporaries(target) == [] and box.is_dir()  # its writer still runs
-        assert remove_temporaries(tmp_path) == [] and box.is_dir()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    time.sleep(0.1)
-    assert sweep_temporaries(target) == [box] and not box.exists()
-
-
-def test_a_write_removes_what_a_killed_write_of_the_same_file_left(tmp_path) -> None:
-    target = tmp_path / "predictions.nc"
-    proc, box = _hold(target)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    legacy = tmp_path / ".predictions.nc.0123456789ab.tmp"  # a file temporary of an earlier ensml
-    legacy.write_text("half")
-    other = tmp_path / ".scores.nc.0123456789ab.tmp"  # another output's: not this write's business
-    other.mkdir()
-    write_netcdf(xr.Dataset({"x": ("t", [1.0, 2.0])}), target)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, "predictions.nc"]
-    assert not box.exists()
-
-
-def test_synth_rerun_removes_a_killed_runs_staging(work) -> None:
-    out = work / "synth"
-    out.mkdir()
-    with temporary_folder(out / "synth") as box:  # as a killed run leaves it, minus the lock
-        staged = box
-    staged.mkdir()
-    (staged / "forecast.nc").write_text("half")
-    args = ["data", "synth", "--out_dir=synth", "--n_lat=4", "--n_lon=8", "--start=2017-01-01",
-            "--end=2017-01-10", "--every_days=3"]  # fmt: skip
-    assert main(args) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["analysis.nc", "forecast.nc", "oracle.nc"]

@@ -13,8 +13,8 @@ import xarray as xr
 from scipy.stats import norm
 
 from ensml import names
+from ensml.data.outputs import OutputFolder
 from ensml.data.synth import build as synth_build
-from ensml.data.synth import generate as synth_module
 from ensml.data.synth.generate import synth
 from ensml.errors import EnsmlError
 
@@ -260,14 +260,16 @@ def test_existing_outputs_need_overwrite(tmp_path):
     out = tmp_path / "out"
     synth(out, **TINY)
     (out / "notes.txt").write_text("keep me")
-    with pytest.raises(EnsmlError, match=r"already has forecast\.nc, analysis\.nc, oracle\.nc"):
+    with pytest.raises(
+        EnsmlError, match=r"already holds analysis\.nc, forecast\.nc, oracle\.nc of an earlier synth"
+    ):
         synth(out, **TINY, seed=1)
     assert xr.open_dataset(out / "forecast.nc").attrs["synth_seed"] == 0
     synth(out, **TINY, seed=1, overwrite=True)
     assert xr.open_dataset(out / "forecast.nc").attrs["synth_seed"] == 1
     assert (out / "notes.txt").read_text() == "keep me"
     (tmp_path / "file").write_text("")
-    with pytest.raises(EnsmlError, match="not a directory"):
+    with pytest.raises(EnsmlError, match="is a file, not a folder"):
         synth(tmp_path / "file", **TINY)
 
 
@@ -276,23 +278,25 @@ def test_no_partial_output_on_failure(tmp_path, monkeypatch, existing):
     out = tmp_path / "out"
     if existing:
         synth(out, **TINY)
-    before = {p.name: p.read_bytes() for p in out.iterdir()} if existing else None
-    real = synth_module.write_netcdf
+
+    def outputs() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in out.iterdir() if p.name != ".ensml"} if out.exists() else {}
+
+    before = outputs()
+    real = OutputFolder.write_netcdf
     calls = []
 
-    def fail_on_third(ds, path, encoding=None, **kw):
-        calls.append(path)
+    def fail_on_third(self, ds, name, *args, **kw):
+        calls.append(name)
         if len(calls) == 3:
             raise OSError("disk full")
-        return real(ds, path, encoding, **kw)
+        return real(self, ds, name, *args, **kw)
 
-    monkeypatch.setattr(synth_module, "write_netcdf", fail_on_third)
+    monkeypatch.setattr(OutputFolder, "write_netcdf", fail_on_third)
     with pytest.raises(OSError, match="disk full"):
         synth(out, **TINY, seed=5, overwrite=True)
-    if existing:
-        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    else:
-        assert not out.exists()
+    assert outputs() == before  # all three files or none
+    assert not out.exists() or list((out / ".ensml" / "staging").iterdir()) == []
 
 
 def test_storage_rounding_is_far_below_spread(data):

@@ -25,7 +25,12 @@ def netcdf(tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_zarr_stores_hold_what_the_netcdf_files_hold(netcdf, tmp_path, zarr_format) -> None:
     stores = synth(tmp_path, format="zarr", zarr_format=zarr_format, **KW)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["analysis.zarr", "forecast.zarr", "oracle.zarr"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".ensml",
+        "analysis.zarr",
+        "forecast.zarr",
+        "oracle.zarr",
+    ]
     marker = ".zarray" if zarr_format == 2 else "zarr.json"
     assert (stores["forecast"] / "z" / marker).is_file()
     fz, fn = open_forecast(stores["forecast"]).load(), open_forecast(netcdf["forecast"]).load()
@@ -85,11 +90,14 @@ def test_impossible_format_options(tmp_path, options, message) -> None:
 
 def test_existing_stores_are_kept_unless_overwrite(tmp_path) -> None:
     synth(tmp_path, format="zarr", **KW)
-    with pytest.raises(EnsmlError, match=r"already has forecast\.zarr, analysis\.zarr, oracle\.zarr"):
+    with pytest.raises(
+        EnsmlError, match=r"already holds analysis\.zarr, forecast\.zarr, oracle\.zarr of an earlier synth"
+    ):
         synth(tmp_path, format="zarr", **KW)
     synth(tmp_path, format="zarr", overwrite=True, **{**KW, "seed": 5})
     assert open_forecast(tmp_path / "forecast.zarr").attrs["synth_seed"] == 5
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [".ensml"]  # the ledger
+    assert list((tmp_path / ".ensml" / "staging").iterdir()) == []  # no staging left
 
 
 def test_cli_writes_zarr(tmp_path) -> None:

@@ -63,7 +63,8 @@ def test_a_bad_file_fails_alone(
     bad = folder / "bad.nc"
     make(good[0], bad)
     out = tmp_path / "out"
-    assert main(pp_args([checkpoints["mixed48"]], folder / "*.nc", out, analysis=tiny_data["analysis"])) == 1
+    # exit status 2: the work ran and part of it failed (ensml.errors.EXIT_CODES)
+    assert main(pp_args([checkpoints["mixed48"]], folder / "*.nc", out, analysis=tiny_data["analysis"])) == 2
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
     assert err[-1] == f"ensml: 1 of 3 units failed (reasons above and in {out / MANIFEST})"
@@ -149,5 +150,5 @@ def test_an_output_folder_that_is_a_file(checkpoints, archive_dir, tiny_data, tm
         main(pp_args([checkpoints["mixed48"]], archive_dir / "*.nc", out, analysis=tiny_data["analysis"]))
         == 1
     )
-    assert capsys.readouterr().err.strip() == f"ensml: out_dir {out} is a file, not a folder"
+    assert capsys.readouterr().err.strip() == f"ensml: postprocess: out_dir {out} is a file, not a folder"
     assert out.read_text() == "a file"

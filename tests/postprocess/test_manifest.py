@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 from ensml.cli.main import main
+from ensml.data.outputs import OutputFolder
 from ensml.errors import EnsmlError
 from ensml.postprocess import Products, postprocess
-from ensml.postprocess.manifest import MANIFEST, output_lock
+from ensml.postprocess.manifest import MANIFEST
 
 
 @pytest.fixture
@@ -44,8 +45,11 @@ def test_rerun_skips_current_outputs_and_redoes_what_changed(
     first, second, third, _ = sorted(inputs.glob("*.nc"))
     os.utime(first, ns=(first.stat().st_atime_ns, first.stat().st_mtime_ns + 10**9))  # input changed
     (out / second.name).unlink()  # output missing
-    with open(out / third.name, "r+b") as f:  # output cut short
+    with open(out / third.name, "r+b") as f:  # output cut short by someone: the user's now
         f.truncate(1000)
+    with pytest.raises(EnsmlError, match=rf"{third.name} was changed after ensml wrote it; move it away"):
+        run()
+    (out / third.name).unlink()
     assert run() == {"done": 3, "up_to_date": 1, "failed": 0}
     moved = tmp_path / "moved.ckpt"  # the same checkpoint elsewhere: outputs depend on content only
     shutil.copy2(checkpoints["mixed48"], moved)
@@ -71,23 +75,38 @@ def test_verify_catches_an_output_changed_in_place(run, inputs: Path, tmp_path: 
     assert run(verify=True) == {"done": 1, "up_to_date": 3, "failed": 0}
 
 
-def test_interrupted_writes_and_a_cut_manifest_line_are_cleaned_up(run, inputs: Path, tmp_path: Path) -> None:
+def cut_record(out: Path, text: str) -> None:
+    """Leave ``out`` as a run killed in the middle of a manifest record does: the manifest
+    reserved in the folder's ledger (as every run does before appending), its last line cut."""
+    with OutputFolder.open(out, "postprocess") as folder:
+        folder.reserve([MANIFEST])
+        with open(out / MANIFEST, "a") as f:
+            f.write(text)
+
+
+def test_a_killed_runs_temporaries_go_and_the_users_hidden_files_stay(
+    run, inputs: Path, tmp_path: Path
+) -> None:
     run()
     out = tmp_path / "out"
-    debris = [out / ".forecast_2017110200.nc.0123456789ab.tmp", out / "sub" / ".x.nc.abcdef012345.tmp"]
-    debris[1].parent.mkdir()
-    for p in debris:
-        p.write_bytes(b"half a file")
+    # What a killed run left: its staging folder (no live process marks it) ...
+    dead = out / ".ensml" / "staging" / "20260101T000000Z-0123abcd"
+    (dead / "w-1").mkdir(parents=True)
+    (dead / "w-1" / "forecast_2017110200.nc").write_bytes(b"half a file")
+    # ... and the user's own hidden files, named like the temporaries of old ensml versions.
+    users = [out / ".forecast_2017110200.nc.0123456789ab.tmp", out / "sub" / ".x.nc.abcdef012345.tmp"]
+    users[1].parent.mkdir()
+    for p in users:
+        p.write_bytes(b"the user's")
     (out / ".products.zarr.aaaaaaaaaaaa.tmp").mkdir()
     (out / ".keep-me").write_text("not ours")
-    with open(out / MANIFEST, "a") as f:
-        f.write('{"key": "cut sh')  # a kill in the middle of a record
+    cut_record(out, '{"key": "cut sh')
     assert run() == {"done": 0, "up_to_date": 4, "failed": 0}
-    assert not any(p.exists() for p in debris) and not (out / ".products.zarr.aaaaaaaaaaaa.tmp").exists()
-    assert (out / ".keep-me").exists()
+    assert not dead.exists()
+    assert all(p.read_bytes() == b"the user's" for p in users)
+    assert (out / ".products.zarr.aaaaaaaaaaaa.tmp").is_dir() and (out / ".keep-me").exists()
     (out / sorted(inputs.glob("*.nc"))[0].name).unlink()
-    with open(out / MANIFEST, "a") as f:
-        f.write('{"key": "cut again')
+    cut_record(out, '{"key": "cut again')
     assert run()["done"] == 1  # appended after the cut line, on a line of its own
     assert pd.read_json(out / MANIFEST, lines=True).shape[0] == 4
 
@@ -96,15 +115,16 @@ def test_a_second_run_on_the_same_folder_is_refused(
     checkpoints, tiny_data, inputs: Path, tmp_path, capsys
 ) -> None:
     out = tmp_path / "out"
-    out.mkdir()
-    with output_lock(out):
-        args = ["postprocess", f"--checkpoints=[{checkpoints['mixed48']}]", f"--forecasts={inputs}/*.nc",
-                f"--analysis={tiny_data['analysis']}", f"--out_dir={out}", "--cluster=none"]  # fmt: skip
+    args = ["postprocess", f"--checkpoints=[{checkpoints['mixed48']}]", f"--forecasts={inputs}/*.nc",
+            f"--analysis={tiny_data['analysis']}", f"--out_dir={out}", "--cluster=none"]  # fmt: skip
+    with OutputFolder.open(out, "postprocess"):
         assert main(args) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "being written by another ensml postprocess (pid" in err[0]
-    assert sorted(p.name for p in out.iterdir()) == [".postprocess.lock"]
-    with output_lock(out):  # released by the first holder: can be taken again
-        pass
-    with output_lock(out), pytest.raises(EnsmlError, match="another ensml postprocess"), output_lock(out):
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(
+            f"ensml: postprocess: out_dir {out} is in use by ensml postprocess (pid"
+        )
+        with pytest.raises(EnsmlError, match="is in use by ensml postprocess"):
+            OutputFolder.open(out, "postprocess")
+    assert sorted(p.name for p in out.iterdir()) == [".ensml"]
+    with OutputFolder.open(out, "postprocess"):  # released by the first holder: can be taken again
         pass

@@ -52,9 +52,9 @@ def test_report_with_predictions_and_cases(fitted, tiny_data, tmp_path, capsys) 
 def test_report_replaces_old_report(tiny_data, tmp_path) -> None:
     out = tmp_path / "report"
     assert main(report_args(tiny_data, out)) == 0
-    (out / "figures" / "stale.png").write_text("old")  # inside a report folder: the report's own
+    (out / "figures" / "mine.png").write_text("a user's")  # not in the report's ledger: kept
     assert main(report_args(tiny_data, out)) == 0
-    assert not (out / "figures" / "stale.png").exists() and (out / "report.html").is_file()
+    assert (out / "figures" / "mine.png").read_text() == "a user's" and (out / "report.html").is_file()
     assert FIGURES <= {p.name for p in (out / "figures").iterdir()}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary folder left"
 

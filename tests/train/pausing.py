@@ -1,4 +1,5 @@
-"""A callback for the resume tests: it stops a run at a known point so a test can SIGKILL it."""
+"""Callbacks for the tests of real runs: stop a run at a known point (to SIGKILL it or run a
+second one beside it), or fill the disk under it."""
 
 from __future__ import annotations
 
@@ -26,3 +27,38 @@ class PauseAtEpoch(Callback):
             self.ready.write_text(f"epoch {self.epoch}\n")
         time.sleep(self.wait_s)
         raise SystemExit(f"PauseAtEpoch: not killed within {self.wait_s} s")
+
+
+class PauseAtPredict(Callback):
+    """When prediction starts, write ``ready`` and wait until the file ``go`` exists.
+
+    A test starts a second run meanwhile (which finds the first holding the output folder), then
+    writes ``go``; the wait is bounded so a forgotten run ends by itself.
+    """
+
+    def __init__(self, ready: str = "ready", go: str = "go", wait_s: float = 120.0) -> None:
+        self.ready, self.go, self.wait_s = Path(ready), Path(go), wait_s
+
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.ready.write_text("predicting\n")
+        deadline = time.monotonic() + self.wait_s
+        while not self.go.exists():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"PauseAtPredict: no {self.go} within {self.wait_s} s")
+            time.sleep(0.05)
+
+
+class FillDisk(Callback):
+    """At ``setup``, fill the file system of the working folder (``filler``): the writes after it,
+    ``config.yaml`` first, meet a full disk. For the tests of a full disk in a tmpfs."""
+
+    def __init__(self, filler: str = "filler") -> None:
+        self.filler = Path(filler)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        with open(self.filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"x" * 4096)
+            except OSError:
+                pass

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 import torch
 
-from ensml.data.writers import remove_temporaries
 from ensml.train.checkpoints import AtomicCheckpointIO
+from ensml.train.run_folder import RunFolder
 from tests.cli.process import cli_env, finish, kill_group, run_cli, start_cli
 from tests.conftest import SMOKE, tiny_data_args
 
@@ -111,24 +111,37 @@ def test_killed_and_resumed_run_ends_as_the_uninterrupted_one(
 KILL_DURING_SAVE = """
 import os, signal, sys, torch
 from ensml.train.checkpoints import AtomicCheckpointIO
+from ensml.train.run_folder import RunFolder
 
 class Bomb:  # SIGKILLs the process while torch.save is writing the checkpoint
     def __reduce__(self):
         os.kill(os.getpid(), signal.SIGKILL)
 
-io = AtomicCheckpointIO()
-io.save_checkpoint({"weights": torch.arange(4.0)}, sys.argv[1])
-io.save_checkpoint({"weights": torch.zeros(1 << 20), "bomb": Bomb()}, sys.argv[1])
+run = RunFolder(sys.argv[1], {"checkpoints": "dir"})
+run.open()
+io = AtomicCheckpointIO(run)
+last = os.path.join(sys.argv[1], "checkpoints", "last.ckpt")
+io.save_checkpoint({"weights": torch.arange(4.0)}, last)
+io.save_checkpoint({"weights": torch.zeros(1 << 20), "bomb": Bomb()}, last)
 """
 
 
 def test_a_kill_during_a_checkpoint_save_leaves_the_previous_one_whole(tmp_path: Path) -> None:
-    last = tmp_path / "last.ckpt"
-    proc = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, str(last)], env=cli_env(), timeout=120)
+    run_dir = tmp_path / "run"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    proc = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, str(run_dir)], env=cli_env(), timeout=300)
     assert proc.returncode == -9
     assert torch.equal(torch.load(last, weights_only=True)["weights"], torch.arange(4.0))
-    debris = [p for p in tmp_path.iterdir() if p != last]
-    assert debris and all(p.name.startswith(".last.ckpt.") for p in debris)  # the killed write
-    AtomicCheckpointIO().save_checkpoint({"weights": torch.ones(2)}, last)  # the next save sweeps it
-    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"] and not remove_temporaries(tmp_path)
+    assert [p.name for p in last.parent.iterdir()] == ["last.ckpt"]  # the killed write is staged
+    staging = run_dir / ".ensml" / "staging"
+    assert [p.name for p in staging.iterdir()]  # ... in the killed run's staging folder
+    run = RunFolder(run_dir, {"checkpoints": "dir"})
+    run.open()  # the next run removes it
+    try:
+        assert [p.name for p in staging.iterdir()] == [run.staging.run_id]
+        AtomicCheckpointIO(run).save_checkpoint({"weights": torch.ones(2)}, last)
+    finally:
+        run.close()
+    assert sorted(p.name for p in run_dir.iterdir()) == [".ensml", "checkpoints"]
+    assert list(staging.iterdir()) == [] and [p.name for p in last.parent.iterdir()] == ["last.ckpt"]
     assert torch.equal(torch.load(last, weights_only=True)["weights"], torch.ones(2))

@@ -143,10 +143,18 @@ def _make(paths: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("layout", "extra", "match"),
     [
-        ({"runs": "file"}, [], ("run folder runs/smoke", "runs is a file")),
-        ({"runs/smoke": "file"}, [], ("run folder runs/smoke: it is a file",)),
-        ({"runs/smoke/checkpoints": "file"}, [], ("checkpoint folder", "checkpoints: it is a file")),
-        ({"root": "file"}, ["--trainer.default_root_dir=root"], ("default_root_dir root: it is a file",)),
+        ({"runs": "file"}, [], ("fit: out_dir runs/smoke:", "runs is a file, not a folder")),
+        ({"runs/smoke": "file"}, [], ("fit: out_dir runs/smoke is a file, not a folder",)),
+        (
+            {"runs/smoke/checkpoints": "file"},
+            [],
+            ("out_dir runs/smoke holds 1 entry ensml did not write (e.g. checkpoints)",),
+        ),
+        (
+            {"root": "file"},
+            ["--trainer.default_root_dir=root"],
+            ("fit: default_root_dir root is a file, not a folder",),
+        ),
     ],
     ids=["runs-is-file", "run-folder-is-file", "checkpoints-is-file", "default-root-is-file"],
 )
@@ -162,7 +170,7 @@ def test_fit_into_read_only_folder_fails(tiny_data, tmp_path, monkeypatch, capsy
     Path("runs/smoke").mkdir(parents=True)
     Path("runs/smoke").chmod(0o555)
     try:
-        run_failing(fit(tiny_data), capsys, "run folder runs/smoke", "is read-only")
+        run_failing(fit(tiny_data), capsys, "fit: out_dir runs/smoke:", "is not writable (permission denied)")
     finally:
         Path("runs/smoke").chmod(0o755)
 
@@ -175,7 +183,7 @@ def test_fit_where_the_kernel_refuses_writes_fails(tiny_data, tmp_path, monkeypa
     monkeypatch.setattr(
         os, "access", lambda path, mode: access(path, mode) and Path(path).resolve() != refused
     )
-    run_failing(fit(tiny_data), capsys, "cannot write run folder runs/smoke", "is read-only")
+    run_failing(fit(tiny_data), capsys, "fit: out_dir runs/smoke:", "is not writable (permission denied)")
 
 
 # -- predict: the output folder is made; an unwritable one fails before predicting --------------
@@ -193,8 +201,8 @@ def test_predict_creates_output_folder(resumed, tiny_data, tmp_path, monkeypatch
 @pytest.mark.parametrize(
     ("layout", "match"),
     [
-        ({"runs": "file"}, "runs is a file"),
-        ({"runs/smoke/predictions.nc": "dir"}, "predictions.nc: it is a folder"),
+        ({"runs": "file"}, "runs is a file, not a folder"),
+        ({"runs/smoke/predictions.nc": "dir"}, "predictions.nc exists and ensml did not write it"),
     ],
     ids=["parent-is-file", "output-is-folder"],
 )
@@ -208,7 +216,7 @@ def test_predict_to_unwritable_path_fails_first(
         raise AssertionError("predicted before checking the output path")
 
     monkeypatch.setattr("ensml.train.tasks.MixedTask.predict_step", never)
-    run_failing(predict(tiny_data, resumed[0] / "epoch0.ckpt"), capsys, "cannot write predictions", match)
+    run_failing(predict(tiny_data, resumed[0] / "epoch0.ckpt"), capsys, "predict: out_dir runs/smoke", match)
 
 
 @SKIP_AS_ROOT
@@ -217,6 +225,11 @@ def test_predict_to_read_only_folder_fails_first(resumed, tiny_data, tmp_path, m
     Path("runs").mkdir()
     Path("runs").chmod(0o555)
     try:
-        run_failing(predict(tiny_data, resumed[0] / "epoch0.ckpt"), capsys, "runs is read-only")
+        run_failing(
+            predict(tiny_data, resumed[0] / "epoch0.ckpt"),
+            capsys,
+            "predict: out_dir runs/smoke:",
+            "runs is not writable (permission denied)",
+        )
     finally:
         Path("runs").chmod(0o755)

@@ -218,7 +218,7 @@ def test_a_case_study_of_a_surface_variable_at_a_level(surface_data) -> None:
             "name": "warm spell",
             "variable": "t2m",
             "level": 850,
-            "lead_hours": 48,
+            "lead": 48,
             "region": {"lat": [30, 60], "lon": [0, 40]},
             "window": ["2017-11-01", "2017-11-30"],
             "threshold": {"quantile": 0.9, "tail": "upper"},
@@ -238,8 +238,8 @@ def test_evaluate_scores_a_surface_variable_once(surface_data, tmp_path) -> None
 
     table = evaluate(
         str(surface_data["forecast"]), str(surface_data["analysis"]), oracle=str(surface_data["oracle"]),
-        variables=["z", "t2m"], lead_hours=48, out_dir=str(tmp_path / "eval"),
-    )  # fmt: skip
+        variables=["z", "t2m"], leads=48, out_dir=str(tmp_path / "eval"),
+    ).table  # fmt: skip
     t2m = table[table["variable"] == "t2m"]
     assert len(t2m) == 3 and t2m["level_hPa"].isna().all()  # raw, subset, oracle: one row each
     assert len(table[table["variable"] == "z"]) == 6  # two levels
@@ -268,7 +268,7 @@ def test_report_scores_a_surface_variable_at_every_lead(surface_data, tmp_path) 
     out = report(
         str(surface_data["forecast"]), str(surface_data["analysis"]), oracle=str(surface_data["oracle"]),
         variables=["z", "t2m"], levels=[500.0], out_dir=str(tmp_path / "report"),
-    )  # fmt: skip
+    ).path  # fmt: skip
     text = (out / "report.md").read_text()
     with xr.open_dataset(surface_data["forecast"]) as fc, xr.open_dataset(surface_data["analysis"]) as an:
         w = cell_area_weights(fc["latitude"].values)[None, :, None]

@@ -10,7 +10,6 @@ import xarray as xr
 import yaml
 
 from ensml.cli.main import main
-from ensml.data.outdir import MARKER
 from ensml.errors import EnsmlError
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
@@ -23,7 +22,7 @@ CASE = {
     "name": "tiny storm",
     "variable": "z",
     "level": 500,
-    "lead_hours": 48,
+    "lead": "48h",
     "region": {"lat": [-75, -35], "lon": [350, 80]},
     "window": ["2017-11-07", "2017-11-09"],
     "threshold": {"quantile": 0.1, "tail": "lower"},
@@ -35,12 +34,17 @@ def write_case(path: Path, **changes: object) -> Path:
     return path
 
 
-def run_failing(args: list[str], capsys, match: str, root: Path) -> None:
+def run_failing(args: list[str], capsys, match: str, root: Path) -> str:
+    """Run ``ensml args``: exit status 1, one ``ensml: …`` line naming ``match``, no traceback, and
+    nothing written under ``root``. Returns the line."""
     before = sorted(root.rglob("*"))
     assert main(args) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err and err[-1].startswith("ensml: ") and match in err[-1], err
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert lines and lines[-1].startswith("ensml: ") and match in lines[-1], lines
     assert sorted(root.rglob("*")) == before, "partial output left behind"
+    return lines[-1]
 
 
 def test_region_across_zero_and_dateline() -> None:
@@ -56,7 +60,13 @@ def test_case_window_is_inclusive_and_round_trips() -> None:
     case = case_from_dict(CASE)
     assert case.end == np.datetime64("2017-11-10") - np.timedelta64(1, "ns")
     again = case_from_dict(case.to_dict())
-    assert (again.region, again.start, again.threshold) == (case.region, case.start, case.threshold)
+    assert (again.region, again.start, again.threshold, again.lead) == (
+        case.region, case.start, case.threshold, case.lead)  # fmt: skip
+
+
+@pytest.mark.parametrize("lead", [48, "48", "48h", "2d", "P2D", "PT48H"])
+def test_case_lead_in_hours_or_as_a_duration(lead: object) -> None:
+    assert case_from_dict({**CASE, "lead": lead}).lead == np.timedelta64(48, "h")
 
 
 @pytest.mark.parametrize(
@@ -70,7 +80,9 @@ def test_case_window_is_inclusive_and_round_trips() -> None:
         ({"threshold": {"quantile": 1.5}}, "quantile must be in (0, 1)"),
         ({"threshold": {"value": 1, "quantile": 0.5}}, "threshold must be"),
         ({"threshold": {"value": 1, "tail": "both"}}, "tail must be"),
-        ({"lead_hours": -6}, "lead_hours"),
+        ({"lead": -6}, "lead: lead time -6 is negative"),
+        ({"lead": "tomorrow"}, "lead: lead time 'tomorrow' is not understood"),
+        ({"lead_hours": 48}, "unknown key(s) lead_hours"),
     ],
 )
 def test_bad_case_definitions(change: dict, match: str) -> None:
@@ -87,11 +99,14 @@ def test_repository_cases_load() -> None:
 
 def test_storm_and_extreme_cases(tiny_data) -> None:
     with xr.open_dataset(tiny_data["oracle"]) as orc:
-        storms = storm_cases(orc, n=2)
+        storms = storm_cases(orc, n=2, lead="P2D")
     assert len(storms) == 2 and all(c.threshold.tail == "lower" for c in storms)
     assert "amplitude" in storms[0].description
     with xr.open_dataset(tiny_data["analysis"]) as an:
-        found = find_extreme_cases(an["t"].sel(level=850), variable="t", level=850, n=2, quantile=0.95)
+        found = find_extreme_cases(
+            an["t"].sel(level=850), variable="t", level=850, lead=24, n=2, quantile=0.95
+        )
+    assert all(c.lead == np.timedelta64(24, "h") for c in found) and storms[0].lead == np.timedelta64(48, "h")
     assert len(found) == 2 and abs(found[0].start - found[1].start) >= np.timedelta64(7, "D")
 
 
@@ -119,7 +134,7 @@ def test_evaluate_with_cases(tiny_data, tmp_path, capsys) -> None:
     args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
             f"--oracle={tiny_data['oracle']}", f"--out_dir={out}", f"--cases={case}"]  # fmt: skip
     assert main(args) == 0
-    files = sorted(p.name for p in (out / "cases").iterdir() if p.name != MARKER)  # MARKER: ours
+    files = sorted(p.name for p in (out / "cases").iterdir())
     assert files == ["case_tiny_storm.png", "cases.csv", "cases.md"]
     assert "twcrps_vs_raw" in (out / "cases" / "cases.csv").read_text()
 

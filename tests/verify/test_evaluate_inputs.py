@@ -1,4 +1,9 @@
-"""``ensml evaluate`` refuses inputs it would mis-score silently: one line naming the file, no output."""
+"""``ensml evaluate`` refuses inputs it would mis-score silently: one line naming the file, no output.
+
+What made each predictions, spread predictions and members file is read back from it (its
+``ensml_*`` run metadata): a file without it, files of two runs in one option, a model of the
+other kind and a ``--k`` that disagrees are refused.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 
 from ensml.cli.main import main
-from tests.cli.test_bad_input import run_failing
+from tests.verify.test_cases import run_failing as run_failing_in
 
 
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def run_failing(args: list[str], capsys: pytest.CaptureFixture, match: str) -> str:
+    """Exit status 1, one line naming ``match``, no traceback, nothing written in this folder."""
+    return run_failing_in(args, capsys, match, Path.cwd())
 
 
 @pytest.fixture
@@ -138,9 +149,85 @@ def test_inf_in_analysis(tiny_data, work, capsys) -> None:
     assert "first at time=2017-03-01 00:00, level=850" in line
 
 
-def test_nan_in_members(tiny_data, work, capsys) -> None:
-    bad = _variant(tiny_data["forecast"], work / "m.nc", _set("t", (10, 2, 4, 1, 0, 0), np.nan))
+def _members(tiny_data: dict[str, Path], preds: Path, dst: Path, change=None) -> Path:
+    """Calibrated members: the forecast with the run metadata of the smoke model's predictions."""
+    with xr.open_dataset(preds) as p:
+        attrs = dict(p.attrs)
+    return _variant(tiny_data["forecast"], dst, lambda ds: (change(ds) if change else ds).assign_attrs(attrs))
+
+
+def test_nan_in_members(tiny_data, preds, work, capsys) -> None:
+    bad = _members(tiny_data, preds, work / "m.nc", _set("t", (110, 2, 4, 1, 0, 0), np.nan))
     run_failing(_evaluate(tiny_data, members=bad), capsys, f"members file {bad}: 1 NaN value in 't'")
+
+
+# --- run metadata ---------------------------------------------------------------------------------
+
+
+def _meta(**attrs: object) -> Callable[[xr.Dataset], xr.Dataset]:
+    return lambda ds: ds.assign_attrs({f"ensml_{k}": v for k, v in attrs.items()})
+
+
+@pytest.mark.parametrize("option", ["predictions", "spread_predictions", "members"])
+def test_file_without_run_metadata(tiny_data, preds, work, capsys, option) -> None:
+    source = tiny_data["forecast"] if option == "members" else preds
+    bare = _variant(source, work / "bare.nc", lambda ds: ds.drop_attrs())
+    what = option.replace("_", " ")
+    line = run_failing(
+        _evaluate(tiny_data, **{option: bare}), capsys, f"{what} file {bare} has no ensml_task"
+    )
+    assert line.endswith("it was not written by ensml predict or ensml postprocess of this version, so what "
+                         "made it cannot be checked")  # fmt: skip
+
+
+def test_two_checkpoints_in_one_predictions_glob(tiny_data, preds, work, capsys) -> None:
+    first = _variant(preds, work / "p0.nc", lambda ds: ds.isel(init_time=slice(0, 10)))
+    second = _variant(
+        preds,
+        work / "p1.nc",
+        lambda ds: _meta(checkpoint_sha256="9f" * 32)(ds.isel(init_time=slice(10, None))),
+    )
+    with xr.open_dataset(preds) as ds:
+        sha = ds.attrs["ensml_checkpoint_sha256"][:12]
+    line = run_failing(_evaluate(tiny_data, predictions=work / "p*.nc"), capsys, "come from different runs")
+    assert line == (
+        f"ensml: predictions files {first} and {second} come from different runs (checkpoint {sha} vs "
+        f"{'9f' * 6}); score one run at a time"
+    )
+
+
+def test_k_comes_from_the_run(tiny_data, preds, work, capsys) -> None:
+    line = run_failing(_evaluate(tiny_data, "--k=3", predictions=preds), capsys, "k=3 was given")
+    assert line == f"ensml: k=3 was given, but predictions {preds} was made from k=5 members; leave k unset"
+    three = _variant(preds, work / "k3.nc", _meta(k=3, members="0 1 2"))
+    assert main(_evaluate(tiny_data, predictions=three)) == 0
+    forecasts = set(pd.read_csv(work / "out" / "scores.csv")["forecast"])
+    assert "raw subset (3 members)" in forecasts and "raw subset (5 members)" not in forecasts
+    assert main([*_evaluate(tiny_data, predictions=preds), "--k=5"]) == 0  # agrees: fine
+
+
+def test_runs_of_two_k(tiny_data, preds, work, capsys) -> None:
+    spread = _variant(
+        preds,
+        work / "s.nc",
+        lambda ds: _meta(task="SpreadTask", k=3, members="0 1 2")(ds[["z_std", "t_std"]]),
+    )
+    run_failing(
+        _evaluate(tiny_data, predictions=preds, spread_predictions=spread), capsys,
+        f"predictions {preds} was made from k=5 members and spread predictions {spread} from k=3; score",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--k=0"], "k"),
+        (["--levels=[-500]"], "levels"),
+        (["--leads=[24h, soon]"], "lead time 'soon' is not understood"),
+    ],
+)
+def test_bad_option_values_are_one_line(tiny_data, work, capsys, args, match) -> None:
+    run_failing(_evaluate(tiny_data, *args), capsys, match)
 
 
 def test_nan_in_oracle(tiny_data, work, capsys) -> None:

@@ -3,8 +3,9 @@
 A tiny synthetic ensemble (8 × 16 grid, two months of inits every 3 days, leads 0/24/48 h) and
 Gaussian predictions made here from the oracle plus noise, at +24 h and +48 h along a
 ``lead_time`` dim (as ``ensml postprocess`` writes them) or at one lead with a scalar
-``lead_time`` (as ``ensml predict`` writes them). References: properscoring's empirical
-ensemble CRPS and closed-form Gaussian CRPS, area-weighted by hand.
+``lead_time`` (as ``ensml predict`` writes them), each with the run metadata that says which
+leads it holds. References: properscoring's empirical ensemble CRPS and closed-form Gaussian
+CRPS, area-weighted by hand.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from ensml.cli.main import main
 from ensml.report.scores import skill_by_lead
 from ensml.verify.evaluate import evaluate
 from tests.conftest import cell_area_weights
+from tests.verify.reference_inputs import run_meta
+from tests.verify.test_cases import run_failing
 
 HOUR = np.timedelta64(1, "h")
 VARS = ("z", "t")
@@ -45,16 +48,20 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             sub[f"{v}_std"].shape
         )
         sub[f"{v}_std"] = sub[f"{v}_std"] * 1.3
-    sub.attrs = {"title": "test predictions at two leads"}
+    sub.attrs = {"title": "test predictions at two leads", **run_meta("MixedTask")}
     paths["preds2"] = root / "preds2.nc"
     sub.to_netcdf(paths["preds2"])
     for h in (24, 48):  # one lead, scalar lead_time, no lead dim (ensml predict)
         paths[f"preds{h}"] = root / f"preds{h}.nc"
-        sub.sel(lead_time=np.timedelta64(h, "h")).to_netcdf(paths[f"preds{h}"])
+        one = sub.sel(lead_time=np.timedelta64(h, "h")).assign_attrs(run_meta("MixedTask", leads=[h]))
+        one.to_netcdf(paths[f"preds{h}"])
     paths["spread48"] = root / "spread48.nc"  # a spread model's file, lead dim holding 48 h only
-    sub[[f"{v}_std" for v in VARS]].sel(lead_time=[np.timedelta64(48, "h")]).to_netcdf(paths["spread48"])
+    spread = sub[[f"{v}_std" for v in VARS]].sel(lead_time=[np.timedelta64(48, "h")])
+    spread.assign_attrs(run_meta("SpreadTask", leads=[48])).to_netcdf(paths["spread48"])
     paths["preds24dim"] = root / "preds24dim.nc"
-    sub.sel(lead_time=[np.timedelta64(24, "h")]).to_netcdf(paths["preds24dim"])
+    sub.sel(lead_time=[np.timedelta64(24, "h")]).assign_attrs(run_meta("MixedTask", leads=[24])).to_netcdf(
+        paths["preds24dim"]
+    )
     return paths
 
 
@@ -103,7 +110,7 @@ def test_every_lead_of_the_predictions_is_scored(data, tmp_path) -> None:
     table = evaluate(
         str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]),
         oracle=str(data["oracle"]), out_dir=str(out),
-    )  # fmt: skip
+    ).table  # fmt: skip
     assert list(dict.fromkeys(table["lead_h"])) == [24, 48]  # one block of rows per lead, in order
     assert table["lead_h"].is_monotonic_increasing
     assert len(table) == 2 * len(VARS) * len(LEVELS) * 4  # raw, subset, post-processed, oracle
@@ -157,7 +164,7 @@ def test_one_lead_file_scores_its_lead_in_the_one_lead_layout(data, tmp_path) ->
         str(data["analysis"]),
         predictions=str(data["preds24"]),
         out_dir=str(tmp_path / "a"),
-    )
+    ).table
     assert set(table["lead_h"]) == {24}
     ref = _reference(data, 24, "t", 850.0)
     np.testing.assert_allclose(_row(table, 24, "t", 850.0, "post-processed")["crps"], ref["gauss"], rtol=1e-5)
@@ -172,7 +179,7 @@ def test_one_lead_file_scores_its_lead_in_the_one_lead_layout(data, tmp_path) ->
         one = scores.load()
     # asked for one lead of a two-lead file: the same layout, the same numbers
     evaluate(
-        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]), lead_hours=24,
+        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]), leads=24,
         out_dir=str(tmp_path / "b"),
     )  # fmt: skip
     with xr.open_dataset(tmp_path / "b" / "scores.nc") as scores:
@@ -181,54 +188,85 @@ def test_one_lead_file_scores_its_lead_in_the_one_lead_layout(data, tmp_path) ->
 
 
 def test_no_predictions_scores_every_forecast_lead_but_zero(data, tmp_path) -> None:
-    table = evaluate(
+    scores = evaluate(
         str(data["forecast"]), str(data["analysis"]), variables=["t"], out_dir=str(tmp_path / "e")
     )
-    assert list(dict.fromkeys(table["lead_h"])) == [24, 48]
-    table = evaluate(
-        str(data["forecast"]), str(data["analysis"]), variables=["t"], lead_hours=[48, 0],
+    assert list(dict.fromkeys(scores.table["lead_h"])) == [24, 48]
+    scores = evaluate(
+        str(data["forecast"]), str(data["analysis"]), variables=["t"], leads=[48, "0h"],
         out_dir=str(tmp_path / "f"),
     )  # fmt: skip
-    assert list(dict.fromkeys(table["lead_h"])) == [0, 48]
+    assert list(dict.fromkeys(scores.table["lead_h"])) == [0, 48]
+    scores = evaluate(
+        str(data["forecast"]),
+        str(data["analysis"]),
+        variables=["t"],
+        leads="P1D",
+        out_dir=str(tmp_path / "g"),
+    )
+    assert list(scores.table["lead_h"].unique()) == [24]
 
 
 @pytest.mark.parametrize(
     ("files", "extra", "match"),
     [
         # a lead the predictions lack (a one-lead file holds its scalar lead_time)
+        ({"predictions": "preds48"}, ["--leads=[24, 48]"], "preds48.nc has no lead time(s) 24 h (found: 48"),
+        ({"predictions": "preds48"}, ["--leads=24h"], "preds48.nc has no lead time(s) 24 h (found: 48 h)"),
+        ({"predictions": "preds2"}, ["--leads=[24, 36]"], "preds2.nc has no lead time(s) 36 h (found: 24,"),
+        # by default the leads of the runs: each file must hold every one of them
         (
-            {"predictions": "preds48"},
-            ["--lead_hours=[24, 48]"],
-            "preds48.nc has no lead time(s) [24] h (found: [48] h)",
-        ),
-        (
-            {"predictions": "preds48"},
-            ["--lead_hours=24"],
-            "preds48.nc has no lead time(s) [24] h (found: [48] h)",
-        ),
-        (
-            {"predictions": "preds2"},
-            ["--lead_hours=[24, 36]"],
-            "preds2.nc has no lead time(s) [36] h (found: [24, 48] h)",
+            {"predictions": "preds2", "spread_predictions": "spread48"},
+            [],
+            "spread48.nc has no lead time(s) 24 h (found: 48 h); --leads common scores the leads every file",
         ),
         # no lead in common
-        ({"predictions": "preds24dim", "spread_predictions": "spread48"}, [], "no lead time in common"),
+        (
+            {"predictions": "preds24dim", "spread_predictions": "spread48"},
+            ["--leads=common"],
+            "the inputs have no lead time in common",
+        ),
         # a lead the forecast lacks
-        ({}, ["--lead_hours=72"], "has no lead time(s) 72 h (found: 0, 24, 48 h)"),
+        ({}, ["--leads=72"], "has no lead time(s) 72 h (found: 0, 24, 48 h)"),
+        # not a lead time: a one-line error before any work
+        ({}, ["--leads=soon"], "lead time 'soon' is not understood"),
+        ({}, ["--leads=-6"], "lead time -6 is negative"),
     ],
-)
+)  # fmt: skip
 def test_bad_leads_are_one_line_and_write_nothing(
     data, tmp_path, monkeypatch, capsys, files, extra, match
 ) -> None:
     monkeypatch.chdir(tmp_path)
     args = ["evaluate", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
             *(f"--{k}={data[v]}" for k, v in files.items()), *extra, "--out_dir=out"]  # fmt: skip
-    assert main(args) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err and err[-1].startswith("ensml: ") and match in err[-1], err
-    assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir()), "output left behind"
-    if "common" in match:
-        assert "preds24dim.nc [24] h" in err[-1] and "spread48.nc [48] h" in err[-1]
+    line = run_failing(args, capsys, match, tmp_path)
+    if "common:" in line:
+        assert "preds24dim.nc 24 h" in line and "spread48.nc 48 h" in line
+
+
+def test_common_leads_are_scored_and_the_dropped_ones_said(data, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["evaluate", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
+            f"--predictions={data['preds2']}", f"--spread_predictions={data['spread48']}", "--leads=common",
+            "--out_dir=out"]  # fmt: skip
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    said = [line for line in captured.err.splitlines() if "dropped" in line]
+    assert said == ["evaluate: scoring 48 h, the leads every file holds; dropped 24 h"]
+    table = pd.read_csv(tmp_path / "out" / "scores.csv")
+    assert set(table["lead_h"]) == {48} and set(pd.read_csv(tmp_path / "out" / "spread.csv")["lead_h"]) == {
+        48
+    }
+    header = (tmp_path / "out" / "scores.md").read_text().splitlines()[0]
+    assert header.endswith("Leads every file holds: 48 h; dropped 24 h.")
+    assert "(Leads every file holds: 48 h; dropped 24 h)" in captured.out  # the printed table's title
+    # the same numbers as asking for 48 h alone
+    alone = evaluate(
+        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]), leads=48,
+        spread_predictions=str(data["spread48"]), out_dir=str(tmp_path / "alone"),
+    )  # fmt: skip
+    pd.testing.assert_frame_equal(table, pd.read_csv(tmp_path / "alone" / "scores.csv"))
+    assert not alone.dropped.size and "dropped" not in (tmp_path / "alone" / "scores.md").read_text()
 
 
 def test_skill_by_lead_refers_to_the_raw_ensemble_at_each_lead() -> None:
@@ -252,7 +290,7 @@ def test_report_plots_skill_by_lead(data, tmp_path) -> None:
     out = report(
         str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]),
         oracle=str(data["oracle"]), variables=["t"], out_dir=str(tmp_path / "report"),
-    )  # fmt: skip
+    ).path  # fmt: skip
     png = out / "figures" / "crps_skill_by_lead.png"
     assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 10_000
     md = (out / "report.md").read_text()
@@ -263,3 +301,25 @@ def test_report_plots_skill_by_lead(data, tmp_path) -> None:
     assert "| t | 850 | 24 | post-processed (Gaussian) | Gaussian closed form" in md
     assert "| t | 850 | 48 | post-processed (Gaussian) | Gaussian closed form" in md
     assert (out / "figures" / "crps_skill_map.png").is_file()  # the map at the report's lead, 48 h
+
+
+def test_report_maps_the_last_lead_scored_by_default(data, tmp_path, monkeypatch, capsys) -> None:
+    """Predictions of +24 h only: the maps, histograms and reliability are at +24 h, not +48 h."""
+    monkeypatch.chdir(tmp_path)
+    args = ["report", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
+            f"--predictions={data['preds24']}", "--variables=[t]", "--out_dir=report"]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "CRPS over" in printed and printed.strip().endswith("report/report.md and report/report.html")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Global scores at +24 h\n" in md
+    assert "## Rank histograms at +24 h" in md and "## Reliability at +24 h" in md
+    assert (tmp_path / "report" / "figures" / "crps_skill_map.png").is_file()
+    assert "No map of the per-point CRPS skill" not in md
+
+
+def test_report_lead_the_forecast_lacks_is_one_line(data, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["report", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}", "--lead=P3D",
+            "--out_dir=report"]  # fmt: skip
+    run_failing(args, capsys, "has no lead time(s) 72 h (found: 0, 24, 48 h)", tmp_path)

@@ -23,6 +23,7 @@ from ensml.data.weights import area_weights, cell_areas
 from ensml.errors import EnsmlError
 from ensml.verify.maps import Panel, _geometry, draw_maps, unmappable
 from tests.data.projected import GM, POLAR, geographic, grid
+from tests.verify.reference_inputs import run_meta
 from tests.verify.test_cases import run_failing
 from tests.verify.test_maps import PNG, no_downloads  # noqa: F401  (autouse: cartopy may not download)
 
@@ -90,7 +91,9 @@ def write_projected(
             **extra,
         },
         coords={**coords, "init_time": inits, "level": [500.0], "lead_time": leads[1]},
-    )
+        attrs=run_meta("MixedTask", k=3, members=(0, 1, 2), ensemble_size=members, variables=("t",),
+                       levels=(500.0,), leads=(leads[1],)),
+    )  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, ds in (("forecast", forecast), ("analysis", ana), ("predictions", predictions)):
@@ -180,7 +183,7 @@ def test_evaluate_scores_a_polar_stereographic_ensemble(polar, tmp_path, capsys)
 def test_report_on_a_polar_stereographic_ensemble(polar: dict[str, Path], tmp_path: Path) -> None:
     case = tmp_path / "polar_low.yaml"
     case.write_text(yaml.safe_dump({
-        "name": "polar low", "variable": "t", "level": 500, "lead_hours": 48,
+        "name": "polar low", "variable": "t", "level": 500, "lead": 48,
         "region": {"lat": [83, 90], "lon": [270, 90]}, "window": ["2020-01-03", "2020-01-09"],
         "threshold": {"quantile": 0.8, "tail": "upper"},
     }))  # fmt: skip

@@ -71,7 +71,6 @@ first 5 members alone beats the raw 10 members by about 14%.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -81,8 +80,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ensml.data.outputs import STATE_DIR, Ledger, OutputFolder
 from ensml.data.synth.build import SynthConfig, build_datasets, encodings
-from ensml.data.writers import temporary_folder, write_netcdf, write_zarr
 from ensml.errors import EnsmlError
 from ensml.names import format_leads, iso_lead, parse_leads
 from ensml.progress import EVERY_S, Progress
@@ -126,19 +125,28 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
     return inits, leads
 
 
-def _prepare_out_dir(out_dir: Path, overwrite: bool, suffix: str) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise EnsmlError(f"synth out_dir {out_dir} exists and is not a directory")
-    base = out_dir if out_dir.is_dir() else out_dir.absolute().parent
-    while not base.exists():
-        base = base.parent
-    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
-        raise EnsmlError(f"synth: cannot write out_dir {out_dir}: {base} is a file or read-only")
-    present = [f + suffix for f in NAMES if (out_dir / (f + suffix)).exists()]
-    if present and not overwrite:
+def _prepare_out_dir(out_dir: Path, overwrite: bool, suffix: str) -> list[str]:
+    """The names of the outputs, checked before any work; nothing is written.
+
+    :meth:`OutputFolder.check` refuses a file, the root or current folder, a read-only place,
+    a non-empty folder ensml does not own (whatever it holds) and a user's file of an output's
+    name. Without ``overwrite``, a folder holding an earlier synth's outputs is refused too: the
+    folder holds one synth's files, so this run would replace them.
+    """
+    names = [f + suffix for f in NAMES]
+    real = OutputFolder.check(out_dir, "synth", names=names)
+    ledger = Ledger.load(real / STATE_DIR)  # read again: check returns only the folder
+    earlier = [
+        name
+        for name, entry in sorted(ledger.entries.items())
+        if entry.command == "synth" and entry.kind != "parent" and os.path.lexists(real / name)
+    ]
+    if earlier and not overwrite:
         raise EnsmlError(
-            f"synth out_dir {out_dir} already has {', '.join(present)}; pass overwrite=True to replace"
+            f"synth: out_dir {out_dir} already holds {', '.join(earlier)} of an earlier synth; "
+            "pass overwrite=True to replace them"
         )
+    return names
 
 
 def synth(
@@ -171,7 +179,8 @@ def synth(
     Parameters
     ----------
     out_dir
-        Output directory, created if missing.
+        Output folder: new, empty or an earlier synth's (created if missing). A folder holding
+        anything ensml did not write is refused, whatever it holds.
     n_lat
         Number of latitudes: cell centres from 90 - 90/n_lat to -(90 - 90/n_lat) degrees,
         no pole rows (32 gives 87.1875 … -87.1875).
@@ -205,7 +214,8 @@ def synth(
     zarr_format
         Zarr store version, 2 or 3 (with ``format: zarr``).
     overwrite
-        Replace existing output files in ``out_dir`` (other files there are left alone).
+        Replace an earlier synth's outputs in ``out_dir`` (those its ledger lists; the folder
+        then holds this run's files only).
 
     Returns
     -------
@@ -215,8 +225,10 @@ def synth(
     Raises
     ------
     EnsmlError
-        For impossible options or an ``out_dir`` that already holds the outputs. Nothing is
-        written unless all three files are complete.
+        For impossible options, an ``out_dir`` that cannot be written or is not ensml's, or one
+        that already holds an earlier synth's outputs (without ``overwrite``); a write that
+        fails (full disk: one line naming the file). Nothing is written unless all three files
+        are complete.
     """
     try:
         cfg = SynthConfig(
@@ -240,51 +252,38 @@ def synth(
         raise EnsmlError(f"synth zarr_format must be 2 or 3, got {zarr_format!r}")
     inits, leads = _validate(cfg)
     out_dir = Path(out_dir)
-    _prepare_out_dir(out_dir, overwrite, SUFFIXES[format])
+    names = _prepare_out_dir(out_dir, overwrite, SUFFIXES[format])
     # Members are drawn lazily, block by block, as the files are written.
     with Progress("ensml synth", len(inits), "init times drawn and written", every_s=EVERY_S) as progress:
         datasets = build_datasets(cfg, inits, leads, on_progress=lambda n: progress.advance(n=n))
-        writer = _zarr_writer(zarr_format) if format == "zarr" else write_netcdf
-        return _write_all(datasets, encodings(datasets, cfg), out_dir, cfg, writer, SUFFIXES[format])
-
-
-def _zarr_writer(zarr_format: int):
-    def write(ds: xr.Dataset, path: Path, encoding: dict, *, history: str) -> Path:
-        return write_zarr(ds, path, encoding, zarr_format=zarr_format, history=history)
-
-    return write
+        options = {"zarr_format": zarr_format} if format == "zarr" else {}
+        return _write_all(datasets, encodings(datasets, cfg), out_dir, cfg, dict(zip(NAMES, names)), options)
 
 
 def _write_all(
-    datasets: dict[str, xr.Dataset], encodings: dict, out_dir: Path, cfg: SynthConfig, writer, suffix: str
-) -> dict:
-    """Write the datasets to a hidden staging folder in ``out_dir``, then move them into it.
+    datasets: dict[str, xr.Dataset],
+    encodings: dict,
+    out_dir: Path,
+    cfg: SynthConfig,
+    names: dict[str, str],
+    zarr: dict[str, int],
+) -> dict[str, Path]:
+    """Write each dataset as its output of ``names`` (zarr stores with the ``zarr`` options, else netCDF).
 
-    A failure leaves neither a partial set of files nor a created-but-empty ``out_dir``; what a
-    killed run left (its staging folder) is removed by the next run.
+    The folder is opened whole: every file is staged in its ``.ensml`` and the three are renamed
+    into place together at the end, replacing an earlier synth's outputs (and removing those this
+    run does not write). A failure or a kill leaves the folder as it was; a rerun finishes or
+    discards what a killed run staged.
     """
-    created = not out_dir.exists()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise EnsmlError(f"synth: cannot create out_dir {out_dir}: {err.strerror or err}") from None
     history = (
         "synth(" + ", ".join(f"{k}={v!r}" for k, v in asdict(cfg).items()) + f", out_dir={str(out_dir)!r})"
     )
-    try:
-        with temporary_folder(out_dir / "synth") as staging:
-            # Threads, whatever scheduler the caller set up: the member blocks close over big arrays.
-            with dask.config.set(scheduler="threads"):
-                for name, ds in datasets.items():
-                    writer(ds, staging / f"{name}{suffix}", encodings[name], history=history)
-            paths = {}
-            for name in datasets:
-                paths[name] = out_dir / f"{name}{suffix}"
-                if paths[name].is_dir():  # an old store (overwrite was asked for)
-                    shutil.rmtree(paths[name])
-                (staging / f"{name}{suffix}").replace(paths[name])
-    except BaseException:
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise
+    paths = {}
+    with OutputFolder.open(out_dir, "synth", names=names, whole=True) as folder:
+        # Threads, whatever scheduler the caller set up: the member blocks close over big arrays.
+        with dask.config.set(scheduler="threads"):
+            for key, ds in datasets.items():
+                write = folder.write_zarr if zarr else folder.write_netcdf
+                write(ds, names[key], encodings[key], history=history, **zarr)
+                paths[key] = out_dir / names[key]
     return paths

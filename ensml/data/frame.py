@@ -1,0 +1,268 @@
+"""The one frame builder: a forecast, its analysis and ensml's outputs aligned by valid time.
+
+``ensml evaluate``, ``ensml report`` (its scores by lead time), the case studies and the
+benchmark's scoring all score a forecast of ``init_time`` at ``lead_time`` against the analysis
+valid at ``init_time + lead_time``. :func:`build_frame` opens (lazily) and checks what they
+score, once:
+
+* the forecast and the analysis (:mod:`ensml.data.open`) on one grid, with the variables,
+  levels and lead times asked for;
+* optionally the files of ``ensml predict`` / ``ensml postprocess`` given to an option
+  (:data:`ensml.data.runfiles.ROLES`: ``predictions``, ``spread predictions``, ``members``).
+  Each file's run metadata is read back (:meth:`ensml.predictions.RunMeta.from_attrs`; a file
+  without it is refused), the task that made it must be the one its option scores, and the
+  files of one option must come from one run (:func:`ensml.predictions.one_run`, naming two
+  checkpoints that differ);
+* optionally the generator's oracle (``<var>_mean``/``<var>_std`` by init and lead);
+* the init times that every source holds and whose valid time the analysis holds at every lead;
+* the area weights of the grid (:func:`ensml.data.weights.area_weights`, the one weighting).
+
+:meth:`EnsembleFrame.at` then reads one lead at a time, so memory holds one lead's fields.
+
+Lead times (:func:`ensml.data.runfiles.choose_leads`): by default the leads of the runs given
+(every forecast lead but 0 h without one); a lead that one of their files lacks is an error
+naming the file and the lead, unless the leads asked for are ``"common"``: the leads every file
+holds, the others reported as dropped. A *partial* frame (case studies, the report's charts by
+lead) instead leaves a source out where it lacks a lead or a variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import xarray as xr
+
+from ensml.data.grid import check_same_grid
+from ensml.data.open import (
+    check_lead_times,
+    check_levels,
+    check_members,
+    open_analysis,
+    open_dataset,
+    open_forecast,
+)
+from ensml.data.runfiles import Check, Paths, RunFiles, Select, choose_leads, scan_run
+from ensml.data.weights import area_weights
+from ensml.errors import EnsmlError
+from ensml.names import (
+    INIT_TIME,
+    LEAD_DTYPE,
+    LEAD_TIME,
+    LEVEL,
+    TIME,
+    LeadLike,
+    format_leads,
+    parse_lead,
+    parse_leads,
+)
+from ensml.predictions import check_k
+
+#: The subset size when neither a run nor the user gives one.
+DEFAULT_K = 5
+
+
+@dataclass(frozen=True)
+class LeadFrame:
+    """The frame's fields at one lead, in memory, indexed by the frame's init times.
+
+    ``forecast`` (init_time, member, level, grid) keeps a scalar ``lead_time``; ``analysis``
+    is the analysis valid at ``init_time + lead`` with ``init_time`` for its time dim; ``runs``
+    the options' fields (without lead coordinates) and ``oracle`` the oracle's, of the sources
+    that hold the lead.
+    """
+
+    lead: np.timedelta64
+    forecast: xr.Dataset
+    analysis: xr.Dataset
+    runs: dict[str, xr.Dataset]
+    oracle: xr.Dataset | None
+
+
+@dataclass(frozen=True)
+class EnsembleFrame:
+    """Forecast, analysis and other sources, opened lazily and aligned (see :func:`build_frame`)."""
+
+    forecast: xr.Dataset  # lazy, the frame's variables
+    analysis: xr.Dataset  # lazy, every analysis time
+    variables: list[str]
+    levels: list[float]  # hPa; of the variables with a level dim
+    leads: np.ndarray  # timedelta64[ns], increasing
+    inits: np.ndarray  # datetime64[ns], increasing
+    weights: xr.DataArray  # area weights of the grid (mean 1; ``weighting`` attribute)
+    names: dict[str, str]  # how messages name the forecast, analysis and oracle
+    runs: dict[str, RunFiles] = field(default_factory=dict)  # the runs read at some lead, by option
+    scanned: dict[str, RunFiles] = field(default_factory=dict)  # every run given (partial frames)
+    oracle: xr.Dataset | None = None  # lazy, every variable of the file
+    oracle_vars: list[str] = field(default_factory=list)  # what :meth:`at` reads of it
+    dropped: np.ndarray = field(default_factory=lambda: np.array([], dtype=LEAD_DTYPE))
+
+    def subset_size(self, k: int | None) -> int:
+        """K of the raw subset: the runs' ``k`` (a ``k`` given must agree), else ``k`` or 5.
+
+        Raises
+        ------
+        EnsmlError
+            The runs were made from different ``k``, ``k`` disagrees with them, or the forecast
+            has fewer than K members.
+        """
+        runs = list(self.scanned.values())
+        for run in runs[1:]:
+            if run.meta.k != runs[0].meta.k:
+                raise EnsmlError(
+                    f"{runs[0]} was made from k={runs[0].meta.k} members and {run} from k={run.meta.k}; "
+                    "score one k at a time"
+                )
+        if runs:
+            k = check_k(runs[0].meta, k, str(runs[0]))
+        k = DEFAULT_K if k is None else int(k)
+        check_members(self.forecast, k, self.names["forecast"])
+        return k
+
+    def within(self, start: np.datetime64, end: np.datetime64) -> EnsembleFrame:
+        """The frame restricted to the init times valid in ``[start, end]`` at its first lead."""
+        valid = self.inits + self.leads[0]
+        return replace(self, inits=self.inits[(valid >= start) & (valid <= end)])
+
+    def at(self, lead: LeadLike, *, where: Select | None = None, check: Check | None = None) -> LeadFrame:
+        """Every source at ``lead``, read into memory (``where`` applied first, then ``check``)."""
+        lead = parse_lead(lead)
+        inits, levels = self.inits, {LEVEL: self.levels} if LEVEL in self.forecast.dims else {}
+
+        def load(ds: xr.Dataset, name: str) -> xr.Dataset:
+            ds = (where(ds) if where else ds).load()
+            if check:
+                check(ds, name)
+            return ds
+
+        fc = load(self.forecast.sel({INIT_TIME: inits, LEAD_TIME: lead, **levels}), self.names["forecast"])
+        an = load(self.analysis.sel({TIME: inits + lead, **levels}), self.names["analysis"])
+        an = an.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
+        runs = {w: r.read(lead, inits, levels, where, check) for w, r in self.runs.items() if r.holds(lead)}
+        orc = None
+        if self.oracle is not None and lead in self.oracle[LEAD_TIME].values:
+            sel = {INIT_TIME: inits, LEAD_TIME: lead, **levels}
+            orc = load(self.oracle[self.oracle_vars].sel(sel), self.names["oracle"])
+        return LeadFrame(lead, fc, an, runs, orc)
+
+
+def build_frame(
+    forecast: Paths,
+    analysis: Paths,
+    *,
+    variables: Sequence[str] | None = None,
+    levels: Sequence[float] | None = None,
+    leads: LeadLike | Sequence[LeadLike] | None = None,
+    predictions: Paths | None = None,
+    spread_predictions: Paths | None = None,
+    members: Paths | None = None,
+    oracle: Paths | None = None,
+    oracle_vars: Sequence[str] = (),
+    inits: np.ndarray | None = None,
+    partial: bool = False,
+    context: str = "",
+    note: bool = True,
+) -> EnsembleFrame:
+    """Open and check the sources of a verification and align them by valid time.
+
+    Parameters
+    ----------
+    forecast, analysis
+        The raw ensemble and the verifying analysis (paths or globs, :mod:`ensml.data.open`).
+    variables, levels
+        What is scored (default: every forecast variable, every forecast level in hPa). Levels
+        apply to the variables with a level dimension; surface variables are taken whole.
+    leads
+        Lead times (hours or durations), ``"common"`` or ``None``: see :func:`choose_leads`.
+        A partial frame takes the leads given, or every lead of the forecast.
+    predictions, spread_predictions, members
+        Files of ``ensml predict`` / ``ensml postprocess`` (:data:`ROLES`), checked by
+        :func:`scan_run`; their init times bound the frame's.
+    oracle
+        The generator's oracle; ``<var>_mean``/``<var>_std`` and ``oracle_vars`` are read.
+    inits
+        Score at most these init times (e.g. a test split).
+    partial
+        Leave out a run or the oracle that lacks a variable or every lead of the frame (a case
+        of a field the model does not predict); :meth:`EnsembleFrame.at` then gives the sources
+        that hold each lead. Otherwise each is an error.
+    context
+        Added to the names of the forecast and analysis in messages (``" (case 'storm')"``).
+    note
+        Say so on stderr when the grid defines no cell areas (uniform weights).
+
+    Raises
+    ------
+    EnsmlError
+        One line naming the file: a missing variable, level or lead, another grid, run metadata
+        that is absent or of two runs, predictions of the wrong kind, no init time in common.
+    """
+    fc_name, an_name = f"forecast {forecast}{context}", f"analysis {analysis}{context}"
+    fc = open_forecast(forecast, variables)
+    variables = list(variables) if variables else [str(v) for v in fc.data_vars]
+    given = {"predictions": predictions, "spread predictions": spread_predictions, "members": members}
+    scanned = {what: scan_run(paths, what, variables, partial) for what, paths in given.items() if paths}
+    an = open_analysis(analysis, variables)
+    check_same_grid(fc, an, fc_name, an_name)
+    if partial:
+        lead_list = parse_leads(leads) if leads is not None else np.sort(fc[LEAD_TIME].values)
+        dropped = np.array([], dtype=LEAD_DTYPE)
+    else:
+        lead_list, dropped = choose_leads(leads, list(scanned.values()), fc[LEAD_TIME].values)
+    check_lead_times(fc, lead_list, fc_name)
+    all_levels = [float(x) for x in np.atleast_1d(fc[LEVEL].values)] if LEVEL in fc.coords else []
+    levels = [float(x) for x in levels] if levels is not None else all_levels
+    on_levels = any(LEVEL in fc[v].dims for v in variables)
+    for ds, name in ((fc, fc_name), (an, an_name)) if on_levels else ():
+        check_levels(ds, levels, name)
+    runs = {w: r for w, r in scanned.items() if not r.missing and any(r.holds(x) for x in lead_list)}
+    candidates = fc[INIT_TIME].values
+    for run in runs.values():
+        check_same_grid(fc, run.coords, fc_name, str(run))
+        if on_levels:
+            check_levels(run.coords, levels, str(run))
+        candidates = np.intersect1d(candidates, run.coords[INIT_TIME].values)
+    orc, names = None, {"forecast": fc_name, "analysis": an_name, "oracle": f"oracle {oracle}"}
+    needed = [f"{v}_{s}" for v in variables for s in ("mean", "std")] + list(oracle_vars)
+    if oracle:
+        orc = _open_oracle(oracle, needed, lead_list, partial, fc, fc_name)
+        if orc is not None:
+            candidates = np.intersect1d(candidates, orc[INIT_TIME].values)
+    if inits is not None:
+        candidates = np.intersect1d(candidates, inits)
+    for lead in lead_list:  # one set of init times for every lead: the curves by lead compare alike
+        candidates = candidates[np.isin(candidates + lead, an[TIME].values)]
+    if candidates.size == 0:
+        at = format_leads(lead_list)
+        raise EnsmlError(f"{fc_name}, {an_name} and the predictions have no init dates in common at {at}")
+    return EnsembleFrame(
+        forecast=fc, analysis=an, variables=variables, levels=levels, leads=lead_list, inits=candidates,
+        weights=area_weights(fc, what=fc_name, note=note), names=names, runs=runs,
+        scanned=scanned, oracle=orc, oracle_vars=needed, dropped=dropped,
+    )  # fmt: skip
+
+
+def _open_oracle(path: Paths, needed: list[str], leads: np.ndarray, partial: bool, fc: xr.Dataset,
+                 fc_name: str) -> xr.Dataset | None:  # fmt: skip
+    """The oracle, lazily; ``None`` for a partial frame when it lacks a variable or every lead."""
+    orc = open_dataset(path, "oracle")
+    absent = [v for v in needed if v not in orc.data_vars]
+    if absent and not partial:
+        found = ", ".join(map(str, orc.data_vars))
+        raise EnsmlError(f"oracle file {path} has no variable {absent[0]!r} (found: {found})")
+    if LEAD_TIME not in orc.dims:
+        raise EnsmlError(f"oracle {path} has no lead_time dim (found dims: {', '.join(map(str, orc.dims))})")
+    if partial and (absent or not np.isin(leads, orc[LEAD_TIME].values).any()):
+        return None
+    if not partial:
+        check_lead_times(orc, leads, f"oracle {path}")
+    check_same_grid(fc, orc, fc_name, f"oracle {path}")
+    return orc
+
+
+__all__ = [
+    "EnsembleFrame",
+    "LeadFrame",
+    "build_frame",
+]

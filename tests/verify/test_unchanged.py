@@ -1,0 +1,56 @@
+"""``evaluate`` and ``report`` give the numbers they gave before the one frame builder.
+
+``data/before/`` holds the tables that commit 1b59223 (before ``ensml.data.frame``, RunMeta read
+back and the one lead-time type) wrote for the inputs of :mod:`tests.verify.reference_inputs`
+on the tiny dataset: Gaussian predictions, calibrated members in two files, spread predictions,
+the oracle and a case study, through ``evaluate`` and ``report``. The same calls now must
+write the same CSV values to the last digit and the same Markdown tables, the report page
+included (its figures are not compared).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from ensml.report.assemble import report
+from ensml.verify.evaluate import evaluate
+from tests.verify.reference_inputs import CASE, make_inputs
+
+BEFORE = Path(__file__).parent / "data" / "before"
+
+
+@pytest.fixture(scope="module")
+def outputs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("unchanged")
+    paths = make_inputs(tiny_data, root / "inputs")
+    case = root / "case.yaml"
+    case.write_text(yaml.safe_dump({**CASE, "lead": "48h"}))
+    files = {k: str(paths[k]) for k in ("predictions", "members", "spread_predictions", "oracle")}
+    fc, an = str(tiny_data["forecast"]), str(tiny_data["analysis"])
+    evaluate(fc, an, **files, cases=str(case), out_dir=str(root / "eval"))
+    report(
+        fc, an, predictions=files["predictions"], oracle=files["oracle"], cases=str(case),
+        spread_predictions=files["spread_predictions"], n_storm_cases=1, out_dir=str(root / "report"),
+    )  # fmt: skip
+    return {"eval": root / "eval", "report": root / "report", "synth": tiny_data["forecast"].parent}
+
+
+@pytest.mark.parametrize("name", ["scores.csv", "spread.csv", "cases/cases.csv"])
+def test_evaluate_tables_are_unchanged(outputs, name: str) -> None:
+    before = pd.read_csv(BEFORE / Path(name).name)
+    pd.testing.assert_frame_equal(pd.read_csv(outputs["eval"] / name), before, check_exact=True)
+
+
+@pytest.mark.parametrize("name", ["scores.md", "spread.md"])
+def test_evaluate_markdown_is_unchanged(outputs, name: str) -> None:
+    assert (outputs["eval"] / name).read_text() == (BEFORE / name).read_text()
+
+
+def test_report_page_is_unchanged(outputs) -> None:
+    page = (outputs["report"] / "report.md").read_text().replace(str(outputs["synth"]), "<synth>")
+    assert page == (BEFORE / "report.md").read_text()
+    assert "## Rank histograms at +48 h" in page  # the last lead scored: the default of --lead
