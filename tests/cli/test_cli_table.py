@@ -122,9 +122,9 @@ ROWS: list[Row] = [
     ("data archive: out_dir is a file", "data archive --forecast {fc} --out_dir benchmark.md", 1, ("benchmark.md",)),
     ("data: unknown sub-command", "data shuffle", 1, ("shuffle",)),
     # -- evaluate / report -----------------------------------------------------------------------------
-    ("evaluate: k zero", EVAL + " --k 0", 1, ("k=0",)),
-    ("evaluate: k negative", EVAL + " --k -1", 1, ("k=-1",)),
-    ("evaluate: unknown lead", EVAL + " --lead_hours 7", 1, ("7 h",)),
+    ("evaluate: k zero", EVAL + " --k 0", 1, ("--k", RANGE)),
+    ("evaluate: k negative", EVAL + " --k -1", 1, ("--k", RANGE)),
+    ("evaluate: unknown lead", EVAL + " --leads 7", 1, ("7 h",)),
     ("evaluate: analysis is a folder", "evaluate --forecast {fc} --analysis {dir} --out_dir out", 1, ("is a folder",)),
     ("evaluate: analysis missing", "evaluate --forecast {fc}", 1, ("--analysis",)),
     ("evaluate: k not a number", EVAL + " --k many", 1, ("--k", "many")),
