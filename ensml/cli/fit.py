@@ -17,8 +17,40 @@ SUMMARIES = {
 }
 
 
+#: The seeds numpy (and so Lightning's ``seed_everything``) accepts.
+SEED_RANGE = (0, 2**32 - 1)
+
+
 def run(args: list[str]) -> None:
-    """Run ``ensml VERB ARGS`` (``VERB`` one of :data:`SUMMARIES`) through LightningCLI."""
+    """Run ``ensml VERB ARGS`` (``VERB`` one of :data:`SUMMARIES`) through LightningCLI.
+
+    Lightning's own options (``--seed_everything``, ``--trainer.*``) are declared by Lightning;
+    the values it refuses become one line here.
+    """
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    from ensml.errors import EnsmlError
     from ensml.train.lightning_cli import run_lightning
 
-    run_lightning(args)
+    try:
+        run_lightning(args)
+    except MisconfigurationException as exc:  # a trainer option this machine cannot honour
+        raise EnsmlError(trainer_problem(exc)) from None
+    except ValueError as exc:
+        if "is not in bounds, numpy accepts" not in str(exc):  # seed_everything's own check
+            raise
+        seed = str(exc).split()[0]
+        low, high = SEED_RANGE
+        raise EnsmlError(
+            f"option --seed_everything: {seed} is out of range (must be >= {low} and <= {high})"
+        ) from None
+
+
+def trainer_problem(exc: Exception) -> str:
+    """One line for a Lightning ``MisconfigurationException`` raised while building the trainer."""
+    text = " ".join(str(exc).split())
+    if "No supported gpu backend found" in text or "GPUAccelerator can not run on your system" in text:
+        return "no GPU on this machine; use --trainer.accelerator cpu"
+    if "MPSAccelerator" in text or "TPUAccelerator" in text or "XLAAccelerator" in text:
+        return f"this machine cannot run the requested accelerator ({text}); use --trainer.accelerator cpu"
+    return f"trainer: {text}"

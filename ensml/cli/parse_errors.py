@@ -18,6 +18,11 @@ from ensml.errors import EnsmlError
 
 _KEY = re.compile(r'^Parser key "([^"]+)":\s*(.*)$')
 _CLASS_PROBLEM = re.compile(r"^- Problem with given class_path '([^']+)':$")
+_RANGE = re.compile(r"^(?:- )?Not of type \w+: (.*?)\s*does not conform to restriction (.*)$")
+_NOT_NUMBER = re.compile(
+    r"^(?:- )?Not of type \w+: "
+    r"(?:invalid literal for (int)\(\) with base 10|could not convert string to (float)): (.*)$"
+)
 _EXPECTED = re.compile(r"^(?:- )?Expected a (.+?)(?:\. Got value: (.*))?$")
 
 
@@ -75,7 +80,16 @@ def _describe_key(key: str, lines: list[str]) -> str:
         if unknown:
             return f"option --{key}.init_args.{unknown.group(1)} is not an argument of {cls}"
         return f"{_option(key)}: {cls} cannot be used ({reason.rstrip('.')})"
+    given = next((line.split(":", 1)[1].strip() for line in text if line.startswith("Given value:")), None)
     for line in text:
+        bound = _RANGE.match(line)
+        if bound:
+            limits = re.sub(r"v\s*([<>!=]=?)\s*", r"\1 ", bound.group(2))  # v>=1 and v<=9 → >= 1 and <= 9
+            return f"{_option(key)}: {bound.group(1) or given} is out of range (must be {limits})"
+        literal = _NOT_NUMBER.match(line)
+        if literal:
+            number = "an integer" if literal.group(1) else "a number"
+            return f"{_option(key)}: expected {number}, got {literal.group(3).strip()}"
         path = re.match(r"^(?:- )?Expected a dot import path string: (.*)$", line)
         if path:
             example = "a dotted path such as ensml.train.tasks.MixedTask"
@@ -84,7 +98,6 @@ def _describe_key(key: str, lines: list[str]) -> str:
             name = line.split(":", 1)[1].strip().strip("'")
             return f"{_option(key)}: file {name} does not exist"
     expected = [m for m in (_EXPECTED.match(line) for line in text) if m]
-    given = next((line.split(":", 1)[1].strip() for line in text if line.startswith("Given value:")), None)
     if expected:
         types = [_type_name(m.group(1)) for m in expected]
         got = expected[0].group(2) if expected[0].group(2) is not None else given

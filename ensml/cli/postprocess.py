@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from jsonargparse.typing import PositiveInt
+
 from ensml.cli.verb import run_function, summary
 from ensml.postprocess.options import ClusterKind, Device, JobQueue, OutputFormat, Products
 
@@ -14,8 +16,8 @@ def postprocess(
     format: OutputFormat = "netcdf",
     products: Products | None = None,
     cluster: ClusterKind = "local",
-    workers: int | None = None,
-    threads_per_worker: int = 1,
+    workers: PositiveInt | None = None,
+    threads_per_worker: PositiveInt = 1,
     scheduler_file: str | None = None,
     scheduler_address: str | None = None,
     jobqueue: JobQueue | None = None,
@@ -71,9 +73,30 @@ def postprocess(
         Print what would be done (and the batch job script for slurm/pbs); write nothing.
     """
     options = dict(locals())
+    if cluster in ("local", "none") and not (scheduler_file or scheduler_address):
+        check_local_workers(workers, threads_per_worker)
     from ensml.postprocess.run import postprocess as apply
 
     apply(**options)
+
+
+#: Local processes × threads per CPU core beyond which a run only thrashes (or hangs starting them).
+PER_CORE = 4
+
+
+def check_local_workers(workers: int | None, threads_per_worker: int) -> None:
+    """Refuse more local worker processes × threads than this machine can run, in one line."""
+    from ensml.errors import EnsmlError
+    from ensml.train.options import cpu_cores
+
+    cores = cpu_cores()
+    cap = PER_CORE * cores
+    if threads_per_worker > cap or (workers or 1) * threads_per_worker > cap:
+        raise EnsmlError(
+            f"postprocess: --workers {workers or 1} × --threads_per_worker {threads_per_worker} is more "
+            f"than this machine can run ({cap}: {PER_CORE} per CPU core, {cores} cores); for more, "
+            "use --cluster slurm|pbs or --scheduler_address"
+        )
 
 
 #: The command this module runs, and its function (the help text is its docstring).

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import lightning as L
 import numpy as np
 import xarray as xr
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch.utils.data import DataLoader
 
 from ensml.compat import uses_distributed_sampler
@@ -19,6 +22,43 @@ from ensml.data.stats import compute_stats
 from ensml.data.surface import broadcast_levels, check_same_surface, surface_mask
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
+
+#: Worker processes (or prefetch threads) per CPU core beyond which a run would only thrash.
+WORKERS_PER_CORE = 4
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _check_machine(num_workers: int, prefetch_workers: int, seed: int) -> None:
+    """Refuse worker counts the machine cannot run (a hang, not an error, otherwise) and bad seeds."""
+    cores = cpu_cores()
+    cap = WORKERS_PER_CORE * cores
+    for key, value in (("num_workers", num_workers), ("prefetch_workers", prefetch_workers)):
+        if value > cap:
+            raise EnsmlError(
+                f"data.{key}={value} is more than this machine can run ({cap}: {WORKERS_PER_CORE} per "
+                f"CPU core, {cores} cores)"
+            )
+    if seed > 2**32 - 1:
+        raise EnsmlError(f"data.seed={seed} is out of range (must be >= 0 and <= {2**32 - 1})")
+
+
+def _plain_hparams(module: L.LightningDataModule) -> None:
+    """Range-checked values (jsonargparse's ``PositiveInt`` …) as plain ``int``/``float`` in hparams."""
+    for hparams in (module.hparams, getattr(module, "_hparams_initial", {})):
+        for key, value in list(hparams.items()):
+            if (
+                not isinstance(value, bool)
+                and isinstance(value, int | float)
+                and type(value) not in (int, float)
+            ):
+                hparams[key] = int(value) if isinstance(value, int) else float(value)
 
 
 def _check_finite(ds: xr.Dataset, time_dim: str, name: str) -> None:
@@ -107,27 +147,29 @@ class EnsembleDataModule(L.LightningDataModule):
         levels: list[float] = (500, 850),  # type: ignore[assignment]
         input_leads: list[int | str] = (0, 24, 48),  # type: ignore[assignment]
         target_leads: int | str | list[int | str] = 48,
-        k: int = 5,
+        k: PositiveInt = 5,
         member_sampling: MemberSampling = "first",
         train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
         val_period: tuple[str, str] = ("2019-07-01", "2019-12-31"),
         test_period: tuple[str, str] = ("2020-01-01", "2020-12-31"),
-        batch_size: int = 8,
-        num_workers: int = 0,
-        seed: int = 0,
+        batch_size: PositiveInt = 8,
+        num_workers: NonNegativeInt = 0,
+        seed: NonNegativeInt = 0,
         check_finite: bool = True,
-        cache_mb: float = 2048.0,
+        cache_mb: NonNegativeFloat = 2048.0,
         reader: ReaderOptions | None = None,
         analysis_reader: ReaderOptions | None = None,
-        prefetch_workers: int = 0,
+        prefetch_workers: NonNegativeInt = 0,
         static: str | None = None,
         static_variables: list[str] = (),  # type: ignore[assignment]
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        _plain_hparams(self)
         self.input_lead_values, self.target_lead_values = check_leads(input_leads, target_leads)
         if batch_size < 1:
             raise EnsmlError(f"batch_size must be at least 1, got {batch_size}")
+        _check_machine(num_workers, prefetch_workers, seed)
         if list(static_variables) and static is None:
             raise EnsmlError(
                 f"static_variables {list(static_variables)} need data.static, the file that holds them"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
+
 from ensml.errors import EnsmlError
 from ensml.models.spatial import plan_parallel
 from ensml.models.spatial.perfmodel import H100_NCCL
@@ -69,9 +71,10 @@ def plan_parallel_cli(
         raise EnsmlError("plan-parallel: give --forecast FILE or all of --n_lat, --n_lon, --n_level")
     mixed = task == "mixed"
     in_channels = 2 * n_var * n_lead + (n_var if mixed else 0)
-    model = UNet3d(
-        in_channels, (2 if mixed else 1) * n_var, width=width, depth=depth, kernel_size=kernel_size
-    )
+    with torch.device("meta"):  # shapes and parameter counts only: no memory for the weights
+        model = UNet3d(
+            in_channels, (2 if mixed else 1) * n_var, width=width, depth=depth, kernel_size=kernel_size
+        )
     plan = plan_parallel(
         model, n_level, n_lat, n_lon, devices, batch_size=batch_size, machine=H100_NCCL, memory_gib=memory_gib
     )

@@ -38,4 +38,20 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any], what: str) 
             raise EnsmlError(f"{what} was trained with {key}={a!s} but the data has {key}={b!s}")
 
 
-__all__ = ["DATA_KEYS", "GRID_KEY", "LEAD_KEYS", "check_compatible"]
+def plain_hparams(module: Any) -> None:
+    """Turn the range-checked option values (jsonargparse's ``PositiveInt`` …) in ``module``'s
+    saved hyperparameters back into plain ``int`` and ``float`` (checkpoints, ``hparams.yaml``)."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, bool) or type(v) in (int, float):
+            return v
+        if isinstance(v, int | float):
+            return int(v) if isinstance(v, int) else float(v)
+        return v
+
+    for hparams in (module.hparams, getattr(module, "_hparams_initial", {})):
+        for key in list(hparams):
+            hparams[key] = plain(hparams[key])
+
+
+__all__ = ["DATA_KEYS", "GRID_KEY", "LEAD_KEYS", "check_compatible", "plain_hparams"]

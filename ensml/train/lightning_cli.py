@@ -13,8 +13,9 @@ from lightning.pytorch.cli import LightningCLI
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError
-from ensml.logs import apply_levels
+from ensml.logs import apply_levels, quiet
 from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
+from ensml.train.options import check_trainer_options  # [cli: option ranges]
 from ensml.train.progress import LogProgress, use_lightning_bar
 from ensml.train.run_folder import RunFolder, SaveConfigToRunFolder
 from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
@@ -58,6 +59,10 @@ class EnsmlCLI(LightningCLI):
             self.save_config_callback = SaveConfigToRunFolder
         if not use_lightning_bar():  # a log, a pipe or --quiet: lines (or nothing), not a bar
             kwargs["enable_progress_bar"] = False
+        # [cli: option ranges] trainer options this machine cannot honour: one line, not a hang.
+        check_trainer_options(self.config_init[self.subcommand].get("trainer", {}))
+        if quiet():  # [cli: -q] results, warnings and errors only: no model summary
+            kwargs["enable_model_summary"] = False
         trainer = super().instantiate_trainer(**kwargs)
         if not use_lightning_bar():
             trainer.callbacks.append(LogProgress())

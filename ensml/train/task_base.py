@@ -30,7 +30,16 @@ from ensml.models.local import LocalAffine
 from ensml.names import lead_hours
 from ensml.train import schedule
 from ensml.train.checkpoints import FollowResumedEpoch
-from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible
+from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible, plain_hparams
+from ensml.train.options import (
+    Depth,
+    KernelSize,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Width,
+)
 from ensml.train.task_fields import TaskFields
 
 STAT_KEYS = ("clim_mean", "anom_std", "spread_scale")
@@ -106,23 +115,24 @@ class EnsembleTask(TaskFields, L.LightningModule):
         levels: list[float] = (500, 850),  # type: ignore[assignment]
         input_leads: list[int | str] = (0, 24, 48),  # type: ignore[assignment]
         target_leads: int | str | list[int | str] = 48,
-        k: int = 5,
+        k: PositiveInt = 5,
         arch: str = "unet3d",
-        width: int = 16,
-        depth: int = 3,
-        kernel_size: int = 3,
-        norm_groups: int = 0,
+        width: Width = 16,
+        depth: Depth = 3,
+        kernel_size: KernelSize = 3,
+        norm_groups: NonNegativeInt = 0,
         arch_options: dict[str, Any] | None = None,
-        lr: float = 2e-3,
-        weight_decay: float = 1e-5,
+        lr: PositiveFloat = 2e-3,
+        weight_decay: NonNegativeFloat = 1e-5,
         location_inputs: bool = False,
         static_variables: list[str] = (),  # type: ignore[assignment]
         local_affine: bool = False,
-        local_lr_factor: float = 10.0,
+        local_lr_factor: PositiveFloat = 10.0,
         grid_shape: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        plain_hparams(self)
         self.input_lead_values, self.target_lead_values = check_leads(input_leads, target_leads)
         n_lead = len(self.input_lead_values)
         self.sequence_input = is_sequence_arch(arch)

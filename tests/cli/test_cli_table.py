@@ -1,204 +1,284 @@
-"""Bad inputs across every verb, table-driven: one ``ensml:`` line, exit status 1, nothing written.
+"""Impossible options of every verb, table-driven: one ``ensml:`` line, the exit code, no harm done.
 
-Each row runs ``ensml ARGS`` in a fresh working folder (where every output goes) and checks the
-message names what is wrong, the exit status, and that no file or folder appeared or changed.
-The README's reliability section lists these cases.
+Each row runs ``ensml ARGS`` in-process (a few in a subprocess, for ``-q`` and the console
+script) inside a sandbox of a user's files: hidden temporaries that look like ensml's
+(``.name.abc123.tmp/``), files named like ensml's products, a sibling folder and a
+``benchmark.md``. Every row must exit with the expected code, print exactly one line on stderr
+(no traceback, no usage block, under ``-q`` no Lightning notes), and leave every file of the
+sandbox and of the inputs byte-identical (sha256 before and after). The rows fail while the
+options are checked, before any work: the table stays fast.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import hashlib
+import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import xarray as xr
 
 from ensml.cli.main import main
+from tests.cli.process import run_cli
 from tests.conftest import SMOKE, tiny_data_args
 
-Inputs = dict[str, Path]
+#: One row: a name, the arguments (``{fc}``, ``{an}``, ``{dir}``, ``{sandbox}`` filled in), the exit
+#: status and words the one line must contain.
+Row = tuple[str, str, int, tuple[str, ...]]
+
+FIT = "fit --config {smoke} {data}"
+SYNTH = "data synth --out_dir out"
+ARCHIVE = "data archive --forecast {fc} --out_dir out"
+EVAL = "evaluate --forecast {fc} --analysis {an} --out_dir out"
+REPORT = "report --forecast {fc} --analysis {an} --out_dir out"
+PP = "postprocess --checkpoints [{dir}/no.ckpt] --forecasts {fc} --out_dir out"
+PLAN = "plan-parallel --n_lat 16 --n_lon 32 --n_level 2"
+RANGE = "is out of range"
+
+ROWS: list[Row] = [
+    # -- fit / validate / test / predict: the task's, the data module's and Lightning's options ----
+    ("fit: width negative", FIT + " --model.init_args.width -4", 1, ("--model.init_args.width", "-4", RANGE)),
+    ("fit: width zero", FIT + " --model.init_args.width 0", 1, ("--model.init_args.width", RANGE)),
+    ("fit: width huge", FIT + " --model.init_args.width 100000000", 1, ("--model.init_args.width", "<= 4096")),
+    ("fit: width not a number", FIT + " --model.init_args.width wide", 1, ("--model.init_args.width", "expected an integer", "wide")),
+    ("fit: width a fraction", FIT + " --model.init_args.width 2.5", 1, ("--model.init_args.width", "2.5")),
+    ("fit: depth negative", FIT + " --model.init_args.depth -1", 1, ("--model.init_args.depth", RANGE)),
+    ("fit: depth huge", FIT + " --model.init_args.depth 99", 1, ("--model.init_args.depth", RANGE)),
+    ("fit: kernel size zero", FIT + " --model.init_args.kernel_size 0", 1, ("--model.init_args.kernel_size", RANGE)),
+    ("fit: norm groups negative", FIT + " --model.init_args.norm_groups -2", 1, ("--model.init_args.norm_groups", RANGE)),
+    ("fit: learning rate negative", FIT + " --model.init_args.lr -1", 1, ("--model.init_args.lr", RANGE)),
+    ("fit: learning rate zero", FIT + " --model.init_args.lr 0", 1, ("--model.init_args.lr", RANGE)),
+    ("fit: weight decay negative", FIT + " --model.init_args.weight_decay -0.1", 1, ("--model.init_args.weight_decay", RANGE)),
+    ("fit: local lr factor zero", FIT + " --model.init_args.local_lr_factor 0", 1, ("--model.init_args.local_lr_factor", RANGE)),
+    ("fit: model scheme unknown", FIT + " --model.init_args.scheme three", 1, ("--model.init_args.scheme",)),
+    ("fit: seed negative", FIT + " --seed_everything -5", 1, ("--seed_everything", "-5", RANGE)),
+    ("fit: seed huge", FIT + " --seed_everything 99999999999", 1, ("--seed_everything", RANGE)),
+    ("fit: seed not a number", FIT + " --seed_everything abc", 1, ("--seed_everything",)),
+    ("fit: accelerator gpu without a GPU", FIT + " --trainer.accelerator gpu", 1, ("no GPU on this machine", "--trainer.accelerator cpu")),
+    ("fit: accelerator cuda without a GPU", FIT + " --trainer.accelerator cuda", 1, ("no GPU on this machine",)),
+    ("fit: accelerator tpu without a TPU", FIT + " --trainer.accelerator tpu", 1, ("no TPU",)),
+    ("fit: accelerator unknown", FIT + " --trainer.accelerator nope", 1, ("--trainer.accelerator", "'nope'")),
+    ("fit: devices huge on CPU", FIT + " --trainer.devices 100000", 1, ("--trainer.devices", "more than this machine")),
+    ("fit: devices zero", FIT + " --trainer.devices 0", 1, ("devices",)),
+    ("fit: max epochs negative", FIT + " --trainer.max_epochs -3", 1, ("max_epochs",)),
+    ("fit: data workers huge", FIT + " --data.num_workers 100000", 1, ("data.num_workers=100000", "more than this machine")),
+    ("fit: data workers negative", FIT + " --data.num_workers -1", 1, ("--data.num_workers", RANGE)),
+    ("fit: prefetch workers huge", FIT + " --data.prefetch_workers 100000", 1, ("data.prefetch_workers",)),
+    ("fit: prefetch workers negative", FIT + " --data.prefetch_workers -1", 1, ("--data.prefetch_workers", RANGE)),
+    ("fit: batch size zero", FIT + " --data.batch_size 0", 1, ("--data.batch_size", RANGE)),
+    ("fit: batch size negative", FIT + " --data.batch_size -8", 1, ("--data.batch_size", RANGE)),
+    ("fit: data seed negative", FIT + " --data.seed -1", 1, ("--data.seed", RANGE)),
+    ("fit: data seed huge", FIT + " --data.seed 99999999999", 1, ("data.seed", RANGE)),
+    ("fit: cache negative", FIT + " --data.cache_mb -1", 1, ("--data.cache_mb", RANGE)),
+    ("fit: k zero", FIT + " --data.k 0", 1, ("--data.k", RANGE)),
+    ("fit: k not a number", FIT + " --data.k five", 1, ("--data.k", "five")),
+    ("fit: member sampling unknown", FIT + " --data.member_sampling all", 1, ("--data.member_sampling", "'all'")),
+    ("fit: unknown lead", FIT + " --data.target_leads 72", 1, ("72",)),
+    ("fit: lead not a lead", FIT + " --data.input_leads [0,xyz]", 1, ("xyz",)),
+    ("fit: negative lead", FIT + " --data.input_leads [-24,0]", 1, ("negative",)),
+    ("fit: unknown variable", FIT + " --data.variables [z,q]", 1, ("'q'",)),
+    ("fit: period not dates", FIT + " --data.val_period [soon,later]", 1, ("soon",)),
+    ("fit: forecast is a folder", FIT + " --data.forecast {dir}", 1, ("is a folder",)),
+    ("fit: forecast missing", FIT + " --data.forecast {dir}/nope.nc", 1, ("nope.nc", "does not exist")),
+    ("fit: unknown option", FIT + " --data.kk 5", 1, ("unknown option",)),
+    ("fit: config missing", "fit --config {dir}/nope.yaml", 1, ("nope.yaml", "does not exist")),
+    ("fit: config is a folder", "fit --config {dir}", 1, ("config file",)),
+    ("validate: width negative", "validate --config {smoke} {data} --model.init_args.width -4", 1, ("--model.init_args.width", RANGE)),
+    ("validate: accelerator gpu", "validate --config {smoke} {data} --trainer.accelerator gpu", 1, ("no GPU on this machine",)),
+    ("test: batch size zero", "test --config {smoke} {data} --data.batch_size 0", 1, ("--data.batch_size", RANGE)),
+    ("test: seed negative", "test --config {smoke} {data} --seed_everything -1", 1, ("--seed_everything", RANGE)),
+    ("predict: data workers huge", "predict --config {smoke} {data} --data.num_workers 100000", 1, ("data.num_workers",)),
+    ("predict: checkpoint missing", "predict --config {smoke} {data} --ckpt_path {dir}/no.ckpt", 1, ("no.ckpt", "does not exist")),
+    ("predict: checkpoint is a folder", "predict --config {smoke} {data} --ckpt_path {dir}", 1, ("checkpoint",)),
+    # -- data synth / archive -------------------------------------------------------------------------
+    ("data synth: n_lat negative", SYNTH + " --n_lat -3", 1, ("--n_lat", RANGE)),
+    ("data synth: n_lon huge", SYNTH + " --n_lon 100000", 1, ("--n_lon", RANGE)),
+    ("data synth: one member", SYNTH + " --members 1", 1, ("--members", RANGE)),
+    ("data synth: every 0 days", SYNTH + " --every_days 0", 1, ("--every_days", RANGE)),
+    ("data synth: storms negative", SYNTH + " --storms_per_year -1", 1, ("--storms_per_year", RANGE)),
+    ("data synth: seed negative", SYNTH + " --seed -1", 1, ("--seed", RANGE)),
+    ("data synth: start not a date", SYNTH + " --start notadate", 1, ("notadate",)),
+    ("data synth: end before start", SYNTH + " --start 2020-01-01 --end 2019-01-01", 1, ("2019-01-01",)),
+    ("data synth: negative pressure", SYNTH + " --levels [-5]", 1, ("levels",)),
+    ("data synth: no levels", SYNTH + " --levels []", 1, ("level",)),
+    ("data synth: leads decreasing", SYNTH + " --leads [48,24]", 1, ("increasing",)),
+    ("data synth: lead not a lead", SYNTH + " --leads [xyz]", 1, ("xyz",)),
+    ("data synth: lead negative", SYNTH + " --leads [-24]", 1, ("negative",)),
+    ("data synth: format unknown", SYNTH + " --format grib", 1, ("--format", "'grib'")),
+    ("data synth: zarr format 4", SYNTH + " --zarr_format 4", 1, ("--zarr_format",)),
+    ("data synth: grid too large", SYNTH + " --n_lat 2000 --n_lon 2000", 1, ("too large",)),
+    ("data synth: out_dir missing", "data synth", 1, ("--out_dir",)),
+    ("data synth: out_dir is a file", "data synth --out_dir benchmark.md", 1, ("benchmark.md",)),
+    ("data synth: out_dir holds a user's files", "data synth --out_dir sibling", 1, ("sibling",)),
+    ("data archive: period reversed", ARCHIVE + " --period [2019-01-01,2018-01-01]", 1, ("2018-01-01",)),
+    ("data archive: period not dates", ARCHIVE + " --period [bad,2018-01-01]", 1, ("bad",)),
+    ("data archive: unknown variable", ARCHIVE + " --variables [nope]", 1, ("'nope'",)),
+    ("data archive: name leaves out_dir", ARCHIVE + " --name ../x_{{init}}.nc", 1, ("not a plain file name",)),
+    ("data archive: name with a folder", ARCHIVE + " --name x/{{init:%Y%m%d}}.nc", 1, ("not a plain file name",)),
+    ("data archive: name hidden", ARCHIVE + " --name .x{{init:%Y%m%d%H}}", 1, ("not a plain file name",)),
+    ("data archive: name unknown field", ARCHIVE + " --name x_{{foo}}.nc", 1, ("--name", "{{init}}")),
+    ("data archive: name broken", ARCHIVE + " --name x_{{init", 1, ("--name",)),
+    ("data archive: name without init", ARCHIVE + " --name x.nc", 1, ("--name",)),
+    ("data archive: forecast is a folder", "data archive --forecast {dir} --out_dir out", 1, ("is a folder",)),
+    ("data archive: out_dir is a file", "data archive --forecast {fc} --out_dir benchmark.md", 1, ("benchmark.md",)),
+    ("data: unknown sub-command", "data shuffle", 1, ("shuffle",)),
+    # -- evaluate / report -----------------------------------------------------------------------------
+    ("evaluate: k zero", EVAL + " --k 0", 1, ("--k", RANGE)),
+    ("evaluate: k negative", EVAL + " --k -1", 1, ("--k", RANGE)),
+    ("evaluate: unknown lead", EVAL + " --leads 7", 1, ("7 h",)),
+    ("evaluate: analysis is a folder", "evaluate --forecast {fc} --analysis {dir} --out_dir out", 1, ("is a folder",)),
+    ("evaluate: analysis missing", "evaluate --forecast {fc}", 1, ("--analysis",)),
+    ("evaluate: k not a number", EVAL + " --k many", 1, ("--k", "many")),
+    ("report: lead not a number", REPORT + " --lead_hours soon", 1, ("--lead_hours", "soon")),
+    ("report: out_dir is a file", "report --forecast {fc} --analysis {an} --out_dir benchmark.md", 1, ("benchmark.md",)),
+    # -- postprocess ----------------------------------------------------------------------------------
+    ("postprocess: workers huge", PP + " --workers 100000", 1, ("--workers 100000", "more than this machine")),
+    ("postprocess: workers zero", PP + " --workers 0", 1, ("--workers", RANGE)),
+    ("postprocess: threads huge", PP + " --threads_per_worker 100000", 1, ("--threads_per_worker", "more than this machine")),
+    ("postprocess: threads zero", PP + " --threads_per_worker 0", 1, ("--threads_per_worker", RANGE)),
+    ("postprocess: cluster unknown", PP + " --cluster bogus", 1, ("--cluster", "'bogus'")),
+    ("postprocess: device unknown", PP + " --device tpu", 1, ("--device", "'tpu'")),
+    ("postprocess: checkpoint missing", PP + " --cluster none", 1, ("no.ckpt",)),
+    ("postprocess: checkpoints missing", "postprocess --forecasts {fc}", 1, ("--checkpoints",)),
+    # -- plan-parallel ---------------------------------------------------------------------------------
+    ("plan-parallel: devices 1e12", PLAN + " --devices 1e12", 1, ("--devices", "1e12")),
+    ("plan-parallel: devices huge", PLAN + " --devices 1000000000000", 1, ("--devices", RANGE)),
+    ("plan-parallel: devices zero", PLAN + " --devices 0", 1, ("--devices", RANGE)),
+    ("plan-parallel: devices negative", PLAN + " --devices -1", 1, ("--devices", RANGE)),
+    ("plan-parallel: width huge", PLAN + " --devices 4 --width 100000000", 1, ("--width", RANGE)),
+    ("plan-parallel: width zero", PLAN + " --devices 4 --width 0", 1, ("--width", RANGE)),
+    ("plan-parallel: depth huge", PLAN + " --devices 4 --depth 99", 1, ("--depth", RANGE)),
+    ("plan-parallel: kernel zero", PLAN + " --devices 4 --kernel_size 0", 1, ("--kernel_size", RANGE)),
+    ("plan-parallel: n_lat zero", "plan-parallel --devices 4 --n_lat 0 --n_lon 32 --n_level 2", 1, ("--n_lat", RANGE)),
+    ("plan-parallel: memory negative", PLAN + " --devices 4 --memory_gib -1", 1, ("--memory_gib", RANGE)),
+    ("plan-parallel: batch zero", PLAN + " --devices 4 --batch_size 0", 1, ("--batch_size", RANGE)),
+    ("plan-parallel: task unknown", PLAN + " --devices 4 --task bogus", 1, ("--task", "'bogus'")),
+    ("plan-parallel: devices missing", "plan-parallel", 1, ("--devices",)),
+    # -- benchmark (options parsed before any data is made or model trained) --------------------------
+    ("benchmark: unknown option", "benchmark --limitless 3", 1, ("unknown option",)),
+    ("benchmark: batches not a number", "benchmark --limit_train_batches many", 1, ("--limit_train_batches",)),
+    ("benchmark: emos unknown", "benchmark --emos [regional]", 1, ("--emos",)),
+    # -- the command line itself ------------------------------------------------------------------------
+    ("no command", "", 1, ("give a command",)),
+    ("unknown command", "forecast", 1, ("unknown command 'forecast'",)),
+    ("quiet and verbose", "-q -v data synth --out_dir out", 1, ("--quiet and --verbose",)),
+]  # fmt: skip
+
+#: Rows run as the console script in a subprocess: ``-q`` must hide Lightning's notes ("Seed
+#: set to", the GPU/TPU lines, the model summary), and the process must exit, not hang.
+SUBPROCESS_ROWS: list[Row] = [
+    ("-q fit: data workers huge", "-q " + FIT + " --data.num_workers 100000", 1, ("data.num_workers",)),
+    ("-q fit: accelerator gpu", "-q " + FIT + " --trainer.accelerator gpu", 1, ("no GPU on this machine",)),
+    ("-q fit: log folder is a file", "-q " + FIT + " --trainer.enable_model_summary true --trainer.logger.init_args.save_dir benchmark.md", 1, ("benchmark.md",)),
+    ("plan-parallel: devices 1e12 (process)", PLAN + " --devices 1e12", 1, ("--devices",)),
+]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Case:
-    """A bad command line: its arguments (built from the inputs), and what the line must say."""
+def _sandbox(root: Path) -> None:
+    """A user's files around and inside the working folder, shaped like what ensml writes."""
+    (root / ".predictions.abc123.tmp").mkdir()
+    (root / ".predictions.abc123.tmp" / "part.nc").write_bytes(b"user's partial download\n")
+    (root / ".notes.9f8e7d.tmp").write_text("hidden user file\n")
+    (root / "forecast_2017010100.nc").write_bytes(b"\x89HDF\r\n\x1a\n user's own archive")
+    (root / "predictions.nc").write_bytes(b"CDF\x01 user's predictions")
+    (root / "manifest.jsonl").write_text('{"user": "own manifest"}\n')
+    (root / "benchmark.md").write_text("# my benchmark notes\n")
+    (root / "sibling").mkdir()
+    (root / "sibling" / "thesis.tex").write_text("\\documentclass{article}\n")
+    (root / "sibling" / ".cache.1a2b3c.tmp").mkdir()
 
-    args: Callable[[Inputs], list[str]]
-    says: tuple[str, ...]
-    setup: Callable[[Path, pytest.MonkeyPatch], None] | None = field(default=None)
 
-
-def _variant(src: Path, dst: Path, change: Callable[[xr.Dataset], xr.Dataset]) -> Path:
-    with xr.open_dataset(src) as ds:
-        change(ds.load()).to_netcdf(dst)
-    return dst
-
-
-def _poison(var: str, value: float) -> Callable[[xr.Dataset], xr.Dataset]:
-    """Put ``value`` at one grid point of ``var``, at every time (so a used date is hit)."""
-
-    def change(ds: xr.Dataset) -> xr.Dataset:
-        ds[var].values[(slice(None),) + (0,) * (ds[var].ndim - 1)] = value
-        return ds
-
-    return change
+def _hashes(*roots: Path) -> dict[str, str]:
+    """sha256 of every file (and a mark for every folder) under ``roots``."""
+    out = {}
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
+    return out
 
 
 @pytest.fixture(scope="module")
-def inputs(tiny_data: Inputs, fitted: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
-    """The tiny dataset, a trained checkpoint and its predictions, and broken variants of them."""
-    d = tmp_path_factory.mktemp("bad-inputs")
-    fc, an = tiny_data["forecast"], tiny_data["analysis"]
-    raw = fc.read_bytes()
-    (d / "empty.nc").write_bytes(b"")
-    (d / "garbage.nc").write_bytes(b"not a netCDF file\n" * 200)
-    (d / "truncated.nc").write_bytes(raw[: len(raw) // 3])
-    ckpt = fitted / "runs/smoke/checkpoints/best.ckpt"
-    (d / "truncated.ckpt").write_bytes(ckpt.read_bytes()[:5000])
-    (d / "a-file").write_text("not a folder\n")
-    (d / "bad.yaml").write_text("data: [\n  forecast: x\n")
-    shift = np.timedelta64(3650, "D")
-    preds = fitted / "runs/smoke/predictions.nc"
-    return {
-        **tiny_data,
-        "dir": d,
-        "ckpt": ckpt,
-        "predictions": preds,
-        "no-member": _variant(fc, d / "no-member.nc", lambda ds: ds.isel(member=0, drop=True)),
-        "extra-dim": _variant(fc, d / "extra-dim.nc", lambda ds: ds.expand_dims(run=[1])),
-        "coarse-analysis": _variant(an, d / "coarse.nc", lambda ds: ds.isel(longitude=slice(0, None, 2))),
-        "later-analysis": _variant(an, d / "later.nc", lambda ds: ds.assign_coords(time=ds.time + shift)),
-        "nan-forecast": _variant(fc, d / "nan.nc", _poison("z", np.nan)),
-        "inf-analysis": _variant(an, d / "inf.nc", _poison("t", np.inf)),
-        "repeated-init": _variant(fc, d / "repeated.nc", lambda ds: ds.isel(init_time=[0, 1, 1, 2, 3])),
-        "unsorted-init": _variant(fc, d / "unsorted.nc", lambda ds: ds.isel(init_time=[0, 2, 1, 3])),
-        "nan-predictions": _variant(preds, d / "nan-preds.nc", _poison("z_mean", np.nan)),
-        "renamed-predictions": _variant(preds, d / "renamed-preds.nc", lambda ds: ds.rename(z_mean="zz")),
-    }
+def inputs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Placeholders of the rows: the tiny dataset, a folder of inputs, the smoke config."""
+    folder = tmp_path_factory.mktemp("table-inputs")
+    (folder / "readme.txt").write_text("inputs\n")
+    data = "\n".join(tiny_data_args(tiny_data))
+    return {"fc": str(tiny_data["forecast"]), "an": str(tiny_data["analysis"]), "dir": str(folder),
+            "smoke": SMOKE, "data": data, "inputs": str(Path(tiny_data["forecast"]).parent)}  # fmt: skip
 
 
-def fit(i: Inputs, *extra: str, **overrides: object) -> list[str]:
-    return ["fit", "--config", SMOKE, *tiny_data_args(i, **overrides), *extra]
+def _args(row: Row, inputs: dict[str, str]) -> list[str]:
+    args: list[str] = []
+    for word in row[1].split():
+        args += inputs["data"].split("\n") if word == "{data}" else [word.format(**inputs)]
+    return args
 
 
-def lightning(verb: str, i: Inputs, *extra: str, **overrides: object) -> list[str]:
-    return [verb, "--config", SMOKE, *tiny_data_args(i, **overrides), *extra]
+def _check(row: Row, status: int, err: str, before: dict[str, str], after: dict[str, str]) -> None:
+    name, _, expected, says = row
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == expected, f"{name}: exit status {status}: {lines[-5:]}"
+    assert len(lines) == 1, f"{name}: expected one line on stderr, got {len(lines)}: {lines[:8]}"
+    line = lines[0]
+    assert line.startswith("ensml: ") and "Traceback" not in line, line
+    for text in says:
+        assert text.format() in line, f"{name}: {text!r} not in {line!r}"
+    assert after == before, f"{name}: the sandbox or the inputs changed"
 
 
-def evaluate(i: Inputs, *extra: str) -> list[str]:
-    return ["evaluate", f"--forecast={i['forecast']}", f"--analysis={i['analysis']}", *extra]
+#: Rows that fail today, with the work that fixes them (not run: each would write for a minute).
+KNOWN_BUGS = {
+    "data synth: out_dir holds a user's files": "synth writes into a non-empty folder it does not own "
+    "(issue 27: the one output module refuses it)",
+}
 
 
-def report(i: Inputs, *extra: str) -> list[str]:
-    return ["report", f"--forecast={i['forecast']}", f"--analysis={i['analysis']}", *extra]
+def _params(rows: list[Row]) -> list:
+    return [
+        pytest.param(
+            row, id=row[0], marks=[pytest.mark.xfail(run=False, strict=True, reason=KNOWN_BUGS[row[0]])]
+        )
+        if row[0] in KNOWN_BUGS
+        else pytest.param(row, id=row[0])
+        for row in rows
+    ]
 
 
-def _read_only(folder: str) -> Callable[[Path, pytest.MonkeyPatch], None]:
-    """Make ``folder`` (in the working folder) read-only, also for root (os.access patched)."""
-
-    def setup(work: Path, mp: pytest.MonkeyPatch) -> None:
-        target = work / folder
-        target.mkdir()
-        target.chmod(0o555)
-        access = os.access
-        mp.setattr(os, "access", lambda p, mode: Path(p).resolve() != target.resolve() and access(p, mode))
-
-    return setup
-
-
-def _foreign_folder(work: Path, mp: pytest.MonkeyPatch) -> None:
-    (work / "mine").mkdir()
-    (work / "mine" / "thesis.tex").write_text("\\documentclass{article}\n")
-
-
-CASES: dict[str, Case] = {
-    # -- files that are missing, empty or corrupt -------------------------------------------------
-    "fit: forecast missing": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "nope.nc"}), ("nope.nc", "does not exist")),
-    "fit: forecast empty": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "empty.nc"}), ("empty.nc", "is empty")),
-    "fit: forecast garbage": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "garbage.nc"}), ("garbage.nc", "is not a netCDF, HDF5, GRIB or zarr file")),
-    "fit: forecast truncated": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "truncated.nc"}), ("truncated.nc", "cannot be read")),
-    "fit: resume from a truncated checkpoint": Case(lambda i: fit(i, f"--ckpt_path={i['dir'] / 'truncated.ckpt'}"), ("truncated.ckpt", "cannot be read")),
-    "predict: checkpoint missing": Case(lambda i: lightning("predict", i, f"--ckpt_path={i['dir'] / 'no.ckpt'}"), ("no.ckpt", "does not exist")),
-    "evaluate: predictions missing": Case(lambda i: evaluate(i, f"--predictions={i['dir'] / 'no.nc'}", "--out_dir=out"), ("no.nc", "does not exist")),
-    "data archive: forecast missing": Case(lambda i: ["data", "archive", f"--forecast={i['dir'] / 'no.nc'}", "--out_dir=arch"], ("no.nc", "does not exist")),
-    "postprocess: checkpoint missing": Case(lambda i: ["postprocess", f"--checkpoints=[{i['dir'] / 'no.ckpt'}]", f"--forecasts={i['forecast']}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("no.ckpt",)),
-    "postprocess: no forecast files": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'none-*.nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("none-*.nc",)),
-    # -- wrong names and dims -----------------------------------------------------------------------
-    "fit: variable missing": Case(lambda i: fit(i, **{"data.variables": "[z, q]"}), ("has no variable 'q'",)),
-    "fit: member dimension missing": Case(lambda i: fit(i, **{"data.forecast": i["no-member"]}), ("no-member.nc", "missing member")),
-    "fit: extra dimension": Case(lambda i: fit(i, **{"data.forecast": i["extra-dim"]}), ("extra-dim.nc", "unexpected run")),
-    "fit: level missing": Case(lambda i: fit(i, **{"data.levels": "[500, 700]"}), ("700",)),
-    "evaluate: predictions lack a variable": Case(lambda i: evaluate(i, f"--predictions={i['renamed-predictions']}", "--out_dir=out"), ("renamed-preds.nc", "z_mean")),
-    # -- grids and dates that do not match ----------------------------------------------------------
-    "fit: analysis on another grid": Case(lambda i: fit(i, **{"data.analysis": i["coarse-analysis"]}), ("different grids",)),
-    "fit: analysis with no common dates": Case(lambda i: fit(i, **{"data.analysis": i["later-analysis"]}), ("no dates in common",)),
-    "report: analysis with no common dates": Case(lambda i: ["report", f"--forecast={i['forecast']}", f"--analysis={i['later-analysis']}", "--out_dir=rep"], ("later.nc",)),
-    "fit: periods overlap": Case(lambda i: fit(i, **{"data.val_period": "[2017-08-01, 2017-10-31]"}), ("overlaps",)),
-    # -- NaN / Inf ----------------------------------------------------------------------------------------
-    "fit: NaN in the forecast": Case(lambda i: fit(i, **{"data.forecast": i["nan-forecast"]}), ("nan.nc", "NaN or infinite", "'z'")),
-    "fit: Inf in the analysis": Case(lambda i: fit(i, **{"data.analysis": i["inf-analysis"]}), ("inf.nc", "NaN or infinite", "'t'")),
-    "evaluate: NaN in the predictions": Case(lambda i: evaluate(i, f"--predictions={i['nan-predictions']}", "--out_dir=out"), ("nan-preds.nc", "NaN")),
-    # -- times repeated or out of order ---------------------------------------------------------------
-    "fit: repeated init time": Case(lambda i: fit(i, **{"data.forecast": i["repeated-init"]}), ("repeated.nc", "repeated init_time")),
-    "fit: init times out of order": Case(lambda i: fit(i, **{"data.forecast": i["unsorted-init"]}), ("unsorted.nc", "not in increasing order")),
-    "evaluate: init times out of order": Case(lambda i: ["evaluate", f"--forecast={i['unsorted-init']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("unsorted.nc", "not in increasing order")),
-    # -- impossible K and options ---------------------------------------------------------------------
-    "fit: k larger than the ensemble": Case(lambda i: fit(i, **{"data.k": 20}), ("k=20",)),
-    "evaluate: k larger than the ensemble": Case(lambda i: evaluate(i, "--k=20", "--out_dir=out"), ("k=20",)),
-    "fit: target lead not an input": Case(lambda i: fit(i, **{"data.target_leads": 72}), ("target_leads=72",)),
-    "fit: option of the wrong type": Case(lambda i: fit(i, **{"data.k": "five"}), ("option --data.k", "expected int", "'five'")),
-    "fit: unknown option": Case(lambda i: fit(i, "--data.kk=5"), ("unknown option --data.kk=5",)),
-    "validate: value not among the choices": Case(lambda i: lightning("validate", i, **{"data.member_sampling": "all"}), ("--data.member_sampling", "'first', 'random'", "'all'")),
-    "test: model class that does not exist": Case(lambda i: lightning("test", i, "--model=ensml.train.tasks.Nope"), ("--model", "ensml.train.tasks.Nope")),
-    "fit: model argument that does not exist": Case(lambda i: fit(i, "--model.init_args.widht=8"), ("--model.init_args.widht", "MixedTask")),
-    "fit: config file missing": Case(lambda i: ["fit", "--config", str(i["dir"] / "nope.yaml")], ("config file", "nope.yaml", "does not exist")),
-    "evaluate: config file not YAML": Case(lambda i: ["evaluate", "--config", str(i["dir"] / "bad.yaml")], ("bad.yaml", "not valid YAML", "line")),
-    "evaluate: required option missing": Case(lambda i: ["evaluate", f"--forecast={i['forecast']}"], ("--analysis",)),
-    "data synth: impossible grid": Case(lambda i: ["data", "synth", "--out_dir=syn", "--n_lat=0"], ("n_lat",)),
-    "data: no sub-command": Case(lambda i: ["data"], ("synth or archive",)),
-    "unknown command": Case(lambda i: ["forecast"], ("unknown command 'forecast'", "fit")),
-    "plan-parallel: no devices": Case(lambda i: ["plan-parallel", "--devices=0", "--n_lat=16", "--n_lon=32", "--n_level=2"], ("at least one device",)),
-    # -- outputs that cannot or must not be written ------------------------------------------------------
-    "data synth: out_dir is a file": Case(lambda i: ["data", "synth", f"--out_dir={i['dir'] / 'a-file'}"], ("a-file",)),
-    "evaluate: out_dir is a file": Case(lambda i: evaluate(i, f"--out_dir={i['dir'] / 'a-file'}"), ("a-file",)),
-    "report: out_dir holds other files": Case(lambda i: report(i, "--out_dir=mine"), ("mine", "did not write"), _foreign_folder),
-    "report: out_dir is the working folder": Case(lambda i: report(i, "--out_dir=."), ("out_dir",), _foreign_folder),
-    "evaluate: out_dir read-only": Case(lambda i: evaluate(i, "--out_dir=ro/out"), ("ro",), _read_only("ro")),
-    "fit: log folder read-only": Case(lambda i: fit(i, "--trainer.logger.init_args.save_dir=ro"), ("ro",), _read_only("ro")),
-}  # fmt: skip
-
-
-def _tree(root: Path) -> dict[str, float]:
-    return {str(p.relative_to(root)): p.lstat().st_mtime for p in root.rglob("*")}
-
-
-@pytest.mark.parametrize("name", CASES)
-def test_bad_input_is_one_line_and_leaves_nothing(
-    name: str, inputs: Inputs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("row", _params(ROWS))
+def test_bad_option_is_one_line_and_harmless(
+    row: Row,
+    inputs: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ) -> None:
-    case = CASES[name]
     monkeypatch.chdir(tmp_path)
-    if case.setup is not None:
-        case.setup(tmp_path, monkeypatch)
-    args = [str(a) for a in case.args(inputs)]
-    before, inputs_before = _tree(tmp_path), _tree(inputs["dir"])
-    status = main(args)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert status == 1, f"exit status {status}: {err[-3:]}"
-    line = err[-1] if err else ""
-    assert line.startswith("ensml: ") and "\n" not in line, err
-    assert "Traceback" not in "\n".join(err) and "usage:" not in "\n".join(err), err
-    for text in case.says:
-        assert text in line, line
-    assert _tree(tmp_path) == before, "output left in the working folder"
-    assert _tree(inputs["dir"]) == inputs_before, "output left beside the inputs"
+    _sandbox(tmp_path)
+    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
+    before = _hashes(*roots)
+    status = main(_args(row, inputs))
+    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
 
 
-def test_the_table_covers_every_verb_and_at_least_30_inputs() -> None:
-    verbs = {" ".join(name.split(":")[0].split()) for name in CASES if ":" in name}
-    assert len(CASES) >= 30
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("row", SUBPROCESS_ROWS, ids=[row[0] for row in SUBPROCESS_ROWS])
+def test_bad_option_in_a_process(row: Row, inputs: dict[str, str], tmp_path: Path) -> None:
+    _sandbox(tmp_path)
+    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
+    before = _hashes(*roots)
+    # stdout and stderr come merged in one pipe: nothing but the one line (warnings are off there)
+    done = run_cli(_args(row, inputs), tmp_path, timeout=110)
+    err = "\n".join(
+        line for line in done.stdout.splitlines() if "Warning" not in line and "warn(" not in line
+    )
+    _check(row, done.returncode, err, before, _hashes(*roots))
+    for note in ("Seed set to", "GPU available", "TPU available", "Total params", "| Name"):
+        assert note not in done.stdout, f"{row[0]}: {note!r} printed under -q"
+
+
+def test_the_table_covers_every_verb_with_80_rows() -> None:
+    verbs = {row[0].split(":")[0].removeprefix("-q ") for row in ROWS + SUBPROCESS_ROWS if ":" in row[0]}
+    assert len(ROWS) + len(SUBPROCESS_ROWS) >= 80
     expected = {"fit", "validate", "test", "predict", "evaluate", "report", "postprocess", "plan-parallel"}
-    assert expected | {"data synth", "data archive"} <= verbs
+    assert expected | {"data synth", "data archive", "benchmark"} <= verbs, verbs
+    assert sys.executable
