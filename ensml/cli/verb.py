@@ -17,7 +17,10 @@ def run_function(target: Callable[..., Any] | dict[str, Callable[..., Any]], arg
     from jsonargparse import auto_cli
 
     prog = f"ensml {args[0]}"
-    auto_cli(target, args=list(args[1:]), as_positional=False, exit_on_error=False, prog=prog)
+    # No abbreviations: `--limit -3` must not quietly mean `--limit_train_batches -3`.
+    auto_cli(
+        target, args=list(args[1:]), as_positional=False, exit_on_error=False, prog=prog, allow_abbrev=False
+    )
 
 
 def summary(fn: Callable[..., Any]) -> str:
