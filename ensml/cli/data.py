@@ -105,34 +105,10 @@ def archive(
         Variables to keep (default: all).
     """
     options = dict(locals())
-    check_name_pattern(name)
     from ensml.data.archive import archive as split
 
     written = split(**options)
     print(f"ensml data archive: wrote {len(written)} files to {out_dir}")
-
-
-def check_name_pattern(name: str) -> None:
-    """Raise :class:`EnsmlError` unless ``name`` makes a plain file name inside ``out_dir`` for an init."""
-    from datetime import datetime
-
-    from ensml.errors import EnsmlError
-
-    try:
-        example = name.format(init=datetime(2000, 1, 2, 12))
-    except (KeyError, IndexError, ValueError, AttributeError) as exc:
-        raise EnsmlError(
-            f"data archive: --name {name!r} is not a valid pattern ({type(exc).__name__}: {exc}); "
-            "the only field is {init}, e.g. forecast_{init:%Y%m%d%H}.nc"
-        ) from None
-    if "{init" not in name:
-        raise EnsmlError(
-            f"data archive: --name {name!r} has no {{init}} field: every file would have the same name"
-        )
-    if "/" in example or "\\" in example or example in (".", "..") or example.startswith("."):
-        raise EnsmlError(
-            f"data archive: --name {name!r} gives {example!r}, not a plain file name inside out_dir"
-        )
 
 
 #: The commands this module runs, and their functions (the help text is each docstring).

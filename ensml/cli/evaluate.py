@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
 from ensml.cli.verb import run_function, summary
-
-if TYPE_CHECKING:
-    from ensml.verify.evaluate import Scores
 
 #: A lead time as a user writes it: hours (``24``) or a duration (``"24h"``, ``"P1D"``).
 Lead = int | float | str
@@ -88,7 +85,7 @@ def evaluate(
     print_scores(score(**options))
 
 
-def print_scores(scores: Scores) -> None:
+def print_scores(scores: Any) -> None:  # ensml.verify.evaluate.Scores: not imported for --help
     """Print the CRPS and spread tables with rich (plain text when stdout is not a terminal)."""
     import sys
 

@@ -27,7 +27,7 @@ from dask.utils import parse_bytes, parse_timedelta
 from ensml.errors import EnsmlError
 from ensml.logs import verbose
 from ensml.postprocess.batch import batch_system, pbs_resources, supervised_job_cls
-from ensml.postprocess.interrupt import critical
+from ensml.postprocess.interrupt import critical, import_jobqueue
 from ensml.postprocess.options import ClusterKind, JobQueue
 from ensml.postprocess.supervisor import Supervisor
 from ensml.postprocess.worker import Job, Unit
@@ -126,7 +126,7 @@ class ClusterSpec:
         if self.kind == "pbs":
             pbs_resources(jq.cores, _pbs_memory(jq.memory), list(jq.job_extra_directives))
         try:
-            import dask_jobqueue  # noqa: F401
+            import_jobqueue()
         except ImportError:  # pragma: no cover - a declared dependency
             raise EnsmlError(
                 f"cluster: {self.kind} needs dask-jobqueue (pip install dask-jobqueue)"
@@ -216,9 +216,7 @@ def _pbs_memory(memory: str) -> str:
     """``memory`` as PBS writes sizes (an integer and a unit, e.g. 64GB), kept when it is one."""
     if re.fullmatch(r"\d+[kmgtp]?[bw]", memory.strip().lower()):
         return memory.strip()
-    from dask_jobqueue.pbs import pbs_format_bytes_ceil
-
-    return pbs_format_bytes_ceil(parse_bytes(memory))
+    return import_jobqueue().pbs.pbs_format_bytes_ceil(parse_bytes(memory))
 
 
 def jobqueue_cluster(spec: ClusterSpec) -> Any:
@@ -228,8 +226,7 @@ def jobqueue_cluster(spec: ClusterSpec) -> Any:
     that what the run submitted can be found in the queue, and keep a rejected submission's
     message (:func:`~ensml.postprocess.batch.supervised_job_cls`).
     """
-    import dask_jobqueue
-
+    dask_jobqueue = import_jobqueue()
     jq = spec.jobqueue
     extra, kwargs = list(jq.job_extra_directives), {}
     if spec.kind == "pbs":  # one select line: the user's chunk resources join ours
@@ -289,11 +286,14 @@ def _missing_parents(path: str) -> list[str]:
 
 
 def for_workers(job: Job, units: list[Unit]) -> tuple[Job, list[Unit]]:
-    """``job`` and ``units`` with every path absolute: workers may run in another folder."""
+    """``job`` and ``units`` with every input path absolute: workers may run in another folder.
+
+    A unit's output stays a name relative to the output folder: its staging (absolute) writes it.
+    """
     checkpoints = tuple(replace(c, path=os.path.abspath(c.path)) for c in job.models.checkpoints)
     analysis = None if job.analysis is None else tuple(os.path.abspath(p) for p in job.analysis)
     job = replace(job, models=replace(job.models, checkpoints=checkpoints), analysis=analysis)
-    return job, [replace(u, input=os.path.abspath(u.input), output=os.path.abspath(u.output)) for u in units]
+    return job, [replace(u, input=os.path.abspath(u.input)) for u in units]
 
 
 class Connection:

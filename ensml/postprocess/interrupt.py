@@ -25,11 +25,26 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from ensml.errors import Interrupted
 from ensml.logs import quiet
+
+
+def import_jobqueue() -> Any:
+    """``dask_jobqueue``, imported without the SIGINT handler that its ``runner`` module installs
+    on import (``sys.exit()`` on Ctrl-C, process-wide: a Ctrl-C anywhere later would skip every
+    ``except KeyboardInterrupt``). The handler in place before the import is put back."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if main else None
+    import dask_jobqueue
+    import dask_jobqueue.runner
+
+    if main and before is not None:
+        signal.signal(signal.SIGINT, before)
+    return dask_jobqueue
+
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -47,8 +62,6 @@ class SignalGuard:
 
     def __enter__(self) -> SignalGuard:
         if threading.current_thread() is threading.main_thread():
-            with suppress(ImportError):
-                import dask_jobqueue  # noqa: F401 - sets its SIGINT handler on import: before ours
             for sig in SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self

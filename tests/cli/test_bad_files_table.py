@@ -149,7 +149,7 @@ CASES: dict[str, Case] = {
     "fit: k larger than the ensemble": Case(lambda i: fit(i, **{"data.k": 20}), ("k=20",)),
     "evaluate: k larger than the ensemble": Case(lambda i: evaluate(i, "--k=20", "--out_dir=out"), ("k=20",)),
     "fit: target lead not an input": Case(lambda i: fit(i, **{"data.target_leads": 72}), ("target_leads=72",)),
-    "fit: option of the wrong type": Case(lambda i: fit(i, **{"data.k": "five"}), ("option --data.k", "expected int", "'five'")),
+    "fit: option of the wrong type": Case(lambda i: fit(i, **{"data.k": "five"}), ("option --data.k", "expected an integer", "'five'")),
     "fit: unknown option": Case(lambda i: fit(i, "--data.kk=5"), ("unknown option --data.kk=5",)),
     "validate: value not among the choices": Case(lambda i: lightning("validate", i, **{"data.member_sampling": "all"}), ("--data.member_sampling", "'first', 'random'", "'all'")),
     "test: model class that does not exist": Case(lambda i: lightning("test", i, "--model=ensml.train.tasks.Nope"), ("--model", "ensml.train.tasks.Nope")),
@@ -160,7 +160,7 @@ CASES: dict[str, Case] = {
     "data synth: impossible grid": Case(lambda i: ["data", "synth", "--out_dir=syn", "--n_lat=0"], ("n_lat",)),
     "data: no sub-command": Case(lambda i: ["data"], ("synth or archive",)),
     "unknown command": Case(lambda i: ["forecast"], ("unknown command 'forecast'", "fit")),
-    "plan-parallel: no devices": Case(lambda i: ["plan-parallel", "--devices=0", "--n_lat=16", "--n_lon=32", "--n_level=2"], ("at least one device",)),
+    "plan-parallel: no devices": Case(lambda i: ["plan-parallel", "--devices=0", "--n_lat=16", "--n_lon=32", "--n_level=2"], ("--devices: 0 is out of range",)),
     # -- outputs that cannot or must not be written ------------------------------------------------------
     "data synth: out_dir is a file": Case(lambda i: ["data", "synth", f"--out_dir={i['dir'] / 'a-file'}"], ("a-file",)),
     "evaluate: out_dir is a file": Case(lambda i: evaluate(i, f"--out_dir={i['dir'] / 'a-file'}"), ("a-file",)),

@@ -144,7 +144,9 @@ def test_a_rejected_pbs_job_is_qsubs_message(
 
 def test_dask_jobqueue_still_fails_a_submission_the_way_we_read_it(fake_pbs, monkeypatch) -> None:
     """dask-jobqueue's submission error (its private ``Job._call`` message) as seen by our job class."""
-    import dask_jobqueue
+    from ensml.postprocess.interrupt import import_jobqueue
+
+    dask_jobqueue = import_jobqueue()  # without its process-wide SIGINT handler
 
     monkeypatch.setenv("FAKE_QSUB_ERROR", "qsub: Bad UID for job execution")
     with dask_jobqueue.PBSCluster(cores=1, memory="1GB", job_cls=supervised_job_cls(dask_jobqueue.pbs.PBSJob),

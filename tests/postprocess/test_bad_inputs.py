@@ -116,8 +116,8 @@ BAD_OPTIONS: dict[str, tuple[Callable[[dict, Path], list[str]], str]] = {
         lambda c, t: ["--analysis=null"],
         "uses the analysis at initialisation: set analysis",
     ),
-    "workers 0": (lambda c, t: ["--workers=0"], "workers must be at least 1"),
-    "threads 0": (lambda c, t: ["--threads_per_worker=0"], "threads_per_worker must be at least 1"),
+    "workers 0": (lambda c, t: ["--workers=0"], "option --workers: 0 is out of range (must be > 0)"),
+    "threads 0": (lambda c, t: ["--threads_per_worker=0"], "--threads_per_worker: 0 is out of range (must be > 0)"),
     "two schedulers": (lambda c, t: ["--scheduler_address=tcp://x:1", "--scheduler_file=s.json"], "not both"),
     "slurm and a scheduler": (
         lambda c, t: ["--cluster=slurm", "--scheduler_address=tcp://x:1"],

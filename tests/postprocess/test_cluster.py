@@ -162,9 +162,7 @@ def test_two_runs_at_once_on_one_folder(ckpt, year_archive, tiny_data, reference
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 1], results
     refused = next(err for p, (_, err) in zip(procs, results) if p.returncode == 1)
-    assert (
-        refused.strip().splitlines()[-1].startswith(f"ensml: output folder {out} is being written by another")
-    )
+    assert refused.strip().splitlines()[-1].startswith(f"ensml: postprocess: out_dir {out} is in use by ensml postprocess")
     _assert_exactly_once(out, year_archive, reference)
 
 
@@ -214,7 +212,7 @@ def test_paths_sent_to_workers_are_absolute(ckpt, archive_dir, tiny_data, tmp_pa
     assert (records["status"] == "done").all() and not records["worker"].str.endswith(f":{os.getpid()}").any()
 
 
-def test_for_workers_makes_every_path_absolute(ckpt, tiny_data, monkeypatch, tmp_path) -> None:
+def test_for_workers_makes_every_input_path_absolute(ckpt, tiny_data, monkeypatch, tmp_path) -> None:
     from ensml.postprocess.cluster import for_workers
     from ensml.postprocess.models import ModelSet
     from ensml.postprocess.options import Products
@@ -223,11 +221,12 @@ def test_for_workers_makes_every_path_absolute(ckpt, tiny_data, monkeypatch, tmp
     monkeypatch.chdir(ckpt.parent)
     models = ModelSet.from_paths([ckpt.name])
     job = Job(models, Products(), (), ("analysis.nc",), "netcdf", "cpu", {}, "")
-    job, units = for_workers(job, [Unit("k", "in/a.nc", "out/a.nc")])
+    job, units = for_workers(job, [Unit("k", "in/a.nc", "a.nc")])
     here = ckpt.parent
     assert job.models.checkpoints[0].path == str(here / ckpt.name)
     assert job.analysis == (str(here / "analysis.nc"),) and job.models.identity == models.identity
-    assert units == [Unit("k", str(here / "in/a.nc"), str(here / "out/a.nc"))]
+    # the output is a name in the output folder, written through the unit's (absolute) staging
+    assert units == [Unit("k", str(here / "in/a.nc"), "a.nc")]
 
 
 def test_a_busy_dashboard_port_prints_no_warning(capfd) -> None:
