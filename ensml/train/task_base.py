@@ -122,7 +122,7 @@ class EnsembleTask(TaskFields, L.LightningModule):
         kernel_size: KernelSize = 3,
         norm_groups: NonNegativeInt = 0,
         arch_options: dict[str, Any] | None = None,
-        lr: NonNegativeFloat = 2e-3,
+        lr: PositiveFloat = 2e-3,
         weight_decay: NonNegativeFloat = 1e-5,
         location_inputs: bool = False,
         static_variables: list[str] = (),  # type: ignore[assignment]
