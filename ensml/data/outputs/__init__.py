@@ -56,7 +56,7 @@ Choices beyond the first sketch, and why:
   output, possibly in the working folder): only the named outputs are checked.
 - A worker's :class:`Staging` writes only the names the run reserved for it, so a mistake in
   post-processing's plan cannot reach a user's file even though workers hold no lock.
-- Messages start with the command (``evaluate: out_dir …``); the CLI adds ``ensml: ``.
+- Messages start with the command (``evaluate: out_dir …``); the CLI puts ``ensml:`` before them.
 
 Typical use::
 
