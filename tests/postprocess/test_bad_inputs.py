@@ -117,7 +117,7 @@ BAD_OPTIONS: dict[str, tuple[Callable[[dict, Path], list[str]], str]] = {
         "uses the analysis at initialisation: set analysis",
     ),
     "workers 0": (lambda c, t: ["--workers=0"], "option --workers: 0 is out of range (must be > 0)"),
-    "threads 0": (lambda c, t: ["--threads_per_worker=0"], "--threads_per_worker: 0 is out of range (must be > 0)"),
+    "threads 0": (lambda c, t: ["--threads_per_worker=0"], "--threads_per_worker: 0 is out of range"),
     "two schedulers": (lambda c, t: ["--scheduler_address=tcp://x:1", "--scheduler_file=s.json"], "not both"),
     "slurm and a scheduler": (
         lambda c, t: ["--cluster=slurm", "--scheduler_address=tcp://x:1"],

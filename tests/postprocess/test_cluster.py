@@ -162,7 +162,8 @@ def test_two_runs_at_once_on_one_folder(ckpt, year_archive, tiny_data, reference
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 1], results
     refused = next(err for p, (_, err) in zip(procs, results) if p.returncode == 1)
-    assert refused.strip().splitlines()[-1].startswith(f"ensml: postprocess: out_dir {out} is in use by ensml postprocess")
+    in_use = f"ensml: postprocess: out_dir {out} is in use by ensml postprocess"
+    assert refused.strip().splitlines()[-1].startswith(in_use)
     _assert_exactly_once(out, year_archive, reference)
 
 

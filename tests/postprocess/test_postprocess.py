@@ -219,16 +219,16 @@ def test_zarr_store_holds_the_same_products(
     assert (again["finished"] == first["finished"]).all()
 
 
-def test_postprocess_spine_is_at_most_eight_documented_modules(
+def test_postprocess_spine_is_the_documented_one(
     checkpoints, archive_dir: Path, tiny_data, tmp_path: Path
 ) -> None:
     """The spine docs/architecture.md lists for postprocess, traced on one file (see test_architecture)."""
-    from tests.test_architecture import LIMIT, _documented_spine, _traced_spine
+    from tests.test_architecture import LIMITS, _documented_spine, _traced_spine
 
     first = sorted(archive_dir.glob("*.nc"))[0]
     args = pp_args(
         [checkpoints["mixed48"]], first, tmp_path / "out", THRESHOLDS, analysis=tiny_data["analysis"]
     )
     traced = _traced_spine(lambda: main(args), "postprocess")
-    documented = _documented_spine("postprocess")
-    assert traced <= documented and len(documented) <= LIMIT, (sorted(traced), sorted(documented))
+    assert traced == _documented_spine("postprocess")
+    assert len(traced) <= LIMITS["postprocess"]
