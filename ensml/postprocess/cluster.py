@@ -315,6 +315,9 @@ class Connection:
     def __enter__(self) -> Connection:
         if self.spec.kind == "none" and not self.spec.joins:
             return self
+        # A gather cut short when every worker is lost leaves a task whose AllExit asyncio logs as
+        # "Task exception was never retrieved" with a traceback: the supervisor's line says it.
+        logging.getLogger("asyncio").setLevel(_log_level())
         try:
             with critical():
                 self._connect()
