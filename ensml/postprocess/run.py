@@ -125,13 +125,7 @@ def postprocess(
     models = ModelSet.from_paths(checkpoints)
     thresholds = check_products(products, models.variables, models.levels)
     inputs = expand_inputs(forecasts)
-    analysis_files = None
-    if models.uses_analysis:
-        if not analysis:
-            raise EnsmlError(
-                f"checkpoint {models.checkpoints[0].path} uses the analysis at initialisation: set analysis"
-            )
-        analysis_files = tuple(str(p) for p in expand_inputs(analysis, "analysis"))
+    analysis_files = _analysis_files(models, analysis)
     out = Path(out_dir)
     names = _output_names(inputs, out, format)  # every output, checked before any side effect
     options = dict(format=format, products=products, analysis=analysis_files)
@@ -182,6 +176,17 @@ def postprocess(
         _close(folder, manifest, todo)  # after an error: the records appended so far are durable
     elapsed = time.perf_counter() - start
     return _report(records, len(units) - len(todo), elapsed, conn.where(), manifest, console)
+
+
+def _analysis_files(models: ModelSet, analysis: str | list[str] | None) -> tuple[str, ...] | None:
+    """The analysis files, for checkpoints that use the analysis at initialisation (else None)."""
+    if not models.uses_analysis:
+        return None
+    if not analysis:
+        raise EnsmlError(
+            f"checkpoint {models.checkpoints[0].path} uses the analysis at initialisation: set analysis"
+        )
+    return tuple(str(p) for p in expand_inputs(analysis, "analysis"))
 
 
 def _attrs(models: ModelSet) -> dict[str, Any]:
