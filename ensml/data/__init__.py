@@ -15,8 +15,7 @@ or Lightning. The synthetic ensemble and the archive writer are the modules
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ensml.data.layouts.formats import detect_format
 from ensml.data.layouts.grib import open_grib
@@ -25,6 +24,7 @@ from ensml.data.open import load_dataset, open_analysis, open_dataset, open_fore
 from ensml.data.splits import split_init_times
 from ensml.data.static import location_channels, read_static
 from ensml.data.stats import compute_stats
+from ensml.lazy import lazy_names
 
 if TYPE_CHECKING:
     from ensml.data.datamodule import EnsembleDataModule
@@ -39,17 +39,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 __all__ = [
     "EnsembleDataModule",

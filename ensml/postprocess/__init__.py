@@ -8,8 +8,9 @@ so ``import ensml.postprocess.options`` (the command line's types) loads no torc
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ensml.lazy import lazy_names
 
 if TYPE_CHECKING:
     from ensml.postprocess.ecc import ecc_levels, ecc_members, exceedance, gaussian_quantiles
@@ -28,17 +29,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 __all__ = [
     "JobQueue",
