@@ -1,4 +1,4 @@
-"""The loop that runs post-processing units, in this process or on a supervised dask cluster.
+"""The loop that runs post-processing units on a supervised dask cluster.
 
 Kept apart from :mod:`ensml.postprocess.run` (the plan, the manifest, the outputs): this is
 where signals are acted on (:mod:`.interrupt`) and the cluster is watched (:mod:`.supervisor`).
@@ -25,7 +25,7 @@ def execute(
     finish: Callable[[Unit, dict[str, Any]], None],
     supervisor: Supervisor | None = None,
 ) -> None:
-    """Run ``units`` (in this process when ``client`` is None), calling ``finish`` as each ends.
+    """Run ``units`` on the cluster of ``client``, calling ``finish`` as each ends.
 
     At most a few units per worker are queued at a time, so the client and scheduler hold
     bounded state however many files there are. A unit whose worker died (distributed retries it
@@ -33,11 +33,6 @@ def execute(
     ``supervisor`` looks at the cluster about once a second and stops the run (an
     :class:`EnsmlError`) when it cannot go on; signals are acted on between results.
     """
-    if client is None:
-        for unit in units:
-            poll()  # a signal stops the run between units (see .interrupt)
-            finish(unit, run_unit(unit, job))
-        return
     from distributed import wait
 
     job, units = for_workers(job, units)

@@ -20,13 +20,12 @@ the handlers found before are restored when the run ends.
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 from ensml.errors import Interrupted
 from ensml.logs import quiet
@@ -47,7 +46,6 @@ def import_jobqueue() -> Any:
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class SignalGuard:
@@ -105,23 +103,22 @@ class SignalGuard:
 _ACTIVE: list[SignalGuard] = []  # the guard of the run in progress (signal handlers are per process)
 
 
-def stops_on_signals(fn: F) -> F:
-    """Run ``fn`` under a :class:`SignalGuard`; a signal ends it with :class:`Interrupted`."""
+@contextmanager
+def stopping_on_signals() -> Iterator[SignalGuard]:
+    """A run under a :class:`SignalGuard`: a signal ends it with :class:`Interrupted`.
 
-    @functools.wraps(fn)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        with SignalGuard() as guard:
-            _ACTIVE.append(guard)
-            try:
-                result = fn(*args, **kwargs)
-                guard.poll()  # a signal during a run that had nothing left to poll for
-                return result
-            except KeyboardInterrupt:
-                raise interrupted("; run the same command again to finish") from None
-            finally:
-                _ACTIVE.remove(guard)
-
-    return guarded  # type: ignore[return-value]
+    A context manager rather than a decorator, so that it is not on the call stack of the
+    run's own work (see docs/architecture.md: the spine counts the modules a sample crosses).
+    """
+    with SignalGuard() as guard:
+        _ACTIVE.append(guard)
+        try:
+            yield guard
+            guard.poll()  # a signal during a run that had nothing left to poll for
+        except KeyboardInterrupt:
+            raise interrupted("; run the same command again to finish") from None
+        finally:
+            _ACTIVE.remove(guard)
 
 
 @contextmanager

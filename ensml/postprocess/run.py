@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,7 +21,7 @@ from ensml.errors import EnsmlError, PartialFailure
 from ensml.names import LATITUDE, LONGITUDE, MEMBER, format_leads
 from ensml.postprocess.cluster import ClusterSpec, Connection, job_script
 from ensml.postprocess.execute import execute
-from ensml.postprocess.interrupt import interrupted, stops_on_signals
+from ensml.postprocess.interrupt import interrupted, poll, stopping_on_signals
 from ensml.postprocess.manifest import MANIFEST, Manifest, data_sha256, input_identity, zarr_store_id
 from ensml.postprocess.models import ModelSet
 from ensml.postprocess.options import (
@@ -37,13 +37,12 @@ from ensml.postprocess.options import (
 from ensml.postprocess.plan import ZARR_STORE, expand_inputs, netcdf_units, zarr_units
 from ensml.postprocess.products import product_dataset, product_encoding
 from ensml.postprocess.progress import run_progress, summary
-from ensml.postprocess.worker import Job, ModelPlugin, Unit
+from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
 from ensml.provenance import command
 
 COMMAND = "postprocess"
 
 
-@stops_on_signals
 def postprocess(
     checkpoints: list[str],
     forecasts: str | list[str],
@@ -116,66 +115,90 @@ def postprocess(
     dict
         Counts of units ``done``, ``up_to_date`` and ``failed``.
     """
-    products = products or Products()
-    spec = ClusterSpec(
-        cluster, workers, threads_per_worker, scheduler_file, scheduler_address, jobqueue or JobQueue(),
-        log_dir=os.path.join(os.path.abspath(out_dir), STATE_DIR, "logs"),  # batch logs: not the cwd
-    )  # fmt: skip
-    spec.check(submit=not dry_run)
-    models = ModelSet.from_paths(checkpoints)
-    thresholds = check_products(products, models.variables, models.levels)
-    inputs = expand_inputs(forecasts)
-    analysis_files = _analysis_files(models, analysis)
-    out = Path(out_dir)
-    names = _output_names(inputs, out, format)  # every output, checked before any side effect
-    options = dict(format=format, products=products, analysis=analysis_files)
-    console = Console(highlight=False)
-    if dry_run:
-        return _dry_run(inputs, out, models, options, spec, force, verify, console)
+    with stopping_on_signals():  # a signal stops the run at a safe point (see .interrupt)
+        products = products or Products()
+        spec = ClusterSpec(
+            cluster, workers, threads_per_worker, scheduler_file, scheduler_address, jobqueue or JobQueue(),
+            log_dir=os.path.join(os.path.abspath(out_dir), STATE_DIR, "logs"),  # batch logs: not the cwd
+        )  # fmt: skip
+        spec.check(submit=not dry_run)
+        models = ModelSet.from_paths(checkpoints)
+        thresholds = check_products(products, models.variables, models.levels)
+        inputs = expand_inputs(forecasts)
+        analysis_files = _analysis_files(models, analysis)
+        out = Path(out_dir)
+        names = _output_names(inputs, out, format)  # every output, checked before any side effect
+        options = dict(format=format, products=products, analysis=analysis_files)
+        console = Console(highlight=False)
+        if dry_run:
+            return _dry_run(inputs, out, models, options, spec, force, verify, console)
 
-    attrs = _attrs(models)
-    start = time.perf_counter()
-    # The folder's lock keeps two runs apart; what a killed run staged is removed on opening.
-    with OutputFolder.open(out, COMMAND, names=names) as folder:
-        manifest = Manifest(out, folder)
-        records: list[dict[str, Any]] = []  # this run's, including inputs that could not be planned
-        units, identities, job_products = _plan(
-            inputs, folder, models, options, products, thresholds, records, attrs, force
-        )
-        for record in records:  # zarr: unreadable inputs give no units
-            manifest.append(record)
-        stale = [u for u in units if force or not _current(folder, manifest, u, identities[u.key], verify)]
-        todo = _stage(folder, stale)
-        job = Job(models, job_products, tuple(thresholds), analysis_files, format, device, attrs, command())
-        progress = run_progress(len(todo))
-        conn = Connection(spec, ModelPlugin(models, device, spec.torch_threads))
+        attrs = _attrs(models)
+        start = time.perf_counter()
+        # The folder's lock keeps two runs apart; what a killed run staged is removed on opening.
+        with OutputFolder.open(out, COMMAND, names=names) as folder:
+            manifest = Manifest(out, folder)
+            records: list[dict[str, Any]] = []  # this run's, including inputs that could not be planned
+            units, identities, job_products = _plan(
+                inputs, folder, models, options, products, thresholds, records, attrs, force
+            )
+            for record in records:  # zarr: unreadable inputs give no units
+                manifest.append(record)
+            stale = [
+                u for u in units if force or not _current(folder, manifest, u, identities[u.key], verify)
+            ]
+            todo = _stage(folder, stale)
+            job = Job(
+                models, job_products, tuple(thresholds), analysis_files, format, device, attrs, command()
+            )
+            progress = run_progress(len(todo))
+            conn = Connection(spec, ModelPlugin(models, device, spec.torch_threads))
 
-        def finish(unit: Unit, result: dict[str, Any]) -> None:
-            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            output = str(folder.final(unit.output))
-            record = {**identities[unit.key], **result, "output": output, "finished": stamp}
-            if record["status"] == "done" and unit.region is None:
-                folder.record([unit.output])  # a zarr store is recorded once, when the run ends
-            manifest.append(record)
-            records.append(record)
-            progress.advance(ok=record["status"] == "done")
+            finish = _finisher(folder, manifest, identities, records, progress)
 
-        try:
-            if todo:
-                if spec.kind == "none" and not spec.joins:
-                    torch.set_num_threads(spec.torch_threads)
-                with conn:
-                    execute(todo, job, conn.client, finish, conn.supervisor)
-        except KeyboardInterrupt:  # a signal (see .interrupt): the connection cancelled the jobs
-            n = progress.done + progress.failed
-            raise interrupted(
-                f" after {n} of {len(todo)} units{conn.jobs_note()}; run the same command again to finish"
-            ) from None
-        finally:
-            progress.close()
-        _close(folder, manifest, todo)  # after an error: the records appended so far are durable
-    elapsed = time.perf_counter() - start
-    return _report(records, len(units) - len(todo), elapsed, conn.where(), manifest, console)
+            try:
+                if todo:
+                    if spec.kind == "none" and not spec.joins:
+                        torch.set_num_threads(spec.torch_threads)
+                    with conn:
+                        if conn.client is None:  # --cluster none: each unit in this process
+                            for unit in todo:
+                                poll()  # a signal stops the run between units
+                                finish(unit, run_unit(unit, job))
+                        else:
+                            execute(todo, job, conn.client, finish, conn.supervisor)
+            except KeyboardInterrupt:  # a signal (see .interrupt): the connection cancelled the jobs
+                n = progress.done + progress.failed
+                raise interrupted(
+                    f" after {n} of {len(todo)} units{conn.jobs_note()}; run the same command again to finish"
+                ) from None
+            finally:
+                progress.close()
+            _close(folder, manifest, todo)  # after an error: the records appended so far are durable
+        elapsed = time.perf_counter() - start
+        return _report(records, len(units) - len(todo), elapsed, conn.where(), manifest, console)
+
+
+def _finisher(
+    folder: OutputFolder,
+    manifest: Manifest,
+    identities: dict[str, dict[str, Any]],
+    records: list[dict[str, Any]],
+    progress: Any,
+) -> Callable[[Unit, dict[str, Any]], None]:
+    """What is done as each unit ends: its manifest record, the ledger, the progress bar."""
+
+    def finish(unit: Unit, result: dict[str, Any]) -> None:
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        output = str(folder.final(unit.output))
+        record = {**identities[unit.key], **result, "output": output, "finished": stamp}
+        if record["status"] == "done" and unit.region is None:
+            folder.record([unit.output])  # a zarr store is recorded once, when the run ends
+        manifest.append(record)
+        records.append(record)
+        progress.advance(ok=record["status"] == "done")
+
+    return finish
 
 
 def _analysis_files(models: ModelSet, analysis: str | list[str] | None) -> tuple[str, ...] | None:

@@ -286,11 +286,6 @@ class EnsembleTask(TaskFields, L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_compatible(checkpoint.get("hyper_parameters", {}), self.hparams, "checkpoint")
 
-    # -- network (its input and output fields: ensml.train.task_fields) --------------------
-    def network(self, batch: dict[str, torch.Tensor], net: torch.nn.Module | None = None) -> torch.Tensor:
-        """``net`` (default: the task's network) on the batch's features, surface fields tied."""
-        return self.tie_surface((net or self.net)(self.features(batch)))
-
     # -- loop ---------------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self.loss(batch)

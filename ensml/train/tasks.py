@@ -22,6 +22,17 @@ from ensml.train.task_base import DATA_BUFFERS, STAT_KEYS, EnsembleTask, inverse
 L1_WEIGHT, MSSSIM_WEIGHT = 0.16, 0.84
 
 
+def network(
+    task: EnsembleTask, batch: dict[str, torch.Tensor], net: torch.nn.Module | None = None
+) -> torch.Tensor:
+    """``net`` (default: the task's network) on the batch's features, surface fields tied.
+
+    Here rather than a method of :class:`EnsembleTask`: a prediction then crosses this module
+    and the network only (see docs/architecture.md, the spines).
+    """
+    return task.tie_surface((net or task.net)(task.features(batch)))
+
+
 class SpreadTask(EnsembleTask):
     """Predict the M-member spread (std, ddof 0) at the target lead(s) from K members.
 
@@ -49,7 +60,7 @@ class SpreadTask(EnsembleTask):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         s = self.scale()
-        sigma = s * F.softplus(self.network(batch) + inverse_softplus(self.prior_std(batch) / s))
+        sigma = s * F.softplus(network(self, batch) + inverse_softplus(self.prior_std(batch) / s))
         if self.local is not None:
             sigma = s * torch.exp(self.affine(torch.log(sigma / s), 0))
         return sigma
@@ -130,9 +141,9 @@ class MixedTask(EnsembleTask):
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         n, s = self.n_fields, self.scale()
         if self.two_stage:
-            out_mu, out_sigma = self.network(batch), self.network(batch, self.net_sigma)
+            out_mu, out_sigma = network(self, batch), network(self, batch, self.net_sigma)
         else:
-            out = self.network(batch)
+            out = network(self, batch)
             out_mu, out_sigma = out[:, :n], out[:, n:]
         mu = self.at_targets(batch["mean_k"]) + s * out_mu
         sigma = s * F.softplus(out_sigma + inverse_softplus(self.prior_std(batch) / s))

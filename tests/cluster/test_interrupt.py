@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from ensml.errors import Interrupted
-from ensml.postprocess.interrupt import SignalGuard, critical, poll, stops_on_signals
+from ensml.postprocess.interrupt import SignalGuard, critical, poll, stopping_on_signals
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -53,16 +53,12 @@ def test_the_handlers_before_are_restored_even_after_dask_jobqueue_set_its_own()
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_guarded_run_ends_with_interrupted(sig: int, code: int) -> None:
-    @stops_on_signals
-    def run() -> None:
+    with pytest.raises(Interrupted) as err, stopping_on_signals():
         _kill(sig)
         with critical():
             pass
         poll()
         raise AssertionError("not stopped")
-
-    with pytest.raises(Interrupted) as err:
-        run()
     assert err.value.exit_code == code
     assert (
         str(err.value) == f"interrupted by {signal.Signals(sig).name}; run the same command again to finish"
@@ -70,10 +66,5 @@ def test_a_guarded_run_ends_with_interrupted(sig: int, code: int) -> None:
 
 
 def test_a_signal_during_a_run_with_nothing_to_poll_still_interrupts() -> None:
-    @stops_on_signals
-    def run() -> str:
+    with pytest.raises(Interrupted), stopping_on_signals():
         _kill()
-        return "done"
-
-    with pytest.raises(Interrupted):
-        run()
