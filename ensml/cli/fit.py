@@ -6,8 +6,6 @@ trainer's (``--trainer``); see :mod:`ensml.train.lightning_cli`.
 
 from __future__ import annotations
 
-import sys
-
 #: The Lightning verbs and their one-line summaries (their options come from LightningCLI: no
 #: function of ensml's declares them, so :data:`COMMANDS` is empty).
 COMMANDS: dict = {}
@@ -28,13 +26,11 @@ def run(args: list[str]) -> None:
 
     Lightning's own options (``--seed_everything``, ``--trainer.*``) are declared by Lightning;
     the values it refuses become one line here. A plain ``ensml VERB --help`` prints the stored
-    text (:mod:`ensml.cli.lightning_help`) without building the parser.
+    text (:mod:`ensml.cli.help_store`) without building the parser.
     """
-    from ensml.cli.lightning_help import HELP_FLAGS, stored
+    from ensml.cli.help_store import print_stored
 
-    text = stored(args[0]) if args[1:] in HELP_FLAGS else None
-    if text is not None:
-        sys.stdout.write(text)
+    if print_stored(args):
         return
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 

@@ -2,79 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from ensml.cli.verb import run_function
 
-from jsonargparse.typing import PositiveFloat, restricted_number_type
-
-from ensml.cli.verb import run_function, summary
-from ensml.train.options import Depth, KernelSize, Width
-
-#: Ranks to plan for (a million GPUs is beyond any machine; more would take hours to tabulate).
-Devices = restricted_number_type("Devices", int, [(">=", 1), ("<=", 1_000_000)])
-#: Grid points along one axis of a sample.
-GridSize = restricted_number_type("PlanGridSize", int, [(">=", 1), ("<=", 100_000)])
-#: Variables, lead times, batch size.
-Count = restricted_number_type("Count", int, [(">=", 1), ("<=", 10_000)])
-
-
-def plan_parallel(
-    devices: Devices,
-    forecast: str | None = None,
-    n_lat: GridSize | None = None,
-    n_lon: GridSize | None = None,
-    n_level: GridSize | None = None,
-    n_var: Count = 2,
-    n_lead: Count = 3,
-    task: Literal["mixed", "spread"] = "mixed",
-    width: Width = 16,
-    depth: Depth = 3,
-    kernel_size: KernelSize = 3,
-    batch_size: Count = 1,
-    memory_gib: PositiveFloat | None = None,
-) -> None:
-    """Print the predicted cost of every data × lat × lon split of ``devices`` ranks.
-
-    Parameters
-    ----------
-    devices
-        Number of ranks (GPUs) to split, 1 … 1e6.
-    forecast
-        A forecast file whose latitude/longitude/level sizes to use (or give the sizes below).
-    n_lat
-        Latitudes of one sample (overrides the file's).
-    n_lon
-        Longitudes of one sample (overrides the file's).
-    n_level
-        Pressure levels of one sample (overrides the file's).
-    n_var
-        Variables of one sample (sets the U-Net's channels).
-    n_lead
-        Input lead times of one sample (sets the U-Net's channels).
-    task
-        ``mixed`` (post-processing: also feeds the analysis, predicts mean and std) or
-        ``spread`` (predicts the std only).
-    width
-        U-Net width, as ``model.init_args.width`` of the fit config.
-    depth
-        U-Net depth (number of poolings), as ``model.init_args.depth``.
-    kernel_size
-        Convolution kernel size, as ``model.init_args.kernel_size``.
-    batch_size
-        Samples per replica per step (``data.batch_size``).
-    memory_gib
-        Memory per device in GiB (default: that of the machine model, 80).
-    """
-    options = dict(locals())
-    from ensml.experiments.plan import plan_parallel_cli as plan
-
-    plan(**options)
-
-
-#: The command this module runs, and its function (the help text is its docstring).
-COMMANDS = {"plan-parallel": plan_parallel}
-SUMMARIES = {words: summary(fn) for words, fn in COMMANDS.items()}
+#: The command this module runs: its options and help are the library function's.
+COMMANDS = {"plan-parallel": "ensml.experiments.plan:plan_parallel_cli"}
+SUMMARIES = {"plan-parallel": "Print the predicted cost of every data × lat × lon split of devices ranks."}
 
 
 def run(args: list[str]) -> None:
     """Run ``ensml plan-parallel ARGS``."""
-    run_function(plan_parallel, args)
+    run_function(COMMANDS["plan-parallel"], args)

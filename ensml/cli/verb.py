@@ -1,26 +1,41 @@
-"""What the jsonargparse verbs share: parse the arguments into one typed function and call it.
+"""What the jsonargparse verbs share: parse the arguments into the library function and call it.
 
-A verb's function (in its module of :mod:`ensml.cli`) declares every option with its type, range
-and default; jsonargparse reads ``--config file.yaml`` and dotted overrides into it, checks each
-value against its type (a range type such as ``PositiveInt`` included) and reports a bad one as
-an :class:`~argparse.ArgumentError`, which :func:`ensml.cli.main.main` prints as one line.
+A verb's options are declared once, by the library function it runs (``"module:function"``):
+its signature gives every option's type, range and default, its numpydoc docstring the help.
+jsonargparse reads ``--config file.yaml`` and dotted overrides into it, checks each value against
+its type (a range type such as ``PositiveInt`` included) and reports a bad one as an
+:class:`~argparse.ArgumentError`, which :func:`ensml.cli.main.main` prints as one line. The library
+is imported only when the verb runs: ``--help`` prints the stored text (:mod:`.help_store`).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ensml.cli.help_store import print_stored
 
-def run_function(target: Callable[..., Any] | dict[str, Callable[..., Any]], args: Sequence[str]) -> None:
-    """Parse ``args`` (the verb's name first) into ``target`` (a function, or sub-commands) and run it."""
+
+def load(target: str) -> Callable[..., Any]:
+    """The function named by ``"package.module:function"``."""
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def run_function(target: str | dict[str, str], args: Sequence[str]) -> Any:
+    """Parse ``args`` (the verb's name first) into ``target`` (a function, or sub-commands), run it
+    and return what it returns (None after ``--help``)."""
+    if print_stored(args):
+        return None
     from jsonargparse import auto_cli
 
-    prog = f"ensml {args[0]}"
+    function = load(target) if isinstance(target, str) else {k: load(v) for k, v in target.items()}
     # No abbreviations: `--limit -3` must not quietly mean `--limit_train_batches -3`.
-    auto_cli(
-        target, args=list(args[1:]), as_positional=False, exit_on_error=False, prog=prog, allow_abbrev=False
-    )
+    return auto_cli(
+        function, args=list(args[1:]), as_positional=False, exit_on_error=False, prog=f"ensml {args[0]}",
+        allow_abbrev=False,
+    )  # fmt: skip
 
 
 def summary(fn: Callable[..., Any]) -> str:
@@ -29,4 +44,4 @@ def summary(fn: Callable[..., Any]) -> str:
     return doc.splitlines()[0].replace("``", "") if doc else ""
 
 
-__all__ = ["run_function", "summary"]
+__all__ = ["load", "run_function", "summary"]

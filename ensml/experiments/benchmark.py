@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 import xarray as xr
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch.callbacks import EarlyStopping
 
 from ensml.data.datamodule import EnsembleDataModule
@@ -193,17 +194,17 @@ def benchmark(
     levels: list[float] = (500, 850),  # type: ignore[assignment]
     input_leads: list[int | str] = (0, 12, 24, 36, 48),  # type: ignore[assignment]
     target_leads: int | str | list[int | str] = (24, 48),  # type: ignore[assignment]
-    k: int = 5,
+    k: PositiveInt = 5,
     member_sampling: Literal["first", "random"] = "random",
     train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
     val_period: tuple[str, str] = ("2019-07-01", "2019-12-31"),
     test_period: tuple[str, str] = ("2020-01-01", "2020-12-31"),
-    batch_size: int = 8,
+    batch_size: PositiveInt = 8,
     models: list[ModelSpec] | None = None,
     emos: list[Literal["global", "local"]] = ("global", "local"),  # type: ignore[assignment]
-    limit_train_batches: int | None = None,
-    seed: int = 0,
-    threads: int = 1,
+    limit_train_batches: PositiveInt | None = None,
+    seed: NonNegativeInt = 0,
+    threads: PositiveInt = 1,
     out_dir: str = "runs/benchmark",
     bound: bool = True,
 ) -> pd.DataFrame:

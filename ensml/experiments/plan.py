@@ -5,34 +5,43 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from jsonargparse.typing import PositiveFloat, restricted_number_type
 
 from ensml.errors import EnsmlError
 from ensml.models.spatial import plan_parallel
 from ensml.models.spatial.perfmodel import H100_NCCL
 from ensml.models.unet3d import UNet3d
+from ensml.train.options import Depth, KernelSize, Width
+
+#: Ranks to plan for (a million GPUs is beyond any machine; more would take hours to tabulate).
+Devices = restricted_number_type("Devices", int, [(">=", 1), ("<=", 1_000_000)])
+#: Grid points along one axis of a sample.
+GridSize = restricted_number_type("PlanGridSize", int, [(">=", 1), ("<=", 100_000)])
+#: Variables, lead times, batch size.
+Count = restricted_number_type("Count", int, [(">=", 1), ("<=", 10_000)])
 
 
 def plan_parallel_cli(
-    devices: int,
+    devices: Devices,
     forecast: str | None = None,
-    n_lat: int | None = None,
-    n_lon: int | None = None,
-    n_level: int | None = None,
-    n_var: int = 2,
-    n_lead: int = 3,
+    n_lat: GridSize | None = None,
+    n_lon: GridSize | None = None,
+    n_level: GridSize | None = None,
+    n_var: Count = 2,
+    n_lead: Count = 3,
     task: Literal["mixed", "spread"] = "mixed",
-    width: int = 16,
-    depth: int = 3,
-    kernel_size: int = 3,
-    batch_size: int = 1,
-    memory_gib: float | None = None,
+    width: Width = 16,
+    depth: Depth = 3,
+    kernel_size: KernelSize = 3,
+    batch_size: Count = 1,
+    memory_gib: PositiveFloat | None = None,
 ) -> None:
     """Print the predicted cost of every data × lat × lon split of ``devices`` ranks.
 
     Parameters
     ----------
     devices
-        Number of ranks (GPUs) to split.
+        Number of ranks (GPUs) to split, 1 … 1e6.
     forecast
         A forecast file whose latitude/longitude/level sizes to use (or give the sizes below).
     n_lat

@@ -31,6 +31,7 @@ from ensml.postprocess.interrupt import critical, import_jobqueue
 from ensml.postprocess.options import ClusterKind, JobQueue
 from ensml.postprocess.supervisor import Supervisor
 from ensml.postprocess.worker import Job, Unit
+from ensml.train.options import cpu_cores
 
 # Dask settings for workers that run one long unit at a time, a few queued. distributed's
 # defaults wake each worker's event loop every 20 ms (health tick), check memory every 100 ms,
@@ -73,6 +74,10 @@ def duration_s(value: float | str, option: str) -> float:
     return s
 
 
+#: Local processes × threads per CPU core beyond which a run only thrashes (or hangs starting them).
+PER_CORE = 4
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """How to get workers (see ``ensml postprocess`` for each option)."""
@@ -104,8 +109,22 @@ class ClusterSpec:
         if joins and self.scheduler_file and not os.path.isfile(self.scheduler_file):
             raise EnsmlError(f"scheduler_file {self.scheduler_file} does not exist")
         self.pending_timeout_s, self.no_worker_timeout_s  # noqa: B018 - parsed to check them
+        if self.kind in ("local", "none") and not joins:
+            self._check_local_workers()
         if self.kind in ("slurm", "pbs"):
             self._check_jobqueue(submit)
+
+    def _check_local_workers(self) -> None:
+        """Refuse more local worker processes × threads than this machine can run."""
+        cores = cpu_cores()
+        cap = PER_CORE * cores
+        workers, threads = self.workers or 1, self.threads_per_worker
+        if threads > cap or workers * threads > cap:
+            raise EnsmlError(
+                f"postprocess: --workers {workers} × --threads_per_worker {threads} is more than this "
+                f"machine can run ({cap}: {PER_CORE} per CPU core, {cores} cores); for more, use "
+                "--cluster slurm|pbs or --scheduler_address"
+            )
 
     def _check_jobqueue(self, submit: bool) -> None:
         jq = self.jobqueue

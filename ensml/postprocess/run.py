@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from jsonargparse.typing import PositiveInt
 from rich.console import Console
 
 from ensml import __version__
@@ -51,8 +52,8 @@ def postprocess(
     format: OutputFormat = "netcdf",
     products: Products | None = None,
     cluster: ClusterKind = "local",
-    workers: int | None = None,
-    threads_per_worker: int = 1,
+    workers: PositiveInt | None = None,
+    threads_per_worker: PositiveInt = 1,
     scheduler_file: str | None = None,
     scheduler_address: str | None = None,
     jobqueue: JobQueue | None = None,

@@ -142,11 +142,12 @@ def test_every_option_of_every_command_has_help_text() -> None:
     from jsonargparse import ArgumentParser
 
     from ensml.cli.main import VERBS, verb_module
+    from ensml.cli.verb import load
 
     targets = [item for verb in VERBS for item in verb_module(verb).COMMANDS.items()]
-    for name, fn in targets:
+    for name, target in targets:
         parser = ArgumentParser()
-        parser.add_function_arguments(fn)
+        parser.add_function_arguments(load(target))
         bare = [a.dest for a in parser._actions if a.dest != "help" and not (a.help or "").strip()]
         assert not bare, f"ensml {name.strip()}: options without help text: {bare}"
 

@@ -74,11 +74,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Literal
 
 import dask
 import numpy as np
 import pandas as pd
 import xarray as xr
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt, restricted_number_type
 
 from ensml.data.outputs import STATE_DIR, Ledger, OutputFolder
 from ensml.data.synth.build import SynthConfig, build_datasets, encodings
@@ -149,22 +151,27 @@ def _prepare_out_dir(out_dir: Path, overwrite: bool, suffix: str) -> list[str]:
     return names
 
 
+#: The grid sizes and ensemble sizes ``synth`` accepts.
+GridSize = restricted_number_type("GridSize", int, [(">=", 4), ("<=", 2000)])
+Members = restricted_number_type("Members", int, [(">=", 2), ("<=", 1000)])
+
+
 def synth(
-    out_dir: str | Path,
+    out_dir: str,
     *,
-    n_lat: int = 32,
-    n_lon: int = 64,
+    n_lat: GridSize = 32,
+    n_lon: GridSize = 64,
     levels: Sequence[int] = (500, 850),
     leads: Sequence[int | str] = (0, 24, 48),
-    members: int = 10,
+    members: Members = 10,
     start: str = "2017-01-01",
     end: str = "2020-12-31",
-    every_days: int = 2,
-    storms_per_year: float = 6.0,
-    seed: int = 0,
+    every_days: PositiveInt = 2,
+    storms_per_year: NonNegativeFloat = 6.0,
+    seed: NonNegativeInt = 0,
     surface: bool = False,
-    format: str = "netcdf",
-    zarr_format: int = 3,
+    format: Literal["netcdf", "zarr"] = "netcdf",
+    zarr_format: Literal[2, 3] = 3,
     overwrite: bool = False,
 ) -> dict[str, Path]:
     """Generate a synthetic ensemble with a known predictive distribution.
@@ -182,16 +189,16 @@ def synth(
         Output folder: new, empty or an earlier synth's (created if missing). A folder holding
         anything ensml did not write is refused, whatever it holds.
     n_lat
-        Number of latitudes: cell centres from 90 - 90/n_lat to -(90 - 90/n_lat) degrees,
-        no pole rows (32 gives 87.1875 … -87.1875).
+        Latitudes, 4 … 2000: cell centres from 90 - 90/n_lat to -(90 - 90/n_lat) degrees, no
+        pole rows (32 gives 87.1875 … -87.1875); at most 2e6 grid points in all.
     n_lon
-        Number of longitudes: 0 … 360 - 360/n_lon degrees east.
+        Longitudes, 4 … 2000: 0 … 360 - 360/n_lon degrees east.
     levels
         Pressure levels in hPa (1..1100), written in this order.
     leads
         Lead times, strictly increasing: hours (``[0, 6, 12]``) or durations (``["0h", "P1D"]``).
     members
-        Ensemble size, >= 2.
+        Ensemble size, 2 … 1000.
     start
         First initialisation date (00 UTC).
     end
@@ -199,7 +206,7 @@ def synth(
     every_days
         Days between initialisations.
     storms_per_year
-        Mean number of storms (intense compact warm-core lows) per year, Poisson.
+        Mean number of storms (intense compact warm-core lows) per year, Poisson; at most 365.
     seed
         Random seed; the same options and seed give the same data.
     surface
