@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ensml.models.layers import ConvBlock, LatLonPool, LatLonUpsample, SphereConv3d
-from ensml.models.unet3d import UNet3d, pad_to_multiple
+from ensml.models.layers import SphereConv3d
+from ensml.models.unet3d import UNet3d, build_layers, pad_to_multiple
 
 
 class ConvGRUCell(nn.Module):
@@ -78,26 +78,14 @@ class ConvGRUUNet(nn.Module):
         target_index: int = -1,
     ) -> None:
         super().__init__()
-        if depth < 0 or width < 1:
-            raise ValueError(f"need depth >= 0 and width >= 1, got depth={depth}, width={width}")
-        self.depth = depth
-        self.periodic_lon = periodic_lon
-        widths = [width * 2**i for i in range(depth + 1)]
-        block = dict(kernel_size=kernel_size, periodic_lon=periodic_lon, norm_groups=norm_groups)
-        self.encoders = nn.ModuleList()
-        self.grus = nn.ModuleList()
-        cin = in_channels
-        for w in widths:
-            self.encoders.append(ConvBlock(cin, w, **block))
+        self.grus = nn.ModuleList()  # one per resolution, built beside its encoder
+
+        def gru(w: int) -> None:
             self.grus.append(ConvGRUCell(w, gru_kernel_size, periodic_lon))
-            cin = w
-        self.pool = LatLonPool()
-        self.upsamplers = nn.ModuleList()
-        self.decoders = nn.ModuleList()
-        for w in reversed(widths[:-1]):
-            self.upsamplers.append(LatLonUpsample(2 * w, w))
-            self.decoders.append(ConvBlock(2 * w, w, **block))
-        self.head = SphereConv3d(widths[0], out_channels, kernel_size=1)
+
+        build_layers(
+            self, in_channels, out_channels, width, depth, kernel_size, periodic_lon, norm_groups, gru
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, L, C, D, H, W) → (B, out_channels, D, H, W): the state after the last lead."""

@@ -8,6 +8,8 @@ research code, the globe is not cropped to a multiple of ``2**depth``: inputs ar
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -44,24 +46,7 @@ class UNet3d(nn.Module):
         norm_groups: int = 0,
     ) -> None:
         super().__init__()
-        if depth < 0 or width < 1:
-            raise ValueError(f"need depth >= 0 and width >= 1, got depth={depth}, width={width}")
-        self.depth = depth
-        self.periodic_lon = periodic_lon
-        widths = [width * 2**i for i in range(depth + 1)]
-        block = dict(kernel_size=kernel_size, periodic_lon=periodic_lon, norm_groups=norm_groups)
-        self.encoders = nn.ModuleList()
-        cin = in_channels
-        for w in widths:
-            self.encoders.append(ConvBlock(cin, w, **block))
-            cin = w
-        self.pool = LatLonPool()
-        self.upsamplers = nn.ModuleList()
-        self.decoders = nn.ModuleList()
-        for w in reversed(widths[:-1]):
-            self.upsamplers.append(LatLonUpsample(2 * w, w))
-            self.decoders.append(ConvBlock(2 * w, w, **block))
-        self.head = SphereConv3d(widths[0], out_channels, kernel_size=1)
+        build_layers(self, in_channels, out_channels, width, depth, kernel_size, periodic_lon, norm_groups)
 
     def pad_amounts(self, n_lat: int, n_lon: int) -> tuple[int, int]:
         """Cells added (south, east) so that latitude/longitude divide by ``2**depth``."""
@@ -72,6 +57,44 @@ class UNet3d(nn.Module):
         n_lat, n_lon = x.shape[-2:]
         x = pad_to_multiple(x, self.depth, self.periodic_lon)
         return encode_decode(self, x)[..., :n_lat, :n_lon]
+
+
+def build_layers(
+    net: nn.Module,
+    in_channels: int,
+    out_channels: int,
+    width: int,
+    depth: int,
+    kernel_size: int,
+    periodic_lon: bool,
+    norm_groups: int,
+    beside_encoder: Callable[[int], None] | None = None,
+) -> None:
+    """Give ``net`` the U-Net's layers: ``encoders``, ``pool``, ``upsamplers``, ``decoders``, ``head``.
+
+    Shared by :class:`UNet3d` and the temporal :class:`~ensml.models.temporal.ConvGRUUNet`;
+    ``beside_encoder(width)`` is called after each encoder is built (the GRU of that resolution),
+    so that parameters are drawn in the same order as when the two were written out.
+    """
+    if depth < 0 or width < 1:
+        raise ValueError(f"need depth >= 0 and width >= 1, got depth={depth}, width={width}")
+    net.depth, net.periodic_lon = depth, periodic_lon
+    widths = [width * 2**i for i in range(depth + 1)]
+    block = dict(kernel_size=kernel_size, periodic_lon=periodic_lon, norm_groups=norm_groups)
+    net.encoders = nn.ModuleList()
+    cin = in_channels
+    for w in widths:
+        net.encoders.append(ConvBlock(cin, w, **block))
+        if beside_encoder is not None:
+            beside_encoder(w)
+        cin = w
+    net.pool = LatLonPool()
+    net.upsamplers = nn.ModuleList()
+    net.decoders = nn.ModuleList()
+    for w in reversed(widths[:-1]):
+        net.upsamplers.append(LatLonUpsample(2 * w, w))
+        net.decoders.append(ConvBlock(2 * w, w, **block))
+    net.head = SphereConv3d(widths[0], out_channels, kernel_size=1)
 
 
 def pad_to_multiple(x: torch.Tensor, depth: int, periodic_lon: bool = True) -> torch.Tensor:
