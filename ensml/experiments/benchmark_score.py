@@ -22,7 +22,7 @@ from ensml.data.frame import EnsembleFrame, build_frame
 from ensml.names import INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER, lead_hours
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
-from ensml.verify.evaluate import crps_rows, spread_scores
+from ensml.verify.rows import crps_rows, spread_scores
 from ensml.verify.tables import to_markdown
 
 FIELD_DIMS = [INIT_TIME, LEVEL, LATITUDE, LONGITUDE]

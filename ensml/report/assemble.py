@@ -37,7 +37,7 @@ from ensml.report.scores import scores_by_lead, skill_by_lead
 from ensml.verify.casefind import find_extreme_cases, storm_cases
 from ensml.verify.cases import Case, load_cases
 from ensml.verify.casestudy import score_case
-from ensml.verify.evaluate import Scores, score
+from ensml.verify.evaluate import Scores, evaluate
 from ensml.verify.tables import write_files
 
 
@@ -137,9 +137,9 @@ def report(
     def stage(what: str) -> None:
         progress.advance(f"{what} in {seconds(progress.lap)}")
 
-    scores = score(
+    scores = evaluate(
         forecast, analysis, predictions, spread_predictions, oracle, k=k, leads=leads,
-        variables=variables, levels=levels,
+        variables=variables, levels=levels, out_dir=None,
     )  # fmt: skip
     stage("global scores")
     lead = scores.leads[-1] if lead is None else lead

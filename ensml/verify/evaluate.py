@@ -30,21 +30,17 @@ import xarray as xr
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
 from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame
-from ensml.data.grid import grid_mapping, horizontal_dims
+from ensml.data.grid import horizontal_dims
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
 from ensml.names import (
-    COORD_ATTRS,
     INIT_TIME,
-    LEAD_TIME,
     LEVEL,
     MEMBER,
-    VALID_TIME,
     LeadLike,
     format_lead,
     format_leads,
     lead_hours,
-    units_of,
 )
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
@@ -52,7 +48,7 @@ from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
 from ensml.verify.inputs import check_complete
-from ensml.verify.levels import at, levels_of, table_level
+from ensml.verify.rows import by_lead, crps_rows, on_grid, slug, spread_scores
 from ensml.verify.tables import Content, score_files, write_files
 
 
@@ -89,19 +85,6 @@ class Scores:
         return f"Leads every file holds: {format_leads(self.leads)}; dropped {format_leads(self.dropped)}."
 
 
-def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
-    dims = [d for d in x.dims if d != LEVEL]
-    return x.weighted(weights).mean(dims)
-
-
-def _weighted_corr(a: xr.DataArray, b: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
-    dims = [d for d in a.dims if d != LEVEL]
-    w = weights.broadcast_like(a)
-    ma, mb = a.weighted(w).mean(dims), b.weighted(w).mean(dims)
-    cov = ((a - ma) * (b - mb)).weighted(w).mean(dims)
-    return cov / np.sqrt(((a - ma) ** 2).weighted(w).mean(dims) * ((b - mb) ** 2).weighted(w).mean(dims))
-
-
 def evaluate(
     forecast: str | list[str],
     analysis: str | list[str],
@@ -113,7 +96,7 @@ def evaluate(
     leads: LeadLike | Sequence[LeadLike] | None = None,
     variables: list[str] | None = None,
     levels: list[PositiveFloat] | None = None,
-    out_dir: str = "runs/eval",
+    out_dir: str | None = "runs/eval",
     cases: str | list[str] | None = None,
 ) -> Scores:
     """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
@@ -163,7 +146,8 @@ def evaluate(
         end. New, empty, or a folder whose ledger (``.ensml/``) records ensml's outputs: a rerun
         replaces only the files that ledger records as evaluate's; any other non-empty folder is
         refused before any work. ``scores.nc`` has a ``lead_time`` dim when more than one lead
-        is scored; with one, its fields have none (a scalar ``lead_time``).
+        is scored; with one, its fields have none (a scalar ``lead_time``). ``null`` (``None``
+        from Python): score, print and return the tables, write nothing.
     cases
         Case-study YAML files, folders or globs (see :mod:`ensml.verify.cases`): scored per case
         (at each case's own ``lead``) and forecast into ``<out_dir>/cases/`` (``cases.csv``,
@@ -188,39 +172,15 @@ def evaluate(
         then as it was. Only files that ``evaluate``'s ledger records are replaced or removed
         (:mod:`ensml.data.outputs`).
     """
-    names = [
-        "scores.csv",
-        "scores.md",
-        "scores.nc",
-        *(["spread.csv", "spread.md"] if spread_predictions else []),
-    ]
-    names += ["cases/cases.csv", "cases/cases.md"] if cases else []
-    OutputFolder.check(out_dir, "evaluate", names=names)  # before the work: fails in seconds
-    scores = score(
-        forecast, analysis, predictions, spread_predictions, oracle, members, k=k, leads=leads,
-        variables=variables, levels=levels, cases=cases,
-    )  # fmt: skip
-    note(f"evaluate: writing the tables and per-point scores to {out_dir}")
-    with OutputFolder.open(out_dir, "evaluate", whole=True) as folder:  # one run's results, whole
-        write_files(folder, scores.files())
-    scores.out_dir = Path(out_dir)
-    return scores
-
-
-def score(
-    forecast: str | list[str],
-    analysis: str | list[str],
-    predictions: str | list[str] | None = None,
-    spread_predictions: str | list[str] | None = None,
-    oracle: str | None = None,
-    members: str | list[str] | None = None,
-    k: int | None = None,
-    leads: LeadLike | Sequence[LeadLike] | None = None,
-    variables: list[str] | None = None,
-    levels: list[float] | None = None,
-    cases: str | list[str] | None = None,
-) -> Scores:
-    """What :func:`evaluate` scores, in memory: nothing is written (see its options)."""
+    if out_dir is not None:
+        names = [
+            "scores.csv",
+            "scores.md",
+            "scores.nc",
+            *(["spread.csv", "spread.md"] if spread_predictions else []),
+        ]
+        names += ["cases/cases.csv", "cases/cases.md"] if cases else []
+        OutputFolder.check(out_dir, "evaluate", names=names)  # before the work: fails in seconds
     leads = leads_option(leads)  # a bad lead fails before the cases
     # cases are scored first: a bad case fails before any other work (they are small)
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in load_cases(cases or [])]
@@ -233,11 +193,17 @@ def score(
         note(f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
              f"{format_leads(frame.dropped)}")  # fmt: skip
     table, spread, per_point = score_frame(frame, k)
-    return Scores(
+    scores = Scores(
         table, spread, n_inits=frame.inits.size, weighting=frame.weights.attrs["weighting"],
         leads=frame.leads, dropped=frame.dropped, variables=frame.variables, levels=frame.levels,
         per_point=per_point, cases=studies,
     )  # fmt: skip
+    if out_dir is not None:
+        note(f"evaluate: writing the tables and per-point scores to {out_dir}")
+        with OutputFolder.open(out_dir, "evaluate", whole=True) as folder:  # one run's results, whole
+            write_files(folder, scores.files())
+        scores.out_dir = Path(out_dir)
+    return scores
 
 
 def score_frame(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset]:
@@ -261,7 +227,7 @@ def score_frame(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, pd.DataFram
         per_lead.append(xr.Dataset(fields))
     progress.close()
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
-    return pd.DataFrame(rows), spread_table, _on_grid(_by_lead(per_lead, frame.leads), frame.forecast)
+    return pd.DataFrame(rows), spread_table, on_grid(by_lead(per_lead, frame.leads), frame.forecast)
 
 
 def score_variable(
@@ -289,7 +255,7 @@ def score_variable(
         mu, sd = (lf.oracle[f"{var}_{p}"] for p in ("mean", "std"))
         sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
     for name, crps in sources.items():
-        fields[f"crps_{_slug(name)}_{var}"] = crps
+        fields[f"crps_{slug(name)}_{var}"] = crps
     h = lead_hours(lf.lead)
     rows = crps_rows(sources, frame.weights, var, frame.levels, h, raw_key)
     if "spread predictions" not in lf.runs:
@@ -300,132 +266,8 @@ def score_variable(
         "spread model": lf.runs["spread predictions"][f"{var}_std"],
     }
     for name, est in estimators.items():
-        fields[f"spread_rmse_{_slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
+        fields[f"spread_rmse_{slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
     return rows, spread_scores(estimators, target, frame.weights, var, frame.levels, h, m)
 
 
-def crps_rows(
-    sources: dict[str, xr.DataArray],
-    weights: xr.DataArray,
-    var: str,
-    levels: Sequence[float],
-    lead_h: int,
-    raw_key: str,
-    events: xr.DataArray | None = None,
-    oracle_key: str = "oracle (Gaussian)",
-) -> list[dict]:
-    """Table rows of area-weighted mean CRPS, one per source and level.
-
-    Parameters
-    ----------
-    sources
-        Per-point CRPS fields (level, latitude, longitude, optionally init_time) by forecast
-        name; a name with "Gaussian" in it is labelled as scored by the closed form, others as
-        empirical.
-    weights
-        Area weights (:func:`ensml.data.weights.area_weights`).
-    lead_h
-        The lead time of the rows, hours (the ``lead_h`` column).
-    raw_key, oracle_key
-        Sources that skill (``1 - crps / crps_raw``) and ``gap_closed``
-        (``(crps_raw - crps) / (crps_raw - crps_oracle)``) refer to; no gap without an oracle.
-    events
-        Optional 0/1 mask (init_time, latitude, longitude) of extreme events (the fields must then
-        keep init_time): adds the mean CRPS over event points (``crps_events``) and its skill vs
-        ``raw_key`` (``events_skill_vs_raw``).
-    """
-    means = {name: _area_mean(field, weights) for name, field in sources.items()}
-    ev = None
-    if events is not None:
-        w = (weights * events.astype("float64")).broadcast_like(next(iter(sources.values())))
-        ev = {
-            name: field.weighted(w).mean([d for d in field.dims if d != LEVEL])
-            for name, field in sources.items()
-        }
-    rows = []
-    for name, mean in means.items():
-        for lev in levels_of(mean, levels):
-            value = float(at(mean, lev))
-            raw = float(at(means[raw_key], lev))
-            row = {
-                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
-                "forecast": name,
-                "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
-                "crps": value, "units": units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
-            }  # fmt: skip
-            if oracle_key in means:
-                best = float(at(means[oracle_key], lev))
-                row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
-            if ev is not None:
-                value_ev, raw_ev = (float(at(ev[key], lev)) for key in (name, raw_key))
-                row["crps_events"] = value_ev
-                row["events_skill_vs_raw"] = 1.0 - value_ev / raw_ev
-            rows.append(row)
-    return rows
-
-
-def spread_scores(
-    estimators: dict[str, xr.DataArray],
-    target: xr.DataArray,
-    weights: xr.DataArray,
-    var: str,
-    levels: Sequence[float],
-    lead_h: int,
-    members: int,
-) -> list[dict]:
-    """Rows of area-weighted RMSE and correlation of spread estimates against ``target``.
-
-    ``target`` is the ``members``-member std (ddof 0); all fields (init_time, level, lat, lon).
-    """
-    rows = []
-    for name, est in estimators.items():
-        rmse = np.sqrt(_area_mean((est - target) ** 2, weights))
-        corr = _weighted_corr(est, target, weights)
-        for lev in levels_of(rmse, levels):
-            rows.append({
-                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
-                "estimator": name, "target": f"{members}-member std (ddof 0)", "rmse": float(at(rmse, lev)),
-                "correlation": float(at(corr, lev)), "units": units_of(var),
-            })  # fmt: skip
-    return rows
-
-
-def _by_lead(per_lead: list[xr.Dataset], leads: np.ndarray) -> xr.Dataset:
-    """The per-point fields of each lead: as they are for one lead (a scalar ``lead_time``, the
-    layout of a one-lead run), else stacked along a ``lead_time`` dim (timedelta64, CF attrs)."""
-    if len(per_lead) == 1:
-        return per_lead[0]
-    drop = [LEAD_TIME, VALID_TIME]
-    stacked = xr.concat(
-        [ds.drop_vars(drop, errors="ignore") for ds in per_lead],
-        dim=pd.Index(leads.astype("timedelta64[ns]"), name=LEAD_TIME),
-        join="exact",
-    )
-    stacked[LEAD_TIME].attrs.update(COORD_ATTRS[LEAD_TIME])
-    return stacked
-
-
-def _on_grid(fields: xr.Dataset, fc: xr.Dataset) -> xr.Dataset:
-    """The per-point scores with the forecast's CF grid mapping (projected grids), for other tools' maps."""
-    gm = grid_mapping(fc)
-    if gm is None:
-        return fields
-    fields = fields.assign_coords({gm.name: gm.variable})
-    for var in fields.data_vars.values():
-        var.attrs["grid_mapping"] = str(gm.name)
-    return fields
-
-
-def _slug(name: str) -> str:
-    return name.split(" (")[0].replace(" ", "_").replace("-", "_")
-
-
-__all__: Sequence[str] = [
-    "Scores",
-    "crps_rows",
-    "evaluate",
-    "score",
-    "score_frame",
-    "score_variable",
-    "spread_scores",
-]
+__all__ = ["Scores", "evaluate"]

@@ -168,3 +168,16 @@ def test_every_option_of_the_lightning_verbs_has_help_text() -> None:
         parser.add_class_arguments(cls)
         bare = [a.dest for a in parser._actions if a.dest != "help" and not (a.help or "").strip()]
         assert not bare, f"{cls.__name__}: options without help text: {bare}"
+
+
+def test_evaluate_without_out_dir_prints_and_writes_nothing(
+    tiny_data: dict[str, Path], tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``--out_dir null``: the tables on the terminal, no file anywhere (report scores this way)."""
+    monkeypatch.chdir(tmp_path)
+    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
+            "--out_dir", "null", "--leads", "24"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "raw ensemble (10 members)" in out and "CRPS over" in out
+    assert list(tmp_path.iterdir()) == []

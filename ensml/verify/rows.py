@@ -1,0 +1,157 @@
+"""The rows of the score tables from per-point scores already computed, and the per-point fields.
+
+Area-weighted means of the CRPS of every forecast into the rows of ``scores.csv`` (with skill
+and gap closed), the spread model's scores into those of ``spread.csv``, and the per-point
+fields of ``scores.nc`` gathered by lead on the forecast's grid. Used by
+:func:`ensml.verify.evaluate.evaluate` and the benchmark (:mod:`ensml.experiments.benchmark_score`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ensml.data.grid import grid_mapping
+from ensml.names import (
+    COORD_ATTRS,
+    LEAD_TIME,
+    LEVEL,
+    VALID_TIME,
+    units_of,
+)
+from ensml.verify.levels import at, levels_of, table_level
+
+
+def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
+    dims = [d for d in x.dims if d != LEVEL]
+    return x.weighted(weights).mean(dims)
+
+
+def _weighted_corr(a: xr.DataArray, b: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
+    dims = [d for d in a.dims if d != LEVEL]
+    w = weights.broadcast_like(a)
+    ma, mb = a.weighted(w).mean(dims), b.weighted(w).mean(dims)
+    cov = ((a - ma) * (b - mb)).weighted(w).mean(dims)
+    return cov / np.sqrt(((a - ma) ** 2).weighted(w).mean(dims) * ((b - mb) ** 2).weighted(w).mean(dims))
+
+
+def crps_rows(
+    sources: dict[str, xr.DataArray],
+    weights: xr.DataArray,
+    var: str,
+    levels: Sequence[float],
+    lead_h: int,
+    raw_key: str,
+    events: xr.DataArray | None = None,
+    oracle_key: str = "oracle (Gaussian)",
+) -> list[dict]:
+    """Table rows of area-weighted mean CRPS, one per source and level.
+
+    Parameters
+    ----------
+    sources
+        Per-point CRPS fields (level, latitude, longitude, optionally init_time) by forecast
+        name; a name with "Gaussian" in it is labelled as scored by the closed form, others as
+        empirical.
+    weights
+        Area weights (:func:`ensml.data.weights.area_weights`).
+    lead_h
+        The lead time of the rows, hours (the ``lead_h`` column).
+    raw_key, oracle_key
+        Sources that skill (``1 - crps / crps_raw``) and ``gap_closed``
+        (``(crps_raw - crps) / (crps_raw - crps_oracle)``) refer to; no gap without an oracle.
+    events
+        Optional 0/1 mask (init_time, latitude, longitude) of extreme events (the fields must then
+        keep init_time): adds the mean CRPS over event points (``crps_events``) and its skill vs
+        ``raw_key`` (``events_skill_vs_raw``).
+    """
+    means = {name: _area_mean(field, weights) for name, field in sources.items()}
+    ev = None
+    if events is not None:
+        w = (weights * events.astype("float64")).broadcast_like(next(iter(sources.values())))
+        ev = {
+            name: field.weighted(w).mean([d for d in field.dims if d != LEVEL])
+            for name, field in sources.items()
+        }
+    rows = []
+    for name, mean in means.items():
+        for lev in levels_of(mean, levels):
+            value = float(at(mean, lev))
+            raw = float(at(means[raw_key], lev))
+            row = {
+                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
+                "forecast": name,
+                "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
+                "crps": value, "units": units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
+            }  # fmt: skip
+            if oracle_key in means:
+                best = float(at(means[oracle_key], lev))
+                row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
+            if ev is not None:
+                value_ev, raw_ev = (float(at(ev[key], lev)) for key in (name, raw_key))
+                row["crps_events"] = value_ev
+                row["events_skill_vs_raw"] = 1.0 - value_ev / raw_ev
+            rows.append(row)
+    return rows
+
+
+def spread_scores(
+    estimators: dict[str, xr.DataArray],
+    target: xr.DataArray,
+    weights: xr.DataArray,
+    var: str,
+    levels: Sequence[float],
+    lead_h: int,
+    members: int,
+) -> list[dict]:
+    """Rows of area-weighted RMSE and correlation of spread estimates against ``target``.
+
+    ``target`` is the ``members``-member std (ddof 0); all fields (init_time, level, lat, lon).
+    """
+    rows = []
+    for name, est in estimators.items():
+        rmse = np.sqrt(_area_mean((est - target) ** 2, weights))
+        corr = _weighted_corr(est, target, weights)
+        for lev in levels_of(rmse, levels):
+            rows.append({
+                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
+                "estimator": name, "target": f"{members}-member std (ddof 0)", "rmse": float(at(rmse, lev)),
+                "correlation": float(at(corr, lev)), "units": units_of(var),
+            })  # fmt: skip
+    return rows
+
+
+def by_lead(per_lead: list[xr.Dataset], leads: np.ndarray) -> xr.Dataset:
+    """The per-point fields of each lead: as they are for one lead (a scalar ``lead_time``, the
+    layout of a one-lead run), else stacked along a ``lead_time`` dim (timedelta64, CF attrs)."""
+    if len(per_lead) == 1:
+        return per_lead[0]
+    drop = [LEAD_TIME, VALID_TIME]
+    stacked = xr.concat(
+        [ds.drop_vars(drop, errors="ignore") for ds in per_lead],
+        dim=pd.Index(leads.astype("timedelta64[ns]"), name=LEAD_TIME),
+        join="exact",
+    )
+    stacked[LEAD_TIME].attrs.update(COORD_ATTRS[LEAD_TIME])
+    return stacked
+
+
+def on_grid(fields: xr.Dataset, fc: xr.Dataset) -> xr.Dataset:
+    """The per-point scores with the forecast's CF grid mapping (projected grids), for other tools' maps."""
+    gm = grid_mapping(fc)
+    if gm is None:
+        return fields
+    fields = fields.assign_coords({gm.name: gm.variable})
+    for var in fields.data_vars.values():
+        var.attrs["grid_mapping"] = str(gm.name)
+    return fields
+
+
+def slug(name: str) -> str:
+    return name.split(" (")[0].replace(" ", "_").replace("-", "_")
+
+
+__all__ = ["by_lead", "crps_rows", "on_grid", "slug", "spread_scores"]
