@@ -69,6 +69,22 @@ def _pick(cfg: SynthConfig, variables, levels, target_leads):
     return cols, lev, [("z", "t").index(v) for v in variables]
 
 
+def _at_samples(synth_options, init_times, index, variables, levels, target_leads) -> tuple:
+    """The generator's arrays for the samples ``index`` of ``init_times`` at the target leads.
+
+    Returns ``gen``, the (init, lead) selection, the level indices, and the members' centre and
+    spread (N, T, V, D, H, W) there.
+    """
+    cfg, inits, gen = _generated(synth_options)
+    _check(cfg, variables, levels)
+    rows = np.searchsorted(inits, np.asarray(init_times)[index])
+    cols, lev, v_idx = _pick(cfg, variables, levels, target_leads)
+    sel = np.ix_(rows, cols)
+    centre = gen["member_centre"][sel][:, :, v_idx][..., lev, :, :]
+    spread = gen["member_spread"][sel][:, :, v_idx][..., lev, :, :]
+    return gen, sel, lev, centre, spread
+
+
 def subset_bound(
     synth_options: object,
     init_times: np.ndarray,
@@ -99,19 +115,14 @@ def subset_bound(
     dict
         ``index`` (N,), ``mean`` and ``std`` (N, T·V, D, H, W) float32, fields lead-major.
     """
-    cfg, inits, gen = _generated(synth_options)
-    _check(cfg, variables, levels)
-    rows = np.searchsorted(inits, np.asarray(init_times)[index])
-    cols, lev, v_idx = _pick(cfg, variables, levels, target_leads)
-    sel = np.ix_(rows, cols)
-    centre = gen["member_centre"][sel][:, :, v_idx][..., lev, :, :]  # (N, T, V, D, H, W)
-    spread = gen["member_spread"][sel][:, :, v_idx][..., lev, :, :]
+    samples = _at_samples(synth_options, init_times, index, variables, levels, target_leads)
+    gen, sel, lev, centre, spread = samples
     mu_star = np.stack([gen["mean"][v][sel][..., lev, :, :] for v in variables], axis=2)
     sd_star = np.stack([gen["std"][v][sel][..., lev, :, :] for v in variables], axis=2)
     m_k = mean_k.numpy().reshape(centre.shape)
     mean = m_k - centre + mu_star
     std = np.sqrt(sd_star**2 + spread.astype(np.float64) ** 2 / k)
-    n = len(rows)
+    n = centre.shape[0]
     return {
         "index": np.asarray(index),
         "mean": mean.reshape(n, -1, *mean.shape[3:]).astype(np.float32),
@@ -137,14 +148,9 @@ def spread_bound(
     M − K unseen members are drawn ``draws`` times from N(c, s²) (seeded) and the M-member std
     averaged. Returns ``index`` and ``std`` (N, T·V, D, H, W) float32.
     """
-    cfg, inits, gen = _generated(synth_options)
-    _check(cfg, variables, levels)
-    rows = np.searchsorted(inits, np.asarray(init_times)[index])
-    cols, lev, v_idx = _pick(cfg, variables, levels, target_leads)
-    sel = np.ix_(rows, cols)
-    centre = gen["member_centre"][sel][:, :, v_idx][..., lev, :, :]  # (N, T, V, D, H, W)
-    spread = gen["member_spread"][sel][:, :, v_idx][..., lev, :, :].astype(np.float64)
-    n, k = len(rows), members_k.shape[2]
+    _, _, _, centre, spread = _at_samples(synth_options, init_times, index, variables, levels, target_leads)
+    spread = spread.astype(np.float64)
+    n, k = centre.shape[0], members_k.shape[2]
     shown = np.asarray(members_k, dtype=np.float64).reshape(n, *centre.shape[1:3], k, *centre.shape[3:])
     rng = np.random.default_rng(seed)
     est = np.zeros(centre.shape)
