@@ -194,7 +194,7 @@ def _finisher(
         output = str(folder.final(unit.output))
         record = {**identities[unit.key], **result, "output": output, "finished": stamp}
         if record["status"] == "done" and unit.region is None:
-            folder.record([unit.output])  # a zarr store is recorded once, when the run ends
+            folder.place([unit.output])  # in place once recorded (a zarr store: when the run ends)
         manifest.append(record)
         records.append(record)
         progress.advance(ok=record["status"] == "done")

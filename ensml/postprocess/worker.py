@@ -192,11 +192,12 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
             write_zarr_region(staging.final(unit.output), ds, int(unit.region))
             record.update(output_sha256=data_sha256(ds))
         else:
-            with staging.write(unit.output) as tmp:  # renamed into place when every init is in
+            # Held in the run's staging folder when every init is in; the run places it (see finish).
+            with staging.hold(unit.output) as tmp:
                 for i, init in enumerate(inits):
                     ds = products(init)
                     append_netcdf_init(tmp, ds, i, {**attrs, **ds.attrs}, job.history, product_encoding(ds))
-            out = staging.final(unit.output)
+            out = staging.ready(unit.output)
             stat = out.stat()
             record.update(
                 output_sha256=file_sha256(out), output_size=stat.st_size, output_mtime_ns=stat.st_mtime_ns

@@ -215,3 +215,35 @@ def test_a_netcdf_file_grown_init_by_init_under_staging(tmp_path: Path) -> None:
     assert back["valid_time"].values.tolist() == (inits + np.timedelta64(6, "h")).tolist()
     assert back["t_mean"].values.tolist() == [[0.0, 0.0], [1.0, 1.0]]
     assert back.attrs["title"] == "t" and "ensml" in back.attrs["history"]
+
+
+def test_a_held_output_is_in_place_only_once_the_run_places_it(tmp_path: Path) -> None:
+    """Staging.hold + OutputFolder.place: a worker's output waits in the staging folder; one the
+    run never places (it was stopped) goes with the run, and nothing is left beside the records."""
+    out = tmp_path / "out"
+    (tmp_path / "mine.nc").write_bytes(b"the user's")  # beside the folder: never touched
+    with OutputFolder.open(out, "postprocess") as folder:
+        folder.reserve(["2020/a.nc", "b.nc"])
+        staging = folder.staging(["2020/a.nc", "b.nc"])
+        worker(
+            staging,
+            "for n in ('2020/a.nc', 'b.nc'):\n"
+            "            with staging.hold(n) as tmp:\n"
+            "                tmp.write_bytes(n.encode())",
+        )
+        assert not (out / "b.nc").exists() and staging.ready("b.nc").read_bytes() == b"b.nc"
+        folder.place(["b.nc"])
+        assert (out / "b.nc").read_bytes() == b"b.nc" and not staging.ready("b.nc").exists()
+        assert folder.ledger.entries["b.nc"].state == "done"
+        with pytest.raises(EnsmlError) as info:
+            folder.place(["b.nc"])  # recorded: no longer reserved
+        assert "b.nc was not reserved by this run" in str(info.value)
+    # 2020/a.nc was held but never placed: the run is over, its file went with the staging folder
+    assert not (out / "2020" / "a.nc").exists()
+    assert sorted(p.name for p in out.iterdir()) == [".ensml", "2020", "b.nc"]
+    assert (tmp_path / "mine.nc").read_bytes() == b"the user's"
+    with OutputFolder.open(out, "postprocess") as folder:
+        folder.reserve(["c.nc"])
+        with pytest.raises(EnsmlError) as info:
+            folder.place(["c.nc"])  # reserved, but no worker held it
+        assert str(info.value) == f"postprocess: out_dir {out}: c.nc was reserved but not written"

@@ -15,9 +15,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ensml.data.outputs.check import check_names
-from ensml.data.outputs.ledger import Entry, Ledger
+from ensml.data.outputs.errors import write_error
+from ensml.data.outputs.ledger import Entry, Ledger, fsync_dir
 from ensml.data.outputs.names import distinct
-from ensml.data.outputs.staging import Staging, Writes
+from ensml.data.outputs.staging import Staging, Writes, delete_path, ready_path, run_dir, swap
 from ensml.errors import EnsmlError
 
 
@@ -113,6 +114,41 @@ class Reservations(Writes):
             A name was not reserved by this command (nor lies in a folder it reserved).
         """
         self._record(names, missing_ok=True)
+
+    def place(self, names: Iterable[str]) -> None:
+        """Move outputs that workers held (:meth:`Staging.hold`) into place and record them.
+
+        Each is renamed from the run's staging folder onto its name (replacing this command's
+        previous output) and recorded as done, in this process, which holds the folder's lock:
+        an output is in place only once it is recorded.
+
+        Raises
+        ------
+        EnsmlError
+            A name was not reserved by this command, or no worker held it; a rename that fails
+            (one line naming the path).
+        """
+        self._check_open()
+        names = list(names)
+        where = run_dir(self.root, self.run_id)
+        for name in names:
+            key, path, _ = self._reserved(name, "writing them")
+            ready = ready_path(where, key)
+            if not os.path.lexists(ready):
+                raise EnsmlError(
+                    f"{self.command}: out_dir {self.display}: {key} was reserved but not written"
+                )
+            old = None
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                old = swap(ready, path, where)
+                fsync_dir(path.parent)
+            except OSError as err:
+                raise write_error(self.command, Path(self.display) / key, err) from None
+            finally:
+                if old is not None:
+                    delete_path(old)
+        self._record(names, missing_ok=False)
 
     def _reserved(self, name: str, before: str) -> tuple[str, Path, str]:
         """The ledger name, path and owning entry's name of ``name``, which this run must have

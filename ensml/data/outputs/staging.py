@@ -268,6 +268,23 @@ class Staging(Writes):
         except EnsmlError as exc:
             raise EnsmlError(f"{self.command}: {exc}") from None
 
+    def _target(self, name: str) -> tuple[Path, str, Path, Path]:
+        """The final path, ledger name, shown path and staging folder of output ``name``."""
+        final = self.final(name)
+        key = str(final.relative_to(self.root))
+        shown = Path(self.shown or self.root) / key
+        if not any(key == n or key.startswith(f"{n}/") for n in self.names):
+            raise EnsmlError(
+                f"{self.command}: cannot write {shown}: the run did not reserve it for this worker"
+            )
+        where = run_dir(Path(self.root), self.run_id)
+        if not where.is_dir():
+            raise EnsmlError(
+                f"{self.command}: cannot write {shown}: "
+                f"run {self.run_id} is over (its staging folder is gone)"
+            )
+        return final, key, shown, where
+
     @contextmanager
     def write(self, name: str) -> Iterator[Path]:
         """Yield a temporary path for output ``name``; rename it into place when the block ends.
@@ -283,19 +300,7 @@ class Staging(Writes):
             the final path and the reason (no space left on device, disk quota exceeded,
             read-only file system, …). The temporary is removed and the previous output kept.
         """
-        final = self.final(name)
-        key = str(final.relative_to(self.root))
-        shown = Path(self.shown or self.root) / key
-        if not any(key == n or key.startswith(f"{n}/") for n in self.names):
-            raise EnsmlError(
-                f"{self.command}: cannot write {shown}: the run did not reserve it for this worker"
-            )
-        where = run_dir(Path(self.root), self.run_id)
-        if not where.is_dir():
-            raise EnsmlError(
-                f"{self.command}: cannot write {shown}: "
-                f"run {self.run_id} is over (its staging folder is gone)"
-            )
+        final, _, shown, where = self._target(name)
         with staged(where, shown, self.command) as tmp:
             yield tmp
         old = None
@@ -310,6 +315,37 @@ class Staging(Writes):
             if old is not None:
                 delete_path(old)
 
+    def ready(self, name: str) -> Path:
+        """Where :meth:`hold` keeps output ``name`` until the run places it."""
+        return ready_path(run_dir(Path(self.root), self.run_id), str(self.final(name).relative_to(self.root)))
+
+    @contextmanager
+    def hold(self, name: str) -> Iterator[Path]:
+        """As :meth:`write`, but the finished output stays in the run's staging folder
+        (:meth:`ready`) until the run places it (:meth:`~ensml.data.outputs.OutputFolder.place`).
+
+        So an output is in place only once the run has recorded it: a worker that finishes
+        after the run was stopped (Ctrl-C, a lost client) leaves nothing beside the records,
+        and its file goes with the staging folder.
+        """
+        _, key, shown, where = self._target(name)
+        with staged(where, shown, self.command) as tmp:
+            yield tmp
+        ready = ready_path(where, key)
+        try:
+            ready.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, ready)
+            fsync_dir(ready.parent)
+        except OSError as err:
+            raise write_error(self.command, shown, err) from None
+        finally:
+            discard(tmp, where)
+
+
+def ready_path(where: Path, key: str) -> Path:
+    """Where a held output ``key`` waits in the staging folder ``where`` (see :meth:`Staging.hold`)."""
+    return where / "ready" / key
+
 
 __all__ = [
     "STAGING",
@@ -319,6 +355,7 @@ __all__ = [
     "discard",
     "fsync_tree",
     "make_folders",
+    "ready_path",
     "run_dir",
     "staged",
     "swap",
