@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -114,6 +115,16 @@ VARIABLE_ATTRS: dict[str, dict[str, str]] = {
         "units": "Pa",
     },
 }
+
+
+def as_list(value: Any) -> list | None:
+    """An option that takes one item or several (``--variables tp``, ``--levels [500, 850]``) as a
+    list; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, str | int | float):
+        return [value]
+    return list(value)
 
 
 def units_of(var: str, default: str = "1") -> str:

@@ -29,7 +29,7 @@ from ensml.data.open import check_lead_times, open_forecast
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
 from ensml.errors import EnsmlError
-from ensml.names import LEVEL, LeadLike, parse_lead
+from ensml.names import LEVEL, LeadLike, as_list, parse_lead
 from ensml.progress import Progress, note, seconds
 from ensml.report.page import Content, blocks
 from ensml.report.render import render
@@ -66,8 +66,8 @@ def report(
     k: PositiveInt | None = None,
     leads: LeadLike | Sequence[LeadLike] | None = None,
     lead: LeadLike | None = None,
-    variables: list[str] | None = None,
-    levels: list[PositiveFloat] | None = None,
+    variables: str | list[str] | None = None,
+    levels: PositiveFloat | list[PositiveFloat] | None = None,
     out_dir: str = "runs/report",
     title: str = "ensml verification report",
     case_variable: str | None = None,
@@ -99,9 +99,9 @@ def report(
         studies: hours (``48``) or a duration (``48h``, ``P2D``); default: the last lead of the
         global score table.
     variables
-        Variables to report (default: all of the forecast's).
+        Variables to report, one name (``tp``) or a list (default: all of the forecast's).
     levels
-        Pressure levels to report, hPa (default: all of the forecast's).
+        Pressure levels to report, hPa, one or a list (default: all of the forecast's).
     cases
         Case-study YAML files, folders or globs (:mod:`ensml.verify.cases`).
     n_storm_cases
@@ -128,6 +128,7 @@ def report(
     """
     OutputFolder.check(out_dir, "report", names=["report.md", "report.html"])  # before hours of work
     leads, lead = leads_option(leads), (parse_lead(lead) if lead is not None else None)  # fail at once
+    variables, levels = as_list(variables), as_list(levels)  # one name or several
     _check_grid(forecast, variables, lead, n_storm_cases, n_extreme_cases)
     case_list = load_cases(cases) if cases else []
     # the YAML cases first: a bad case fails in seconds, before the global scores

@@ -38,6 +38,7 @@ from ensml.names import (
     LEVEL,
     MEMBER,
     LeadLike,
+    as_list,
     format_lead,
     format_leads,
     lead_hours,
@@ -94,8 +95,8 @@ def evaluate(
     members: str | list[str] | None = None,
     k: PositiveInt | None = None,
     leads: LeadLike | Sequence[LeadLike] | None = None,
-    variables: list[str] | None = None,
-    levels: list[PositiveFloat] | None = None,
+    variables: str | list[str] | None = None,
+    levels: PositiveFloat | list[PositiveFloat] | None = None,
     out_dir: str | None = "runs/eval",
     cases: str | list[str] | None = None,
 ) -> Scores:
@@ -135,11 +136,12 @@ def evaluate(
         the lead), or, with none of them, every lead of the forecast but 0 h. Leads are scored
         one at a time, so memory holds one lead's fields.
     variables
-        Score these variables (default: all of the forecast's). Every predictions, members and
-        oracle file given must hold each one: a file without one is an error, not a table
-        without its rows; pass ``variables`` to score fewer.
+        Score these variables, one name (``tp``) or a list (``[z, t]``; default: all of the
+        forecast's). Every predictions, members and oracle file given must hold each one: a file
+        without one is an error, not a table without its rows; pass ``variables`` to score fewer.
     levels
-        Score these pressure levels in hPa (default: all of the forecast's).
+        Score these pressure levels in hPa, one (``500``) or a list (default: all of the
+        forecast's).
     out_dir
         Where ``scores.csv``, ``scores.md``, ``spread.csv``, ``spread.md`` (one block of rows per
         lead, column ``lead_h``) and the per-point ``scores.nc`` are written, all together at the
@@ -172,6 +174,7 @@ def evaluate(
         then as it was. Only files that ``evaluate``'s ledger records are replaced or removed
         (:mod:`ensml.data.outputs`).
     """
+    variables, levels = as_list(variables), as_list(levels)  # one name or several
     if out_dir is not None:
         names = [
             "scores.csv",

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import properscoring as ps
+import pytest
 import xarray as xr
 
 from ensml.cli.main import main
@@ -181,3 +182,17 @@ def test_evaluate_without_out_dir_prints_and_writes_nothing(
     out = capsys.readouterr().out
     assert "raw ensemble (10 members)" in out and "CRPS over" in out
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "option", [["--variables", "t", "--levels", "500"], ["--variables", "[t]", "--levels", "[500]"]]
+)
+def test_one_variable_and_level_need_no_list(option, tiny_data: dict[str, Path], tmp_path: Path) -> None:
+    """``--variables t`` works as every CLI users know; the same rows as ``--variables [t]``."""
+    out = tmp_path / "eval"
+    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
+            f"--out_dir={out}", "--leads", "24", *option]  # fmt: skip
+    assert main(args) == 0
+    table = pd.read_csv(out / "scores.csv")
+    assert set(table["variable"]) == {"t"} and set(table["level_hPa"]) == {500.0}
+    assert len(table) == 2  # the raw ensemble and its subset, at +24 h
