@@ -40,6 +40,8 @@ from ensml.scores.climate import climate_quantiles, model_climate
 from ensml.scores.crps import crps_ensemble, crps_ensemble_array
 from ensml.scores.efi import eecrps, extreme_forecast_index, reforecast_efi
 from ensml.scores.gaussian import crps_gaussian, crps_gaussian_xr
+from ensml.scores.interval import interval_score, quantile_score
+from ensml.scores.logscore import dawid_sebastiani_score, log_score_gaussian
 from ensml.scores.lomo import below_ground, leave_one_member_out
 from ensml.scores.multivariate import energy_score, variogram_score
 from ensml.scores.probability import brier_score, exceedance_probability, reliability
@@ -58,14 +60,18 @@ __all__ = [
     "crps_ensemble_array",
     "crps_gaussian",
     "crps_gaussian_xr",
+    "dawid_sebastiani_score",
     "eecrps",
     "energy_score",
     "ensemble_mean_bias",
     "ensemble_mean_rmse",
     "exceedance_probability",
     "extreme_forecast_index",
+    "interval_score",
     "leave_one_member_out",
+    "log_score_gaussian",
     "model_climate",
+    "quantile_score",
     "rank_histogram",
     "reduce_score",
     "reforecast_efi",
