@@ -32,6 +32,9 @@ extensions = [
     "api_reference",
     "cli_reference",
     "readme_include",
+    # MathJax from the package's own copy, served from _static/mathjax: formulas render offline
+    # (Sphinx's default loads it from a CDN, so a site read without network shows raw LaTeX).
+    "sphinx-mathjax-offline",
 ]
 
 templates_path = ["_templates"]
@@ -70,3 +73,5 @@ autodoc_inherit_docstrings = False
 # -- HTML ------------------------------------------------------------------------------------------
 html_theme = "furo"
 html_title = f"ensml {release}"
+html_static_path = ["_static"]
+html_css_files = ["ensml.css"]  # long command lines wrap instead of overflowing

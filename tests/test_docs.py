@@ -156,3 +156,17 @@ def test_api_page_shows_the_docstring(site: Path) -> None:
 
     summary = open_forecast.__doc__.strip().splitlines()[0]
     assert summary in _text(site / "api/ensml.data.open_forecast.html")
+
+
+def test_the_site_loads_nothing_from_the_network(site: Path) -> None:
+    """Scripts, stylesheets and images come with the site, MathJax included: formulas render
+    without network (Sphinx's default MathJax comes from a CDN)."""
+    remote = re.compile(r'<(?:script|link|img)\b[^>]*\b(?:src|href)="(?:https?:)?//[^"]*"')
+    found = [
+        f"{p.relative_to(site)}: {m}" for p in site.rglob("*.html") for m in remote.findall(p.read_text())
+    ]
+    assert not found, found[:5]
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    with_math = [p for p in site.rglob("*.html") if 'class="math' in p.read_text()]
+    assert with_math and all("_static/mathjax/tex-chtml.js" in p.read_text() for p in with_math)
+    assert 'href="_static/ensml.css' in (site / "index.html").read_text()  # long lines wrap
