@@ -17,7 +17,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.scores.reduce import check_no_inf, check_same_dims, infinite_error, reduce_score
+from ensml.scores.reduce import align_whole, check_no_inf, check_same_dims, infinite_error, reduce_score
 
 _SQRT2 = math.sqrt(2.0)
 _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
@@ -227,7 +227,7 @@ def crps_gaussian_xr(
             raise EnsmlError(f"crps_gaussian_xr: {name} must be an xarray.DataArray, got {type(a).__name__}")
     check_same_dims(mu, obs, "crps_gaussian_xr", "mu")
     check_same_dims(sigma, obs, "crps_gaussian_xr", "sigma")
-    mu, sigma, obs = xr.align(mu, sigma, obs, join="inner")
+    mu, sigma, obs = align_whole({"mu": mu, "sigma": sigma, "obs": obs}, "crps_gaussian_xr")
     score = _crps_gaussian_xr_elementwise(mu, sigma, obs, check=True, func="crps_gaussian_xr")
     kw = {"reduce_dims": reduce_dims, "preserve_dims": preserve_dims, "weights": weights}
     return reduce_score(score, **kw, func="crps_gaussian_xr")

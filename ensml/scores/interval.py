@@ -23,7 +23,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.scores.reduce import check_fcst_obs, check_no_inf, check_same_dims, reduce_score
+from ensml.scores.reduce import align_whole, check_fcst_obs, check_no_inf, check_same_dims, reduce_score
 
 #: The quantile dimension of ``ensml postprocess`` products.
 QUANTILE = "quantile"
@@ -116,7 +116,7 @@ def interval_score(
             raise EnsmlError(f"{func}: {name} must be an xarray.DataArray, got {type(a).__name__}")
     check_same_dims(lower, obs, func, "lower")
     check_same_dims(upper, obs, func, "upper")
-    lower, upper, obs = xr.align(lower, upper, obs, join="inner")
+    lower, upper, obs = align_whole({"lower": lower, "upper": upper, "obs": obs}, func)
     lower, upper, obs = (
         check_no_inf(a, func, n) for a, n in ((lower, "lower"), (upper, "upper"), (obs, "obs"))
     )

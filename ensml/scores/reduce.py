@@ -107,6 +107,25 @@ def check_same_dims(a: xr.DataArray, obs: xr.DataArray, func: str, name: str) ->
         )
 
 
+def align_whole(arrays: dict[str, xr.DataArray], func: str) -> list[xr.DataArray]:
+    """``arrays`` (name → DataArray) aligned by coordinate; an overlap that leaves out points of
+    any of them is an error naming the dim and the sizes (a score of the common points only
+    would be silent)."""
+    try:
+        aligned = xr.align(*arrays.values(), join="inner", copy=False)
+    except ValueError as exc:
+        raise EnsmlError(f"{func}: {', '.join(arrays)} cannot be aligned: {exc}") from exc
+    for before, after in zip(arrays.values(), aligned):
+        for d in before.dims:
+            if after.sizes[d] < before.sizes[d]:
+                sizes = ", ".join(f"{n} {a.sizes[d]}" for n, a in arrays.items() if d in a.dims)
+                raise EnsmlError(
+                    f"{func}: {', '.join(arrays)} overlap only partly along '{d}' ({sizes}, common "
+                    f"{after.sizes[d]}); select the common points first, e.g. xr.align(..., join='inner')"
+                )
+    return list(aligned)
+
+
 def check_fcst_obs(
     fcst: xr.DataArray,
     obs: xr.DataArray,
@@ -118,7 +137,8 @@ def check_fcst_obs(
     """Check an (ensemble) forecast against its observation and align them by coordinate.
 
     The forecast must have exactly the observation's dims plus ``member_dim`` (when given);
-    coordinates are inner-joined, and an empty overlap is an error, not an empty score. With
+    coordinates are aligned, and a partial or empty overlap is an error, not a score of the
+    common points only (or an empty one). With
     ``finite`` (default) ±Inf in either is an error (:func:`check_no_inf`); ``finite=False`` is
     for scores whose kernel checks that itself (the ensemble CRPS).
     """
@@ -156,6 +176,13 @@ def check_fcst_obs(
     for d in obs.dims:
         if o2.sizes[d] == 0 and obs.sizes[d] > 0:
             raise EnsmlError(f"{func}: forecast and observation share no coordinates along '{d}'")
+    for d in obs.dims:  # a partial overlap would be scored on the common points only, silently
+        if o2.sizes[d] < obs.sizes[d] or f2.sizes[d] < fcst.sizes[d]:
+            raise EnsmlError(
+                f"{func}: forecast and observation overlap only partly along '{d}' (forecast "
+                f"{fcst.sizes[d]}, observation {obs.sizes[d]}, common {o2.sizes[d]}); select the "
+                f"common points first, e.g. xr.align(fcst, obs, join='inner')"
+            )
     for d in obs.dims:
         if f2.sizes[d] != o2.sizes[d]:
             raise EnsmlError(

@@ -244,11 +244,17 @@ def test_all_nan_point_is_nan_not_zero():
     assert np.isnan(crps_ensemble(fc.isel(x=[0]), obs.isel(x=[0])))
 
 
-def test_coordinates_are_aligned():
+def test_coordinates_are_aligned_and_a_partial_overlap_is_refused():
     fc = xr.DataArray(np.ones((2, 3)), dims=("member", "x"), coords={"x": [0, 1, 2]})
-    obs = xr.DataArray([1.0, 0.0], dims="x", coords={"x": [1, 2]})
+    obs = xr.DataArray([0.0, 1.0, 1.0], dims="x", coords={"x": [2, 1, 0]})  # the same points, reordered
     out = crps_ensemble(fc, obs, preserve_dims="x")
-    assert out.x.values.tolist() == [1, 2] and out.values.tolist() == [0.0, 1.0]
+    assert [float(out.sel(x=x)) for x in (0, 1, 2)] == [0.0, 0.0, 1.0]
+    with pytest.raises(EnsmlError) as info:  # scoring the common points only would be silent
+        crps_ensemble(fc, obs.isel(x=[0, 1]), preserve_dims="x")
+    assert str(info.value) == (
+        "crps_ensemble: forecast and observation overlap only partly along 'x' (forecast 3, "
+        "observation 2, common 2); select the common points first, e.g. xr.align(fcst, obs, join='inner')"
+    )
 
 
 def test_bad_inputs():

@@ -15,7 +15,13 @@ from scipy.stats import norm
 from scores.continuous import quantile_score as scores_quantile_score
 
 from ensml.errors import EnsmlError
-from ensml.scores import dawid_sebastiani_score, interval_score, log_score_gaussian, quantile_score
+from ensml.scores import (
+    crps_gaussian_xr,
+    dawid_sebastiani_score,
+    interval_score,
+    log_score_gaussian,
+    quantile_score,
+)
 
 RNG = np.random.default_rng(7)
 DIMS = ("init_time", "latitude")
@@ -122,6 +128,12 @@ BAD = [
     (lambda: quantile_score(_ones(), _ones()),
      "quantile_score: forecast has no quantile dimension 'quantile' (dims: init_time, latitude); "
      "pass quantile_dim=..."),
+    (lambda: log_score_gaussian(_ones(), _ones(), _ones().isel(init_time=[0, 1])),
+     "log_score_gaussian: mu, sigma, obs overlap only partly along 'init_time' (mu 3, sigma 3, obs 2, "
+     "common 2); select the common points first"),
+    (lambda: crps_gaussian_xr(_ones(), _ones(), _ones().isel(latitude=[1])),
+     "crps_gaussian_xr: mu, sigma, obs overlap only partly along 'latitude' (mu 2, sigma 2, obs 1, "
+     "common 1)"),
 ]  # fmt: skip
 
 
