@@ -109,6 +109,11 @@ VARIABLE_ATTRS: dict[str, dict[str, str]] = {
         "units": "Pa s-1",
     },
     "t2m": {"standard_name": "air_temperature", "long_name": "2 metre temperature", "units": "K"},
+    "tp": {
+        "standard_name": "lwe_thickness_of_precipitation_amount",
+        "long_name": "total precipitation",
+        "units": "m",
+    },
     "msl": {
         "standard_name": "air_pressure_at_mean_sea_level",
         "long_name": "mean sea level pressure",

@@ -260,7 +260,8 @@ def score_variable(
     for name, crps in sources.items():
         fields[f"crps_{slug(name)}_{var}"] = crps
     h = lead_hours(lf.lead)
-    rows = crps_rows(sources, frame.weights, var, frame.levels, h, raw_key)
+    units = y.attrs.get("units") or None  # the data's own units, else ensml's table (names.py)
+    rows = crps_rows(sources, frame.weights, var, frame.levels, h, raw_key, units=units)
     if "spread predictions" not in lf.runs:
         return rows, []
     target, subset = x.std(MEMBER, ddof=0), x.isel({MEMBER: slice(0, k)})
@@ -270,7 +271,7 @@ def score_variable(
     }
     for name, est in estimators.items():
         fields[f"spread_rmse_{slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
-    return rows, spread_scores(estimators, target, frame.weights, var, frame.levels, h, m)
+    return rows, spread_scores(estimators, target, frame.weights, var, frame.levels, h, m, units=units)
 
 
 __all__ = ["Scores", "evaluate"]

@@ -47,6 +47,7 @@ def crps_rows(
     raw_key: str,
     events: xr.DataArray | None = None,
     oracle_key: str = "oracle (Gaussian)",
+    units: str | None = None,
 ) -> list[dict]:
     """Table rows of area-weighted mean CRPS, one per source and level.
 
@@ -67,6 +68,9 @@ def crps_rows(
         Optional 0/1 mask (init_time, latitude, longitude) of extreme events (the fields must then
         keep init_time): adds the mean CRPS over event points (``crps_events``) and its skill vs
         ``raw_key`` (``events_skill_vs_raw``).
+    units
+        The units column: the data's own (its ``units`` attribute) where it has them, else those
+        ensml knows for ``var`` (:func:`ensml.names.units_of`).
     """
     means = {name: _area_mean(field, weights) for name, field in sources.items()}
     ev = None
@@ -85,7 +89,7 @@ def crps_rows(
                 "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
                 "forecast": name,
                 "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
-                "crps": value, "units": units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
+                "crps": value, "units": units or units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
             }  # fmt: skip
             if oracle_key in means:
                 best = float(at(means[oracle_key], lev))
@@ -106,6 +110,7 @@ def spread_scores(
     levels: Sequence[float],
     lead_h: int,
     members: int,
+    units: str | None = None,
 ) -> list[dict]:
     """Rows of area-weighted RMSE and correlation of spread estimates against ``target``.
 
@@ -119,7 +124,7 @@ def spread_scores(
             rows.append({
                 "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
                 "estimator": name, "target": f"{members}-member std (ddof 0)", "rmse": float(at(rmse, lev)),
-                "correlation": float(at(corr, lev)), "units": units_of(var),
+                "correlation": float(at(corr, lev)), "units": units or units_of(var),
             })  # fmt: skip
     return rows
 
