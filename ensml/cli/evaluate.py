@@ -28,7 +28,7 @@ def print_scores(scores: Any) -> None:  # ensml.verify.evaluate.Scores: not impo
     from rich.console import Console
     from rich.table import Table
 
-    from ensml.verify.tables import formatted
+    from ensml.verify.tables import formatted, weighting_phrase
 
     console = Console(file=sys.stdout, width=160)
     crps_title = f"CRPS over {scores.n_inits} test init times"
@@ -37,7 +37,7 @@ def print_scores(scores: Any) -> None:  # ensml.verify.evaluate.Scores: not impo
     for title, df in ((crps_title, scores.table), ("Spread estimation", scores.spread)):
         if df is None:
             continue
-        table = Table(title=title)
+        table = Table(title=title, caption=f"means over the grid: {weighting_phrase(scores.weighting)}")
         shown = formatted(df)
         for col in shown.columns:
             table.add_column(str(col), justify="left" if shown[col].dtype == object else "right")

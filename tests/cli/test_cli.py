@@ -181,6 +181,7 @@ def test_evaluate_without_out_dir_prints_and_writes_nothing(
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "raw ensemble (10 members)" in out and "CRPS over" in out
+    assert "means over the grid: area-weighted (" in out  # how points are weighted, under each table
     assert list(tmp_path.iterdir()) == []
 
 
