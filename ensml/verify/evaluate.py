@@ -1,6 +1,7 @@
 """``ensml evaluate``: score raw ensembles, post-processed and spread predictions, and the oracle.
 
-Estimators, stated in every table: raw ensembles get the empirical (standard) ensemble CRPS;
+Estimators, stated in every table: raw ensembles get the empirical (standard) ensemble CRPS
+(the fair CRPS with ``fair``);
 Gaussian predictions (post-processing model, oracle) the closed-form Gaussian CRPS. All means
 are weighted by cell area (:func:`ensml.data.weights.area_weights`: exact over latitude on a
 regular grid, from the 2-D latitude/longitude on a projected grid, uniform with a note where
@@ -99,6 +100,7 @@ def evaluate(
     levels: PositiveFloat | list[PositiveFloat] | None = None,
     out_dir: str | None = "runs/eval",
     cases: str | list[str] | None = None,
+    fair: bool = False,
 ) -> Scores:
     """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
 
@@ -154,6 +156,11 @@ def evaluate(
         Case-study YAML files, folders or globs (see :mod:`ensml.verify.cases`): scored per case
         (at each case's own ``lead``) and forecast into ``<out_dir>/cases/`` (``cases.csv``,
         ``cases.md``, one map figure per case), computed before anything is written.
+    fair
+        Score the ensembles (raw, subset, calibrated members) with the fair CRPS (Ferro 2014:
+        the score an ensemble of the same distribution would get with infinitely many members),
+        so that ensembles of different sizes compare fairly; the tables' ``estimator`` column
+        says ``fair ensemble``. Default: the standard (empirical) ensemble CRPS.
 
     Returns
     -------
@@ -195,7 +202,7 @@ def evaluate(
     if frame.dropped.size:
         note(f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
              f"{format_leads(frame.dropped)}")  # fmt: skip
-    table, spread, per_point = score_frame(frame, k)
+    table, spread, per_point = score_frame(frame, k, fair)
     scores = Scores(
         table, spread, n_inits=frame.inits.size, weighting=frame.weights.attrs["weighting"],
         leads=frame.leads, dropped=frame.dropped, variables=frame.variables, levels=frame.levels,
@@ -209,11 +216,13 @@ def evaluate(
     return scores
 
 
-def score_frame(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset]:
+def score_frame(
+    frame: EnsembleFrame, k: int, fair: bool = False
+) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset]:
     """The CRPS table, the spread table (or ``None``) and the per-point scores of ``frame``.
 
     Reads one lead at a time (each value checked complete); a subset of the first ``k`` members
-    is scored beside the full ensemble.
+    is scored beside the full ensemble; ``fair``: ensembles with the fair CRPS.
     """
     for lead in frame.leads:  # a lead of no whole hours has no row in the tables: fail before the work
         lead_hours(lead)
@@ -223,7 +232,7 @@ def score_frame(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, pd.DataFram
         at_lead = frame.at(lead, check=check_complete)
         fields: dict[str, xr.DataArray] = {}
         for var in frame.variables:
-            crps, spread = score_variable(frame, at_lead, var, k, fields)
+            crps, spread = score_variable(frame, at_lead, var, k, fields, fair)
             rows += crps
             spread_rows += spread
             progress.advance(f"{var} at +{format_lead(lead)} scored in {seconds(progress.lap)}")
@@ -234,16 +243,16 @@ def score_frame(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, pd.DataFram
 
 
 def score_variable(
-    frame: EnsembleFrame, lf: LeadFrame, var: str, k: int, fields: dict[str, xr.DataArray]
+    frame: EnsembleFrame, lf: LeadFrame, var: str, k: int, fields: dict[str, xr.DataArray], fair: bool = False
 ) -> tuple[list[dict], list[dict]]:
     """CRPS rows and spread rows of ``var`` at one lead; its per-point fields are added to ``fields``."""
     x, y, m = lf.forecast[var], lf.analysis[var], lf.forecast.sizes[MEMBER]
     point_dims = [d for d in [LEVEL, *horizontal_dims(frame.forecast)] if d in x.dims]
     raw_key = f"raw ensemble ({m} members)"
     sources: dict[str, xr.DataArray] = {
-        raw_key: crps_ensemble(x, y, preserve_dims=point_dims),
+        raw_key: crps_ensemble(x, y, preserve_dims=point_dims, fair=fair),
         f"raw subset ({k} members)": crps_ensemble(
-            x.isel({MEMBER: slice(0, k)}), y, preserve_dims=point_dims
+            x.isel({MEMBER: slice(0, k)}), y, preserve_dims=point_dims, fair=fair
         ),
     }
     if "predictions" in lf.runs:
@@ -252,7 +261,7 @@ def score_variable(
     if "members" in lf.runs:
         calibrated = lf.runs["members"][var]
         sources[f"post-processed members ({calibrated.sizes[MEMBER]})"] = crps_ensemble(
-            calibrated, y, preserve_dims=point_dims
+            calibrated, y, preserve_dims=point_dims, fair=fair
         )
     if lf.oracle is not None:
         mu, sd = (lf.oracle[f"{var}_{p}"] for p in ("mean", "std"))
@@ -261,7 +270,8 @@ def score_variable(
         fields[f"crps_{slug(name)}_{var}"] = crps
     h = lead_hours(lf.lead)
     units = y.attrs.get("units") or None  # the data's own units, else ensml's table (names.py)
-    rows = crps_rows(sources, frame.weights, var, frame.levels, h, raw_key, units=units)
+    ensemble = "fair ensemble" if fair else "empirical ensemble"
+    rows = crps_rows(sources, frame.weights, var, frame.levels, h, raw_key, units=units, ensemble=ensemble)
     if "spread predictions" not in lf.runs:
         return rows, []
     target, subset = x.std(MEMBER, ddof=0), x.isel({MEMBER: slice(0, k)})

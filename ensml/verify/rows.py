@@ -48,6 +48,7 @@ def crps_rows(
     events: xr.DataArray | None = None,
     oracle_key: str = "oracle (Gaussian)",
     units: str | None = None,
+    ensemble: str = "empirical ensemble",
 ) -> list[dict]:
     """Table rows of area-weighted mean CRPS, one per source and level.
 
@@ -68,6 +69,9 @@ def crps_rows(
         Optional 0/1 mask (init_time, latitude, longitude) of extreme events (the fields must then
         keep init_time): adds the mean CRPS over event points (``crps_events``) and its skill vs
         ``raw_key`` (``events_skill_vs_raw``).
+    ensemble
+        The ``estimator`` of the sources that are not Gaussian (``fair ensemble`` when scored
+        with the fair CRPS).
     units
         The units column: the data's own (its ``units`` attribute) where it has them, else those
         ensml knows for ``var`` (:func:`ensml.names.units_of`).
@@ -88,7 +92,7 @@ def crps_rows(
             row = {
                 "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
                 "forecast": name,
-                "estimator": "Gaussian closed form" if "Gaussian" in name else "empirical ensemble",
+                "estimator": "Gaussian closed form" if "Gaussian" in name else ensemble,
                 "crps": value, "units": units or units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
             }  # fmt: skip
             if oracle_key in means:
