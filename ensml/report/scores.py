@@ -56,9 +56,15 @@ def scores_by_lead(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, dict, di
 
 
 def _monthly_climate(an: xr.DataArray) -> tuple[xr.DataArray, xr.DataArray]:
-    """The monthly mean and std of the analysis at each point (dims month, level, grid)."""
+    """The monthly mean and std of the analysis at each point (dims month, level, grid).
+
+    Where the analysis does not vary in a month (std 0: no rain all month, one sample) the std is
+    NaN: those points have no standardised anomaly and are left out of the reliability
+    diagrams, rather than giving an infinite anomaly.
+    """
     clim = an.groupby(f"{TIME}.month")
-    return clim.mean(TIME), clim.std(TIME)
+    std = clim.std(TIME)
+    return clim.mean(TIME), std.where(std > 0)
 
 
 def _rows_at(

@@ -138,3 +138,17 @@ def test_markdown_table_with_missing_values() -> None:
 
     md = to_markdown(pd.DataFrame({"forecast": ["raw", None], "crps": [1.0, np.nan], "note": ["a", np.nan]}))
     assert md.splitlines()[3] == "|  |  |  |"
+
+
+def test_points_that_never_vary_are_left_out_of_the_reliability_not_infinite(tiny_data, tmp_path) -> None:
+    """An analysis constant at some points all month (no rain) has a climatological std of 0:
+    the report leaves those points out of the standardised anomalies instead of failing on Inf."""
+
+    def flat_row(ds: xr.Dataset) -> xr.Dataset:
+        ds["t"][{"latitude": 0}] = 250.0
+        return ds
+
+    analysis = _variant(tiny_data["analysis"], tmp_path / "analysis.nc", flat_row)
+    out = tmp_path / "report"
+    assert main(report_args({**tiny_data, "analysis": analysis}, out)) == 0
+    assert (out / "report.html").is_file()
