@@ -157,6 +157,43 @@ def test_members_in_separate_files(tmp_path) -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("names", "pattern", "order"),
+    [
+        (["gep1", "gep10", "gep2"], "arw-fer-{member}/fc.nc", ["gep1", "gep2", "gep10"]),
+        (["pf03", "pf1", "cf"], "{member}/fc.nc", ["cf", "pf1", "pf03"]),
+        (["mem_b", "mem_a"], "{member}.nc", ["mem_a", "mem_b"]),
+    ],
+)  # fmt: skip
+def test_members_named_by_any_token(tmp_path, names: list[str], pattern: str, order: list[str]) -> None:
+    """Member folders and files named as regional ensembles name them: the names are the member
+    coordinate, in natural order (digit runs as numbers)."""
+    for i, name in enumerate(names):
+        member_file(tmp_path / pattern.replace("{member}", name), i)
+    ds = open_forecast(str(tmp_path / pattern))
+    assert ds["member"].values.tolist() == order
+    with xr.open_dataset(tmp_path / pattern.replace("{member}", order[0])) as one:
+        np.testing.assert_array_equal(ds["t"].isel(member=0).values, one["t"].values)
+
+
+def test_members_on_a_projected_grid_without_x_y_coordinates(tmp_path) -> None:
+    """Member files on a projected grid whose dims y, x have no coordinate values (a KeyError
+    traceback before): stacked, the grid checked by its 2-D latitude/longitude."""
+    lat, lon = np.meshgrid(np.linspace(60, 50, 3), np.linspace(0, 10, 4), indexing="ij")
+    for m in (1, 2):
+        ds = xr.Dataset(
+            {"t": (("init_time", "lead_time", "y", "x"), np.full((1, 1, 3, 4), 280.0 + m))},
+            coords={"init_time": np.array(["2020-01-01"], dtype="datetime64[ns]"),
+                    "lead_time": np.array([24], dtype="timedelta64[h]").astype("timedelta64[ns]"),
+                    "latitude": (("y", "x"), lat), "longitude": (("y", "x"), lon)},
+        )  # fmt: skip
+        (tmp_path / f"{m}").mkdir()
+        ds.to_netcdf(tmp_path / f"{m}" / "wrf.nc")
+    fc = open_forecast(str(tmp_path / "{member}" / "wrf.nc"))
+    assert fc["member"].values.tolist() == [1, 2] and fc["t"].sizes["member"] == 2
+    assert fc["t"].sel(member=2).values.min() == 282.0
+
+
 def test_member_files_on_different_grids(tmp_path) -> None:
     member_file(tmp_path / "m1" / "fc.nc", 1)
     member_file(tmp_path / "m2" / "fc.nc", 2, n_lat=5)
