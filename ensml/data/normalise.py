@@ -17,12 +17,31 @@ from ensml.names import COORD_ATTRS, DIM_ALIASES, INIT_TIME, LATITUDE, LEAD_TIME
 
 
 def normalised(ds: xr.Dataset, path: object, what: str) -> xr.Dataset:
-    """:func:`normalise`, failing with one line that names the file (e.g. a corrupt coordinate)."""
+    """:func:`normalise`, failing with one line that names the file (e.g. a corrupt coordinate);
+    an analysis first gets its valid time as its time (:func:`valid_time_as_time`)."""
     try:
-        return normalise(ds)
+        return normalise(valid_time_as_time(ds) if what == "analysis" else ds)
     except Exception as exc:
         reason = exception_reason(exc)
         raise EnsmlError(f"{what} file {path} has coordinates ensml cannot interpret ({reason})") from None
+
+
+def valid_time_as_time(ds: xr.Dataset) -> xr.Dataset:
+    """An analysis verifies at its valid time: where its ``time`` is something else (the start of
+    an accumulation: GRIB's ``time`` + ``step`` = ``valid_time``), ``time`` becomes the valid
+    time, a dimension also when the file holds one time."""
+    if "valid_time" not in ds.coords or "valid_time" in ds.dims:
+        return ds
+    valid = ds["valid_time"]
+    extra = [c for c in ("valid_time", "step", LEAD_TIME) if c in ds.coords and c not in ds.dims]
+    if "time" in ds.dims and valid.dims == ("time",):
+        if np.array_equal(valid.values, ds["time"].values):
+            return ds
+        return ds.drop_vars(extra).assign_coords(time=valid.values)
+    if valid.ndim == 0 and "time" not in ds.dims:
+        scalar_time = ["time"] if "time" in ds.coords else []
+        return ds.drop_vars(extra + scalar_time).expand_dims(time=[valid.values])
+    return ds
 
 
 def normalise(ds: xr.Dataset) -> xr.Dataset:
@@ -87,4 +106,4 @@ def lazy(ds: xr.Dataset) -> xr.Dataset:
     return ds.chunk({d: 1 for d in (INIT_TIME, TIME) if d in ds.dims})
 
 
-__all__ = ["lazy", "normalise", "normalised"]
+__all__ = ["lazy", "normalise", "normalised", "valid_time_as_time"]
