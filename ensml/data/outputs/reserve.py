@@ -15,10 +15,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ensml.data.outputs.check import check_names
-from ensml.data.outputs.errors import write_error
-from ensml.data.outputs.ledger import Entry, Ledger, fsync_dir
+from ensml.data.outputs.ledger import Entry, Ledger
 from ensml.data.outputs.names import distinct
-from ensml.data.outputs.staging import Staging, Writes, delete_path, ready_path, run_dir, swap
+from ensml.data.outputs.staging import Staging, Writes, put_in_place, ready_path, run_dir
 from ensml.errors import EnsmlError
 
 
@@ -138,16 +137,7 @@ class Reservations(Writes):
                 raise EnsmlError(
                     f"{self.command}: out_dir {self.display}: {key} was reserved but not written"
                 )
-            old = None
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                old = swap(ready, path, where)
-                fsync_dir(path.parent)
-            except OSError as err:
-                raise write_error(self.command, Path(self.display) / key, err) from None
-            finally:
-                if old is not None:
-                    delete_path(old)
+            put_in_place(ready, path, where, self.command, Path(self.display) / key)
         self._record(names, missing_ok=False)
 
     def _reserved(self, name: str, before: str) -> tuple[str, Path, str]:

@@ -303,17 +303,10 @@ class Staging(Writes):
         final, _, shown, where = self._target(name)
         with staged(where, shown, self.command) as tmp:
             yield tmp
-        old = None
         try:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            old = swap(tmp, final, where)
-            fsync_dir(final.parent)
-        except OSError as err:
-            raise write_error(self.command, shown, err) from None
+            put_in_place(tmp, final, where, self.command, shown)
         finally:
             discard(tmp, where)
-            if old is not None:
-                delete_path(old)
 
     def ready(self, name: str) -> Path:
         """Where :meth:`hold` keeps output ``name`` until the run places it."""
@@ -342,6 +335,22 @@ class Staging(Writes):
             discard(tmp, where)
 
 
+def put_in_place(new: Path, final: Path, where: Path, command: str, shown: Path) -> None:
+    """Rename the finished ``new`` onto ``final`` (:func:`swap`, the previous one kept in the
+    staging folder ``where`` until the rename is durable), creating its folder; an OSError is one
+    line naming ``shown``."""
+    old = None
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        old = swap(new, final, where)
+        fsync_dir(final.parent)
+    except OSError as err:
+        raise write_error(command, shown, err) from None
+    finally:
+        if old is not None:
+            delete_path(old)
+
+
 def ready_path(where: Path, key: str) -> Path:
     """Where a held output ``key`` waits in the staging folder ``where`` (see :meth:`Staging.hold`)."""
     return where / "ready" / key
@@ -355,6 +364,7 @@ __all__ = [
     "discard",
     "fsync_tree",
     "make_folders",
+    "put_in_place",
     "ready_path",
     "run_dir",
     "staged",
