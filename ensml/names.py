@@ -34,6 +34,8 @@ INIT_TIME = "init_time"
 LEAD_TIME = "lead_time"
 #: Ensemble member number.
 MEMBER = "member"
+#: The dimension of quantile levels (products, model climates); its coordinate holds the levels.
+QUANTILE = "quantile"
 #: Pressure level, hPa.
 LEVEL = "level"
 #: Latitude, degrees north, running north to south.

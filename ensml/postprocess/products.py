@@ -30,6 +30,7 @@ from ensml.names import (
     LEVEL,
     LONGITUDE,
     MEMBER,
+    QUANTILE,
     VALID_TIME,
     VARIABLE_ATTRS,
 )
@@ -37,7 +38,6 @@ from ensml.postprocess.ecc import ecc_members, exceedance, gaussian_quantiles
 from ensml.postprocess.options import Products, ThresholdSet
 from ensml.predictions import RunMeta
 
-QUANTILE = "quantile"
 # Times are stored as numbers of this unit, so every write (and append) encodes them alike.
 TIME_UNITS = "minutes since 1970-01-01 00:00:00"
 TIME_ENCODING = {"units": TIME_UNITS, "calendar": "proleptic_gregorian", "dtype": "int64"}

@@ -15,15 +15,13 @@ import pandas as pd
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, MEMBER
+from ensml.names import INIT_TIME, MEMBER, QUANTILE
 from ensml.scores.reduce import check_no_inf, require_dataarray
 
-__all__ = ["CLIMATE_SAMPLE", "QUANTILE", "climate_quantiles", "model_climate"]
+__all__ = ["CLIMATE_SAMPLE", "climate_quantiles", "model_climate"]
 
 #: Dimension of model-climate samples (init dates × members), from :func:`model_climate`.
 CLIMATE_SAMPLE = "climate_sample"
-#: Dimension of model-climate quantiles; its coordinate holds the levels, in [0, 1].
-QUANTILE = "quantile"
 #: ECMWF's M-climate: percentiles 0, 1, …, 100 %.
 N_PERCENTILES = 101
 

@@ -10,11 +10,10 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, MEMBER
+from ensml.names import INIT_TIME, MEMBER, QUANTILE
 from ensml.scores.climate import (
     CLIMATE_SAMPLE,
     N_PERCENTILES,
-    QUANTILE,
     check_ensemble_climate,
     check_eps,
     climate_quantiles,

@@ -17,7 +17,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.scores.reduce import align_whole, check_no_inf, check_same_dims, infinite_error, reduce_score
+from ensml.scores.reduce import aligned_fields, check_no_inf, infinite_error, reduce_score
 
 _SQRT2 = math.sqrt(2.0)
 _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
@@ -222,12 +222,7 @@ def crps_gaussian_xr(
         and must be those of ``obs`` (``mu``/``sigma`` may have fewer). NaN in any marks a
         missing point (NaN score, left out of the mean); ±Inf is an error.
     """
-    for name, a in (("mu", mu), ("sigma", sigma), ("obs", obs)):
-        if not isinstance(a, xr.DataArray):
-            raise EnsmlError(f"crps_gaussian_xr: {name} must be an xarray.DataArray, got {type(a).__name__}")
-    check_same_dims(mu, obs, "crps_gaussian_xr", "mu")
-    check_same_dims(sigma, obs, "crps_gaussian_xr", "sigma")
-    mu, sigma, obs = align_whole({"mu": mu, "sigma": sigma, "obs": obs}, "crps_gaussian_xr")
+    mu, sigma, obs = aligned_fields({"mu": mu, "sigma": sigma, "obs": obs}, "crps_gaussian_xr")
     score = _crps_gaussian_xr_elementwise(mu, sigma, obs, check=True, func="crps_gaussian_xr")
     kw = {"reduce_dims": reduce_dims, "preserve_dims": preserve_dims, "weights": weights}
     return reduce_score(score, **kw, func="crps_gaussian_xr")

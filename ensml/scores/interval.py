@@ -23,10 +23,8 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.scores.reduce import align_whole, check_fcst_obs, check_no_inf, check_same_dims, reduce_score
-
-#: The quantile dimension of ``ensml postprocess`` products.
-QUANTILE = "quantile"
+from ensml.names import QUANTILE
+from ensml.scores.reduce import aligned_fields, check_fcst_obs, check_no_inf, reduce_score
 
 
 def quantile_score(
@@ -111,12 +109,7 @@ def interval_score(
     func = "interval_score"
     if not 0 < float(alpha) < 1:
         raise EnsmlError(f"{func}: alpha must be in (0, 1), got {alpha!r}")
-    for name, a in (("lower", lower), ("upper", upper), ("obs", obs)):
-        if not isinstance(a, xr.DataArray):
-            raise EnsmlError(f"{func}: {name} must be an xarray.DataArray, got {type(a).__name__}")
-    check_same_dims(lower, obs, func, "lower")
-    check_same_dims(upper, obs, func, "upper")
-    lower, upper, obs = align_whole({"lower": lower, "upper": upper, "obs": obs}, func)
+    lower, upper, obs = aligned_fields({"lower": lower, "upper": upper, "obs": obs}, func)
     lower, upper, obs = (
         check_no_inf(a, func, n) for a, n in ((lower, "lower"), (upper, "upper"), (obs, "obs"))
     )

@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.scores.reduce import align_whole, check_no_inf, check_same_dims, reduce_score
+from ensml.scores.reduce import aligned_fields, check_no_inf, reduce_score
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 Kind = Literal["log", "dss"]
@@ -52,12 +52,7 @@ def _score(
     func: str,
     reduce: dict,
 ) -> xr.DataArray:
-    for name, a in (("mu", mu), ("sigma", sigma), ("obs", obs)):
-        if not isinstance(a, xr.DataArray):
-            raise EnsmlError(f"{func}: {name} must be an xarray.DataArray, got {type(a).__name__}")
-    check_same_dims(mu, obs, func, "mu")
-    check_same_dims(sigma, obs, func, "sigma")
-    mu, sigma, obs = align_whole({"mu": mu, "sigma": sigma, "obs": obs}, func)
+    mu, sigma, obs = aligned_fields({"mu": mu, "sigma": sigma, "obs": obs}, func)
     mu, sigma, obs = (check_no_inf(a, func, n) for a, n in ((mu, "mu"), (sigma, "sigma"), (obs, "obs")))
     score = xr.apply_ufunc(
         _pointwise, mu, sigma, obs, kwargs={"kind": kind, "func": func}, dask="parallelized",

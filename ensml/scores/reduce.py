@@ -107,6 +107,17 @@ def check_same_dims(a: xr.DataArray, obs: xr.DataArray, func: str, name: str) ->
         )
 
 
+def aligned_fields(arrays: dict[str, Any], func: str) -> list[xr.DataArray]:
+    """Fields scored together, the observation last (``{"mu": …, "sigma": …, "obs": …}``): each
+    must be a DataArray with dims among the observation's; aligned whole (:func:`align_whole`)."""
+    for name, a in arrays.items():
+        require_dataarray(a, func, name)
+    *fields, obs = arrays.values()
+    for name, a in zip(arrays, fields):
+        check_same_dims(a, obs, func, name)
+    return align_whole(arrays, func)
+
+
 def align_whole(arrays: dict[str, xr.DataArray], func: str) -> list[xr.DataArray]:
     """``arrays`` (name → DataArray) aligned by coordinate; an overlap that leaves out points of
     any of them is an error naming the dim and the sizes (a score of the common points only

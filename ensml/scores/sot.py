@@ -9,8 +9,8 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.names import MEMBER
-from ensml.scores.climate import QUANTILE, check_ensemble_climate, check_eps, level_index, quantile_levels
+from ensml.names import MEMBER, QUANTILE
+from ensml.scores.climate import check_ensemble_climate, check_eps, level_index, quantile_levels
 
 __all__ = ["SOT_BOUND", "shift_of_tails"]
 
