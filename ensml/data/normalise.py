@@ -13,14 +13,27 @@ import xarray as xr
 
 from ensml.data.grid import add_geographic, grid_mapping_names
 from ensml.errors import EnsmlError, exception_reason
-from ensml.names import COORD_ATTRS, DIM_ALIASES, INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, TIME, VALID_TIME
+from ensml.names import (
+    COORD_ATTRS,
+    DIM_ALIASES,
+    FORECAST_DIMS,
+    INIT_TIME,
+    LATITUDE,
+    LEAD_TIME,
+    LONGITUDE,
+    TIME,
+    VALID_TIME,
+)
 
 
 def normalised(ds: xr.Dataset, path: object, what: str) -> xr.Dataset:
     """:func:`normalise`, failing with one line that names the file (e.g. a corrupt coordinate);
-    an analysis first gets its valid time as its time (:func:`valid_time_as_time`)."""
+    an analysis first gets its valid time as its time (:func:`valid_time_as_time`), a forecast of
+    one step its lead (and init) time as dims (:func:`one_step_as_dims`)."""
     try:
-        return normalise(valid_time_as_time(ds) if what == "analysis" else ds)
+        if what == "analysis":
+            return normalise(valid_time_as_time(ds))
+        return one_step_as_dims(normalise(ds)) if what == "forecast" else normalise(ds)
     except Exception as exc:
         reason = exception_reason(exc)
         raise EnsmlError(f"{what} file {path} has coordinates ensml cannot interpret ({reason})") from None
@@ -42,6 +55,23 @@ def valid_time_as_time(ds: xr.Dataset) -> xr.Dataset:
         scalar_time = ["time"] if "time" in ds.coords else []
         return ds.drop_vars(extra + scalar_time).expand_dims(time=[valid.values])
     return ds
+
+
+def one_step_as_dims(ds: xr.Dataset) -> xr.Dataset:
+    """A forecast of one lead time or one init time stored as scalar coordinates (a netCDF of one
+    step, ``time`` for the initialisation) with those as dims of length 1, in ensml's order."""
+    if LEAD_TIME not in ds.coords or LEAD_TIME in ds.dims:
+        return ds
+    ds = ds.expand_dims(LEAD_TIME)
+    if INIT_TIME not in ds.dims and "time" in ds.dims:
+        ds = ds.rename({"time": INIT_TIME})  # with a lead time, "time" is the initialisation
+    elif INIT_TIME not in ds.dims and (INIT_TIME in ds.coords or "time" in ds.coords):
+        ds = ds.rename({"time": INIT_TIME}) if INIT_TIME not in ds.coords else ds
+        ds = ds.expand_dims(INIT_TIME)
+    if INIT_TIME in ds.dims:
+        ds = ds.assign_coords({VALID_TIME: ds[INIT_TIME] + ds[LEAD_TIME]})
+    order = [d for d in FORECAST_DIMS if d in ds.dims]
+    return ds.transpose(*order, ...)
 
 
 def normalise(ds: xr.Dataset) -> xr.Dataset:
@@ -106,4 +136,4 @@ def lazy(ds: xr.Dataset) -> xr.Dataset:
     return ds.chunk({d: 1 for d in (INIT_TIME, TIME) if d in ds.dims})
 
 
-__all__ = ["lazy", "normalise", "normalised", "valid_time_as_time"]
+__all__ = ["lazy", "normalise", "normalised", "one_step_as_dims", "valid_time_as_time"]

@@ -34,7 +34,6 @@ from ensml.names import (
     MEMBER,
     SPATIAL_DIMS,
     TIME,
-    VALID_TIME,
     LeadLike,
     format_leads,
     parse_leads,
@@ -93,23 +92,6 @@ def _open_sources(
         n: normalised(_open(files, what, chunks, reader), files[0], what) for n, files in by_member.items()
     }
     return stack_members(parts, by_member, what), paths
-
-
-def _one_step_as_dims(ds: xr.Dataset) -> xr.Dataset:
-    """A forecast of one lead time or one init time stored as scalar coordinates (a netCDF of one
-    step, ``time`` for the initialisation) with those as dims of length 1, in ensml's order."""
-    if LEAD_TIME not in ds.coords or LEAD_TIME in ds.dims:
-        return ds
-    ds = ds.expand_dims(LEAD_TIME)
-    if INIT_TIME not in ds.dims and "time" in ds.dims:
-        ds = ds.rename({"time": INIT_TIME})  # with a lead time, "time" is the initialisation
-    elif INIT_TIME not in ds.dims and (INIT_TIME in ds.coords or "time" in ds.coords):
-        ds = ds.rename({"time": INIT_TIME}) if INIT_TIME not in ds.coords else ds
-        ds = ds.expand_dims(INIT_TIME)
-    if INIT_TIME in ds.dims:
-        ds = ds.assign_coords({VALID_TIME: ds[INIT_TIME] + ds[LEAD_TIME]})
-    order = [d for d in FORECAST_DIMS if d in ds.dims]
-    return ds.transpose(*order, ...)
 
 
 def _check_vars(
@@ -172,8 +154,6 @@ def _open_checked(
 ) -> xr.Dataset:
     ds, name = _open_sources(paths, what, chunks, as_reader(reader) if reader else None)
     ds = normalised(ds, name, what)
-    if LEAD_TIME in dims:
-        ds = _one_step_as_dims(ds)
     check_grid(ds, variables or list(ds.data_vars), str(name), what)
     _check_vars(ds, variables, dims, str(name), what)
     _check_index(ds, dims, str(name), what)

@@ -34,3 +34,16 @@ def test_one_step_forecast_opens_with_ensmls_dims_and_scores_alike(
     got = evaluate(str(path), str(tiny_data["analysis"]), out_dir=None).table
     want = evaluate(str(tiny_data["forecast"]), str(tiny_data["analysis"]), leads=24, out_dir=None).table
     pd.testing.assert_frame_equal(got, want)
+
+
+def test_one_step_files_one_per_init_combine(tiny_data, tmp_path) -> None:
+    """Each file is made a forecast with ensml's dims before the files are combined by init."""
+    with xr.open_dataset(tiny_data["forecast"]) as ds:
+        one = ds.isel(lead_time=1, init_time=slice(0, 4)).rename(init_time="time").load()
+    for i in range(one.sizes["time"]):
+        one.isel(time=i).to_netcdf(tmp_path / f"fc_{i}.nc")
+    fc = open_forecast(str(tmp_path / "fc_*.nc"))
+    assert fc["z"].dims == FORECAST_DIMS and fc.sizes["init_time"] == 4 and fc.sizes["lead_time"] == 1
+    got = fc["z"].isel(lead_time=0, drop=True).drop_vars("valid_time", errors="ignore")
+    want = one["z"].rename(time="init_time").drop_vars(["lead_time", "valid_time"], errors="ignore")
+    xr.testing.assert_equal(got, want)
