@@ -35,6 +35,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.data.grid import check_same_grid
+from ensml.data.layouts.options import ReaderOptions
 from ensml.data.open import (
     check_lead_times,
     check_levels,
@@ -163,6 +164,8 @@ def build_frame(
     partial: bool = False,
     context: str = "",
     note: bool = True,
+    reader: ReaderOptions | None = None,
+    analysis_reader: ReaderOptions | None = None,
 ) -> EnsembleFrame:
     """Open and check the sources of a verification and align them by valid time.
 
@@ -191,6 +194,9 @@ def build_frame(
         Added to the names of the forecast and analysis in messages (``" (case 'storm')"``).
     note
         Say so on stderr when the grid defines no cell areas (uniform weights).
+    reader, analysis_reader
+        How to read the forecast and the analysis files (GRIB filters, the control member,
+        renames: :class:`~ensml.data.layouts.options.ReaderOptions`).
 
     Raises
     ------
@@ -199,11 +205,11 @@ def build_frame(
         that is absent or of two runs, predictions of the wrong kind, no init time in common.
     """
     fc_name, an_name = f"forecast {forecast}{context}", f"analysis {analysis}{context}"
-    fc = open_forecast(forecast, variables)
+    fc = open_forecast(forecast, variables, reader=reader)
     variables = list(variables) if variables else [str(v) for v in fc.data_vars]
     given = {"predictions": predictions, "spread predictions": spread_predictions, "members": members}
     scanned = {what: scan_run(paths, what, variables, partial) for what, paths in given.items() if paths}
-    an = open_analysis(analysis, variables)
+    an = open_analysis(analysis, variables, reader=analysis_reader)
     check_same_grid(fc, an, fc_name, an_name)
     if partial:
         lead_list = parse_leads(leads) if leads is not None else np.sort(fc[LEAD_TIME].values)

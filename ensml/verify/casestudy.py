@@ -25,6 +25,7 @@ from scipy.stats import norm
 
 from ensml.data.frame import build_frame
 from ensml.data.grid import horizontal_dims
+from ensml.data.layouts.options import ReaderOptions
 from ensml.data.surface import check_not_at_level
 from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
@@ -61,16 +62,18 @@ def score_case(
     predictions: str | list[str] | None = None,
     oracle: str | None = None,
     k: int | None = None,
+    **readers: ReaderOptions,
 ) -> CaseResult:
     """Score one case on the files of ``ensml evaluate`` (see the module docstring).
 
     The predictions and the oracle are left out where they do not hold the case's variable and
-    lead (a model of another lead); ``k`` is that of the predictions' run, or given (default 5).
+    lead (a model of another lead); ``k`` is that of the predictions' run, or given (default 5);
+    ``readers``: ``reader`` and ``analysis_reader`` of :func:`~ensml.data.frame.build_frame`.
     """
     var, name = case.variable, case.name
     frame = build_frame(
         forecast, analysis, variables=[var], levels=[case.level], leads=[case.lead], predictions=predictions,
-        oracle=oracle, partial=True, context=f" (case {name!r})", note=False,
+        oracle=oracle, partial=True, context=f" (case {name!r})", note=False, **readers,
     )  # fmt: skip
     k = frame.subset_size(k)
     check_not_at_level(frame.forecast[var], case.level, f"case {name!r} (forecast {forecast})")

@@ -32,6 +32,7 @@ from jsonargparse.typing import PositiveFloat, PositiveInt
 
 from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame
 from ensml.data.grid import horizontal_dims
+from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
 from ensml.names import (
@@ -101,6 +102,8 @@ def evaluate(
     out_dir: str | None = "runs/eval",
     cases: str | list[str] | None = None,
     fair: bool = False,
+    reader: ReaderOptions | None = None,
+    analysis_reader: ReaderOptions | None = None,
 ) -> Scores:
     """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
 
@@ -161,6 +164,13 @@ def evaluate(
         the score an ensemble of the same distribution would get with infinitely many members),
         so that ensembles of different sizes compare fairly; the tables' ``estimator`` column
         says ``fair ensemble``. Default: the standard (empirical) ensemble CRPS.
+    reader
+        How to read the forecast files, as ``fit``'s data ``reader``: GRIB filters
+        (``{filter_by_keys: {dataType: pf}}``), ``drop_control``, variable renames
+        (``{rename: {2t: t2m}}``); e.g. ``--reader.rename '{tp: precip}'``.
+    analysis_reader
+        The same for the analysis files (e.g. ``--analysis_reader.filter_by_keys
+        '{shortName: tp}'``).
 
     Returns
     -------
@@ -193,10 +203,13 @@ def evaluate(
         OutputFolder.check(out_dir, "evaluate", names=names)  # before the work: fails in seconds
     leads = leads_option(leads)  # a bad lead fails before the cases
     # cases are scored first: a bad case fails before any other work (they are small)
-    studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in load_cases(cases or [])]
+    readers = {"reader": as_reader(reader), "analysis_reader": as_reader(analysis_reader)}
+    studies = [
+        score_case(c, forecast, analysis, predictions, oracle, k, **readers) for c in load_cases(cases or [])
+    ]
     frame = build_frame(
         forecast, analysis, variables=variables, levels=levels, leads=leads, predictions=predictions,
-        spread_predictions=spread_predictions, members=members, oracle=oracle,
+        spread_predictions=spread_predictions, members=members, oracle=oracle, **readers,
     )  # fmt: skip
     k = frame.subset_size(k)
     if frame.dropped.size:
