@@ -27,6 +27,8 @@ NaN and Inf policy, the same for every score here (shared checks in :mod:`ensml.
 * **Nothing valid gives NaN, never 0**: a reduced slice without a valid point is NaN in
   means, rank-histogram counts and reliability counts alike (an empty reliability *bin*
   within valid points counts 0).
+* **One exception**: :func:`crps_decomposition` refuses NaN in the forecast or the observation
+  (Hersbach's bins need every case with all N members and its observation).
 """
 
 from ensml.scores.brier_roc import brier_decomposition, roc_curve
@@ -40,6 +42,7 @@ from ensml.scores.climate import climate_quantiles, model_climate
 from ensml.scores.crps import crps_ensemble, crps_ensemble_array
 from ensml.scores.efi import eecrps, extreme_forecast_index, reforecast_efi
 from ensml.scores.gaussian import crps_gaussian, crps_gaussian_xr
+from ensml.scores.hersbach import crps_decomposition
 from ensml.scores.interval import interval_score, quantile_score
 from ensml.scores.logscore import dawid_sebastiani_score, log_score_gaussian
 from ensml.scores.lomo import below_ground, leave_one_member_out
@@ -56,6 +59,7 @@ __all__ = [
     "brier_decomposition",
     "brier_score",
     "climate_quantiles",
+    "crps_decomposition",
     "crps_ensemble",
     "crps_ensemble_array",
     "crps_gaussian",
