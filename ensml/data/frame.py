@@ -126,19 +126,29 @@ class EnsembleFrame:
         valid = self.inits + self.leads[0]
         return replace(self, inits=self.inits[(valid >= start) & (valid <= end)])
 
-    def at(self, lead: LeadLike, *, where: Select | None = None, check: Check | None = None) -> LeadFrame:
-        """Every source at ``lead``, read into memory (``where`` applied first, then ``check``)."""
+    def at(
+        self,
+        lead: LeadLike,
+        *,
+        where: Select | None = None,
+        check: Check | None = None,
+        check_analysis: Check | None = None,
+    ) -> LeadFrame:
+        """Every source at ``lead``, read into memory (``where`` applied first, then ``check``;
+        the analysis is checked by ``check_analysis`` where given, e.g. to let NaN mean "not
+        observed")."""
         lead = parse_lead(lead)
         inits, levels = self.inits, {LEVEL: self.levels} if LEVEL in self.forecast.dims else {}
 
-        def load(ds: xr.Dataset, name: str) -> xr.Dataset:
+        def load(ds: xr.Dataset, name: str, check: Check | None = check) -> xr.Dataset:
             ds = (where(ds) if where else ds).load()
             if check:
                 check(ds, name)
             return ds
 
         fc = load(self.forecast.sel({INIT_TIME: inits, LEAD_TIME: lead, **levels}), self.names["forecast"])
-        an = load(self.analysis.sel({TIME: inits + lead, **levels}), self.names["analysis"])
+        an_check = check_analysis or check
+        an = load(self.analysis.sel({TIME: inits + lead, **levels}), self.names["analysis"], an_check)
         an = an.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
         runs = {w: r.read(lead, inits, levels, where, check) for w, r in self.runs.items() if r.holds(lead)}
         orc = None

@@ -5,12 +5,15 @@ The forecast, analysis and oracle of the test split are read through the one fra
 (:func:`ensml.data.weights.area_weights`) and aligns by valid time as ``ensml evaluate`` does.
 Raw ensembles are scored with the empirical ensemble CRPS and, for comparison, with the Gaussian
 CRPS of their mean and std (ddof 1); EMOS, mixed models and the oracle with the closed-form
-Gaussian CRPS. Rows come from :func:`ensml.verify.evaluate.crps_rows` (with the oracle's
-``event_mask`` for the extreme-event CRPS) and :func:`~ensml.verify.evaluate.spread_scores`.
+Gaussian CRPS. Rows come from :func:`ensml.verify.rows.crps_rows` (with the oracle's
+``event_mask`` for the extreme-event CRPS, and each skill's 95 % interval and DM test against the
+raw ensemble, :func:`ensml.scores.significance.skill_tests`) and
+:func:`~ensml.verify.rows.spread_scores`.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,7 @@ from ensml.data.frame import EnsembleFrame, build_frame
 from ensml.names import INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER, lead_hours
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
+from ensml.scores.significance import skill_tests
 from ensml.verify.rows import crps_rows, spread_scores
 from ensml.verify.tables import to_markdown
 
@@ -33,6 +37,7 @@ INFO_COLUMNS = [
 ]  # fmt: skip
 COLUMNS = [
     "model", "variable", "level_hPa", "lead_h", "estimator", "crps", "units", "skill_vs_raw_ensemble",
+    "skill_low", "skill_high", "dm_stat", "dm_p", "block_length",
     "gap_closed", "crps_events", "events_skill_vs_raw", "spread_rmse", "spread_corr", *INFO_COLUMNS,
 ]  # fmt: skip
 
@@ -98,7 +103,9 @@ def _score_lead(
         sources["oracle (Gaussian)"] = crps_gaussian_xr(
             orc[f"{var}_mean"], orc[f"{var}_std"], y, preserve_dims=FIELD_DIMS
         )
-        rows += crps_rows(sources, weights, var, levels, lead_h, raw_key, events=orc["event_mask"])
+        tests = skill_tests(sources, weights, raw_key, lead)
+        events = orc["event_mask"]
+        rows += crps_rows(sources, weights, var, levels, lead_h, raw_key, events=events, tests=tests)
         estimators = {
             f"{k}-member sample std (ddof 1)": sub.std(MEMBER, ddof=1),
             f"{k}-member sample std (ddof 0)": sub.std(MEMBER, ddof=0),
@@ -119,7 +126,8 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
     """One row per model: means over variables and levels at the last lead, skill at every lead.
 
     Columns: ``mean_skill_vs_raw_ensemble``, ``mean_gap_closed``, ``mean_events_skill_vs_raw`` and
-    ``mean_spread_corr`` at the last (furthest) lead; ``skill_<h>h`` at every lead; for spread
+    ``mean_spread_corr`` at the last (furthest) lead; ``skill_<h>h`` at every lead; ``better_95``:
+    in how many variables and levels the skill's 95 % interval lies above 0 at the last lead; for spread
     estimates ``spread_rmse_reduction`` (1 − RMSE / RMSE of the K-member sample std, ddof 1, at the
     last lead); and the per-model :data:`INFO_COLUMNS`.
     """
@@ -130,6 +138,10 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
     out = out.rename(columns={c: f"mean_{c}" for c in cols})
     for lead, part in table.groupby("lead_h"):
         out[f"skill_{int(lead)}h"] = part.groupby("model", sort=False)["skill_vs_raw_ensemble"].mean()
+    tested = at_last[at_last["skill_low"].notna()]
+    if len(tested):  # how many (variable, level) skills have a 95 % interval above 0
+        above = (tested["skill_low"] > 0).groupby(tested["model"], sort=False)
+        out["better_95"] = above.sum().astype(int).astype(str) + "/" + above.size().astype(str)
     sp = at_last.loc[at_last["spread_rmse"].notna(), ["model", "variable", "level_hPa", "spread_rmse"]]
     ref = sp[sp["model"].str.contains("(ddof 1)", regex=False)].drop(columns="model")
     if len(ref):
@@ -150,7 +162,7 @@ def _format(df: pd.DataFrame) -> pd.DataFrame:
         "baseline_val_score": "{:.4g}", "time_to_baseline_s": "{:.0f}", "samples_to_baseline": "{:,.0f}",
         "epochs": "{:.0f}", "best_epoch": "{:.0f}",
     }  # fmt: skip
-    fmts.update({c: "{:+.1%}" for c in out.columns if c.startswith("skill_") and c.endswith("h")})
+    fmts.update({c: "{:+.1%}" for c in out.columns if re.fullmatch(r"skill_\d+h", str(c))})
     for col, fmt in fmts.items():
         if col in out:
             out[col] = [fmt.format(v) if pd.notna(v) else "" for v in out[col]]

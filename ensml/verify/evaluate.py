@@ -14,9 +14,12 @@ leads), the files of one option must come from one run, and every scored variabl
 must be present. The leads are those of the runs given (every forecast lead but 0 h without
 one), scored one lead at a time on one set of init times: those of every input whose valid time
 the analysis holds at every scored lead. Skill and gap closed refer to the raw ensemble and the
-oracle at the same lead. No NaN or infinite value read for scoring is accepted, which
-NaN-skipping means would silently drop (:mod:`ensml.verify.inputs`). Nothing is written before
-everything is scored.
+oracle at the same lead; each skill has its 95 % moving-block bootstrap interval over init times
+and a Diebold-Mariano test against the raw ensemble (:mod:`ensml.scores.significance`). No NaN
+or infinite value in a forecast or prediction is accepted, which NaN-skipping means would
+silently drop; NaN in the analysis means "not observed": those init times and points are left
+out of every forecast's score alike, and the tables' ``n_scored`` say how many values were
+scored (:mod:`ensml.verify.inputs`). Nothing is written before everything is scored.
 """
 
 from __future__ import annotations
@@ -48,9 +51,10 @@ from ensml.names import (
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
+from ensml.scores.significance import skill_tests
 from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
-from ensml.verify.inputs import check_complete
+from ensml.verify.inputs import check_complete, check_observed
 from ensml.verify.rows import by_lead, crps_rows, on_grid, slug, spread_scores
 from ensml.verify.tables import Content, score_files, write_files
 
@@ -184,9 +188,10 @@ def evaluate(
     EnsmlError
         Before anything is written, naming the file: predictions of the wrong kind or without
         run metadata, files of two runs in one option, a ``k`` that disagrees with the runs, a
-        missing variable, level or lead time, no lead time in common, or a NaN or infinite
-        value in any value read for scoring; an ``out_dir`` that ensml may not write (a
-        non-empty folder without its ledger, a file, the current folder, read-only), checked
+        missing variable, level or lead time, no lead time in common, a NaN or infinite
+        value in a forecast or prediction, or an infinite one in the analysis; an ``out_dir``
+        that ensml may not write (a non-empty folder without its ledger, a file, the current
+        folder, read-only), checked
         before any work. While writing: a full disk and the like, naming the path; the folder is
         then as it was. Only files that ``evaluate``'s ledger records are replaced or removed
         (:mod:`ensml.data.outputs`).
@@ -242,7 +247,7 @@ def score_frame(
     rows, spread_rows, per_lead = [], [], []
     progress = Progress("evaluate", len(frame.leads) * len(frame.variables), "fields")
     for lead in frame.leads:
-        at_lead = frame.at(lead, check=check_complete)
+        at_lead = frame.at(lead, check=check_complete, check_analysis=check_observed)
         fields: dict[str, xr.DataArray] = {}
         for var in frame.variables:
             crps, spread = score_variable(frame, at_lead, var, k, fields, fair)
@@ -262,29 +267,33 @@ def score_variable(
     x, y, m = lf.forecast[var], lf.analysis[var], lf.forecast.sizes[MEMBER]
     point_dims = [d for d in [LEVEL, *horizontal_dims(frame.forecast)] if d in x.dims]
     raw_key = f"raw ensemble ({m} members)"
+    case_dims = [INIT_TIME, *point_dims]  # per init: the tables' intervals resample init times
     sources: dict[str, xr.DataArray] = {
-        raw_key: crps_ensemble(x, y, preserve_dims=point_dims, fair=fair),
+        raw_key: crps_ensemble(x, y, preserve_dims=case_dims, fair=fair),
         f"raw subset ({k} members)": crps_ensemble(
-            x.isel({MEMBER: slice(0, k)}), y, preserve_dims=point_dims, fair=fair
+            x.isel({MEMBER: slice(0, k)}), y, preserve_dims=case_dims, fair=fair
         ),
     }
     if "predictions" in lf.runs:
         mu, sd = (lf.runs["predictions"][f"{var}_{p}"] for p in ("mean", "std"))
-        sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
+        sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=case_dims)
     if "members" in lf.runs:
         calibrated = lf.runs["members"][var]
         sources[f"post-processed members ({calibrated.sizes[MEMBER]})"] = crps_ensemble(
-            calibrated, y, preserve_dims=point_dims, fair=fair
+            calibrated, y, preserve_dims=case_dims, fair=fair
         )
     if lf.oracle is not None:
         mu, sd = (lf.oracle[f"{var}_{p}"] for p in ("mean", "std"))
-        sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=point_dims)
-    for name, crps in sources.items():
-        fields[f"crps_{slug(name)}_{var}"] = crps
+        sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=case_dims)
+    for name, crps in sources.items():  # the mean over the init times that observe each point
+        fields[f"crps_{slug(name)}_{var}"] = crps.mean(INIT_TIME)
+    _count_observed(y, var, lf.lead, fields)
     h = lead_hours(lf.lead)
     units = y.attrs.get("units") or None  # the data's own units, else ensml's table (names.py)
     ensemble = "fair ensemble" if fair else "empirical ensemble"
-    rows = crps_rows(sources, frame.weights, var, frame.levels, h, raw_key, units=units, ensemble=ensemble)
+    tests = skill_tests(sources, frame.weights, raw_key, lf.lead)
+    rows = crps_rows(sources, frame.weights, var, frame.levels, h, raw_key, units=units, ensemble=ensemble,
+                     init_first=True, tests=tests)  # fmt: skip
     if "spread predictions" not in lf.runs:
         return rows, []
     target, subset = x.std(MEMBER, ddof=0), x.isel({MEMBER: slice(0, k)})
@@ -295,6 +304,19 @@ def score_variable(
     for name, est in estimators.items():
         fields[f"spread_rmse_{slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
     return rows, spread_scores(estimators, target, frame.weights, var, frame.levels, h, m, units=units)
+
+
+def _count_observed(y: xr.DataArray, var: str, lead: np.timedelta64, fields: dict[str, xr.DataArray]) -> None:
+    """Where the analysis ``y`` has NaN (not observed): say how much was scored, and add the
+    per-point count of observed init times to ``fields`` (``n_observed_<var>``)."""
+    observed = y.notnull()
+    n = int(observed.sum())
+    if n == y.size:
+        return
+    note(f"evaluate: the analysis observes {n} of {y.size} values of {var} at +{format_lead(lead)} "
+         f"({n / y.size:.1%}); the scores are over those")  # fmt: skip
+    count = observed.sum(INIT_TIME).astype("int32")
+    fields[f"n_observed_{var}"] = count.assign_attrs(long_name=f"init times with {var} observed")
 
 
 __all__ = ["Scores", "evaluate"]

@@ -1,8 +1,11 @@
 """What ``ensml evaluate`` reads is checked before anything is scored or written.
 
 Opening, run metadata, kinds, variables and lead times are checked by the one frame builder
-(:mod:`ensml.data.frame`); here, the values read: a NaN or infinite value, which NaN-skipping
-means would silently drop, is a one-line error naming the file and the first position.
+(:mod:`ensml.data.frame`); here, the values read. In a forecast or a prediction a NaN or
+infinite value, which NaN-skipping means would silently drop, is a one-line error naming the
+file and the first position. In the analysis NaN means "not observed" (a radar composite, a
+land-only analysis): those points are left out of the scores and counted; an infinite value is
+an error there too.
 """
 
 from __future__ import annotations
@@ -14,21 +17,26 @@ from ensml.errors import EnsmlError
 from ensml.scores.reduce import describe_position
 
 
-def check_complete(ds: xr.Dataset, name: str) -> None:
-    """Raise if a variable of ``ds`` (in memory) holds NaN or ±Inf, naming the first position."""
+def check_complete(ds: xr.Dataset, name: str, *, nan_ok: bool = False) -> None:
+    """Raise if a variable of ``ds`` (in memory) holds NaN or ±Inf (only ±Inf with ``nan_ok``),
+    naming the first position."""
     for var in ds.data_vars:
         values = np.asarray(ds[var].values)
         if not np.issubdtype(values.dtype, np.floating):
             continue
-        bad = ~np.isfinite(values)
+        bad = np.isinf(values) if nan_ok else ~np.isfinite(values)
         if bad.any():
             n_nan = int(np.count_nonzero(np.isnan(values)))
             counts = [(n_nan, "NaN"), (int(np.count_nonzero(bad)) - n_nan, "infinite")]
             what = " and ".join(f"{n} {kind} value{'s' if n != 1 else ''}" for n, kind in counts if n)
             where = describe_position(ds[var], int(np.argmax(bad.ravel())))
-            raise EnsmlError(
-                f"{name}: {what} in {var!r} (first at {where}); evaluate scores complete fields only"
-            )
+            tail = "infinite values are not scored" if nan_ok else "evaluate scores complete fields only"
+            raise EnsmlError(f"{name}: {what} in {var!r} (first at {where}); {tail}")
 
 
-__all__ = ["check_complete"]
+def check_observed(ds: xr.Dataset, name: str) -> None:
+    """The analysis check: NaN is "not observed" (scored nowhere, counted), ±Inf an error."""
+    check_complete(ds, name, nan_ok=True)
+
+
+__all__ = ["check_complete", "check_observed"]

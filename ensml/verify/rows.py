@@ -17,17 +17,30 @@ import xarray as xr
 from ensml.data.grid import grid_mapping
 from ensml.names import (
     COORD_ATTRS,
+    INIT_TIME,
     LEAD_TIME,
     LEVEL,
     VALID_TIME,
     units_of,
 )
+from ensml.scores.significance import SkillTest
 from ensml.verify.levels import at, levels_of, table_level
 
 
 def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
     dims = [d for d in x.dims if d != LEVEL]
     return x.weighted(weights).mean(dims)
+
+
+def _pooled_mean(x: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
+    """The area-weighted mean of ``x`` over init times and points, taken as ``scores.nc``'s fields
+    are: first the mean over the init times that observe each point (in ``x``'s dtype), then the
+    area mean weighted by how many init times observe each point (by area alone when all do)."""
+    per_point = x.mean(INIT_TIME)
+    observed = x.notnull().sum(INIT_TIME)
+    if bool((observed < x.sizes[INIT_TIME]).any()):
+        weights = weights * observed
+    return _area_mean(per_point, weights)
 
 
 def _weighted_corr(a: xr.DataArray, b: xr.DataArray, weights: xr.DataArray) -> xr.DataArray:
@@ -49,15 +62,24 @@ def crps_rows(
     oracle_key: str = "oracle (Gaussian)",
     units: str | None = None,
     ensemble: str = "empirical ensemble",
+    init_first: bool = False,
+    tests: dict[tuple[str, float | None], SkillTest] | None = None,
 ) -> list[dict]:
     """Table rows of area-weighted mean CRPS, one per source and level.
+
+    Every row says how many values were scored (``n_scored``: init times × points where the
+    analysis is observed). With ``tests`` (:func:`ensml.scores.significance.skill_tests` of the
+    same sources), each source's skill over ``raw_key`` gets its 95 % interval and the
+    Diebold-Mariano test against ``raw_key`` (``skill_low``, ``skill_high``, ``dm_stat``,
+    ``dm_p``, ``block_length``); the reference's own row has none (NaN).
 
     Parameters
     ----------
     sources
         Per-point CRPS fields (level, latitude, longitude, optionally init_time) by forecast
         name; a name with "Gaussian" in it is labelled as scored by the closed form, others as
-        empirical.
+        empirical. NaN (not observed) is left out of the means, which are then over the values
+        observed.
     weights
         Area weights (:func:`ensml.data.weights.area_weights`).
     lead_h
@@ -69,6 +91,10 @@ def crps_rows(
         Optional 0/1 mask (init_time, latitude, longitude) of extreme events (the fields must then
         keep init_time): adds the mean CRPS over event points (``crps_events``) and its skill vs
         ``raw_key`` (``events_skill_vs_raw``).
+    init_first
+        Average the (init_time, …) fields over init times first, as the per-point fields of
+        ``scores.nc`` are, then over the area (``evaluate``); else one weighted mean over both
+        (the benchmark). The same number but for rounding.
     ensemble
         The ``estimator`` of the sources that are not Gaussian (``fair ensemble`` when scored
         with the fair CRPS).
@@ -76,7 +102,9 @@ def crps_rows(
         The units column: the data's own (its ``units`` attribute) where it has them, else those
         ensml knows for ``var`` (:func:`ensml.names.units_of`).
     """
-    means = {name: _area_mean(field, weights) for name, field in sources.items()}
+    mean = _pooled_mean if init_first else _area_mean
+    means = {name: mean(field, weights) for name, field in sources.items()}
+    counts = {name: f.notnull().sum([d for d in f.dims if d != LEVEL]) for name, f in sources.items()}
     ev = None
     if events is not None:
         w = (weights * events.astype("float64")).broadcast_like(next(iter(sources.values())))
@@ -95,6 +123,8 @@ def crps_rows(
                 "estimator": "Gaussian closed form" if "Gaussian" in name else ensemble,
                 "crps": value, "units": units or units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
             }  # fmt: skip
+            if tests is not None:
+                row.update(_NO_TEST if name == raw_key else tests[name, lev].as_row())
             if oracle_key in means:
                 best = float(at(means[oracle_key], lev))
                 row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
@@ -102,8 +132,12 @@ def crps_rows(
                 value_ev, raw_ev = (float(at(ev[key], lev)) for key in (name, raw_key))
                 row["crps_events"] = value_ev
                 row["events_skill_vs_raw"] = 1.0 - value_ev / raw_ev
+            row["n_scored"] = int(at(counts[name], lev))
             rows.append(row)
     return rows
+
+
+_NO_TEST = dict.fromkeys(["skill_low", "skill_high", "dm_stat", "dm_p", "block_length"], np.nan)
 
 
 def spread_scores(

@@ -16,12 +16,18 @@ FLOAT_FORMATS = {
     "skill_vs_raw_ensemble": "{:+.1%}",
     "gap_closed": "{:.1%}",
     "rmse": "{:.4g}",
+    "mae": "{:.4g}",
+    "spread_skill": "{:.3f}",
     "spread": "{:.4g}",
     "correlation": "{:.3f}",
     "crps_events": "{:.4g}",
     "events_skill_vs_raw": "{:+.1%}",
     "level_hPa": "{:g}",
+    "dm_stat": "{:.2f}",
+    "block_length": "{:g}",
 }
+#: Interval ends, shown together as one ``skill_95%`` column in Markdown.
+INTERVAL = ("skill_low", "skill_high")
 
 
 def formatted(df: pd.DataFrame) -> pd.DataFrame:
@@ -31,7 +37,22 @@ def formatted(df: pd.DataFrame) -> pd.DataFrame:
         if col in out:
             blank = "surface" if col == "level_hPa" else ""  # a surface variable has no level
             out[col] = [fmt.format(v) if pd.notna(v) else blank for v in out[col]]
+    if "dm_p" in out:
+        out["dm_p"] = [p_value(v) for v in out["dm_p"]]
+    if all(c in out for c in INTERVAL):
+        at = out.columns.get_loc(INTERVAL[0])
+        ends = zip(*(df[c] for c in INTERVAL), strict=True)
+        text = [f"[{lo:+.1%}, {hi:+.1%}]" if pd.notna(lo) and pd.notna(hi) else "" for lo, hi in ends]
+        out = out.drop(columns=list(INTERVAL))
+        out.insert(at, "skill_95%", text)
     return out
+
+
+def p_value(p: float) -> str:
+    """A p-value as tables show it: two significant digits, ``<0.001`` below 0.001."""
+    if pd.isna(p):
+        return ""
+    return "<0.001" if p < 0.001 else f"{p:.2g}"
 
 
 def to_markdown(df: pd.DataFrame) -> str:

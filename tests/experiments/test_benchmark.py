@@ -53,6 +53,14 @@ def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: P
     raw = crps[crps["model"] == "raw ensemble (10 members)"]
     assert (raw["skill_vs_raw_ensemble"] == 0).all() and (raw["gap_closed"] == 0).all()
     assert (crps[crps["model"] == "oracle (Gaussian)"]["gap_closed"] == 1).all()
+    # every skill but the reference's own has its 95 % interval and DM test (ensml.scores.significance)
+    assert raw[["skill_low", "skill_high", "dm_p"]].isna().all().all()
+    tested = crps[crps["model"] != "raw ensemble (10 members)"]
+    assert tested[["skill_low", "skill_high", "dm_p"]].notna().all().all()
+    assert ((tested["skill_low"] <= tested["skill_vs_raw_ensemble"])
+            & (tested["skill_vs_raw_ensemble"] <= tested["skill_high"])).all()  # fmt: skip
+    oracle = tested[tested["model"] == "oracle (Gaussian)"]
+    assert (oracle["skill_low"] > 0).all() and (oracle["dm_p"] < 0.05).all()
     assert set(crps["estimator"]) == {"empirical ensemble", "Gaussian closed form"}
     assert crps["crps_events"].notna().all()
     spread = a[a["spread_corr"].notna()]
@@ -68,6 +76,7 @@ def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: P
     summary = pd.read_csv(tmp_path / "a" / "benchmark_summary.csv").set_index("model")
     assert {"skill_24h", "skill_48h", "time_to_baseline_s", "spread_rmse_reduction"} <= set(summary.columns)
     assert summary.loc["oracle (Gaussian)", "mean_gap_closed"] == 1
+    assert summary.loc["oracle (Gaussian)", "better_95"] == "4/4"  # z, t at 500 and 850 hPa
     text = (tmp_path / "a" / "benchmark.md").read_text()
     assert "## Summary" in text and "local EMOS (Gaussian)" in text
     assert not list((tmp_path / "a").glob(".tmp-*"))
