@@ -44,6 +44,10 @@ LATITUDE = "latitude"
 LONGITUDE = "longitude"
 #: ``init_time + lead_time``: a coordinate, not a dimension, of forecasts.
 VALID_TIME = "valid_time"
+#: A station of point observations (``ensml evaluate --observations``); its coordinate holds the ids.
+STATION = "station"
+#: A station's height above mean sea level, metres (a coordinate along ``station``).
+ELEVATION = "elevation"
 
 #: The dimensions of an ensemble forecast variable, in their canonical order.
 FORECAST_DIMS = (INIT_TIME, LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE)
