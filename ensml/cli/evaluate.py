@@ -34,10 +34,13 @@ def print_scores(scores: Any) -> None:  # ensml.verify.evaluate.Scores: not impo
     crps_title = f"CRPS over {scores.n_inits} test init times"
     if scores.leads_note:
         crps_title += f" ({scores.leads_note.rstrip('.')})"
+    caption = f"means over the grid: {weighting_phrase(scores.weighting)}"
+    crps_title = getattr(scores, "title", crps_title)  # station scores say their own
+    caption = getattr(scores, "caption", caption)
     for title, df in ((crps_title, scores.table), ("Spread estimation", scores.spread)):
         if df is None:
             continue
-        table = Table(title=title, caption=f"means over the grid: {weighting_phrase(scores.weighting)}")
+        table = Table(title=title, caption=caption)
         shown = formatted(df)
         for col in shown.columns:
             table.add_column(str(col), justify="left" if shown[col].dtype == object else "right")

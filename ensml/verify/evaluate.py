@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -56,6 +57,7 @@ from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
 from ensml.verify.inputs import check_complete, check_observed
 from ensml.verify.rows import by_lead, crps_rows, on_grid, slug, spread_scores
+from ensml.verify.stations import StationScores, evaluate_stations, gridded_options, station_options
 from ensml.verify.tables import Content, score_files, write_files
 
 
@@ -94,7 +96,7 @@ class Scores:
 
 def evaluate(
     forecast: str | list[str],
-    analysis: str | list[str],
+    analysis: str | list[str] | None = None,
     predictions: str | list[str] | None = None,
     spread_predictions: str | list[str] | None = None,
     oracle: str | None = None,
@@ -108,7 +110,11 @@ def evaluate(
     fair: bool = False,
     reader: ReaderOptions | None = None,
     analysis_reader: ReaderOptions | None = None,
-) -> Scores:
+    observations: str | None = None,
+    extraction: Literal["nearest", "bilinear"] = "nearest",
+    model_height: str | None = None,
+    lapse_rate: float = 0.0065,
+) -> Scores | StationScores:
     """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
 
     Parameters
@@ -116,7 +122,7 @@ def evaluate(
     forecast
         The raw ensemble forecast (paths or globs).
     analysis
-        The verifying analysis (paths or globs).
+        The verifying analysis (paths or globs). Give it or ``observations``, not both.
     predictions
         netCDF written by ``ensml predict`` with a post-processing model, or ``ensml postprocess``
         outputs of a mixed model (files or a glob) (``<var>_mean``, ``<var>_std``): scored with
@@ -175,13 +181,38 @@ def evaluate(
     analysis_reader
         The same for the analysis files (e.g. ``--analysis_reader.filter_by_keys
         '{shortName: tp}'``).
+    observations
+        Score against station (point) observations instead of an analysis: a CSV file
+        (columns station id, ``lat``/``latitude``, ``lon``/``longitude``, the valid ``time``,
+        optional ``elevation`` in m and ``level`` in hPa, and a column per variable, e.g.
+        ``t2m``, or ``variable`` and ``value``; an empty cell is a value not observed) or a
+        netCDF file with a ``station`` dim (:mod:`ensml.data.stations`). The forecast is taken
+        at each station (``extraction``) at the observation's valid time; a pair is scored
+        where the station observed. Writes ``scores.csv``, ``scores.md`` (pooled over
+        stations: unweighted means over the station-times, with the pairs counted),
+        ``stations.csv`` (per station) and ``stations.nc`` (the CRPS of every station-time);
+        ``predictions``, ``spread_predictions``, ``oracle``, ``members``, ``cases`` and
+        ``analysis_reader`` do not apply. Stations outside the forecast's grid are left out,
+        with a note.
+    extraction
+        How the forecast is taken at a station (with ``observations``): ``nearest``, the grid
+        point nearest on the great circle, or ``bilinear`` between the four around it (in
+        latitude/longitude, or in projection x/y on a projected grid with a CF grid mapping).
+    model_height
+        With ``observations`` of 2 m temperature (``t2m``/``2t``) and station elevations: a file
+        of the model's surface geopotential (``z``, m2 s-2, divided by g) or orography (m) on the
+        forecast's grid. The forecast's 2 m temperature is moved to each station's height:
+        ``t2m + lapse_rate * (model height - station elevation)``; other variables are not
+        corrected.
+    lapse_rate
+        Γ of that correction, K/m (default 0.0065, the standard atmosphere's).
 
     Returns
     -------
-    Scores
+    Scores or StationScores
         The CRPS table (one row per lead, variable, level and forecast; skill and gap closed
         relative to the raw ensemble and the oracle at the same lead), the spread table, and
-        what they cover.
+        what they cover; with ``observations``, :class:`ensml.verify.stations.StationScores`.
 
     Raises
     ------
@@ -197,6 +228,17 @@ def evaluate(
         (:mod:`ensml.data.outputs`).
     """
     variables, levels = as_list(variables), as_list(levels)  # one name or several
+    if observations is not None or analysis is None:  # station observations: ensml.verify.stations
+        station_options(
+            analysis, observations, predictions=predictions, spread_predictions=spread_predictions,
+            oracle=oracle, members=members, cases=cases, analysis_reader=analysis_reader,
+        )  # fmt: skip
+        return evaluate_stations(
+            forecast, observations, variables=variables, levels=levels, leads=leads, k=k, fair=fair,
+            extraction=extraction, model_height=model_height, lapse_rate=lapse_rate, out_dir=out_dir,
+            reader=as_reader(reader),
+        )  # fmt: skip
+    gridded_options(extraction=extraction, model_height=model_height, lapse_rate=lapse_rate)
     if out_dir is not None:
         names = [
             "scores.csv",

@@ -162,6 +162,16 @@ ROWS: list[Row] = [
     ("no command", "", 1, ("give a command",)),
     ("unknown command", "forecast", 1, ("unknown command 'forecast'",)),
     ("quiet and verbose", "-q -v data synth --out_dir out", 1, ("--quiet and --verbose",)),
+    # -- evaluate --observations (station observations) ---------------------------------------------------
+    ("evaluate: analysis and observations", EVAL + " --observations {dir}/obs.csv", 1, ("--analysis", "--observations", "not both")),
+    ("evaluate: observations missing", "evaluate --forecast {fc} --observations {dir}/nope.csv --out_dir out", 1, ("nope.csv", "does not exist")),
+    ("evaluate: observations with predictions", "evaluate --forecast {fc} --observations {dir}/readme.txt --predictions {fc} --out_dir out", 1, ("--predictions does not apply",)),
+    ("evaluate: observations with an oracle", "evaluate --forecast {fc} --observations {dir}/readme.txt --oracle {fc} --out_dir out", 1, ("--oracle does not apply",)),
+    ("evaluate: extraction unknown", "evaluate --forecast {fc} --observations {dir}/readme.txt --extraction cubic --out_dir out", 1, ("--extraction", "'cubic'")),
+    ("evaluate: lapse rate not a number", "evaluate --forecast {fc} --observations {dir}/readme.txt --lapse_rate steep --out_dir out", 1, ("--lapse_rate", "steep")),
+    ("evaluate: model height with an analysis", EVAL + " --model_height {fc}", 1, ("--model_height applies with --observations only",)),
+    ("evaluate: extraction with an analysis", EVAL + " --extraction bilinear", 1, ("--extraction applies with --observations only",)),
+    ("evaluate: observations out_dir is a file", "evaluate --forecast {fc} --observations {dir}/readme.txt --out_dir benchmark.md", 1, ("benchmark.md",)),
 ]  # fmt: skip
 
 #: Rows run as the console script in a subprocess: ``-q`` must hide Lightning's notes ("Seed

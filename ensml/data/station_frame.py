@@ -1,0 +1,194 @@
+"""The forecast at stations beside the observations, aligned by valid time: the station frame.
+
+What :func:`ensml.data.frame.build_frame` is for an analysis, :func:`build_station_frame` is for
+station observations (:mod:`ensml.data.stations`): it opens the forecast (lazily) and the
+observations, checks the variables, levels and lead times, places the stations on the
+forecast's grid (:mod:`ensml.data.points`; those outside are dropped with a note), and reads the
+model's surface height at the stations for the lapse-rate correction of 2 m temperature
+(:mod:`ensml.data.heights`). :meth:`StationFrame.at` then reads one lead: the forecast values at
+the stations only (a dask-backed selection of points, one init time a chunk) for the init
+times whose valid time ``init_time + lead`` the observations hold, and the observations there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from ensml.data.heights import check_heights, is_t2m, lapse_rate_correction, read_model_height
+from ensml.data.layouts.options import ReaderOptions
+from ensml.data.open import check_lead_times, check_levels, check_members, open_forecast
+from ensml.data.points import Points
+from ensml.data.runfiles import choose_leads
+from ensml.data.stations import on_grid, read_observations
+from ensml.errors import EnsmlError
+from ensml.names import (
+    ELEVATION,
+    INIT_TIME,
+    LEAD_TIME,
+    LEVEL,
+    STATION,
+    TIME,
+    LeadLike,
+    format_leads,
+    units_of,
+)
+
+
+@dataclass(frozen=True)
+class StationLead:
+    """One lead at the stations, in memory: ``forecast`` (init_time, member, [level], station),
+    ``observed`` (init_time, [level], station; NaN: not observed), the init times whose valid time
+    the observations hold."""
+
+    lead: np.timedelta64
+    forecast: xr.Dataset
+    observed: xr.Dataset
+
+
+@dataclass(frozen=True)
+class StationFrame:
+    """Forecast (lazy), observations at the stations inside its grid, and how to read one lead."""
+
+    forecast: xr.Dataset  # lazy, the frame's variables, chunked one init time a chunk
+    observations: xr.Dataset  # in memory, the stations inside the grid
+    points: Points
+    variables: list[str]
+    levels: list[float]
+    leads: np.ndarray  # timedelta64[ns]
+    names: dict[str, str]
+    model_height: xr.DataArray | None = None  # m, at the stations (station)
+    lapse_rate: float = 0.0065
+
+    def inits_at(self, lead: np.timedelta64) -> np.ndarray:
+        """The forecast's init times whose valid time at ``lead`` the observations hold."""
+        inits = self.forecast[INIT_TIME].values
+        return inits[np.isin(inits + lead, self.observations[TIME].values)]
+
+    def at(self, lead: np.timedelta64) -> StationLead:
+        """The forecast at the stations (2 m temperature height-corrected, with a model height)
+        and the observations, at ``lead``; raises on a NaN or infinite forecast value."""
+        inits = self.inits_at(lead)
+        levels = {LEVEL: self.levels} if LEVEL in self.forecast.dims else {}
+        fc = self.forecast.sel({INIT_TIME: inits, LEAD_TIME: lead, **levels})
+        fc = self.points.extract(fc).load()
+        _check_finite(fc, f"{self.names['forecast']} at the stations")
+        for var in self.variables:
+            if self.model_height is not None and is_t2m(var):
+                fc[var] = lapse_rate_correction(
+                    fc[var], self.model_height, self.observations[ELEVATION], self.lapse_rate
+                )
+        obs_levels = {LEVEL: self.levels} if LEVEL in self.observations.dims else {}
+        obs = self.observations.reindex({TIME: inits + lead, **obs_levels})
+        obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})
+        coords = {c: self.observations[c] for c in self.observations[STATION].coords}
+        return StationLead(lead, fc.assign_coords(coords), obs)
+
+
+def _check_finite(ds: xr.Dataset, name: str) -> None:
+    for var, da in ds.data_vars.items():
+        bad = ~np.isfinite(da.values)
+        if bad.any():
+            raise EnsmlError(
+                f"{name}: {int(bad.sum())} NaN or infinite value(s) of {var!r}; a forecast at stations "
+                "must be complete"
+            )
+
+
+def _variables(obs: xr.Dataset, asked: Sequence[str] | None, name: str) -> list[str]:
+    found = [str(v) for v in obs.data_vars]
+    if not asked:
+        return found
+    missing = [v for v in asked if v not in found]
+    if missing:
+        raise EnsmlError(f"{name} has no variable {missing[0]!r} (found: {', '.join(found)})")
+    return list(asked)
+
+
+def _levels(
+    fc: xr.Dataset, obs: xr.Dataset, variables: list[str], asked, names: dict[str, str]
+) -> list[float]:
+    for var in variables:
+        on_fc, on_obs = LEVEL in fc[var].dims, LEVEL in obs[var].dims
+        if on_fc != on_obs:
+            fc_levels = ", ".join(f"{v:g}" for v in np.atleast_1d(fc[LEVEL].values)) if on_fc else ""
+            which = f"on pressure levels ({fc_levels} hPa)" if on_fc else "a surface field"
+            raise EnsmlError(
+                f"{names['observations']}: variable {var!r} is {'' if on_obs else 'not '}observed on "
+                f"levels, but the forecast's is {which}; give a level column for upper-air observations"
+            )
+    if not any(LEVEL in obs[v].dims for v in variables):
+        return []
+    levels = [float(x) for x in (asked if asked is not None else np.atleast_1d(obs[LEVEL].values))]
+    check_levels(fc, levels, names["forecast"])
+    return levels
+
+
+def build_station_frame(
+    forecast: str | list[str],
+    observations: str,
+    *,
+    variables: Sequence[str] | None = None,
+    levels: Sequence[float] | None = None,
+    leads: LeadLike | Sequence[LeadLike] | None = None,
+    k: int = 5,
+    extraction: str = "nearest",
+    model_height: str | None = None,
+    lapse_rate: float = 0.0065,
+    reader: ReaderOptions | None = None,
+) -> StationFrame:
+    """Open, check and align a forecast and station observations (see the module docstring).
+
+    ``variables``: those of the observations by default (the forecast must hold each);
+    ``levels``: those observed by default (hPa, for upper-air observations); ``leads`` as
+    :func:`ensml.data.runfiles.choose_leads` (every forecast lead but 0 h by default); ``k``: the
+    subset size, checked against the members; ``extraction``: ``nearest`` or ``bilinear``.
+
+    Raises
+    ------
+    EnsmlError
+        One line naming the file: an unreadable or malformed observations file, a variable,
+        level or lead the forecast lacks, fewer than ``k`` members, no station inside the grid,
+        a model height without station elevations or 2 m temperature, no valid time observed.
+    """
+    names = {"forecast": f"forecast {forecast}", "observations": f"observations {observations}"}
+    obs = read_observations(observations)
+    variables = _variables(obs, variables, names["observations"])
+    fc = open_forecast(forecast, variables, reader=reader)
+    levels = _levels(fc, obs, variables, levels, names)
+    lead_list, _ = choose_leads(leads, [], fc[LEAD_TIME].values)
+    check_lead_times(fc, lead_list, names["forecast"])
+    check_members(fc, k, names["forecast"])
+    obs, points = on_grid(obs, fc, extraction, (names["observations"], names["forecast"]))
+    if model_height is not None:  # the stations inside need their elevations
+        elevation = obs[ELEVATION].values if ELEVATION in obs.coords else None
+        check_heights(variables, elevation, obs[STATION].values, names["observations"])
+    for var in variables:  # the observations' units are the forecast's (a CSV has none)
+        fc_units = fc[var].attrs.get("units") or units_of(var)
+        obs_units = obs[var].attrs.setdefault("units", fc_units)
+        if str(obs_units).strip() != str(fc_units).strip():
+            raise EnsmlError(
+                f"{names['observations']}: {var!r} is in {obs_units}, the forecast's in {fc_units}; "
+                "give both in the same units"
+            )
+    heights = points.extract(read_model_height(model_height, fc, names["forecast"])) if model_height else None
+    if not any(np.isin(fc[INIT_TIME].values + lead, obs[TIME].values).any() for lead in lead_list):
+        valid = fc[INIT_TIME].values[:, None] + lead_list[None, :]
+        t = obs[TIME].values
+        raise EnsmlError(
+            f"{names['forecast']} at {format_leads(lead_list)} is valid from {valid.min()} to "
+            f"{valid.max()}, and {names['observations']} holds no time among them (its times: "
+            f"{t.min()} to {t.max()}); observations count at a valid time exactly"
+        )
+    if not any(var.chunks for var in fc.data_vars.values()):  # a selection of points reads one init at a time
+        fc = fc.chunk({INIT_TIME: 1, LEAD_TIME: 1})
+    return StationFrame(
+        forecast=fc, observations=obs, points=points, variables=variables, levels=levels,
+        leads=lead_list, names=names, model_height=heights, lapse_rate=float(lapse_rate),
+    )  # fmt: skip
+
+
+__all__ = ["StationFrame", "StationLead", "build_station_frame"]
