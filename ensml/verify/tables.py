@@ -18,8 +18,6 @@ FLOAT_FORMATS = {
     "rmse": "{:.4g}",
     "mae": "{:.4g}",
     "spread_skill": "{:.3f}",
-    "mae": "{:.4g}",
-    "spread_skill": "{:.3f}",
     "spread": "{:.4g}",
     "correlation": "{:.3f}",
     "crps_events": "{:.4g}",
