@@ -54,13 +54,6 @@ class SkillTest:
     n: int  # init times used (both scores finite)
     h: int  # forecast horizon in init steps
 
-    def as_row(self) -> dict[str, float]:
-        """The table columns (``skill_low``, ``skill_high``, ``dm_stat``, ``dm_p``, ``block_length``)."""
-        return {
-            "skill_low": self.low, "skill_high": self.high, "dm_stat": self.dm_stat, "dm_p": self.p_value,
-            "block_length": self.block_length,
-        }  # fmt: skip
-
 
 def forecast_horizon(lead: np.timedelta64, inits: np.ndarray) -> int:
     """How many init steps fit in ``lead`` (at least 1): the DM test's ``h``.

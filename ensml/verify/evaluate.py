@@ -52,11 +52,12 @@ from ensml.names import (
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
+from ensml.scores.hersbach import crps_decomposition
 from ensml.scores.significance import skill_tests
 from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
 from ensml.verify.inputs import check_complete, check_observed
-from ensml.verify.rows import by_lead, crps_rows, on_grid, slug, spread_scores
+from ensml.verify.rows import by_lead, crps_rows, decomposition_rows, on_grid, slug, spread_scores
 from ensml.verify.stations import StationScores, evaluate_stations, gridded_options, station_options
 from ensml.verify.tables import Content, score_files, write_files
 
@@ -76,11 +77,19 @@ class Scores:
     per_point: xr.Dataset  # the per-point scores (``scores.nc``)
     cases: list[CaseResult] = field(default_factory=list)
     out_dir: Path | None = None  # where :func:`evaluate` wrote them
+    decomposition: pd.DataFrame | None = None  # Hersbach's terms of each ensemble's CRPS
 
     def files(self) -> dict[str, Content]:
-        """The files of ``evaluate`` by name (``scores.*``, ``spread.*``, ``cases/*``)."""
+        """The files of ``evaluate`` by name (``scores.*``, ``spread.*``, ``decomposition.*``,
+        ``cases/*``)."""
         files = score_files(
-            self.table, self.spread, self.per_point, self.n_inits, self.weighting, self.leads_note
+            self.table,
+            self.spread,
+            self.per_point,
+            self.n_inits,
+            self.weighting,
+            self.leads_note,
+            decomposition=self.decomposition,
         )
         if self.cases:
             files.update({f"cases/{name}": data for name, data in case_files(self.cases).items()})
@@ -244,6 +253,8 @@ def evaluate(
             "scores.csv",
             "scores.md",
             "scores.nc",
+            "decomposition.csv",
+            "decomposition.md",
             *(["spread.csv", "spread.md"] if spread_predictions else []),
         ]
         names += ["cases/cases.csv", "cases/cases.md"] if cases else []
@@ -262,11 +273,11 @@ def evaluate(
     if frame.dropped.size:
         note(f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
              f"{format_leads(frame.dropped)}")  # fmt: skip
-    table, spread, per_point = score_frame(frame, k, fair)
+    table, spread, per_point, decomposition = score_frame(frame, k, fair)
     scores = Scores(
         table, spread, n_inits=frame.inits.size, weighting=frame.weights.attrs["weighting"],
         leads=frame.leads, dropped=frame.dropped, variables=frame.variables, levels=frame.levels,
-        per_point=per_point, cases=studies,
+        per_point=per_point, cases=studies, decomposition=decomposition,
     )  # fmt: skip
     if out_dir is not None:
         note(f"evaluate: writing the tables and per-point scores to {out_dir}")
@@ -278,74 +289,94 @@ def evaluate(
 
 def score_frame(
     frame: EnsembleFrame, k: int, fair: bool = False
-) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset]:
-    """The CRPS table, the spread table (or ``None``) and the per-point scores of ``frame``.
+) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset, pd.DataFrame]:
+    """The CRPS table, the spread table (or ``None``), the per-point scores of ``frame`` and the
+    CRPS decomposition of its ensembles.
 
     Reads one lead at a time (each value checked complete); a subset of the first ``k`` members
     is scored beside the full ensemble; ``fair``: ensembles with the fair CRPS.
     """
     for lead in frame.leads:  # a lead of no whole hours has no row in the tables: fail before the work
         lead_hours(lead)
-    rows, spread_rows, per_lead = [], [], []
+    rows, spread_rows, parts, per_lead = [], [], [], []
     progress = Progress("evaluate", len(frame.leads) * len(frame.variables), "fields")
     for lead in frame.leads:
         at_lead = frame.at(lead, check=check_complete, check_analysis=check_observed)
         fields: dict[str, xr.DataArray] = {}
         for var in frame.variables:
-            crps, spread = score_variable(frame, at_lead, var, k, fields, fair)
+            crps, spread, decomposition = score_variable(frame, at_lead, var, k, fields, fair)
             rows += crps
             spread_rows += spread
+            parts += decomposition
             progress.advance(f"{var} at +{format_lead(lead)} scored in {seconds(progress.lap)}")
         per_lead.append(xr.Dataset(fields))
     progress.close()
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
-    return pd.DataFrame(rows), spread_table, on_grid(by_lead(per_lead, frame.leads), frame.forecast)
+    per_point = on_grid(by_lead(per_lead, frame.leads), frame.forecast)
+    return pd.DataFrame(rows), spread_table, per_point, pd.DataFrame(parts)
 
 
 def score_variable(
     frame: EnsembleFrame, lf: LeadFrame, var: str, k: int, fields: dict[str, xr.DataArray], fair: bool = False
-) -> tuple[list[dict], list[dict]]:
-    """CRPS rows and spread rows of ``var`` at one lead; its per-point fields are added to ``fields``."""
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """CRPS rows, spread rows and CRPS decomposition rows of ``var`` at one lead; its per-point
+    fields are added to ``fields``."""
     x, y, m = lf.forecast[var], lf.analysis[var], lf.forecast.sizes[MEMBER]
-    point_dims = [d for d in [LEVEL, *horizontal_dims(frame.forecast)] if d in x.dims]
     raw_key = f"raw ensemble ({m} members)"
-    case_dims = [INIT_TIME, *point_dims]  # per init: the tables' intervals resample init times
-    sources: dict[str, xr.DataArray] = {
-        raw_key: crps_ensemble(x, y, preserve_dims=case_dims, fair=fair),
-        f"raw subset ({k} members)": crps_ensemble(
-            x.isel({MEMBER: slice(0, k)}), y, preserve_dims=case_dims, fair=fair
-        ),
-    }
-    if "predictions" in lf.runs:
-        mu, sd = (lf.runs["predictions"][f"{var}_{p}"] for p in ("mean", "std"))
-        sources["post-processed (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=case_dims)
+    ensembles = {raw_key: x, f"raw subset ({k} members)": x.isel({MEMBER: slice(0, k)})}
     if "members" in lf.runs:
         calibrated = lf.runs["members"][var]
-        sources[f"post-processed members ({calibrated.sizes[MEMBER]})"] = crps_ensemble(
-            calibrated, y, preserve_dims=case_dims, fair=fair
-        )
-    if lf.oracle is not None:
-        mu, sd = (lf.oracle[f"{var}_{p}"] for p in ("mean", "std"))
-        sources["oracle (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=case_dims)
+        ensembles[f"post-processed members ({calibrated.sizes[MEMBER]})"] = calibrated
+    sources = _crps_fields(frame, lf, var, ensembles, fair)
     for name, crps in sources.items():  # the mean over the init times that observe each point
         fields[f"crps_{slug(name)}_{var}"] = crps.mean(INIT_TIME)
     _count_observed(y, var, lf.lead, fields)
-    h = lead_hours(lf.lead)
+    h, weights, levels = lead_hours(lf.lead), frame.weights, frame.levels
     units = y.attrs.get("units") or None  # the data's own units, else ensml's table (names.py)
     ensemble = "fair ensemble" if fair else "empirical ensemble"
-    tests = skill_tests(sources, frame.weights, raw_key, lf.lead)
-    rows = crps_rows(sources, frame.weights, var, frame.levels, h, raw_key, units=units, ensemble=ensemble,
+    tests = skill_tests(sources, weights, raw_key, lf.lead)
+    rows = crps_rows(sources, weights, var, levels, h, raw_key, units=units, ensemble=ensemble,
                      init_first=True, tests=tests)  # fmt: skip
+    parts = decomposition_rows(_decomposed(ensembles, y, weights), var, levels, h, units=units)
     if "spread predictions" not in lf.runs:
-        return rows, []
-    target, subset = x.std(MEMBER, ddof=0), x.isel({MEMBER: slice(0, k)})
+        return rows, [], parts
+    target, subset = x.std(MEMBER, ddof=0), ensembles[f"raw subset ({k} members)"]
     estimators = {
         f"{k}-member sample std (ddof 1)": subset.std(MEMBER, ddof=1),
         "spread model": lf.runs["spread predictions"][f"{var}_std"],
     }
     for name, est in estimators.items():
         fields[f"spread_rmse_{slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
-    return rows, spread_scores(estimators, target, frame.weights, var, frame.levels, h, m, units=units)
+    return rows, spread_scores(estimators, target, weights, var, levels, h, m, units=units), parts
+
+
+def _crps_fields(
+    frame: EnsembleFrame, lf: LeadFrame, var: str, ensembles: dict[str, xr.DataArray], fair: bool
+) -> dict[str, xr.DataArray]:
+    """The CRPS of every ensemble and Gaussian forecast of ``var`` by init time and point (NaN
+    where the analysis is not observed): the intervals of the tables resample init times."""
+    y = lf.analysis[var]
+    dims = [d for d in [INIT_TIME, LEVEL, *horizontal_dims(frame.forecast)] if d in y.dims]
+    sources = {name: crps_ensemble(x, y, preserve_dims=dims, fair=fair) for name, x in ensembles.items()}
+    gaussian = {"post-processed (Gaussian)": lf.runs.get("predictions"), "oracle (Gaussian)": lf.oracle}
+    for name, ds in gaussian.items():
+        if ds is not None:
+            sources[name] = crps_gaussian_xr(ds[f"{var}_mean"], ds[f"{var}_std"], y, preserve_dims=dims)
+    order = [*list(ensembles)[:2], "post-processed (Gaussian)", *list(ensembles)[2:], "oracle (Gaussian)"]
+    return {name: sources[name] for name in order if name in sources}  # the tables' row order
+
+
+def _decomposed(
+    ensembles: dict[str, xr.DataArray], y: xr.DataArray, weights: xr.DataArray
+) -> dict[str, xr.Dataset]:
+    """The Hersbach decomposition of each ensemble's area-weighted mean CRPS, per level, over the
+    init times and points where ``y`` is observed (a NaN gets weight 0, as in the CRPS table)."""
+    observed = y.notnull()
+    if not bool(observed.all()):
+        weights, y = weights * observed, y.where(observed, 0.0)  # weight 0: the value is never used
+    keep = [LEVEL] if LEVEL in y.dims else []
+    return {name: crps_decomposition(x, y, preserve_dims=keep, weights=weights)
+            for name, x in ensembles.items()}  # fmt: skip
 
 
 def _count_observed(y: xr.DataArray, var: str, lead: np.timedelta64, fields: dict[str, xr.DataArray]) -> None:

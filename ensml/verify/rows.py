@@ -124,7 +124,7 @@ def crps_rows(
                 "crps": value, "units": units or units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
             }  # fmt: skip
             if tests is not None:
-                row.update(_NO_TEST if name == raw_key else tests[name, lev].as_row())
+                row.update(_NO_TEST if name == raw_key else _test_columns(tests[name, lev]))
             if oracle_key in means:
                 best = float(at(means[oracle_key], lev))
                 row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
@@ -138,6 +138,31 @@ def crps_rows(
 
 
 _NO_TEST = dict.fromkeys(["skill_low", "skill_high", "dm_stat", "dm_p", "block_length"], np.nan)
+
+
+def _test_columns(t: SkillTest) -> dict[str, float]:
+    """The table columns of a skill test (the reference's own row: :data:`_NO_TEST`)."""
+    return {"skill_low": t.low, "skill_high": t.high, "dm_stat": t.dm_stat, "dm_p": t.p_value,
+            "block_length": t.block_length}  # fmt: skip
+
+
+#: The Hersbach terms in the decomposition table, in its column order.
+DECOMPOSITION = ("crps", "reliability", "resolution", "uncertainty", "crps_potential")
+
+
+def decomposition_rows(
+    parts: dict[str, xr.Dataset], var: str, levels: Sequence[float], lead_h: int, units: str | None = None
+) -> list[dict]:
+    """Rows of the Hersbach (2000) decomposition of each ensemble's mean CRPS, one per ensemble
+    and level, from :func:`ensml.scores.hersbach.crps_decomposition` by ensemble name: ``crps``
+    = ``reliability`` + ``crps_potential`` = ``reliability`` - ``resolution`` + ``uncertainty``."""
+    rows = []
+    for name, terms in parts.items():
+        for lev in levels_of(terms["crps"], levels):
+            row = {"variable": var, "level_hPa": table_level(lev), "lead_h": lead_h, "forecast": name}
+            row.update({term: float(at(terms[term], lev)) for term in DECOMPOSITION})
+            rows.append({**row, "units": units or units_of(var)})
+    return rows
 
 
 def spread_scores(
@@ -197,4 +222,4 @@ def slug(name: str) -> str:
     return name.split(" (")[0].replace(" ", "_").replace("-", "_")
 
 
-__all__ = ["by_lead", "crps_rows", "on_grid", "slug", "spread_scores"]
+__all__ = ["DECOMPOSITION", "by_lead", "crps_rows", "decomposition_rows", "on_grid", "slug", "spread_scores"]

@@ -24,6 +24,10 @@ FLOAT_FORMATS = {
     "events_skill_vs_raw": "{:+.1%}",
     "level_hPa": "{:g}",
     "dm_stat": "{:.2f}",
+    "reliability": "{:.4g}",
+    "resolution": "{:.4g}",
+    "uncertainty": "{:.4g}",
+    "crps_potential": "{:.4g}",
     "block_length": "{:g}",
 }
 #: Interval ends, shown together as one ``skill_95%`` column in Markdown.
@@ -63,6 +67,16 @@ def to_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: What the decomposition table's header says about its columns.
+DECOMPOSITION_NOTE = (
+    "Hersbach (2000) decomposition of the ensemble CRPS: crps = reliability - resolution + "
+    "uncertainty (lower reliability is better, higher resolution is better; uncertainty is the "
+    "CRPS of the analysis' own climatology over the same init times and points, pooled over the "
+    "grid, so differences between places count as resolution). Always of the standard "
+    "(empirical) ensemble CRPS.\n\n"
+)
+
+
 #: What an output of a verb is: text, bytes, or a dataset written as CF netCDF.
 Content = str | bytes | xr.Dataset
 
@@ -79,9 +93,11 @@ def score_files(
     n_inits: int,
     weighting: str = "exact cell area",
     leads_note: str = "",
+    decomposition: pd.DataFrame | None = None,
 ) -> dict[str, Content]:
     """Evaluate's tables and per-point scores by file name (``scores.csv``, ``scores.md``, ``scores.nc``,
-    and ``spread.csv``, ``spread.md`` with a spread table).
+    ``spread.csv``, ``spread.md`` with a spread table, ``decomposition.csv``, ``decomposition.md``
+    with a CRPS decomposition table).
 
     ``weighting`` (the attribute of :func:`ensml.data.weights.area_weights`) is stated in the
     headers and in ``scores.nc``; ``leads_note`` (leads left out, see
@@ -98,6 +114,9 @@ def score_files(
     if spread is not None:
         files["spread.csv"] = spread.to_csv(index=False)
         files["spread.md"] = header + to_markdown(spread)
+    if decomposition is not None:
+        files["decomposition.csv"] = decomposition.to_csv(index=False)
+        files["decomposition.md"] = header + DECOMPOSITION_NOTE + to_markdown(decomposition)
     fields = fields.copy()
     fields.attrs.update(
         title="ensml per-point scores (mean over init times)", init_times=n_inits, weighting=weighting

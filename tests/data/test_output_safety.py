@@ -102,7 +102,14 @@ def test_evaluate_folder_holds_one_run(tiny_data, fitted, work) -> None:
     assert {e["command"] for e in _ledger(work / "ev").values()} == {"evaluate"}
     assert main(_evaluate(tiny_data, "ev")) == 0
     names = sorted(p.name for p in (work / "ev").iterdir())
-    assert names == [STATE_DIR, "scores.csv", "scores.md", "scores.nc"]
+    assert names == [
+        STATE_DIR,
+        "decomposition.csv",
+        "decomposition.md",
+        "scores.csv",
+        "scores.md",
+        "scores.nc",
+    ]
     assert [p.name for p in work.iterdir() if p.name.startswith(".")] == []
 
 

@@ -169,6 +169,7 @@ def test_two_evaluate_runs_into_one_folder(tiny_data, tmp_path: Path) -> None:
             last = d.stdout.strip().splitlines()[-1]
             assert d.returncode == 1 and "Traceback" not in d.stdout and last.startswith("ensml: "), last
     out = tmp_path / "out"
-    assert {p.name for p in out.iterdir()} == {STATE_DIR, "scores.csv", "scores.md", "scores.nc"}
-    assert set(_ledger(out)) == {"scores.csv", "scores.md", "scores.nc"}
+    written = {"scores.csv", "scores.md", "scores.nc", "decomposition.csv", "decomposition.md"}
+    assert {p.name for p in out.iterdir()} == {STATE_DIR, *written}
+    assert set(_ledger(out)) == written
     assert not list((out / STATE_DIR / "staging").glob("*/*")), "a temporary was left behind"

@@ -50,7 +50,9 @@ def test_skill_interval_and_dm_are_those_of_the_per_init_area_means(tiny_data: d
     sub = crps_by_init(x.isel(member=slice(0, 5)), y).weighted(w).mean(["latitude", "longitude"])
     want = skill_test(sub.values, full.values, forecast_horizon(LEAD, x.init_time.values))
     assert row["skill_vs_raw_ensemble"] == pytest.approx(want.skill, rel=1e-6)
-    for col, value in want.as_row().items():
+    columns = {"skill_low": want.low, "skill_high": want.high, "dm_stat": want.dm_stat, "dm_p": want.p_value,
+               "block_length": want.block_length}  # fmt: skip
+    for col, value in columns.items():
         assert row[col] == pytest.approx(value, rel=1e-5), col
     assert row["skill_low"] < row["skill_vs_raw_ensemble"] < row["skill_high"]
     raw = scores.table.set_index("forecast").loc["raw ensemble (10 members)"]
@@ -100,6 +102,24 @@ def test_nan_in_the_forecast_is_still_an_error(tiny_data: dict[str, Path], tmp_p
     point = {"init_time": ds.init_time[5], "lead_time": LEAD, "member": 3, "level": 500.0}
     ds["t"].loc[point] = ds["t"].loc[point].where(ds.longitude != ds.longitude[7])  # one column of NaN
     ds.to_netcdf(tmp_path / "forecast.nc")
-    with pytest.raises(EnsmlError, match="16 NaN values in 't'.*complete fields only"):
+    with pytest.raises(EnsmlError, match=r"16 NaN values in 't'.*complete fields only"):
         evaluate(str(tmp_path / "forecast.nc"), str(tiny_data["analysis"]), leads=24, variables="t",
                  out_dir=None)  # fmt: skip
+
+
+def test_the_decomposition_adds_up_to_the_crps_table(tiny_data: dict[str, Path], tmp_path: Path) -> None:
+    """decomposition.csv: crps = reliability - resolution + uncertainty = the scores table's CRPS
+    of each ensemble, with and without unobserved analysis values."""
+    fc = str(tiny_data["forecast"])
+    for an in (str(tiny_data["analysis"]), str(_masked(tiny_data, tmp_path))):
+        scores = evaluate(fc, an, leads=[24, 48], variables="z", out_dir=None)
+        parts = scores.decomposition.set_index(["forecast", "level_hPa", "lead_h"])
+        table = scores.table.set_index(["forecast", "level_hPa", "lead_h"])
+        assert set(parts.index.get_level_values("forecast")) == {
+            "raw ensemble (10 members)",
+            "raw subset (5 members)",
+        }
+        np.testing.assert_allclose(parts["crps"], table.loc[parts.index, "crps"], rtol=1e-6)
+        total = parts["reliability"] - parts["resolution"] + parts["uncertainty"]
+        np.testing.assert_allclose(total, parts["crps"], rtol=1e-9)
+        assert (parts["reliability"] >= 0).all()
