@@ -128,6 +128,9 @@ ROWS: list[Row] = [
     ("evaluate: analysis is a folder", "evaluate --forecast {fc} --analysis {dir} --out_dir out", 1, ("is a folder",)),
     ("evaluate: analysis missing", "evaluate --forecast {fc}", 1, ("--analysis",)),
     ("evaluate: k not a number", EVAL + " --k many", 1, ("--k", "many")),
+    ("evaluate: reader key unknown", EVAL + ' --reader {{"bogus":1}}', 1, ("--reader", "bogus", "not an argument")),
+    ("evaluate: reader rename not a mapping", EVAL + ' --analysis_reader {{"rename":["t","u"]}}', 1, ("--analysis_reader", "rename", "expected dict")),
+    ("evaluate: reader renames a missing variable", EVAL + ' --reader {{"rename":{{"q":"t"}}}}', 1, ("reader.rename names 'q'",)),
     ("report: lead not a number", REPORT + " --lead_hours soon", 1, ("--lead_hours", "soon")),
     ("report: out_dir is a file", "report --forecast {fc} --analysis {an} --out_dir benchmark.md", 1, ("benchmark.md",)),
     # -- postprocess ----------------------------------------------------------------------------------
