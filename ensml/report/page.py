@@ -25,6 +25,12 @@ from ensml.verify.maps import Panel, draw_maps, unmappable
 from ensml.verify.tables import to_markdown, weighting_phrase
 
 EVENT = "analysis > monthly climatological mean + 1 std"
+#: What the bands and markers of the skill chart are (:func:`ensml.report.plots.skill_by_lead`).
+SKILL_TESTS = (
+    "Shaded (error bars at a single lead): 95 % moving-block bootstrap interval over init times, "
+    "at the leads of the global scores; filled markers: Diebold-Mariano p < 0.05 against the raw "
+    "ensemble."
+)
 
 
 @dataclass
@@ -73,11 +79,12 @@ def blocks(c: Content) -> list:
         Figure("crps_by_lead.png", plots.scores_by_lead(by_lead, "crps", "CRPS"), "CRPS by lead time."),
         Figure(
             "crps_skill_by_lead.png",
-            plots.skill_by_lead(by_lead),
+            plots.skill_by_lead(by_lead, c.scores.table),
             "CRPS skill vs raw ensemble by lead time: 1 − CRPS / CRPS(raw ensemble) at each lead, "
             f"area-weighted means over {inits.size} init times; the raw ensemble is the 0 line, "
             "above it is better. CRPS estimators: the empirical ensemble CRPS for ensembles (raw "
-            "ensemble, raw subset), the closed form for Gaussian forecasts (post-processed, oracle).",
+            "ensemble, raw subset), the closed form for Gaussian forecasts (post-processed, oracle). "
+            + SKILL_TESTS,
         ),
         ("h2", "Spread and skill"),
         Figure(
@@ -181,4 +188,4 @@ def _case_blocks(studies: list[CaseResult]) -> list:
     return out
 
 
-__all__ = ["EVENT", "Content", "blocks"]
+__all__ = ["EVENT", "SKILL_TESTS", "Content", "blocks"]

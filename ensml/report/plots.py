@@ -13,7 +13,7 @@ import pandas as pd
 import xarray as xr
 
 from ensml.names import LeadLike, format_lead
-from ensml.verify.levels import field_name, rows_of
+from ensml.verify.levels import field_name, is_surface, rows_of
 from ensml.verify.maps import display_units
 
 COLOURS = {"raw ensemble": "k", "raw subset": "0.55", "post-processed": "tab:blue", "oracle": "tab:green"}
@@ -38,8 +38,14 @@ def _colour(name: str) -> str:
     return next((c for key, c in COLOURS.items() if name.startswith(key)), "tab:orange")
 
 
-def _panels(df: pd.DataFrame) -> list[tuple[str, float]]:
-    return list(dict.fromkeys(zip(df["variable"], df["level_hPa"])))
+def _panels(df: pd.DataFrame) -> list[tuple[str, float | None]]:
+    """The (variable, level) of each panel, in the order of the rows; a surface variable's NaN
+    level as ``None`` (NaN keys would be told apart: one panel per row)."""
+    return list(
+        dict.fromkeys(
+            (v, None if is_surface(lev) else lev) for v, lev in zip(df["variable"], df["level_hPa"])
+        )
+    )
 
 
 def scores_by_lead(df: pd.DataFrame, column: str, ylabel: str) -> bytes:
@@ -62,26 +68,39 @@ def scores_by_lead(df: pd.DataFrame, column: str, ylabel: str) -> bytes:
     return _png(fig)
 
 
-def skill_by_lead(df: pd.DataFrame) -> bytes:
+def skill_by_lead(df: pd.DataFrame, tests: pd.DataFrame | None = None) -> bytes:
     """CRPS skill over the raw ensemble (``skill_vs_raw_ensemble``) against ``lead_h``, per forecast.
 
     One panel per variable and level; the raw ensemble is the 0 line (its own skill), above it
-    a forecast beats the raw ensemble at that lead.
+    a forecast beats the raw ensemble at that lead. Where the rows hold ``skill_low`` /
+    ``skill_high`` (evaluate's 95 % interval: in ``df``, or merged from evaluate's table
+    ``tests`` by :func:`with_skill_tests`), each forecast's interval is a shaded band around its
+    curve (error bars at a lead on its own); with ``dm_p``, markers are filled where the
+    Diebold-Mariano test against the raw ensemble gives p < 0.05 and open elsewhere. A table
+    without those columns (an older evaluate's) is drawn without bands, all markers filled.
     """
     from matplotlib.ticker import PercentFormatter
 
+    if tests is not None:
+        df = with_skill_tests(df, tests)
     panels = _panels(df)
     fig, axes = _figure(len(panels))
     for ax, (var, lev) in zip(axes, panels):
         sub = rows_of(df, var, lev)
         for name, g in sub.groupby("forecast", sort=False):
             g = g.sort_values("lead_h")
-            style = "-o" if len(g) > 1 else "D"
-            raw = str(name).startswith("raw ensemble")
+            raw, c = str(name).startswith("raw ensemble"), _colour(str(name))
+            tested = "dm_p" in g and not raw
             ax.plot(
-                g["lead_h"], g["skill_vs_raw_ensemble"], style, color=_colour(str(name)), label=name,
-                ms=5, lw=2.0 if raw else 1.5, zorder=3 if raw else 2,
+                g["lead_h"], g["skill_vs_raw_ensemble"], "-o" if len(g) > 1 else "D", color=c, label=name,
+                ms=5, lw=2.0 if raw else 1.5, zorder=3 if raw else 2, mfc="white" if tested else c,
             )  # fmt: skip
+            if tested:
+                sig = g[g["dm_p"] < DM_LEVEL]
+                ax.plot(sig["lead_h"], sig["skill_vs_raw_ensemble"], "o" if len(g) > 1 else "D", color=c,
+                        ms=5, zorder=2.5)  # fmt: skip
+            if not raw and all(col in g for col in INTERVAL):
+                _interval(ax, g, c)
         ax.axhline(0.0, color="k", lw=0.8, ls=":")
         ax.set_title(f"{field_name(var, lev)}: CRPS skill vs raw ensemble", fontsize=10)
         ax.set_xlabel("lead time (h)")
@@ -91,6 +110,41 @@ def skill_by_lead(df: pd.DataFrame) -> bytes:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     return _png(fig)
+
+
+#: The columns of the skill interval, and the DM p-value below which a marker is filled.
+INTERVAL = ("skill_low", "skill_high")
+DM_LEVEL = 0.05
+
+
+def _interval(ax, g: pd.DataFrame, colour: str) -> None:
+    """``g``'s skill interval (rows sorted by lead): a band over each run of consecutive leads
+    that have one, an error bar at a lead with one on its own (leads without: nothing)."""
+    has = (g["skill_low"].notna() & g["skill_high"].notna()).to_numpy()
+    run = np.cumsum(np.r_[True, has[1:] != has[:-1]])  # one number per run of has / has not
+    for r in np.unique(run[has]):
+        part = g[run == r]
+        x, lo, hi = part["lead_h"].to_numpy(), part["skill_low"].to_numpy(), part["skill_high"].to_numpy()
+        if len(part) > 1:
+            ax.fill_between(x, lo, hi, color=colour, alpha=0.18, lw=0, zorder=1)
+        else:
+            mid = part["skill_vs_raw_ensemble"].to_numpy()
+            ax.errorbar(x, mid, yerr=[mid - lo, hi - mid], fmt="none", ecolor=colour, capsize=3, zorder=1)
+
+
+def with_skill_tests(by_lead: pd.DataFrame, tests: pd.DataFrame) -> pd.DataFrame:
+    """``by_lead`` with the interval and DM columns of evaluate's table ``tests`` (``skill_low``,
+    ``skill_high``, ``dm_p``, those it has) of the same variable, level, lead and forecast name;
+    NaN where ``tests`` has no such row (a lead or forecast evaluate did not score)."""
+    cols = [c for c in (*INTERVAL, "dm_p") if c in tests]
+    if not cols:
+        return by_lead
+    keys = ["variable", "_lev", "lead_h", "forecast"]
+    # level_hPa is NaN for a surface variable: merge on a key that matches NaN with NaN
+    right = tests.assign(_lev=tests["level_hPa"].fillna(-1.0))[keys + cols].drop_duplicates(keys)
+    left = by_lead.drop(columns=[c for c in cols if c in by_lead])
+    merged = left.assign(_lev=left["level_hPa"].fillna(-1.0)).merge(right, on=keys, how="left")
+    return merged.drop(columns="_lev").set_axis(by_lead.index)
 
 
 def spread_skill(df: pd.DataFrame) -> bytes:
@@ -163,4 +217,11 @@ def reliability_diagrams(rel: dict[tuple[str, float], dict[str, xr.Dataset]], ev
     return _png(fig)
 
 
-__all__ = ["rank_histograms", "reliability_diagrams", "scores_by_lead", "skill_by_lead", "spread_skill"]
+__all__ = [
+    "rank_histograms",
+    "reliability_diagrams",
+    "scores_by_lead",
+    "skill_by_lead",
+    "spread_skill",
+    "with_skill_tests",
+]
