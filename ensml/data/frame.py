@@ -219,7 +219,7 @@ def build_frame(
     variables = list(variables) if variables else [str(v) for v in fc.data_vars]
     given = {"predictions": predictions, "spread predictions": spread_predictions, "members": members}
     scanned = {what: scan_run(paths, what, variables, partial) for what, paths in given.items() if paths}
-    an = open_analysis(analysis, variables, reader=analysis_reader)
+    fc, an = _level_as_dim(fc, open_analysis(analysis, variables, reader=analysis_reader))
     check_same_grid(fc, an, fc_name, an_name)
     if partial:
         lead_list = parse_leads(leads) if leads is not None else np.sort(fc[LEAD_TIME].values)
@@ -257,6 +257,24 @@ def build_frame(
         weights=area_weights(fc, what=fc_name, note=note), names=names, runs=runs,
         scanned=scanned, oracle=orc, oracle_vars=needed, dropped=dropped,
     )  # fmt: skip
+
+
+def _level_as_dim(fc: xr.Dataset, an: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
+    """Forecast and analysis with a level of one as a dim in both where one of them has it as a
+    dim and the other as a scalar coordinate (a GRIB file of one pressure level)."""
+    dims = [LEVEL in ds.dims for ds in (fc, an)]
+    if any(dims) and not all(dims):
+        fc, an = (ds if has or LEVEL not in ds.coords else _with_level(ds) for ds, has in zip((fc, an), dims))
+    return fc, an
+
+
+def _with_level(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with its scalar level as a dim of length 1 of the variables that have none."""
+    level = ds[LEVEL]
+    out = ds.drop_vars(LEVEL)
+    for name, var in ds.data_vars.items():
+        out[name] = var.drop_vars(LEVEL).expand_dims({LEVEL: [level.values.item()]}, axis=-3)
+    return out.assign_coords({LEVEL: out[LEVEL].assign_attrs(level.attrs)})
 
 
 def _open_oracle(path: Paths, needed: list[str], leads: np.ndarray, partial: bool, fc: xr.Dataset,

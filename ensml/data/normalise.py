@@ -21,6 +21,7 @@ from ensml.names import (
     LATITUDE,
     LEAD_TIME,
     LONGITUDE,
+    MEMBER,
     TIME,
     VALID_TIME,
 )
@@ -43,14 +44,18 @@ def valid_time_as_time(ds: xr.Dataset) -> xr.Dataset:
     """An analysis verifies at its valid time: where its ``time`` is something else (the start of
     an accumulation: GRIB's ``time`` + ``step`` = ``valid_time``), ``time`` becomes the valid
     time, a dimension also when the file holds one time."""
+    if "step" in ds.dims and ds.sizes["step"] == 1:  # cfgrib: an analysis is a step-0 (or one-step) field
+        ds = ds.isel(step=0)
     if "valid_time" not in ds.coords or "valid_time" in ds.dims:
         return ds
     valid = ds["valid_time"]
     extra = [c for c in ("valid_time", "step", LEAD_TIME) if c in ds.coords and c not in ds.dims]
     if "time" in ds.dims and valid.dims == ("time",):
         if np.array_equal(valid.values, ds["time"].values):
-            return ds
+            return ds.drop_vars(extra)
         return ds.drop_vars(extra).assign_coords(time=valid.values)
+    if valid.ndim == 0 and ds.sizes.get("time") == 1:  # one time as a dim, its valid time a scalar
+        return ds.drop_vars(extra).assign_coords(time=[valid.values])
     if valid.ndim == 0 and "time" not in ds.dims:
         scalar_time = ["time"] if "time" in ds.coords else []
         return ds.drop_vars(extra + scalar_time).expand_dims(time=[valid.values])
@@ -60,16 +65,30 @@ def valid_time_as_time(ds: xr.Dataset) -> xr.Dataset:
 def one_step_as_dims(ds: xr.Dataset) -> xr.Dataset:
     """A forecast of one lead time or one init time stored as scalar coordinates (a netCDF of one
     step, ``time`` for the initialisation) with those as dims of length 1, in ensml's order."""
-    if LEAD_TIME not in ds.coords or LEAD_TIME in ds.dims:
-        return ds
-    ds = ds.expand_dims(LEAD_TIME)
-    if INIT_TIME not in ds.dims and "time" in ds.dims:
+    before = dict(ds.sizes)
+    if LEAD_TIME in ds.coords and LEAD_TIME not in ds.dims:
+        ds = ds.expand_dims(LEAD_TIME)
+    if LEAD_TIME in ds.dims and INIT_TIME not in ds.dims and "time" in ds.dims:
         ds = ds.rename({"time": INIT_TIME})  # with a lead time, "time" is the initialisation
-    elif INIT_TIME not in ds.dims and (INIT_TIME in ds.coords or "time" in ds.coords):
+    elif (
+        LEAD_TIME in ds.dims and INIT_TIME not in ds.dims and (INIT_TIME in ds.coords or "time" in ds.coords)
+    ):
         ds = ds.rename({"time": INIT_TIME}) if INIT_TIME not in ds.coords else ds
         ds = ds.expand_dims(INIT_TIME)
+    if dict(ds.sizes) == before:
+        return ds
     if INIT_TIME in ds.dims:
         ds = ds.assign_coords({VALID_TIME: ds[INIT_TIME] + ds[LEAD_TIME]})
+    order = [d for d in FORECAST_DIMS if d in ds.dims]
+    return ds.transpose(*order, ...)
+
+
+def one_run_as_ensemble(ds: xr.Dataset) -> xr.Dataset:
+    """A forecast without members (one deterministic run; GRIB's ``number`` a scalar) as an
+    ensemble of one member, its member dim first after the times; other forecasts as they are."""
+    if MEMBER in ds.dims or LEAD_TIME not in ds.dims:
+        return ds
+    ds = ds.expand_dims(MEMBER) if MEMBER in ds.coords else ds.expand_dims({MEMBER: [0]})
     order = [d for d in FORECAST_DIMS if d in ds.dims]
     return ds.transpose(*order, ...)
 
@@ -136,4 +155,4 @@ def lazy(ds: xr.Dataset) -> xr.Dataset:
     return ds.chunk({d: 1 for d in (INIT_TIME, TIME) if d in ds.dims})
 
 
-__all__ = ["lazy", "normalise", "normalised", "one_step_as_dims", "valid_time_as_time"]
+__all__ = ["lazy", "normalise", "normalised", "one_run_as_ensemble", "one_step_as_dims", "valid_time_as_time"]

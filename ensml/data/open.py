@@ -23,7 +23,7 @@ from ensml.data.layouts.formats import detect_format, unknown_format
 from ensml.data.layouts.grib import check_not_skipped
 from ensml.data.layouts.members import has_member_field, member_files, stack_members
 from ensml.data.layouts.options import ReaderOptions, as_reader
-from ensml.data.normalise import normalised
+from ensml.data.normalise import normalised, one_run_as_ensemble
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import (
     ANALYSIS_DIMS,
@@ -154,6 +154,7 @@ def _open_checked(
 ) -> xr.Dataset:
     ds, name = _open_sources(paths, what, chunks, as_reader(reader) if reader else None)
     ds = normalised(ds, name, what)
+    ds = one_run_as_ensemble(ds) if what == "forecast" else ds
     check_grid(ds, variables or list(ds.data_vars), str(name), what)
     _check_vars(ds, variables, dims, str(name), what)
     _check_index(ds, dims, str(name), what)

@@ -370,13 +370,14 @@ def _decomposed(
     ensembles: dict[str, xr.DataArray], y: xr.DataArray, weights: xr.DataArray
 ) -> dict[str, xr.Dataset]:
     """The Hersbach decomposition of each ensemble's area-weighted mean CRPS, per level, over the
-    init times and points where ``y`` is observed (a NaN gets weight 0, as in the CRPS table)."""
+    init times and points where ``y`` is observed (a NaN gets weight 0, as in the CRPS table);
+    an ensemble of one member (a deterministic run) has none: its bins are only the outliers."""
     observed = y.notnull()
     if not bool(observed.all()):
         weights, y = weights * observed, y.where(observed, 0.0)  # weight 0: the value is never used
     keep = [LEVEL] if LEVEL in y.dims else []
     return {name: crps_decomposition(x, y, preserve_dims=keep, weights=weights)
-            for name, x in ensembles.items()}  # fmt: skip
+            for name, x in ensembles.items() if x.sizes[MEMBER] > 1}  # fmt: skip
 
 
 def _count_observed(y: xr.DataArray, var: str, lead: np.timedelta64, fields: dict[str, xr.DataArray]) -> None:

@@ -142,8 +142,9 @@ _NO_TEST = dict.fromkeys(["skill_low", "skill_high", "dm_stat", "dm_p", "block_l
 
 def _test_columns(t: SkillTest) -> dict[str, float]:
     """The table columns of a skill test (the reference's own row: :data:`_NO_TEST`)."""
+    block = t.block_length if t.block_length else np.nan  # 0: no bootstrap was run (too few inits)
     return {"skill_low": t.low, "skill_high": t.high, "dm_stat": t.dm_stat, "dm_p": t.p_value,
-            "block_length": t.block_length}  # fmt: skip
+            "block_length": block}  # fmt: skip
 
 
 #: The Hersbach terms in the decomposition table, in its column order.

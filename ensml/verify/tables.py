@@ -114,7 +114,7 @@ def score_files(
     if spread is not None:
         files["spread.csv"] = spread.to_csv(index=False)
         files["spread.md"] = header + to_markdown(spread)
-    if decomposition is not None:
+    if decomposition is not None and len(decomposition):  # none for ensembles of one member
         files["decomposition.csv"] = decomposition.to_csv(index=False)
         files["decomposition.md"] = header + DECOMPOSITION_NOTE + to_markdown(decomposition)
     fields = fields.copy()

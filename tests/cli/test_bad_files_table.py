@@ -128,7 +128,7 @@ CASES: dict[str, Case] = {
     "postprocess: no forecast files": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'none-*.nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("none-*.nc",)),
     # -- wrong names and dims -----------------------------------------------------------------------
     "fit: variable missing": Case(lambda i: fit(i, **{"data.variables": "[z, q]"}), ("has no variable 'q'",)),
-    "fit: member dimension missing": Case(lambda i: fit(i, **{"data.forecast": i["no-member"]}), ("no-member.nc", "missing member")),
+    "fit: member dimension missing": Case(lambda i: fit(i, **{"data.forecast": i["no-member"]}), ("no-member.nc", "has 1 members")),  # one run: an ensemble of one
     "fit: extra dimension": Case(lambda i: fit(i, **{"data.forecast": i["extra-dim"]}), ("extra-dim.nc", "unexpected run")),
     "fit: level missing": Case(lambda i: fit(i, **{"data.levels": "[500, 700]"}), ("700",)),
     "evaluate: predictions lack a variable": Case(lambda i: evaluate(i, f"--predictions={i['renamed-predictions']}", "--out_dir=out"), ("renamed-preds.nc", "z_mean")),

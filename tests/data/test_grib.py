@@ -141,5 +141,7 @@ def test_an_ensemble_given_as_analysis_prints_one_line(real_data, tmp_path, capf
         == 1
     )
     err = capfd.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("ensml: analysis file") and "missing time" in err
+    assert (
+        err.count("\n") == 1 and err.startswith("ensml: analysis file") and "unexpected member" in err
+    )  # an ensemble, not one field
     assert not (tmp_path / "out").exists()

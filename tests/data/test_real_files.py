@@ -47,8 +47,10 @@ def test_facts_of_the_real_ensembles(real_data) -> None:
     ens = open_forecast(real_data / "earthkit-data" / "ens_50.grib")
     assert ens["member"].values.tolist() == list(range(51))  # the control first
     oper = open_forecast(sorted((real_data / "metview-python" / "ds" / "oper").glob("*.grib")))
-    assert oper["msl"].dims == ("init_time", "lead_time", "latitude", "longitude")  # a surface variable
-    assert oper["t"].dims == ("init_time", "lead_time", "level", "latitude", "longitude")
+    # one deterministic run: an ensemble of one member (GRIB's scalar number)
+    assert oper["msl"].dims == ("init_time", "lead_time", "member", "latitude", "longitude")  # surface
+    assert oper["t"].dims == ("init_time", "lead_time", "member", "level", "latitude", "longitude")
+    assert oper.sizes["member"] == 1
     an = open_forecast(sorted((real_data / "metview-python" / "ds" / "an").glob("*.grib")))
     assert an.sizes["init_time"] == 13 and an.sizes["lead_time"] == 1  # analyses: forecasts at 0 h
     assert "msl" in an and "w" in an

@@ -2,12 +2,10 @@
 sample files in ../shared/data/real: the same inputs (written under tmp_path, never next to the
 read-only data), the same ``ensml evaluate`` commands, and the numbers the README quotes.
 
-The walkthrough writes the verifying fields and the one-member IFS forecast as netCDF because
-``evaluate`` refuses a GRIB analysis, a forecast without a member dimension (also with ``--k 1``)
-and a one-member ensemble on the grid (the CRPS decomposition), and fails with a traceback on a
-forecast whose init time is a scalar coordinate and on an analysis whose level is one: the
-``xfail(strict=True)`` tests below are those refusals, so that fixing one fails its test and
-points at the README text to simplify.
+The GRIB files are read as they are: a GRIB analysis (its ``step`` of 0 or its one valid time),
+a deterministic forecast (no member dimension: an ensemble of one), a netCDF forecast whose init
+time is a scalar and an analysis whose one level is a scalar each once failed here and have a
+test below.
 """
 
 from __future__ import annotations
@@ -40,15 +38,10 @@ def grib(real: Path, path: str, **keys: object) -> xr.Dataset:
 def prepare(real: Path, out: Path) -> None:
     """The README's script: the ENS control, the ERA5 EDA split and masked, the IFS run, stations."""
     (out / "ens_50").symlink_to(real / "earthkit-data" / "ens_50.grib")  # GRIB without a suffix
-    cf = grib(real, "earthkit-data/ens_50.grib", dataType="cf")
-    cf = cf.assign_coords(time=cf.valid_time).expand_dims(["time", "isobaricInhPa"])
-    cf.drop_vars(["step", "number", "valid_time"]).to_netcdf(out / "ens_control.nc")
     eda = grib(real, "cfgrib/era5-levels-members.grib")
     eda.sel(number=slice(1, 9)).to_netcdf(out / "eda_members1-9.nc")
     m0 = eda.sel(number=0).drop_vars(["number", "step", "valid_time"])
     m0.where(m0.latitude >= 0).to_netcdf(out / "eda_member0_north.nc")
-    ifs = grib(real, "metview-python/ds/oper/msl_sfc.grib")
-    ifs.expand_dims(["time", "number"]).drop_vars("valid_time").to_netcdf(out / "ifs_msl.nc")
     an = grib(real, "metview-python/ds/an/msl_sfc.grib").msl
     rows = ["station,lat,lon,time,msl"]
     for name, (lat, lon) in CITIES.items():
@@ -72,7 +65,8 @@ def scores(folder: Path) -> pd.DataFrame:
 
 def test_ens_perturbed_members_against_the_control(walk: Path, tmp_path: Path) -> None:
     args = ["evaluate", "--forecast", str(walk / "ens_50"), "--reader", "{drop_control: true}"]
-    args += ["--analysis", str(walk / "ens_control.nc"), "--out_dir", str(tmp_path / "ens")]
+    args += ["--analysis", str(walk / "ens_50"), "--analysis_reader", "{filter_by_keys: {dataType: cf}}"]
+    args += ["--out_dir", str(tmp_path / "ens")]
     assert main(args) == 0
     got = scores(tmp_path / "ens")
     assert got["lead_h"].unique().tolist() == [78] and got["level_hPa"].unique().tolist() == [850.0]
@@ -98,7 +92,8 @@ def test_eda_leave_one_member_out_with_half_the_globe_not_observed(walk: Path, t
 def test_ifs_run_at_five_cities_sampled_from_the_analysis(
     walk: Path, tmp_path: Path, real_data: Path
 ) -> None:
-    args = ["evaluate", "--forecast", str(walk / "ifs_msl.nc"), "--observations", str(walk / "stations.csv")]
+    ifs = str(real_data / "metview-python" / "ds" / "oper" / "msl_sfc.grib")
+    args = ["evaluate", "--forecast", ifs, "--observations", str(walk / "stations.csv")]
     args += ["--extraction", "bilinear", "--k", "1", "--out_dir", str(tmp_path / "st")]
     assert main(args) == 0
     row = scores(tmp_path / "st").loc[("msl", "raw ensemble (1 members)")]
@@ -117,45 +112,34 @@ def test_ifs_run_at_five_cities_sampled_from_the_analysis(
     assert row["mae"] == pytest.approx(np.mean(np.abs(errors)), abs=0.05)
 
 
-# What the walkthrough works around (see the module docstring): each passes once fixed.
 def _an_msl(real: Path, out: Path) -> Path:
     an = grib(real, "metview-python/ds/an/msl_sfc.grib")
     an.drop_vars(["step", "number", "valid_time"]).to_netcdf(out / "an_msl.nc")
     return out / "an_msl.nc"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a GRIB analysis is refused: 'missing time' (the step dim)", raises=AssertionError
-)
-def test_grib_analysis(walk: Path, tmp_path: Path, real_data: Path) -> None:
-    ens = str(walk / "ens_50")
-    args = ["evaluate", "--forecast", ens, "--reader", "{drop_control: true}", "--analysis", ens]
-    args += ["--analysis_reader", "{filter_by_keys: {dataType: cf}}", "--out_dir", str(tmp_path / "o")]
-    assert main(args) == 0
+def test_a_deterministic_grib_run_against_grib_analyses(tmp_path: Path, real_data: Path) -> None:
+    """One IFS run (no member dim: an ensemble of one, CRPS = absolute error) against the IFS
+    analyses at its valid time, both GRIB; no CRPS decomposition (one member has none)."""
+    ds = real_data / "metview-python" / "ds"
+    args = [
+        "evaluate",
+        "--forecast",
+        str(ds / "oper" / "msl_sfc.grib"),
+        "--analysis",
+        str(ds / "an" / "msl_sfc.grib"),
+    ]
+    assert main([*args, "--k", "1", "--out_dir", str(tmp_path / "o")]) == 0
+    row = scores(tmp_path / "o").loc[("msl", "raw ensemble (1 members)")]
+    assert row["lead_h"] == 120 and row["n_scored"] == 7 * 12  # the 10° grid, one valid time
+    fc = grib(real_data, "metview-python/ds/oper/msl_sfc.grib").msl.isel(step=1)
+    an = grib(real_data, "metview-python/ds/an/msl_sfc.grib").msl.sel(time=fc.valid_time.values)
+    w = np.cos(np.deg2rad(fc.latitude))  # cell areas of a regular grid away from the poles
+    by_hand = float((np.abs(fc - an.squeeze(drop=True)) * w).sum() / (w * xr.ones_like(fc)).sum())
+    assert row["crps"] == pytest.approx(by_hand, rel=2e-3)  # exact cell areas vs cos(lat)
+    assert not (tmp_path / "o" / "decomposition.csv").exists()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a deterministic GRIB forecast: 'has 0 members' with --k 1", raises=AssertionError
-)
-def test_deterministic_grib_forecast(tmp_path: Path, real_data: Path) -> None:
-    fc = str(real_data / "metview-python" / "ds" / "oper" / "msl_sfc.grib")
-    an = str(_an_msl(real_data, tmp_path))
-    args = ["evaluate", "--forecast", fc, "--analysis", an, "--k", "1"]
-    assert main([*args, "--out_dir", str(tmp_path / "o")]) == 0
-
-
-@pytest.mark.xfail(
-    strict=True, reason="one member on the grid: crps_decomposition needs 2 members", raises=AssertionError
-)
-def test_one_member_on_the_grid(walk: Path, tmp_path: Path, real_data: Path) -> None:
-    an = str(_an_msl(real_data, tmp_path))
-    args = ["evaluate", "--forecast", str(walk / "ifs_msl.nc"), "--analysis", an, "--k", "1"]
-    assert main([*args, "--out_dir", str(tmp_path / "o")]) == 0
-
-
-@pytest.mark.xfail(
-    strict=True, reason="a netCDF forecast with a scalar init time: KeyError 'init_time'", raises=KeyError
-)
 def test_scalar_init_time(tmp_path: Path, real_data: Path) -> None:
     fc = grib(real_data, "metview-python/ds/oper/msl_sfc.grib").expand_dims("number").drop_vars("valid_time")
     fc.to_netcdf(tmp_path / "fc.nc")  # time (the init) a scalar coordinate, as cfgrib reads one run
@@ -164,11 +148,6 @@ def test_scalar_init_time(tmp_path: Path, real_data: Path) -> None:
     assert main([*args, "--out_dir", str(tmp_path / "o")]) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an analysis of one level as a scalar coordinate: ValueError in sel",
-    raises=ValueError,
-)
 def test_scalar_level_analysis(walk: Path, tmp_path: Path, real_data: Path) -> None:
     cf = grib(real_data, "earthkit-data/ens_50.grib", dataType="cf")
     cf = cf.assign_coords(time=cf.valid_time).expand_dims("time")  # isobaricInhPa stays a scalar
