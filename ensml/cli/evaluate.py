@@ -31,7 +31,8 @@ def print_scores(scores: Any) -> None:  # ensml.verify.evaluate.Scores: not impo
     from ensml.verify.tables import formatted, weighting_phrase
 
     console = Console(file=sys.stdout, width=160)
-    crps_title = f"CRPS over {scores.n_inits} test init times"
+    n = scores.n_inits
+    crps_title = f"CRPS over {n} init time{'s' if n != 1 else ''}"
     if scores.leads_note:
         crps_title += f" ({scores.leads_note.rstrip('.')})"
     caption = f"means over the grid: {weighting_phrase(scores.weighting)}"

@@ -93,7 +93,8 @@ class StationScores:
     @property
     def title(self) -> str:
         """The terminal table's title."""
-        return f"CRPS at {self.n_stations} stations over {self.n_inits} init times"
+        n = self.n_inits
+        return f"CRPS at {self.n_stations} stations over {n} init time{'s' if n != 1 else ''}"
 
     @property
     def caption(self) -> str:
