@@ -132,6 +132,7 @@ def test_a_deterministic_grib_run_against_grib_analyses(tmp_path: Path, real_dat
     assert main([*args, "--k", "1", "--out_dir", str(tmp_path / "o")]) == 0
     row = scores(tmp_path / "o").loc[("msl", "raw ensemble (1 members)")]
     assert row["lead_h"] == 120 and row["n_scored"] == 7 * 12  # the 10° grid, one valid time
+    assert row["crps"] == pytest.approx(176.8, abs=0.05)  # the README's walkthrough
     fc = grib(real_data, "metview-python/ds/oper/msl_sfc.grib").msl.isel(step=1)
     an = grib(real_data, "metview-python/ds/an/msl_sfc.grib").msl.sel(time=fc.valid_time.values)
     w = np.cos(np.deg2rad(fc.latitude))  # cell areas of a regular grid away from the poles
