@@ -8,6 +8,8 @@ from ensml.cli.verb import run_function
 
 #: The command this module runs: its options and help are the library function's.
 COMMANDS = {"evaluate": "ensml.verify.evaluate:evaluate"}
+#: Columns of scores.csv / scores.md left out of the terminal table (it stays readable at 160).
+FILE_ONLY = ("dm_stat", "block_length", "n_scored")
 SUMMARIES = {
     "evaluate": "Score forecasts at each lead time on the init times of the predictions "
     "(or all forecast inits)."
@@ -36,13 +38,15 @@ def print_scores(scores: Any) -> None:  # ensml.verify.evaluate.Scores: not impo
     if scores.leads_note:
         crps_title += f" ({scores.leads_note.rstrip('.')})"
     caption = f"means over the grid: {weighting_phrase(scores.weighting)}"
+    if "skill_low" in scores.table:
+        caption += "; skill_95%: block bootstrap over init times; dm_p: Diebold-Mariano vs the raw ensemble"
     crps_title = getattr(scores, "title", crps_title)  # station scores say their own
     caption = getattr(scores, "caption", caption)
     for title, df in ((crps_title, scores.table), ("Spread estimation", scores.spread)):
         if df is None:
             continue
         table = Table(title=title, caption=caption)
-        shown = formatted(df)
+        shown = formatted(df).drop(columns=list(FILE_ONLY), errors="ignore")
         for col in shown.columns:
             table.add_column(str(col), justify="left" if shown[col].dtype == object else "right")
         for row in shown.itertuples(index=False):

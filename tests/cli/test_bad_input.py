@@ -47,9 +47,10 @@ def test_missing_variable(tiny_data, work, capsys) -> None:
 
 
 def test_missing_member_dimension(tiny_data, work, capsys) -> None:
+    """A forecast without members is one run, an ensemble of one: too few for a subset of 5."""
     bad = _variant(tiny_data["forecast"], work / "nomember.nc", lambda ds: ds.isel(member=0, drop=True))
     args = fit_args(tiny_data, **{"data.forecast": bad})
-    run_failing(args, capsys, "missing member")
+    run_failing(args, capsys, "has 1 members")
 
 
 def test_different_grids(tiny_data, work, capsys) -> None:
