@@ -10,6 +10,8 @@ from ensml.cli.verb import run_function
 COMMANDS = {"evaluate": "ensml.verify.evaluate:evaluate"}
 #: Columns of scores.csv / scores.md left out of the terminal table (it stays readable at 160).
 FILE_ONLY = ("dm_stat", "block_length", "n_scored")
+#: Shorter headers in the terminal (the caption says what they are).
+SHORT = {"skill_vs_raw_ensemble": "skill", "level_hPa": "hPa", "gap_closed": "gap closed"}
 SUMMARIES = {
     "evaluate": "Score forecasts at each lead time on the init times of the predictions "
     "(or all forecast inits)."
@@ -39,14 +41,17 @@ def print_scores(scores: Any) -> None:  # ensml.verify.evaluate.Scores: not impo
         crps_title += f" ({scores.leads_note.rstrip('.')})"
     caption = f"means over the grid: {weighting_phrase(scores.weighting)}"
     if "skill_low" in scores.table:
-        caption += "; skill_95%: block bootstrap over init times; dm_p: Diebold-Mariano vs the raw ensemble"
+        caption += (
+            "; skill: vs the raw ensemble, its 95% interval a block bootstrap over init times; "
+            "dm_p: Diebold-Mariano vs the raw ensemble"
+        )
     crps_title = getattr(scores, "title", crps_title)  # station scores say their own
     caption = getattr(scores, "caption", caption)
     for title, df in ((crps_title, scores.table), ("Spread estimation", scores.spread)):
         if df is None:
             continue
         table = Table(title=title, caption=caption)
-        shown = formatted(df).drop(columns=list(FILE_ONLY), errors="ignore")
+        shown = formatted(df).drop(columns=list(FILE_ONLY), errors="ignore").rename(columns=SHORT)
         for col in shown.columns:
             table.add_column(str(col), justify="left" if shown[col].dtype == object else "right")
         for row in shown.itertuples(index=False):
