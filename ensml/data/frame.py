@@ -133,10 +133,11 @@ class EnsembleFrame:
         where: Select | None = None,
         check: Check | None = None,
         check_analysis: Check | None = None,
+        check_forecast: Check | None = None,
     ) -> LeadFrame:
         """Every source at ``lead``, read into memory (``where`` applied first, then ``check``;
-        the analysis is checked by ``check_analysis`` where given, e.g. to let NaN mean "not
-        observed")."""
+        the analysis and the forecast are checked by ``check_analysis`` and ``check_forecast``
+        where given, e.g. to let NaN mean "not observed")."""
         lead = parse_lead(lead)
         inits, levels = self.inits, {LEVEL: self.levels} if LEVEL in self.forecast.dims else {}
 
@@ -146,7 +147,8 @@ class EnsembleFrame:
                 check(ds, name)
             return ds
 
-        fc = load(self.forecast.sel({INIT_TIME: inits, LEAD_TIME: lead, **levels}), self.names["forecast"])
+        fc = self.forecast.sel({INIT_TIME: inits, LEAD_TIME: lead, **levels})
+        fc = load(fc, self.names["forecast"], check_forecast or check)
         an_check = check_analysis or check
         an = load(self.analysis.sel({TIME: inits + lead, **levels}), self.names["analysis"], an_check)
         an = an.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})

@@ -25,7 +25,7 @@ scored (:mod:`ensml.verify.inputs`). Nothing is written before everything is sco
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -123,6 +123,7 @@ def evaluate(
     extraction: Literal["nearest", "bilinear"] = "nearest",
     model_height: str | None = None,
     lapse_rate: float = 0.0065,
+    missing_forecast: bool = False,
 ) -> Scores | StationScores:
     """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
 
@@ -216,6 +217,12 @@ def evaluate(
     lapse_rate
         Γ of that correction, K/m (default 0.0065, the standard atmosphere's).
 
+    missing_forecast
+        Treat NaN in the raw forecast as missing (a member that did not run, a masked point)
+        instead of refusing it: an init time and point where any member is NaN is left out of
+        every forecast's score alike, as an unobserved analysis value is, and counted out of
+        ``n_scored``. NaN in predictions, calibrated members or the oracle is still an error.
+
     Returns
     -------
     Scores or StationScores
@@ -241,6 +248,7 @@ def evaluate(
         station_options(
             analysis, observations, predictions=predictions, spread_predictions=spread_predictions,
             oracle=oracle, members=members, cases=cases, analysis_reader=analysis_reader,
+            missing_forecast=missing_forecast,
         )  # fmt: skip
         return evaluate_stations(
             forecast, observations, variables=variables, levels=levels, leads=leads, k=k, fair=fair,
@@ -273,7 +281,7 @@ def evaluate(
     if frame.dropped.size:
         note(f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
              f"{format_leads(frame.dropped)}")  # fmt: skip
-    table, spread, per_point, decomposition = score_frame(frame, k, fair)
+    table, spread, per_point, decomposition = score_frame(frame, k, fair, missing_forecast)
     scores = Scores(
         table, spread, n_inits=frame.inits.size, weighting=frame.weights.attrs["weighting"],
         leads=frame.leads, dropped=frame.dropped, variables=frame.variables, levels=frame.levels,
@@ -288,20 +296,24 @@ def evaluate(
 
 
 def score_frame(
-    frame: EnsembleFrame, k: int, fair: bool = False
+    frame: EnsembleFrame, k: int, fair: bool = False, missing_forecast: bool = False
 ) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset, pd.DataFrame]:
     """The CRPS table, the spread table (or ``None``), the per-point scores of ``frame`` and the
     CRPS decomposition of its ensembles.
 
     Reads one lead at a time (each value checked complete); a subset of the first ``k`` members
-    is scored beside the full ensemble; ``fair``: ensembles with the fair CRPS.
+    is scored beside the full ensemble; ``fair``: ensembles with the fair CRPS;
+    ``missing_forecast``: NaN in the raw forecast is "not observed" (see :func:`evaluate`).
     """
     for lead in frame.leads:  # a lead of no whole hours has no row in the tables: fail before the work
         lead_hours(lead)
     rows, spread_rows, parts, per_lead = [], [], [], []
     progress = Progress("evaluate", len(frame.leads) * len(frame.variables), "fields")
     for lead in frame.leads:
-        at_lead = frame.at(lead, check=check_complete, check_analysis=check_observed)
+        at_lead = frame.at(lead, check=check_complete, check_analysis=check_observed,
+                           check_forecast=check_observed if missing_forecast else None)  # fmt: skip
+        if missing_forecast:
+            at_lead = _missing_as_unobserved(at_lead)
         fields: dict[str, xr.DataArray] = {}
         for var in frame.variables:
             crps, spread, decomposition = score_variable(frame, at_lead, var, k, fields, fair)
@@ -366,6 +378,15 @@ def _crps_fields(
     return {name: sources[name] for name in order if name in sources}  # the tables' row order
 
 
+def _missing_as_unobserved(lf: LeadFrame) -> LeadFrame:
+    """``lf`` with the analysis NaN (not observed) wherever a forecast member is NaN, so that
+    every forecast is scored on the same values."""
+    an = lf.analysis.copy()
+    for var in an.data_vars:
+        an[var] = an[var].where(lf.forecast[var].notnull().all(MEMBER))
+    return replace(lf, analysis=an)
+
+
 def _decomposed(
     ensembles: dict[str, xr.DataArray], y: xr.DataArray, weights: xr.DataArray
 ) -> dict[str, xr.Dataset]:
@@ -373,8 +394,9 @@ def _decomposed(
     init times and points where ``y`` is observed (a NaN gets weight 0, as in the CRPS table);
     an ensemble of one member (a deterministic run) has none: its bins are only the outliers."""
     observed = y.notnull()
-    if not bool(observed.all()):
-        weights, y = weights * observed, y.where(observed, 0.0)  # weight 0: the value is never used
+    if not bool(observed.all()):  # weight 0: the values there are never used
+        weights, y = weights * observed, y.where(observed, 0.0)
+        ensembles = {name: x.where(observed, 0.0) for name, x in ensembles.items()}  # missing_forecast
     keep = [LEVEL] if LEVEL in y.dims else []
     return {name: crps_decomposition(x, y, preserve_dims=keep, weights=weights)
             for name, x in ensembles.items() if x.sizes[MEMBER] > 1}  # fmt: skip

@@ -169,6 +169,7 @@ ROWS: list[Row] = [
     ("evaluate: analysis and observations", EVAL + " --observations {dir}/obs.csv", 1, ("--analysis", "--observations", "not both")),
     ("evaluate: observations missing", "evaluate --forecast {fc} --observations {dir}/nope.csv --out_dir out", 1, ("nope.csv", "does not exist")),
     ("evaluate: observations with predictions", "evaluate --forecast {fc} --observations {dir}/readme.txt --predictions {fc} --out_dir out", 1, ("--predictions does not apply",)),
+    ("evaluate: observations with missing_forecast", "evaluate --forecast {fc} --observations {dir}/readme.txt --missing_forecast true --out_dir out", 1, ("--missing_forecast does not apply",)),
     ("evaluate: observations with an oracle", "evaluate --forecast {fc} --observations {dir}/readme.txt --oracle {fc} --out_dir out", 1, ("--oracle does not apply",)),
     ("evaluate: extraction unknown", "evaluate --forecast {fc} --observations {dir}/readme.txt --extraction cubic --out_dir out", 1, ("--extraction", "'cubic'")),
     ("evaluate: lapse rate not a number", "evaluate --forecast {fc} --observations {dir}/readme.txt --lapse_rate steep --out_dir out", 1, ("--lapse_rate", "steep")),

@@ -123,3 +123,30 @@ def test_the_decomposition_adds_up_to_the_crps_table(tiny_data: dict[str, Path],
         total = parts["reliability"] - parts["resolution"] + parts["uncertainty"]
         np.testing.assert_allclose(total, parts["crps"], rtol=1e-9)
         assert (parts["reliability"] >= 0).all()
+
+
+def test_missing_forecast_values_are_left_out_alike(tiny_data: dict[str, Path], tmp_path: Path) -> None:
+    """``missing_forecast=True``: a NaN member leaves its init time and point out of every score
+    (as an unobserved analysis value), so the table equals that of the analysis masked there."""
+    with xr.open_dataset(tiny_data["forecast"]) as ds:
+        fc = ds.load()
+    hole = (fc.longitude < 90) & (fc.init_time == fc.init_time[4])  # a member that did not run there
+    fc["t"] = fc["t"].where(~(hole & (fc.member == 2)))
+    fc.to_netcdf(tmp_path / "forecast.nc")
+    with xr.open_dataset(tiny_data["analysis"]) as ds:
+        an = ds.load()
+    valid = fc.init_time[4].values + LEAD
+    an["t"] = an["t"].where(~((an.longitude < 90) & (an.time == valid)))
+    an.to_netcdf(tmp_path / "analysis.nc")
+    with pytest.raises(EnsmlError, match=r"NaN values in 't'.*complete fields only"):
+        evaluate(
+            str(tmp_path / "forecast.nc"), str(tiny_data["analysis"]), leads=24, variables="t", out_dir=None
+        )
+    missing = evaluate(str(tmp_path / "forecast.nc"), str(tiny_data["analysis"]), leads=24, variables="t",
+                       out_dir=None, missing_forecast=True)  # fmt: skip
+    plain = evaluate(str(tiny_data["forecast"]), str(tmp_path / "analysis.nc"), leads=24, variables="t",
+                     out_dir=None)  # fmt: skip
+    cols = ["forecast", "level_hPa", "crps", "n_scored"]
+    pd.testing.assert_frame_equal(missing.table[cols], plain.table[cols], rtol=1e-6)
+    assert (missing.table["n_scored"] < 16 * 32 * missing.n_inits).all()
+    pd.testing.assert_frame_equal(missing.decomposition, plain.decomposition, rtol=1e-6)
