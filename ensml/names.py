@@ -260,3 +260,18 @@ def format_leads(leads: LeadLike | Iterable[LeadLike]) -> str:
     if values.size and not (values % HOUR).any():
         return ", ".join(str(int(v // HOUR)) for v in values) + " h"
     return ", ".join(format_lead(v) for v in values) or "none"
+
+
+def members_text(n: int) -> str:
+    """``"10 members"``, ``"1 member"``: a member count in the forecasts' names."""
+    return f"{n} member" + ("" if n == 1 else "s")
+
+
+def raw_ensemble_name(m: int) -> str:
+    """The raw ``m``-member ensemble's name in every score table (``raw ensemble (10 members)``)."""
+    return f"raw ensemble ({members_text(m)})"
+
+
+def raw_subset_name(k: int) -> str:
+    """The name of the raw subset of the first ``k`` members (``raw subset (5 members)``)."""
+    return f"raw subset ({members_text(k)})"

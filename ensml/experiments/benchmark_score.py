@@ -22,7 +22,16 @@ import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.frame import EnsembleFrame, build_frame
-from ensml.names import INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER, lead_hours
+from ensml.names import (
+    INIT_TIME,
+    LATITUDE,
+    LEVEL,
+    LONGITUDE,
+    MEMBER,
+    lead_hours,
+    raw_ensemble_name,
+    raw_subset_name,
+)
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.scores.significance import skill_tests
@@ -83,14 +92,14 @@ def _score_lead(
         values = p[key][:, t * n_var + i]
         return xr.DataArray(values, dims=FIELD_DIMS, coords=coords).sel({INIT_TIME: inits})
 
-    raw_key = f"raw ensemble ({m} members)"
+    raw_key = raw_ensemble_name(m)
     rows, spread_rows = [], []
     for i, var in enumerate(variables):
         y, ens = obs[var], fc[var].transpose(INIT_TIME, MEMBER, *FIELD_DIMS[1:])
         sub = ens.isel({MEMBER: slice(0, k)})
         sources = {
             raw_key: crps_ensemble(ens, y, preserve_dims=FIELD_DIMS),
-            f"raw subset ({k} members)": crps_ensemble(sub, y, preserve_dims=FIELD_DIMS),
+            raw_subset_name(k): crps_ensemble(sub, y, preserve_dims=FIELD_DIMS),
         }
         for name, e in ((f"raw ensemble ({m} members", ens), (f"raw subset ({k} members", sub)):
             sources[f"{name}, Gaussian of mean/std)"] = crps_gaussian_xr(

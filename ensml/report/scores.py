@@ -13,7 +13,16 @@ import xarray as xr
 
 from ensml.data.frame import EnsembleFrame, LeadFrame
 from ensml.data.grid import horizontal_dims
-from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, TIME, VALID_TIME, lead_hours
+from ensml.names import (
+    INIT_TIME,
+    LEAD_TIME,
+    MEMBER,
+    TIME,
+    VALID_TIME,
+    lead_hours,
+    raw_ensemble_name,
+    raw_subset_name,
+)
 from ensml.scores.calibration import ensemble_mean_rmse, rank_histogram, spread_skill_ratio
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
@@ -81,7 +90,7 @@ def _rows_at(
     m = x.sizes[MEMBER]
     h = lead_hours(lead)
     rows = []
-    sources = {f"raw ensemble ({m} members)": x, f"raw subset ({k} members)": x.isel({MEMBER: slice(0, k)})}
+    sources = {raw_ensemble_name(m): x, raw_subset_name(k): x.isel({MEMBER: slice(0, k)})}
     for name, ens in sources.items():
         kw = {"preserve_dims": per_level(x), "weights": w}
         scores = {
@@ -115,7 +124,7 @@ def _rows_at(
     )
     for lev in levels:
         xs = at((x - m0) / s0, lev)
-        rel.setdefault((lead, var, lev), {})[f"raw ensemble ({m} members)"] = reliability(
+        rel.setdefault((lead, var, lev), {})[raw_ensemble_name(m)] = reliability(
             xs, at(ystd, lev), 1.0, weights=w
         )
     return rows

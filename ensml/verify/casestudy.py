@@ -29,7 +29,18 @@ from ensml.data.layouts.options import ReaderOptions
 from ensml.data.surface import check_not_at_level
 from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, VALID_TIME, format_lead, lead_hours, units_of
+from ensml.names import (
+    INIT_TIME,
+    LEAD_TIME,
+    LEVEL,
+    MEMBER,
+    VALID_TIME,
+    format_lead,
+    lead_hours,
+    raw_ensemble_name,
+    raw_subset_name,
+    units_of,
+)
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.scores.twcrps import twcrps_ensemble
@@ -99,8 +110,8 @@ def score_case(
     w = area_weights(y, what=f"case {name!r}", note=False)  # evaluate notes uniform weights
     m = fc.sizes[MEMBER]
     ensembles = {
-        f"raw ensemble ({m} members)": fc,
-        f"raw subset ({min(k, m)} members)": fc.isel({MEMBER: slice(0, k)}),
+        raw_ensemble_name(m): fc,
+        raw_subset_name(min(k, m)): fc.isel({MEMBER: slice(0, k)}),
     }
     sources = (
         ("post-processed (Gaussian)", fields.runs.get("predictions")),

@@ -48,6 +48,8 @@ from ensml.names import (
     format_lead,
     format_leads,
     lead_hours,
+    raw_ensemble_name,
+    raw_subset_name,
 )
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
@@ -334,8 +336,8 @@ def score_variable(
     """CRPS rows, spread rows and CRPS decomposition rows of ``var`` at one lead; its per-point
     fields are added to ``fields``."""
     x, y, m = lf.forecast[var], lf.analysis[var], lf.forecast.sizes[MEMBER]
-    raw_key = f"raw ensemble ({m} members)"
-    ensembles = {raw_key: x, f"raw subset ({k} members)": x.isel({MEMBER: slice(0, k)})}
+    raw_key = raw_ensemble_name(m)
+    ensembles = {raw_key: x, raw_subset_name(k): x.isel({MEMBER: slice(0, k)})}
     if "members" in lf.runs:
         calibrated = lf.runs["members"][var]
         ensembles[f"post-processed members ({calibrated.sizes[MEMBER]})"] = calibrated
@@ -352,7 +354,7 @@ def score_variable(
     parts = decomposition_rows(_decomposed(ensembles, y, weights), var, levels, h, units=units)
     if "spread predictions" not in lf.runs:
         return rows, [], parts
-    target, subset = x.std(MEMBER, ddof=0), ensembles[f"raw subset ({k} members)"]
+    target, subset = x.std(MEMBER, ddof=0), ensembles[raw_subset_name(k)]
     estimators = {
         f"{k}-member sample std (ddof 1)": subset.std(MEMBER, ddof=1),
         "spread model": lf.runs["spread predictions"][f"{var}_std"],

@@ -50,6 +50,8 @@ from ensml.names import (
     LeadLike,
     format_lead,
     lead_hours,
+    raw_ensemble_name,
+    raw_subset_name,
     units_of,
 )
 from ensml.progress import Progress, note, seconds
@@ -140,8 +142,8 @@ def _rows(
 ) -> tuple[list, list]:
     """Pooled and per-station rows of ``var`` at one lead; its per-pair CRPS added to ``per_pair``."""
     x, y = sl.forecast[var], sl.observed[var]
-    raw_key = f"raw ensemble ({x.sizes[MEMBER]} members)"
-    ensembles = {raw_key: x, f"raw subset ({k} members)": x.isel({MEMBER: slice(0, k)})}
+    raw_key = raw_ensemble_name(x.sizes[MEMBER])
+    ensembles = {raw_key: x, raw_subset_name(k): x.isel({MEMBER: slice(0, k)})}
     scopes = {"pooled": [INIT_TIME, STATION], "station": [INIT_TIME]}
     summary: dict[str, dict[str, dict[str, xr.DataArray]]] = {}
     for name, ens in ensembles.items():

@@ -96,7 +96,7 @@ def test_ifs_run_at_five_cities_sampled_from_the_analysis(
     args = ["evaluate", "--forecast", ifs, "--observations", str(walk / "stations.csv")]
     args += ["--extraction", "bilinear", "--k", "1", "--out_dir", str(tmp_path / "st")]
     assert main(args) == 0
-    row = scores(tmp_path / "st").loc[("msl", "raw ensemble (1 members)")]
+    row = scores(tmp_path / "st").loc[("msl", "raw ensemble (1 member)")]
     assert row["n_pairs"] == 4  # Oslo's empty cell is not observed
     assert row["crps"] == pytest.approx(75.82, abs=0.01) and row["crps"] == pytest.approx(
         row["mae"], rel=1e-12
@@ -130,7 +130,7 @@ def test_a_deterministic_grib_run_against_grib_analyses(tmp_path: Path, real_dat
         str(ds / "an" / "msl_sfc.grib"),
     ]
     assert main([*args, "--k", "1", "--out_dir", str(tmp_path / "o")]) == 0
-    row = scores(tmp_path / "o").loc[("msl", "raw ensemble (1 members)")]
+    row = scores(tmp_path / "o").loc[("msl", "raw ensemble (1 member)")]
     assert row["lead_h"] == 120 and row["n_scored"] == 7 * 12  # the 10° grid, one valid time
     assert row["crps"] == pytest.approx(176.8, abs=0.05)  # the README's walkthrough
     fc = grib(real_data, "metview-python/ds/oper/msl_sfc.grib").msl.isel(step=1)
