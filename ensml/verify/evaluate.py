@@ -25,7 +25,7 @@ scored (:mod:`ensml.verify.inputs`). Nothing is written before everything is sco
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -58,7 +58,7 @@ from ensml.scores.hersbach import crps_decomposition
 from ensml.scores.significance import skill_tests
 from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
-from ensml.verify.inputs import check_complete, check_observed
+from ensml.verify.inputs import check_complete, check_observed, count_observed, missing_as_unobserved
 from ensml.verify.rows import by_lead, crps_rows, decomposition_rows, on_grid, slug, spread_scores
 from ensml.verify.stations import StationScores, evaluate_stations, gridded_options, station_options
 from ensml.verify.tables import Content, score_files, write_files
@@ -240,10 +240,9 @@ def evaluate(
         missing variable, level or lead time, no lead time in common, a NaN or infinite
         value in a forecast or prediction, or an infinite one in the analysis; an ``out_dir``
         that ensml may not write (a non-empty folder without its ledger, a file, the current
-        folder, read-only), checked
-        before any work. While writing: a full disk and the like, naming the path; the folder is
-        then as it was. Only files that ``evaluate``'s ledger records are replaced or removed
-        (:mod:`ensml.data.outputs`).
+        folder, read-only), checked before any work. While writing: a full disk and the like,
+        naming the path; the folder is then as it was. Only files that ``evaluate``'s ledger
+        records are replaced or removed (:mod:`ensml.data.outputs`).
     """
     variables, levels = as_list(variables), as_list(levels)  # one name or several
     if observations is not None or analysis is None:  # station observations: ensml.verify.stations
@@ -315,7 +314,7 @@ def score_frame(
         at_lead = frame.at(lead, check=check_complete, check_analysis=check_observed,
                            check_forecast=check_observed if missing_forecast else None)  # fmt: skip
         if missing_forecast:
-            at_lead = _missing_as_unobserved(at_lead)
+            at_lead = missing_as_unobserved(at_lead)
         fields: dict[str, xr.DataArray] = {}
         for var in frame.variables:
             crps, spread, decomposition = score_variable(frame, at_lead, var, k, fields, fair)
@@ -344,7 +343,7 @@ def score_variable(
     sources = _crps_fields(frame, lf, var, ensembles, fair)
     for name, crps in sources.items():  # the mean over the init times that observe each point
         fields[f"crps_{slug(name)}_{var}"] = crps.mean(INIT_TIME)
-    _count_observed(y, var, lf.lead, fields)
+    count_observed(y, var, lf.lead, fields)
     h, weights, levels = lead_hours(lf.lead), frame.weights, frame.levels
     units = y.attrs.get("units") or None  # the data's own units, else ensml's table (names.py)
     ensemble = "fair ensemble" if fair else "empirical ensemble"
@@ -380,15 +379,6 @@ def _crps_fields(
     return {name: sources[name] for name in order if name in sources}  # the tables' row order
 
 
-def _missing_as_unobserved(lf: LeadFrame) -> LeadFrame:
-    """``lf`` with the analysis NaN (not observed) wherever a forecast member is NaN, so that
-    every forecast is scored on the same values."""
-    an = lf.analysis.copy()
-    for var in an.data_vars:
-        an[var] = an[var].where(lf.forecast[var].notnull().all(MEMBER))
-    return replace(lf, analysis=an)
-
-
 def _decomposed(
     ensembles: dict[str, xr.DataArray], y: xr.DataArray, weights: xr.DataArray
 ) -> dict[str, xr.Dataset]:
@@ -402,19 +392,6 @@ def _decomposed(
     keep = [LEVEL] if LEVEL in y.dims else []
     return {name: crps_decomposition(x, y, preserve_dims=keep, weights=weights)
             for name, x in ensembles.items() if x.sizes[MEMBER] > 1}  # fmt: skip
-
-
-def _count_observed(y: xr.DataArray, var: str, lead: np.timedelta64, fields: dict[str, xr.DataArray]) -> None:
-    """Where the analysis ``y`` has NaN (not observed): say how much was scored, and add the
-    per-point count of observed init times to ``fields`` (``n_observed_<var>``)."""
-    observed = y.notnull()
-    n = int(observed.sum())
-    if n == y.size:
-        return
-    note(f"evaluate: the analysis observes {n} of {y.size} values of {var} at +{format_lead(lead)} "
-         f"({n / y.size:.1%}); the scores are over those")  # fmt: skip
-    count = observed.sum(INIT_TIME).astype("int32")
-    fields[f"n_observed_{var}"] = count.assign_attrs(long_name=f"init times with {var} observed")
 
 
 __all__ = ["Scores", "evaluate"]

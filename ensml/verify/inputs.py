@@ -10,10 +10,15 @@ an error there too.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import xarray as xr
 
+from ensml.data.frame import LeadFrame
 from ensml.errors import EnsmlError
+from ensml.names import INIT_TIME, MEMBER, format_lead
+from ensml.progress import note
 from ensml.scores.reduce import describe_position
 
 
@@ -39,4 +44,26 @@ def check_observed(ds: xr.Dataset, name: str) -> None:
     check_complete(ds, name, nan_ok=True)
 
 
-__all__ = ["check_complete", "check_observed"]
+def missing_as_unobserved(lf: LeadFrame) -> LeadFrame:
+    """``lf`` with the analysis NaN (not observed) wherever a forecast member is NaN, so that
+    every forecast is scored on the same values."""
+    an = lf.analysis.copy()
+    for var in an.data_vars:
+        an[var] = an[var].where(lf.forecast[var].notnull().all(MEMBER))
+    return replace(lf, analysis=an)
+
+
+def count_observed(y: xr.DataArray, var: str, lead: np.timedelta64, fields: dict[str, xr.DataArray]) -> None:
+    """Where the analysis ``y`` has NaN (not observed): say how much was scored, and add the
+    per-point count of observed init times to ``fields`` (``n_observed_<var>``)."""
+    observed = y.notnull()
+    n = int(observed.sum())
+    if n == y.size:
+        return
+    note(f"evaluate: the analysis observes {n} of {y.size} values of {var} at +{format_lead(lead)} "
+         f"({n / y.size:.1%}); the scores are over those")  # fmt: skip
+    count = observed.sum(INIT_TIME).astype("int32")
+    fields[f"n_observed_{var}"] = count.assign_attrs(long_name=f"init times with {var} observed")
+
+
+__all__ = ["check_complete", "check_observed", "count_observed", "missing_as_unobserved"]
