@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from ensml.data.heights import check_heights, is_t2m, lapse_rate_correction, read_model_height
+from ensml.data.heights import (
+    STANDARD_LAPSE_RATE,
+    check_heights,
+    is_t2m,
+    lapse_rate_correction,
+    read_model_height,
+)
 from ensml.data.layouts.options import ReaderOptions
 from ensml.data.open import check_lead_times, check_levels, check_members, open_forecast
 from ensml.data.points import Points
@@ -61,7 +67,7 @@ class StationFrame:
     leads: np.ndarray  # timedelta64[ns]
     names: dict[str, str]
     model_height: xr.DataArray | None = None  # m, at the stations (station)
-    lapse_rate: float = 0.0065
+    lapse_rate: float = STANDARD_LAPSE_RATE
 
     def inits_at(self, lead: np.timedelta64) -> np.ndarray:
         """The forecast's init times whose valid time at ``lead`` the observations hold."""
@@ -137,7 +143,7 @@ def build_station_frame(
     k: int = 5,
     extraction: str = "nearest",
     model_height: str | None = None,
-    lapse_rate: float = 0.0065,
+    lapse_rate: float = STANDARD_LAPSE_RATE,
     reader: ReaderOptions | None = None,
 ) -> StationFrame:
     """Open, check and align a forecast and station observations (see the module docstring).

@@ -36,6 +36,7 @@ from jsonargparse.typing import PositiveFloat, PositiveInt
 
 from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame
 from ensml.data.grid import horizontal_dims
+from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
@@ -124,7 +125,7 @@ def evaluate(
     observations: str | None = None,
     extraction: Literal["nearest", "bilinear"] = "nearest",
     model_height: str | None = None,
-    lapse_rate: float = 0.0065,
+    lapse_rate: float = STANDARD_LAPSE_RATE,
     missing_forecast: bool = False,
 ) -> Scores | StationScores:
     """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).

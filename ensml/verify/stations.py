@@ -269,7 +269,7 @@ def evaluate_stations(
     fair: bool = False,
     extraction: str = "nearest",
     model_height: str | None = None,
-    lapse_rate: float = 0.0065,
+    lapse_rate: float = STANDARD_LAPSE_RATE,
     out_dir: str | None = "runs/eval",
     reader: ReaderOptions | None = None,
 ) -> StationScores:
@@ -285,7 +285,8 @@ def evaluate_stations(
         OutputFolder.check(out_dir, "evaluate", names=FILES)  # before the work: fails in seconds
     leads = leads_option(leads)
     if not np.isfinite(lapse_rate) or abs(lapse_rate) > 0.1:  # K/m: 0.1 is ten times the dry adiabat
-        raise EnsmlError(f"lapse_rate {lapse_rate!r} is not a lapse rate in K/m (the standard is 0.0065)")
+        standard = STANDARD_LAPSE_RATE
+        raise EnsmlError(f"lapse_rate {lapse_rate!r} is not a lapse rate in K/m (the standard is {standard})")
     k = DEFAULT_K if k is None else int(k)
     frame = build_station_frame(
         forecast, observations, variables=variables, levels=levels, leads=leads, k=k,
