@@ -75,7 +75,9 @@ def test_ens_perturbed_members_against_the_control(walk: Path, tmp_path: Path) -
     assert got["n_scored"].unique().tolist() == [6]
 
 
-def test_eda_leave_one_member_out_with_half_the_globe_not_observed(walk: Path, tmp_path: Path, capfd) -> None:
+def test_eda_leave_one_member_out_with_half_the_globe_not_observed(
+    walk: Path, tmp_path: Path, capfd, real_data: Path
+) -> None:
     args = ["evaluate", "--forecast", str(walk / "eda_members1-9.nc")]
     args += ["--analysis", str(walk / "eda_member0_north.nc"), "--leads", "0", "--levels", "500"]
     assert main([*args, "--out_dir", str(tmp_path / "eda")]) == 0
@@ -87,6 +89,22 @@ def test_eda_leave_one_member_out_with_half_the_globe_not_observed(walk: Path, t
         -0.117, abs=5e-4
     )
     assert got["n_scored"].unique().tolist() == [31 * 120 * 4]  # 90°N … 0° of the 3° grid, 4 times
+    # the same by hand: properscoring's CRPS per point, weighted by the exact cell areas of the
+    # 3° grid (sin of the cell edges' latitudes; the pole cells are half cells)
+    import properscoring as ps
+
+    eda = grib(real_data, "cfgrib/era5-levels-members.grib").sel(isobaricInhPa=500)
+    lat = eda.latitude.values
+    north = lat >= 0
+    edges = np.clip(np.concatenate([[lat[0] + 1.5], lat - 1.5]), -90, 90)
+    area = np.sin(np.deg2rad(edges[:-1])) - np.sin(np.deg2rad(edges[1:]))
+    for var in ("z", "t"):
+        x = eda[var].values  # (number, time, latitude, longitude)
+        crps = ps.crps_ensemble(x[0], np.moveaxis(x[1:], 0, -1))[:, north]  # (time, lat, lon)
+        w = np.broadcast_to(area[north][None, :, None], crps.shape)
+        by_hand = float((crps * w).sum() / w.sum())
+        want = got.loc[(var, "raw ensemble (9 members)"), "crps"]
+        assert want == pytest.approx(by_hand, rel=1e-5), var
 
 
 def test_ifs_run_at_five_cities_sampled_from_the_analysis(
