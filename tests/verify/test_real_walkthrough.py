@@ -63,7 +63,7 @@ def scores(folder: Path) -> pd.DataFrame:
     return pd.read_csv(folder / "scores.csv").set_index(["variable", "forecast"])
 
 
-def test_ens_perturbed_members_against_the_control(walk: Path, tmp_path: Path) -> None:
+def test_ens_perturbed_members_against_the_control(walk: Path, tmp_path: Path, real_data: Path) -> None:
     args = ["evaluate", "--forecast", str(walk / "ens_50"), "--reader", "{drop_control: true}"]
     args += ["--analysis", str(walk / "ens_50"), "--analysis_reader", "{filter_by_keys: {dataType: cf}}"]
     args += ["--out_dir", str(tmp_path / "ens")]
@@ -73,6 +73,16 @@ def test_ens_perturbed_members_against_the_control(walk: Path, tmp_path: Path) -
     assert got.loc[("z", "raw ensemble (50 members)"), "crps"] == pytest.approx(99.39, abs=0.01)
     assert got.loc[("z", "raw subset (5 members)"), "crps"] == pytest.approx(186.3, abs=0.1)
     assert got["n_scored"].unique().tolist() == [6]
+    # by hand: properscoring on the 50 perturbed members vs the control, cell areas of the two
+    # latitudes 60° and 50° (edges 65°, 55°, 45°)
+    import properscoring as ps
+
+    pf = grib(real_data, "earthkit-data/ens_50.grib", dataType="pf").z.values  # (number, lat, lon)
+    cf = grib(real_data, "earthkit-data/ens_50.grib", dataType="cf").z.values
+    crps = ps.crps_ensemble(cf, np.moveaxis(pf, 0, -1))
+    area = np.sin(np.deg2rad([65, 55])) - np.sin(np.deg2rad([55, 45]))
+    by_hand = float((crps * area[:, None]).sum() / (area.sum() * crps.shape[1]))
+    assert got.loc[("z", "raw ensemble (50 members)"), "crps"] == pytest.approx(by_hand, rel=1e-5)
 
 
 def test_eda_leave_one_member_out_with_half_the_globe_not_observed(
