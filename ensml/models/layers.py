@@ -52,7 +52,13 @@ class SphereConv3d(nn.Module):
 
 
 class ConvBlock(nn.Sequential):
-    """Two sphere convolutions, each followed by an optional GroupNorm and a GELU."""
+    """Two sphere convolutions, each followed by an optional GroupNorm and a GELU.
+
+    With ``unit_checkpoint`` (set by :func:`ensml.models.memory.apply_policy` for
+    ``checkpointing: all``), each convolution and what follows it is recomputed in backward.
+    """
+
+    unit_checkpoint = False
 
     def __init__(
         self,
@@ -69,6 +75,13 @@ class ConvBlock(nn.Sequential):
                 layers.append(nn.GroupNorm(norm_groups, out_channels))
             layers.append(nn.GELU())
         super().__init__(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.unit_checkpoint and torch.is_grad_enabled():
+            from ensml.models.memory import run_units
+
+            return run_units(self, x)
+        return super().forward(x)
 
 
 class LatLonPool(nn.MaxPool3d):

@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from ensml.models.layers import SphereConv3d
-from ensml.models.unet3d import UNet3d, build_layers, pad_to_multiple
+from ensml.models.memory import run_segment
+from ensml.models.unet3d import UNet3d, build_layers, pad_to_multiple, up_level
 
 
 class ConvGRUCell(nn.Module):
@@ -89,24 +90,27 @@ class ConvGRUUNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, L, C, D, H, W) → (B, out_channels, D, H, W): the state after the last lead."""
-        b, n_lead = x.shape[:2]
+        b = x.shape[0]
         n_lat, n_lon = x.shape[-2:]
         x = pad_to_multiple(x, self.depth, self.periodic_lon)
         x = x.flatten(0, 1)  # leads share the encoder weights: fold them into the batch
         states = []
-        for i, (encoder, gru) in enumerate(zip(self.encoders, self.grus)):
-            x = encoder(x)
-            seq = x.unflatten(0, (b, n_lead))
-            h = None
-            for t in range(n_lead):
-                h = gru(seq[:, t], h)
+        for i in range(len(self.encoders)):
+            x, h = run_segment(self, i, self._down, i, x, b)
             states.append(h)
-            if i < self.depth:
-                x = self.pool(x)
         y = states.pop()
-        for upsample, decoder in zip(self.upsamplers, self.decoders):
-            y = decoder(torch.cat([states.pop(), upsample(y)], dim=1))
+        for j in range(len(self.decoders)):
+            y = run_segment(self, self.depth - 1 - j, up_level, self, j, y, states.pop())
         return self.head(y)[..., :n_lat, :n_lon]
+
+    def _down(self, i: int, x: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Level ``i`` down: pool (below the top), the shared encoder on every lead, the GRU over leads."""
+        x = self.encoders[i](self.pool(x) if i else x)
+        seq = x.unflatten(0, (b, x.shape[0] // b))
+        h = None
+        for t in range(seq.shape[1]):
+            h = self.grus[i](seq[:, t], h)
+        return x, h
 
 
 class TimeUNet(nn.Module):

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ensml.models.layers import ConvBlock, LatLonPool, LatLonUpsample, SphereConv3d
+from ensml.models.memory import run_segment
 
 
 class UNet3d(nn.Module):
@@ -121,14 +122,24 @@ def encode_decode(net: UNet3d, x: torch.Tensor) -> torch.Tensor:
     """The U-Net pass on an input whose latitude/longitude divide by ``2**net.depth``.
 
     Shared by :class:`UNet3d` and its spatial-parallel twin, whose submodules have the same names.
+    Each level down and each level up is one segment of :mod:`ensml.models.memory`, which
+    keeps, recomputes or swaps what it saves for backward as the network's policy says.
     """
     skips = []
-    for i, encoder in enumerate(net.encoders):
-        x = encoder(x)
-        if i < net.depth:
-            skips.append(x)
-            x = net.pool(x)
-    for upsample, decoder in zip(net.upsamplers, net.decoders):
-        x = upsample(x)
-        x = decoder(torch.cat([skips.pop(), x], dim=1))
-    return net.head(x)
+    for i in range(len(net.encoders)):
+        x = run_segment(net, i, down_level, net, i, x)
+        skips.append(x)
+    y = skips.pop()
+    for j in range(len(net.decoders)):
+        y = run_segment(net, net.depth - 1 - j, up_level, net, j, y, skips.pop())
+    return net.head(y)
+
+
+def down_level(net: UNet3d, i: int, x: torch.Tensor) -> torch.Tensor:
+    """Level ``i`` on the way down: pool the level above's output (unless ``i`` is 0), then its block."""
+    return net.encoders[i](net.pool(x) if i else x)
+
+
+def up_level(net: UNet3d, j: int, y: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+    """Decoder ``j`` on the way up: upsample ``y``, put the skip connection before it, its block."""
+    return net.decoders[j](torch.cat([skip, net.upsamplers[j](y)], dim=1))

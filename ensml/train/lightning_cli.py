@@ -135,6 +135,9 @@ class EnsmlCLI(LightningCLI):
     def _check_inputs(self) -> None:
         # Open and validate the data now, so a bad input fails before logs or checkpoints exist.
         _ = self.datamodule.spec
+        check_device = getattr(self.model, "check_device", None)
+        if check_device is not None:  # options the device cannot honour (offload: host on a CPU)
+            check_device(self.trainer.strategy.root_device)
         check = getattr(self.trainer.strategy, "check_inputs", None)
         if check is not None:  # e.g. a spatial split that does not fit the grid: fail before launch
             check(self.datamodule, self.model)

@@ -15,7 +15,7 @@ W)`` of a single-lead model. Optionally a per-grid-point affine layer
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -27,6 +27,7 @@ from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
 from ensml.models import build_network, is_sequence_arch
 from ensml.models.local import LocalAffine
+from ensml.models.memory import MemoryPolicy, apply_policy, unets
 from ensml.names import lead_hours
 from ensml.train import schedule
 from ensml.train.checkpoints import FollowResumedEpoch
@@ -101,6 +102,16 @@ class EnsembleTask(TaskFields, L.LightningModule):
     grid_shape
         ``(latitude, longitude)`` sizes of the grid, for the per-point layer (linked from the data
         by the CLI; :meth:`from_data` sets it).
+    checkpointing
+        Recompute activations in backward instead of keeping them (:mod:`ensml.models.memory`):
+        ``none``, ``levels`` (each U-Net level) or ``all`` (each level, and within it each
+        convolution). Same gradients, less memory, more time; ``ensml plan-memory`` predicts both.
+    offload
+        Swap the activations of ``swap_levels`` out of core: ``none``, ``host`` (pinned memory,
+        from a GPU) or ``disk`` (a scratch file in the run folder, deleted as it is created).
+    swap_levels
+        U-Net levels (0 = full resolution) to swap; empty: all. With ``checkpointing`` the other
+        levels are recomputed.
     """
 
     n_outputs_per_var = 1
@@ -129,6 +140,9 @@ class EnsembleTask(TaskFields, L.LightningModule):
         local_affine: bool = False,
         local_lr_factor: PositiveFloat = 10.0,
         grid_shape: tuple[int, int] | None = None,
+        checkpointing: Literal["none", "levels", "all"] = "none",
+        offload: Literal["none", "host", "disk"] = "none",
+        swap_levels: list[NonNegativeInt] = (),  # type: ignore[assignment]
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -141,6 +155,7 @@ class EnsembleTask(TaskFields, L.LightningModule):
                 f"model arch {arch!r} is temporal and needs at least 2 input lead times, "
                 f"got input_leads={list(input_leads)}"
             )
+        self.memory_policy = MemoryPolicy(checkpointing, offload, tuple(swap_levels))
         if local_affine and grid_shape is None:
             raise EnsmlError("local_affine needs the grid: set grid_shape (the CLI links it from the data)")
         self.net = self.build_net(self.n_fields * self.n_outputs_per_var)
@@ -206,10 +221,23 @@ class EnsembleTask(TaskFields, L.LightningModule):
             extra = dict(n_leads=n_lead, n_levels=len(hp.levels), target_index=self.target_index)
         else:
             in_channels = 2 * n_var * n_lead + extra_in
-        return build_network(
+        net = build_network(
             hp.arch, in_channels, out_channels, width=hp.width, depth=hp.depth,
             kernel_size=hp.kernel_size, norm_groups=hp.norm_groups, **extra, **(hp.arch_options or {}),
         )  # fmt: skip
+        return apply_policy(net, self.memory_policy)
+
+    def check_device(self, device: torch.device) -> None:
+        """Refuse options this device cannot honour (``offload: host`` on the CPU), before any output."""
+        self.memory_policy.check_device(device)
+
+    def on_fit_start(self) -> None:
+        # A disk swap's scratch file goes in the run folder (it is unlinked as it is created).
+        if self.memory_policy.offload == "disk" and self.memory_policy.scratch_dir is None:
+            folder = self.trainer.log_dir or self.trainer.default_root_dir
+            for unet in unets(self):
+                if unet.memory_offloader is not None:
+                    unet.memory_offloader.scratch_dir = folder
 
     # -- statistics ---------------------------------------------------------------------------
     def set_stats(

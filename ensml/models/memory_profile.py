@@ -1,0 +1,201 @@
+"""Measuring a training step's memory and time under each :class:`~ensml.models.memory.MemoryPolicy`.
+
+- :class:`LiveBytes` counts the bytes of every tensor alive while a step runs (a
+  :class:`~torch.utils._python_dispatch.TorchDispatchMode`-free count through
+  :class:`torch.overrides.TorchFunctionMode` is not enough: it does not see backward, so this
+  uses :func:`torch.autograd.graph.saved_tensors_hooks` for what is saved and the allocator's
+  own statistics on CUDA). On the CPU the peak is taken from the tensors the step creates,
+  tracked through weak references: what a CUDA allocator's ``max_memory_allocated`` reports.
+- :func:`saved_activation_bytes` counts exactly the bytes a forward pass leaves for backward
+  under a policy: the tensors autograd saves (through the saved-tensor hooks) plus the inputs
+  that a recomputed level holds.
+- :func:`measure_step` runs a few AdamW steps of a network on random data and returns the
+  median step time, the saved-activation bytes, the peak and the bytes swapped.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ensml.compat import view_base
+from ensml.models import memory
+from ensml.models.memory import MemoryPolicy, apply_policy
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes of the tensors alive while the mode is on (forward and backward), and their peak.
+
+    Storages are counted once, however many views share them; a storage stops counting when
+    its last tensor is freed. Tensors that exist before the mode starts (weights, the batch)
+    are not counted: add them yourself.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._count: dict[int, list[int]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                self._track(t)
+        return out
+
+    def _track(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if not key or storage.nbytes() == 0:
+            return
+        entry = self._count.get(key)
+        if entry is None:
+            entry = self._count[key] = [storage.nbytes(), 0]
+            self.live += entry[0]
+            self.peak = max(self.peak, self.live)
+        entry[1] += 1
+        weakref.finalize(t, self._drop, key)
+
+    def _drop(self, key: int) -> None:
+        entry = self._count.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.live -= entry[0]
+            del self._count[key]
+
+
+@contextmanager
+def _per_segment(inputs: dict[int, int]) -> Iterator[None]:
+    """Record the tensor inputs of every recomputed segment (storage id -> bytes)."""
+
+    def hook(net: nn.Module, level: int, args: tuple) -> None:
+        modes = getattr(net, "memory_modes", None)
+        if not modes or modes[level] != memory.RECOMPUTE:
+            return
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                base = view_base(a)
+                inputs[id(base)] = base.numel() * base.element_size()
+
+    previous, memory.SEGMENT_HOOK = memory.SEGMENT_HOOK, hook
+    try:
+        yield
+    finally:
+        memory.SEGMENT_HOOK = previous
+
+
+def saved_activation_bytes(net: nn.Module, x: torch.Tensor, policy: MemoryPolicy) -> int:
+    """Bytes a forward pass of ``net`` on ``x`` keeps in memory for backward under ``policy``.
+
+    The tensors autograd saves (parameters excluded, each storage once), swapped ones excluded,
+    plus the inputs of recomputed levels, which their checkpoints hold. Counted exactly, through
+    the saved-tensor hooks, on the real tensors.
+    """
+    apply_policy(net, policy)
+    saved: dict[int, int] = {}
+    recomputed: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        base = view_base(t)
+        if not isinstance(base, nn.Parameter):
+            saved[id(base)] = base.numel() * base.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _per_segment(recomputed):
+        y = net(x)
+    del y
+    return sum({**saved, **recomputed}.values())
+
+
+@dataclass
+class StepMeasure:
+    """One policy on one input: step time (median, min of the timed steps, s), bytes."""
+
+    policy: str
+    step_s: float
+    min_s: float
+    saved_bytes: int
+    peak_bytes: int  # tensors alive at the peak of a step, beyond weights, optimiser and batch
+    swapped_bytes: int
+    wait_s: float  # time backward waited for swapped tensors
+
+
+def _step(net: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, target: torch.Tensor) -> None:
+    opt.zero_grad(set_to_none=True)
+    ((net(x) - target) ** 2).mean().backward()
+    opt.step()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_step(
+    net: nn.Module, x: torch.Tensor, policy: MemoryPolicy, steps: int = 3, warmup: int = 1
+) -> StepMeasure:
+    """Time ``steps`` AdamW steps (MSE against a random target) of ``net`` under ``policy``.
+
+    ``net`` and ``x`` on the device to measure. The peak is the allocator's on CUDA and the
+    live-tensor count of :class:`LiveBytes` on the CPU (one extra, untimed step).
+    """
+    device = x.device
+    saved = saved_activation_bytes(net, x, policy)
+    apply_policy(net, policy)
+    with torch.no_grad():
+        target = torch.randn_like(net(x))
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-6)
+    for _ in range(warmup):
+        _step(net, opt, x, target)
+    offloaders = {id(u.memory_offloader): u.memory_offloader for u in memory.unets(net) if u.memory_offloader}
+    for off in offloaders.values():
+        off.reset_stats()
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        _step(net, opt, x, target)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    swapped = sum(o.swapped_bytes for o in offloaders.values()) // max(steps, 1)
+    wait = sum(o.wait_s for o in offloaders.values()) / max(steps, 1)
+    peak = _peak(net, opt, x, target)
+    apply_policy(net, None)
+    return StepMeasure(policy.name, statistics.median(times), min(times), saved, peak, swapped, wait)
+
+
+def _peak(net: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, target: torch.Tensor) -> int:
+    device = x.device
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        _step(net, opt, x, target)
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - base
+    opt.zero_grad(set_to_none=True)
+    mode = LiveBytes()
+    with mode:
+        ((net(x) - target) ** 2).mean().backward()
+    opt.step()
+    grads = sum(p.numel() * p.element_size() for p in net.parameters() if p.grad is not None)
+    return mode.peak - grads  # gradients outlive the step like the weights: counted as state
+
+
+def state_bytes(net: nn.Module) -> int:
+    """Weights, gradients and AdamW's two moments."""
+    return 4 * sum(p.numel() * p.element_size() for p in net.parameters())
+
+
+__all__ = ["LiveBytes", "StepMeasure", "measure_step", "saved_activation_bytes", "state_bytes"]
