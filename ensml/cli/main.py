@@ -42,6 +42,7 @@ VERBS: dict[str, str] = {
     "report": "report",
     "postprocess": "postprocess",
     "plan-parallel": "plan",
+    "plan-memory": "plan",
     "benchmark": "benchmark",
 }
 #: What an OSError that reaches the top means, for the one line (other errno values are bugs).

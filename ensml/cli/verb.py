@@ -11,6 +11,7 @@ is imported only when the verb runs: ``--help`` prints the stored text (:mod:`.h
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,17 +26,25 @@ def load(target: str) -> Callable[..., Any]:
 
 def run_function(target: str | dict[str, str], args: Sequence[str]) -> Any:
     """Parse ``args`` (the verb's name first) into ``target`` (a function, or sub-commands), run it
-    and return what it returns (None after ``--help``)."""
+    and return what it returns (None after ``--help``).
+
+    A function whose own option is ``config`` (``plan-memory --config FIT.yaml``) gets no
+    ``--config`` of option files: jsonargparse then parses the value as the option but drops it
+    before the call, so such a function is called here with what was parsed.
+    """
     if print_stored(args):
         return None
-    from jsonargparse import auto_cli
+    from jsonargparse import auto_cli, capture_parser
 
     function = load(target) if isinstance(target, str) else {k: load(v) for k, v in target.items()}
     # No abbreviations: `--limit -3` must not quietly mean `--limit_train_batches -3`.
-    return auto_cli(
-        function, args=list(args[1:]), as_positional=False, exit_on_error=False, prog=f"ensml {args[0]}",
-        allow_abbrev=False,
-    )  # fmt: skip
+    options = dict(as_positional=False, exit_on_error=False, prog=f"ensml {args[0]}", allow_abbrev=False)
+    if callable(function) and "config" in inspect.signature(function).parameters:
+        parser = capture_parser(lambda: auto_cli(function, args=[], **options))
+        parsed = parser.instantiate_classes(parser.parse_args(list(args[1:])))
+        names = inspect.signature(function).parameters
+        return function(**{k: v for k, v in vars(parsed).items() if k in names})
+    return auto_cli(function, args=list(args[1:]), **options)
 
 
 def summary(fn: Callable[..., Any]) -> str:

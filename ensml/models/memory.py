@@ -131,17 +131,19 @@ def unets(net: nn.Module) -> Iterator[nn.Module]:
             yield m
 
 
-def apply_policy(net: nn.Module, policy: MemoryPolicy | None) -> nn.Module:
+def apply_policy(net: nn.Module, policy: MemoryPolicy | None, offloader: Any = None) -> nn.Module:
     """Set ``policy`` on every U-Net in ``net`` (in place; parameters and ``state_dict`` unchanged).
 
-    ``None`` or the default policy restores ``keep`` everywhere. Returns ``net``.
+    ``None`` or the default policy restores ``keep`` everywhere. A swapping policy gets a new
+    :class:`~ensml.models.offload.Offloader` unless one is given. Returns ``net``.
     """
     from ensml.models.layers import ConvBlock
     from ensml.models.offload import Offloader
 
     policy = policy or MemoryPolicy()
-    offloader = None
-    if policy.offload != "none":
+    if policy.offload == "none":
+        offloader = None
+    elif offloader is None:
         offloader = Offloader(policy.offload, policy.scratch_dir, policy.prefetch)
     for unet in unets(net):
         n_levels = len(unet.encoders)

@@ -29,6 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ensml.compat import view_base
 from ensml.models import memory
 from ensml.models.memory import MemoryPolicy, apply_policy
+from ensml.models.offload import Offloader
 
 
 class LiveBytes(TorchDispatchMode):
@@ -150,29 +151,46 @@ def measure_step(
     ``net`` and ``x`` on the device to measure. The peak is the allocator's on CUDA and the
     live-tensor count of :class:`LiveBytes` on the CPU (one extra, untimed step).
     """
+    return measure_steps(net, x, [policy], steps, warmup)[0]
+
+
+def measure_steps(
+    net: nn.Module, x: torch.Tensor, policies: list[MemoryPolicy], steps: int = 3, warmup: int = 1
+) -> list[StepMeasure]:
+    """:func:`measure_step` for several policies, their timed steps interleaved (round-robin), so
+    that a machine that slows down or speeds up during the measurement affects all alike."""
     device = x.device
-    saved = saved_activation_bytes(net, x, policy)
-    apply_policy(net, policy)
+    saved = [saved_activation_bytes(net, x, p) for p in policies]
+    offloaders = [
+        Offloader(p.offload, p.scratch_dir, p.prefetch) if p.offload != "none" else None for p in policies
+    ]
     with torch.no_grad():
-        target = torch.randn_like(net(x))
+        target = torch.randn_like(apply_policy(net, None)(x))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-6)
-    for _ in range(warmup):
-        _step(net, opt, x, target)
-    offloaders = {id(u.memory_offloader): u.memory_offloader for u in memory.unets(net) if u.memory_offloader}
-    for off in offloaders.values():
-        off.reset_stats()
-    times = []
-    for _ in range(steps):
-        _sync(device)
-        t0 = time.perf_counter()
-        _step(net, opt, x, target)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    swapped = sum(o.swapped_bytes for o in offloaders.values()) // max(steps, 1)
-    wait = sum(o.wait_s for o in offloaders.values()) / max(steps, 1)
-    peak = _peak(net, opt, x, target)
+    times: list[list[float]] = [[] for _ in policies]
+    for r in range(warmup + steps):
+        for i, (policy, off) in enumerate(zip(policies, offloaders)):
+            apply_policy(net, policy, off)
+            if off is not None and r == warmup:
+                off.reset_stats()
+            _sync(device)
+            t0 = time.perf_counter()
+            _step(net, opt, x, target)
+            _sync(device)
+            if r >= warmup:
+                times[i].append(time.perf_counter() - t0)
+    out = []
+    for i, (policy, off) in enumerate(zip(policies, offloaders)):
+        apply_policy(net, policy, off)
+        peak = _peak(net, opt, x, target)
+        swapped = off.swapped_bytes // max(steps, 1) if off else 0
+        wait = off.wait_s / max(steps, 1) if off else 0.0
+        t = times[i]
+        out.append(StepMeasure(policy.name, statistics.median(t), min(t), saved[i], peak, swapped, wait))
+        if off is not None:
+            off.close()
     apply_policy(net, None)
-    return StepMeasure(policy.name, statistics.median(times), min(times), saved, peak, swapped, wait)
+    return out
 
 
 def _peak(net: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, target: torch.Tensor) -> int:
@@ -189,13 +207,19 @@ def _peak(net: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, target: t
     with mode:
         ((net(x) - target) ** 2).mean().backward()
     opt.step()
-    grads = sum(p.numel() * p.element_size() for p in net.parameters() if p.grad is not None)
-    return mode.peak - grads  # gradients outlive the step like the weights: counted as state
+    return mode.peak  # activations, their gradients and the weights' gradients
 
 
 def state_bytes(net: nn.Module) -> int:
-    """Weights, gradients and AdamW's two moments."""
-    return 4 * sum(p.numel() * p.element_size() for p in net.parameters())
+    """What a step needs besides its own tensors: the weights and AdamW's two moments."""
+    return 3 * sum(p.numel() * p.element_size() for p in net.parameters())
 
 
-__all__ = ["LiveBytes", "StepMeasure", "measure_step", "saved_activation_bytes", "state_bytes"]
+__all__ = [
+    "LiveBytes",
+    "StepMeasure",
+    "measure_step",
+    "measure_steps",
+    "saved_activation_bytes",
+    "state_bytes",
+]

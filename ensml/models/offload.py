@@ -99,15 +99,18 @@ class Offloader:
         self._reset_state()
 
     def __del__(self) -> None:
-        self.close()
+        self.close(wait=False)
 
-    def close(self) -> None:
-        """Release the scratch file and the I/O thread."""
-        if getattr(self, "_pool", None) is not None:
-            self._pool.shutdown(wait=True)
-        if getattr(self, "_fd", None) is not None:
-            os.close(self._fd)
+    def close(self, wait: bool = True) -> None:
+        """Release the scratch file and the I/O thread (after the writes already queued)."""
+        pool, fd = getattr(self, "_pool", None), getattr(self, "_fd", None)
         self._fd = self._pool = None
+        if pool is not None:
+            try:
+                pool.submit(os.close, fd)  # the one I/O thread closes it after the queued writes
+            except RuntimeError:  # the interpreter is exiting: nothing waits for those writes
+                os.close(fd)
+            pool.shutdown(wait=wait)
 
     def reset_stats(self) -> None:
         """Zero :attr:`swapped_bytes` and :attr:`wait_s`."""

@@ -60,7 +60,8 @@ class EnsmlCLI(LightningCLI):
         if not use_lightning_bar():  # a log, a pipe or --quiet: lines (or nothing), not a bar
             kwargs["enable_progress_bar"] = False
         # [cli: option ranges] trainer options this machine cannot honour: one line, not a hang.
-        check_trainer_options(self.config_init[self.subcommand].get("trainer", {}))
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        check_trainer_options(config.get("trainer", {}))
         if quiet():  # [cli: -q] results, warnings and errors only: no model summary
             kwargs["enable_model_summary"] = False
         trainer = super().instantiate_trainer(**kwargs)
@@ -186,6 +187,21 @@ def quiet_lightning() -> None:
         "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
     ):
         warnings.filterwarnings("ignore", message=message)
+
+
+def load_fit_config(config: str, overrides: list[str] = ()) -> EnsmlCLI:  # type: ignore[assignment]
+    """A fit config parsed and its task and data module built (``.model``, ``.datamodule``,
+    ``.config``, ``.parser``); nothing is run and nothing is written."""
+    quiet_lightning()
+    return EnsmlCLI(
+        EnsembleTask,
+        EnsembleDataModule,
+        subclass_mode_model=True,
+        seed_everything_default=0,
+        run=False,
+        parser_kwargs={"exit_on_error": False},
+        args=["--config", str(config), *overrides],
+    )
 
 
 def run_lightning(args: list[str]) -> None:

@@ -210,17 +210,27 @@ class EnsembleTask(TaskFields, L.LightningModule):
         hp = self.hparams
         return N_LOCATION * bool(hp.get("location_inputs", False)) + len(hp.get("static_variables") or ())
 
+    def network_input_shape(self, batch_size: int, n_lat: int, n_lon: int) -> tuple[int, ...]:
+        """Shape of the network's input (:meth:`features`) for a batch on an ``n_lat × n_lon`` grid.
+
+        ``(B, C, D, H, W)``, lead times stacked as channels, or ``(B, L, C, D, H, W)`` for a
+        temporal network.
+        """
+        hp = self.hparams
+        n_var, n_lead, n_level = len(hp.variables), len(self.input_lead_values), len(hp.levels)
+        extra_in = (n_var if self.uses_analysis else 0) + self.n_static  # per lead, for temporal nets
+        if self.sequence_input:
+            return (batch_size, n_lead, 2 * n_var + extra_in, n_level, n_lat, n_lon)
+        return (batch_size, 2 * n_var * n_lead + extra_in, n_level, n_lat, n_lon)
+
     def build_net(self, out_channels: int) -> torch.nn.Module:
         """A network of ``hparams.arch`` from this task's input channels to ``out_channels``."""
         hp = self.hparams
-        n_var, n_lead = len(hp.variables), len(self.input_lead_values)
-        extra_in = (n_var if self.uses_analysis else 0) + self.n_static  # per lead, for temporal nets
+        in_channels = self.network_input_shape(1, 1, 1)[-4]
         extra: dict[str, Any] = {}
         if self.sequence_input:
-            in_channels = 2 * n_var + extra_in
+            n_lead = len(self.input_lead_values)
             extra = dict(n_leads=n_lead, n_levels=len(hp.levels), target_index=self.target_index)
-        else:
-            in_channels = 2 * n_var * n_lead + extra_in
         net = build_network(
             hp.arch, in_channels, out_channels, width=hp.width, depth=hp.depth,
             kernel_size=hp.kernel_size, norm_groups=hp.norm_groups, **extra, **(hp.arch_options or {}),

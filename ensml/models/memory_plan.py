@@ -1,0 +1,218 @@
+"""Predict the step time and memory of every memory policy, and the largest grid each can train.
+
+The planner measures, it does not guess: for each candidate :class:`MemoryPolicy` it runs a few
+training steps of the real network at two grid sizes (:func:`measure_policies`) and fits each
+quantity (step time, saved-activation bytes, peak bytes) as an affine function of the number of
+(padded) grid points: a fully convolutional network's work and activations grow with the grid,
+while fixed costs (the optimiser, Python) do not. :func:`plan_memory` evaluates the fits at the
+grid asked for, adds the weights, gradients and AdamW moments, and — for a spatial split over
+``r`` ranks — scales by the ratios the spatial performance model gives
+(:mod:`ensml.models.spatial.perfmodel`: exact per-rank activation bytes, predicted step time).
+It recommends the fastest policy whose predicted memory fits the budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ensml.models.memory import MemoryPolicy
+from ensml.models.memory_profile import StepMeasure, measure_steps
+
+GIB = 2.0**30
+
+
+def candidate_policies(device: torch.device | str, scratch_dir: str | None = None) -> list[MemoryPolicy]:
+    """The policies the planner compares: none, levels, all, swap everything, and the mix
+    (swap the full-resolution level, recompute the rest). The swap goes to pinned host memory
+    from an accelerator and to a scratch file from the CPU."""
+    target = "disk" if torch.device(device).type == "cpu" else "host"
+    return [
+        MemoryPolicy(),
+        MemoryPolicy("levels"),
+        MemoryPolicy("all"),
+        MemoryPolicy(offload=target, scratch_dir=scratch_dir),
+        MemoryPolicy("levels", offload=target, swap_levels=(0,), scratch_dir=scratch_dir),
+    ]
+
+
+@dataclass
+class PolicyFit:
+    """Measurements of one policy at several grid sizes, and their affine fit in grid points."""
+
+    policy: MemoryPolicy
+    points: list[int]
+    measures: list[StepMeasure]
+
+    def _affine(self, values: list[float], points: float) -> float:
+        (p0, p1), (v0, v1) = self.points[:2], values[:2]
+        slope = (v1 - v0) / (p1 - p0) if p1 != p0 else 0.0
+        return v0 + slope * (points - p0)
+
+    def step_s(self, points: float) -> float:
+        return self._affine([m.step_s for m in self.measures], points)
+
+    def saved_bytes(self, points: float) -> float:
+        return self._affine([m.saved_bytes for m in self.measures], points)
+
+    def peak_bytes(self, points: float) -> float:
+        return self._affine([m.peak_bytes for m in self.measures], points)
+
+
+def measure_policies(
+    make_net: Callable[[], nn.Module],
+    input_shape: Callable[[int, int], tuple[int, ...]],
+    grids: list[tuple[int, int]],
+    policies: list[MemoryPolicy],
+    device: torch.device | str = "cpu",
+    steps: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> list[PolicyFit]:
+    """Measure every policy at every ``(n_lat, n_lon)`` of ``grids`` (two sizes for the fit).
+
+    ``make_net()`` builds the network (same weights each time); ``input_shape(n_lat, n_lon)``
+    gives its input's shape.
+    """
+    device = torch.device(device)
+    fits = [PolicyFit(p, [], []) for p in policies]
+    for n_lat, n_lon in grids:
+        torch.manual_seed(0)
+        net = make_net().to(device)
+        x = torch.randn(input_shape(n_lat, n_lon), device=device)
+        points = padded_points(net, n_lat, n_lon)
+        for fit, measure in zip(fits, measure_steps(net, x, policies, steps=steps)):
+            fit.points.append(points)
+            fit.measures.append(measure)
+        if progress is not None:
+            progress(f"{len(policies)} policies at {n_lat} x {n_lon}")
+        del net, x
+    return fits
+
+
+def padded_points(net: nn.Module, n_lat: int, n_lon: int) -> int:
+    """Latitude × longitude cells after the U-Net pads to a multiple of ``2**depth``."""
+    depth = max((getattr(m, "depth", 0) for m in net.modules() if hasattr(m, "encoders")), default=0)
+    m = 2**depth
+    return (-(-n_lat // m) * m) * (-(-n_lon // m) * m)
+
+
+@dataclass
+class PolicyPrediction:
+    """One policy (on ``ranks`` spatial ranks) at the planned grid."""
+
+    policy: MemoryPolicy
+    ranks: int
+    step_s: float
+    saved_bytes: float
+    total_bytes: float  # peak of the step + weights, gradients, AdamW moments, batch
+    largest: tuple[int, int]  # the largest grid (lat, lon), of the planned aspect, that fits
+    fits: bool = False
+
+
+@dataclass
+class MemoryPlan:
+    """Every policy's prediction at one grid, and the recommendation."""
+
+    grid: tuple[int, int]
+    budget_bytes: float
+    rows: list[PolicyPrediction] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> PolicyPrediction | None:
+        """The fastest single-process policy that fits (else the fastest spatial one that fits)."""
+        for ranks_ok in (lambda r: r == 1, lambda r: True):
+            fitting = [r for r in self.rows if r.fits and ranks_ok(r.ranks)]
+            if fitting:
+                return min(fitting, key=lambda r: r.step_s)
+        return None
+
+    def table(self) -> str:
+        """A text table, one row per policy and rank count, and the recommendation."""
+        lines = [
+            f"grid {self.grid[0]} x {self.grid[1]}, budget {self.budget_bytes / GIB:.2f} GiB",
+            f"{'policy':<26} {'ranks':>5} {'step s':>8} {'saved GiB':>10} {'peak GiB':>9} "
+            f"{'fits':>4}  largest grid in budget",
+        ]
+        for r in self.rows:
+            lines.append(
+                f"{r.policy.name:<26} {r.ranks:>5} {r.step_s:8.3f} {r.saved_bytes / GIB:10.3f} "
+                f"{r.total_bytes / GIB:9.3f} {'yes' if r.fits else 'no':>4}  {r.largest[0]} x {r.largest[1]}"
+            )
+        best = self.chosen
+        if best is None:
+            lines.append("no policy fits the budget: use more ranks or a smaller batch")
+        else:
+            where = f" on {best.ranks} spatial ranks" if best.ranks > 1 else ""
+            lines.append(f"recommended: {best.policy.name}{where}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SpatialScale:
+    """Per-rank memory and step time of an ``r``-rank spatial split, relative to one rank."""
+
+    ranks: int
+    memory: float
+    time: float
+
+
+def plan_memory(
+    fits: list[PolicyFit],
+    grid: tuple[int, int],
+    points: int,
+    budget_bytes: float,
+    fixed_bytes: float,
+    batch_bytes_per_point: float,
+    spatial: list[SpatialScale] = (),  # type: ignore[assignment]
+) -> MemoryPlan:
+    """Evaluate ``fits`` at ``points`` (the planned grid's padded cells) for one rank and each
+    spatial split; ``fixed_bytes`` are the weights, gradients and optimiser moments,
+    ``batch_bytes_per_point`` the input and target bytes per grid cell."""
+    plan = MemoryPlan(grid, budget_bytes)
+    for scale in [SpatialScale(1, 1.0, 1.0), *spatial]:
+        for fit in fits:
+
+            def total(p: float, fit: PolicyFit = fit, scale: SpatialScale = scale) -> float:
+                per_rank = (fit.peak_bytes(p) + batch_bytes_per_point * p) * scale.memory
+                return fixed_bytes + per_rank
+
+            plan.rows.append(
+                PolicyPrediction(
+                    fit.policy,
+                    scale.ranks,
+                    fit.step_s(points) * scale.time,
+                    fit.saved_bytes(points) * scale.memory,
+                    total(points),
+                    _largest(total, budget_bytes, grid, points),
+                    total(points) <= budget_bytes,
+                )
+            )
+    return plan
+
+
+def _largest(
+    total: Callable[[float], float], budget: float, grid: tuple[int, int], points: int
+) -> tuple[int, int]:
+    """The largest grid of ``grid``'s aspect ratio whose predicted ``total`` fits ``budget``."""
+    a0, a1 = total(0.0), (total(float(points)) - total(0.0)) / points
+    if a1 <= 0 or budget <= a0:
+        return (0, 0)
+    cells = (budget - a0) / a1
+    n_lat = math.floor(math.sqrt(cells * grid[0] / grid[1]))
+    return n_lat, math.floor(cells / max(n_lat, 1))
+
+
+__all__ = [
+    "MemoryPlan",
+    "PolicyFit",
+    "PolicyPrediction",
+    "SpatialScale",
+    "candidate_policies",
+    "measure_policies",
+    "padded_points",
+    "plan_memory",
+]
