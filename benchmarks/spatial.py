@@ -6,27 +6,37 @@ GPU (one process per GPU): python benchmarks/spatial.py --backend nccl --device 
 
 Each rank runs one thread. Activation memory is the bytes autograd saves in one forward pass
 (plus, on CUDA, the allocator's peak); the halo share is the time inside halo exchanges (forward
-and backward, including waiting for the neighbour) over the step time, per U-Net level.
+and backward, including waiting for the neighbour) over the step time, per U-Net level. Step
+time is the slowest rank's, min and median over ``--steps`` steps (the median is quoted).
+
+Model check: before the layouts of each rank count, ``measure_machine`` measures this machine
+(compute rates, backend latency and bandwidth, contention of that many ranks) as
+``ensml plan-parallel --machine measured`` does; then ``predict`` gives every layout's step and
+halo time, printed against the measurement with the relative error of the step time and whether
+all layouts are within the 15% target.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import time
 from collections import defaultdict
 
 import torch
 
-from ensml.models.spatial import ProcessGrid, SpatialUNet3d, global_mean, halo_exchange, reduce_gradients
-from ensml.models.spatial.grid import LON
+from ensml.models.spatial import ProcessGrid, SpatialUNet3d, global_mean, reduce_gradients
+from ensml.models.spatial.calibrate import measure_machine
 from ensml.models.spatial.halo import HALO_STATS, enable_halo_timing
-from ensml.models.spatial.perfmodel import H100_NCCL, MachineModel, predict, saved_bytes, saved_hooks
+from ensml.models.spatial.perfmodel import H100_NCCL, predict, saved_bytes, saved_hooks
 from ensml.models.spatial.testing import run_distributed
 from ensml.models.spatial.unet import unet_shard_sizes
 from ensml.models.unet3d import UNet3d
 
 MIB = 2.0**20
+#: The model's step time must be within this relative error of the measured median.
+TARGET = 0.15
 
 
 def _sync(device: torch.device) -> None:
@@ -93,46 +103,16 @@ def worker(a, lat: int, lon: int) -> dict:
     for label, (sec, _) in HALO_STATS.items():
         halo[_level(label, a.depth)] += sec / a.steps
     enable_halo_timing(False)
-    return dict(act=act, peak=peak, step=sorted(times)[len(times) // 2], timed=timed, halo=dict(halo))
+    return dict(act=act, peak=peak, steps=times, timed=timed, halo=dict(halo))
 
 
-def calibrate(a) -> dict:
-    """Two ranks: halo latency and bandwidth from exchanges of two sizes (medians of 30)."""
-    grid = ProcessGrid(lon=2)
-    device = "cuda" if a.device == "cuda" else "cpu"
-    out = {}
-    for n in (1, 2**20):
-        x = torch.randn(n, device=device).view(1, 1, 1, 1, n)
-        lo, hi = grid.neighbour(LON, -1, False), grid.neighbour(LON, 1, False)
-        times = []
-        for _ in range(33):
-            t0 = time.perf_counter()
-            halo_exchange(x, LON, lo, hi, n, n, n, n)
-            times.append(time.perf_counter() - t0)
-        out[n * 4] = sorted(times[3:])[15]
-    (b0, t_small), (b1, t_big) = sorted(out.items())
-    return dict(latency=t_small, bandwidth=(b1 - b0) / max(t_big - t_small, 1e-9))
+def _step_stats(out: list[dict]) -> tuple[float, float]:
+    """Min and median over steps of the slowest rank's step time (s)."""
+    per_step = sorted(max(r["steps"][i] for r in out) for i in range(len(out[0]["steps"])))
+    return per_step[0], statistics.median(per_step)
 
 
-def compute_rates(a, step_s: float) -> tuple[float, float]:
-    """FLOP/s of convolutions (from the measured one-rank step) and elements/s of GELU."""
-    torch.set_num_threads(1)
-    unet = _net(a)
-    ref = MachineModel("unit", 1.0, 1e300, 1e300, 0, 0)
-    pred = predict(unet, (a.channels, a.levels, a.lat, a.lon), (1, 1, 1), ref, a.batch)
-    flops = sum(c.flops for c in pred.layers)
-    elems = sum(c.elements for c in pred.layers)
-    xe = torch.randn(a.batch, a.width, a.levels, a.lat, a.lon, requires_grad=True)
-    times = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        torch.nn.functional.gelu(xe).sum().backward()
-        times.append(time.perf_counter() - t0)
-    t_elem = sorted(times)[3] / (3 * xe.numel())
-    return flops / max(step_s - elems * t_elem, 1e-9), 1.0 / t_elem
-
-
-def main(argv: list[str] | None = None) -> None:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -143,29 +123,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--width", type=int, default=8)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--steps", type=int, default=7, help="timed steps per layout (min and median)")
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
-    a = p.parse_args(argv)
-    size = f"{a.batch}x{a.channels}x{a.levels}x{a.lat}x{a.lon} float32, width {a.width}, depth {a.depth}"
-    splits = {1: [(1, 1)], 2: [(1, 2)], 4: [(1, 4), (2, 2)]}
-    res = {}
-    for n in a.ranks:
-        for lat, lon in splits.get(n, [(1, n)]):
-            out = run_distributed(worker, n, a, lat, lon, backend=a.backend, timeout=600)
-            res[(lat, lon)] = out
+    p.add_argument("--no-model", dest="model", action="store_false", help="skip the model check")
+    return p.parse_args(argv)
+
+
+def _report(a, res: dict) -> None:
+    """Memory, step time and halo share of every layout."""
     single = res[(1, 1)][0] if (1, 1) in res else None
-    print(f"U-Net {size}, backend {a.backend}, device {a.device}, 1 thread per rank")
-    one = predict(_net(a), (a.channels, a.levels, a.lat, a.lon), (1, 1, 1), H100_NCCL, a.batch)
-    print(f"(partitioned layers on one rank save {one.activation_bytes / MIB:.1f} MiB: no level padding)")
     for (lat, lon), out in res.items():
         act = max(r["act"] for r in out)
-        step = max(r["step"] for r in out)
+        fastest, step = _step_stats(out)
         line = f"ranks {lat * lon} (lat {lat} x lon {lon}): activations {act / MIB:7.1f} MiB/rank"
         if single:
             line += f" -> {act / single['act']:.2f}x single"
-            line += f", step {step:.3f} s ({single['step'] / step:.2f}x speed-up)"
-        else:
-            line += f", step {step:.3f} s"
+        line += f", step {step:.3f} s (median; min {fastest:.3f} s)"
+        if single:
+            line += f" ({_step_stats(res[(1, 1)])[1] / step:.2f}x speed-up)"
         if a.device == "cuda":
             line += f", CUDA peak {max(r['peak'] for r in out) / MIB:.1f} MiB/rank"
         print(line)
@@ -178,28 +153,47 @@ def main(argv: list[str] | None = None) -> None:
             shares = ", ".join(f"{k} {100 * v / timed:.1f}%" for k, v in sorted(halo.items()))
             total = 100 * sum(halo.values()) / timed
             print(f"  halo share of step time ({timed:.3f} s): {shares}; total {total:.1f}%")
-    if a.device == "cpu" and single:
-        comm = run_distributed(calibrate, 2, a, timeout=120)[0]
-        flops, elem = compute_rates(a, single["step"])
-        cpu = MachineModel(
-            "CPU gloo (calibrated)", flops, elem, comm["bandwidth"], comm["latency"], 2 * comm["latency"]
-        )
+
+
+def _model_check(a, res: dict, machines: dict) -> None:
+    """Predicted vs measured step and halo time of every layout, and the 15% verdict."""
+    sample = (a.channels, a.levels, a.lat, a.lon)
+    worst = (0.0, "")
+    for n, machine in machines.items():
+        print(f"machine model, {n} rank(s): {machine.describe()}")
+    for (lat, lon), out in res.items():
+        # one rank runs the plain UNet3d (with level padding), more ranks the partitioned one
+        pr = predict(_net(a), sample, (1, lat, lon), machines[lat * lon], a.batch, plain=lat * lon == 1)
+        _, step = _step_stats(out)
+        halo = sum(sum(r["halo"].values()) for r in out) / len(out)
+        act = max(r["act"] for r in out)
+        err = pr.step_s / step - 1
+        worst = max(worst, (abs(err), f"{lat}x{lon}"))
         print(
-            f"calibration: conv {flops / 1e9:.1f} GFLOP/s, elementwise {elem / 1e6:.0f} Melem/s, "
-            f"halo latency {comm['latency'] * 1e6:.0f} us, bandwidth {comm['bandwidth'] / 1e9:.2f} GB/s"
+            f"model vs measured, ranks {lat}x{lon}: step {pr.step_s:.3f} vs {step:.3f} s ({err:+.0%}), "
+            f"halo {pr.halo_s * 1e3:.1f} vs {halo * 1e3:.1f} ms, "
+            f"activations {pr.activation_bytes / MIB:.1f} vs {act / MIB:.1f} MiB"
         )
-        for (lat, lon), out in res.items():
-            # one rank runs the plain UNet3d (with level padding), more ranks the partitioned one
-            sample = (a.channels, a.levels, a.lat, a.lon)
-            pr = predict(_net(a), sample, (1, lat, lon), cpu, a.batch, plain=lat * lon == 1)
-            act = max(r["act"] for r in out)
-            step = max(r["step"] for r in out)
-            halo = sum(sum(r["halo"].values()) for r in out) / len(out)
-            print(
-                f"model vs measured, ranks {lat}x{lon}: step {pr.step_s:.3f} vs {step:.3f} s, "
-                f"halo {pr.halo_s * 1e3:.1f} vs {halo * 1e3:.1f} ms, "
-                f"activations {pr.activation_bytes / MIB:.1f} vs {act / MIB:.1f} MiB"
-            )
+    verdict = "every layout within" if worst[0] <= TARGET else "NOT every layout within"
+    print(f"target: step time within {TARGET:.0%}: {verdict} (worst {worst[1]}: {worst[0]:.0%})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = _parse(argv)
+    size = f"{a.batch}x{a.channels}x{a.levels}x{a.lat}x{a.lon} float32, width {a.width}, depth {a.depth}"
+    splits = {1: [(1, 1)], 2: [(1, 2)], 4: [(1, 4), (2, 2)]}
+    res, machines = {}, {}
+    for n in a.ranks:
+        if a.model:  # measured just before this rank count's layouts, under the same load
+            machines[n] = measure_machine(n, a.backend, a.device, threads_per_rank=1)
+        for lat, lon in splits.get(n, [(1, n)]):
+            res[(lat, lon)] = run_distributed(worker, n, a, lat, lon, backend=a.backend, timeout=600)
+    print(f"U-Net {size}, backend {a.backend}, device {a.device}, 1 thread per rank, {a.steps} steps")
+    one = predict(_net(a), (a.channels, a.levels, a.lat, a.lon), (1, 1, 1), H100_NCCL, a.batch)
+    print(f"(partitioned layers on one rank save {one.activation_bytes / MIB:.1f} MiB: no level padding)")
+    _report(a, res)
+    if a.model:
+        _model_check(a, res, machines)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from jsonargparse.typing import PositiveFloat, restricted_number_type
 
 from ensml.errors import EnsmlError
 from ensml.models.spatial import plan_parallel
-from ensml.models.spatial.perfmodel import H100_NCCL
+from ensml.models.spatial.calibrate import measure_machine
+from ensml.models.spatial.perfmodel import H100_NCCL, MachineModel
 from ensml.models.unet3d import UNet3d
 from ensml.train.options import Depth, KernelSize, Width
 
@@ -19,6 +20,28 @@ Devices = restricted_number_type("Devices", int, [(">=", 1), ("<=", 1_000_000)])
 GridSize = restricted_number_type("PlanGridSize", int, [(">=", 1), ("<=", 100_000)])
 #: Variables, lead times, batch size.
 Count = restricted_number_type("Count", int, [(">=", 1), ("<=", 10_000)])
+#: Intra-op threads of each rank of a measured machine.
+Threads = restricted_number_type("PlanThreads", int, [(">=", 1), ("<=", 1024)])
+#: Most ranks ``--machine measured`` spawns on this machine (one process per device).
+MAX_MEASURED = 64
+
+
+def _measured_machine(devices: int) -> tuple[str, str]:
+    """(backend, device) of ``--machine measured``, or a one-line error before anything runs."""
+    if devices > MAX_MEASURED:
+        raise EnsmlError(
+            f"plan-parallel: --machine measured runs one process per device on this machine: "
+            f"at most {MAX_MEASURED} devices, got {devices} (use --machine h100 to plan a GPU cluster)"
+        )
+    if torch.cuda.is_available():
+        gpus = torch.cuda.device_count()
+        if devices > gpus:
+            raise EnsmlError(
+                f"plan-parallel: --machine measured on CUDA needs one GPU per device: "
+                f"{gpus} GPU(s) here, got --devices {devices}"
+            )
+        return "nccl", "cuda"
+    return "gloo", "cpu"
 
 
 def plan_parallel_cli(
@@ -35,6 +58,8 @@ def plan_parallel_cli(
     kernel_size: KernelSize = 3,
     batch_size: Count = 1,
     memory_gib: PositiveFloat | None = None,
+    machine: Literal["h100", "measured"] = "h100",
+    threads_per_rank: Threads = 1,
 ) -> None:
     """Print the predicted cost of every data × lat × lon split of ``devices`` ranks.
 
@@ -66,8 +91,18 @@ def plan_parallel_cli(
     batch_size
         Samples per replica per step (``data.batch_size``).
     memory_gib
-        Memory per device in GiB (default: that of the machine model, 80).
+        Memory per device in GiB (default: that of the machine model: 80 for ``h100``; for
+        ``measured``, the GPU's, or the host's RAM shared by the ranks).
+    machine
+        ``h100``: nominal H100 + NCCL rates (plan a GPU cluster). ``measured``: this machine,
+        measured now in a few seconds with ``devices`` processes (CUDA + NCCL where there is a
+        GPU per device, else CPU + gloo): compute rates, halo latency and bandwidth, and the
+        slowdown of ranks sharing cores (at most 64 devices).
+    threads_per_rank
+        Intra-op threads of each rank, for ``--machine measured``.
     """
+    if machine == "measured":  # checked before the forecast is opened or anything is spawned
+        backend, device = _measured_machine(devices)
     if forecast is not None:
         from ensml.data.open import open_forecast
         from ensml.names import LATITUDE, LEVEL, LONGITUDE
@@ -78,6 +113,11 @@ def plan_parallel_cli(
         n_level = n_level or fc.sizes[LEVEL]
     if not (n_lat and n_lon and n_level):
         raise EnsmlError("plan-parallel: give --forecast FILE or all of --n_lat, --n_lon, --n_level")
+    rates: MachineModel = H100_NCCL
+    if machine == "measured":
+        print(f"measuring this machine with {devices} {device} rank(s) ({backend}) ...", flush=True)
+        rates = measure_machine(devices, backend, device, threads_per_rank)
+        print(f"measured: {rates.describe()}")
     mixed = task == "mixed"
     in_channels = 2 * n_var * n_lead + (n_var if mixed else 0)
     with torch.device("meta"):  # shapes and parameter counts only: no memory for the weights
@@ -85,7 +125,7 @@ def plan_parallel_cli(
             in_channels, (2 if mixed else 1) * n_var, width=width, depth=depth, kernel_size=kernel_size
         )
     plan = plan_parallel(
-        model, n_level, n_lat, n_lon, devices, batch_size=batch_size, machine=H100_NCCL, memory_gib=memory_gib
+        model, n_level, n_lat, n_lon, devices, batch_size=batch_size, machine=rates, memory_gib=memory_gib
     )
     sample = f"{in_channels} channels × {n_level} levels × {n_lat} × {n_lon}"
     print(f"sample: {sample}; U-Net width {width}, depth {depth}")

@@ -3,12 +3,14 @@
 See :mod:`~ensml.models.spatial.grid` (process grid, shard sizes),
 :mod:`~ensml.models.spatial.halo` (halo exchange autograd function),
 :mod:`~ensml.models.spatial.layers` (partitioned layers), :mod:`~ensml.models.spatial.unet`
-(converter and :class:`SpatialUNet3d`) and :mod:`~ensml.models.spatial.perfmodel` (performance
-model and :func:`plan_parallel`).
+(converter and :class:`SpatialUNet3d`), :mod:`~ensml.models.spatial.perfmodel` (performance
+model and :func:`plan_parallel`) and :mod:`~ensml.models.spatial.calibrate` (:func:`measure_machine`:
+the machine model of this machine, measured).
 """
 
 from __future__ import annotations
 
+from ensml.models.spatial.calibrate import measure_machine
 from ensml.models.spatial.collectives import (
     broadcast_parameters,
     gather_field,
@@ -50,6 +52,7 @@ __all__ = [
     "global_sum",
     "halo_exchange",
     "local_slices",
+    "measure_machine",
     "parallelize",
     "plan_parallel",
     "predict",

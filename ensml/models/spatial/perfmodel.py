@@ -1,13 +1,18 @@
 """Performance model of spatial × data-parallel training, in the spirit of Dryden et al. (2019).
 
-Per layer and rank: compute = FLOPs of the local shard / sustained FLOP rate (convolutions) or
-elements / elementwise rate (norms, activations, pooling); communication = halo messages
-(latency + bytes / bandwidth, forward and backward) and the small all-reduces of global
-normalisation statistics; per step: the gradient all-reduce over the world. Activation memory
-per rank is the bytes autograd saves when the partitioned model runs on one rank's padded
-shard with local padding in place of halos (traced on the ``meta`` device: nothing is
-allocated). :func:`~ensml.models.spatial.plan.plan_parallel` ranks all ``data × lat × lon``
-splits of a device count by predicted samples per second among those that fit.
+Per layer and rank: compute = FLOPs of the local shard / sustained FLOP rate, plus, on CPU, the
+im2col/col2im memory traffic of the convolution / its bandwidth (convolutions), or elements /
+elementwise rate (norms, activations, pooling); communication = halo messages (latency + bytes /
+bandwidth + the wait for a late neighbour, forward and backward) and the small all-reduces of
+global normalisation statistics; per step: the gradient all-reduce over the world. Ranks that
+share cores time-slice: compute grows by ``ranks × threads / cores`` (at least 1) and by the
+measured contention of ranks computing at once. Activation memory per rank is the bytes autograd
+saves when the partitioned model runs on one rank's padded shard with local padding in place of
+halos (traced on the ``meta`` device: nothing is allocated).
+:func:`~ensml.models.spatial.plan.plan_parallel` ranks all ``data × lat × lon`` splits of a
+device count by predicted samples per second among those that fit;
+:func:`~ensml.models.spatial.calibrate.measure_machine` measures the :class:`MachineModel` of
+this machine.
 """
 
 from __future__ import annotations
@@ -27,8 +32,39 @@ from ensml.models.unet3d import UNet3d
 
 @dataclass(frozen=True)
 class MachineModel:
-    """Sustained rates of one rank: FLOP/s of convolutions, elements/s of elementwise layers,
-    halo bandwidth (B/s) and latency (s) per message, all-reduce latency (s) per step of a tree."""
+    """Sustained rates of one rank and how ranks share the machine.
+
+    Attributes
+    ----------
+    name
+        Shown in the plan's table.
+    conv_flops
+        FLOP/s of convolutions (forward + backward FLOPs over their time).
+    elem_rate
+        Elements/s of elementwise layers (GELU, norms, pooling), forward + backward.
+    bandwidth, latency
+        Halo bandwidth (B/s) and latency (s) per message exchange.
+    allreduce_latency
+        Latency (s) per step of a tree all-reduce.
+    memory_gib
+        Memory of one rank (GiB) for activations, parameters, gradients and Adam moments.
+    conv_bandwidth, conv_memory_bandwidth, cache_bytes
+        B/s of the im2col/col2im traffic of CPU convolutions (three passes of an
+        ``in_channels × kernel × output`` buffer per layer, forward and backward) while that
+        buffer fits in the last-level cache (``cache_bytes``, shared by the ranks that run at
+        once), and beyond it; infinite where convolutions are FLOP-bound (GPUs).
+    cores
+        Cores (CPU) or devices (GPU) the ranks run on; ranks × ``threads_per_rank`` beyond it
+        time-slice, which multiplies compute. Infinite: every rank has its own.
+    threads_per_rank
+        Intra-op threads of each rank.
+    contention
+        Measured slowdown of compute when all ranks compute at once, beyond time-slicing
+        (shared caches and memory bandwidth, other users' load); 1 on one rank.
+    sync_s
+        Measured extra wait (s) at each synchronisation (halo exchange, all-reduce) when ranks
+        run at once: a neighbour late or descheduled.
+    """
 
     name: str
     conv_flops: float
@@ -37,6 +73,40 @@ class MachineModel:
     latency: float
     allreduce_latency: float
     memory_gib: float = 80.0
+    conv_bandwidth: float = math.inf
+    conv_memory_bandwidth: float = math.inf
+    cache_bytes: float = math.inf
+    cores: float = math.inf
+    threads_per_rank: int = 1
+    contention: float = 1.0
+    sync_s: float = 0.0
+
+    def share(self, world: int) -> float:
+        """Compute slowdown of ``world`` ranks computing at once: time-slicing × contention."""
+        if world <= 1:
+            return 1.0
+        return max(1.0, world * self.threads_per_rank / self.cores) * self.contention
+
+    def conv_traffic_s(self, col_bytes: float, world: int) -> float:
+        """Time (s) of the three im2col/col2im passes over a ``col_bytes`` buffer on one rank."""
+        if math.isinf(self.conv_bandwidth) and math.isinf(self.conv_memory_bandwidth):
+            return 0.0
+        sharers = 1 if world <= 1 else max(1, min(world, int(min(self.cores, 1e9)) // self.threads_per_rank))
+        cache = self.cache_bytes / sharers
+        inside, beyond = min(col_bytes, cache), max(col_bytes - cache, 0.0)
+        return 3 * (inside / self.conv_bandwidth + beyond / self.conv_memory_bandwidth)
+
+    def describe(self) -> str:
+        """One line of the rates, with units."""
+        bw, dram = self.conv_bandwidth / 1e9, self.conv_memory_bandwidth / 1e9
+        mem = "" if math.isinf(bw) else f", conv traffic {bw:.1f} GB/s in cache, {dram:.1f} GB/s beyond"
+        cores = "" if math.isinf(self.cores) else f", {self.cores:g} cores"
+        return (
+            f"conv {self.conv_flops / 1e9:.1f} GFLOP/s{mem}, elementwise {self.elem_rate / 1e6:.0f} Melem/s, "
+            f"halo latency {self.latency * 1e6:.0f} us, bandwidth {self.bandwidth / 1e9:.2f} GB/s, "
+            f"all-reduce {self.allreduce_latency * 1e6:.0f} us/step, sync wait {self.sync_s * 1e6:.0f} us, "
+            f"{self.threads_per_rank} thread(s)/rank{cores}, contention {self.contention:.2f}x"
+        )
 
 
 # Nominal GPU figures (not measured here): TF32 convolutions at ~40% of peak, NVLink 4 at a
@@ -54,12 +124,19 @@ class LayerCost:
     messages: int  # halo messages per exchange
     allreduces: int  # small all-reduces (norm statistics), forward + backward
     compute_s: float = 0.0
-    comm_s: float = 0.0
+    comm_s: float = 0.0  # halo exchanges, forward + backward
+    reduce_s: float = 0.0  # all-reduces of normalisation statistics
 
 
 @dataclass
 class Prediction:
-    """Predicted cost of one training step on one rank for one (data, lat, lon) split."""
+    """Predicted cost of one training step on one rank for one (data, lat, lon) split.
+
+    ``compute_s`` (s) includes time-slicing and contention; ``halo_s`` is the time in halo
+    exchanges (forward and backward, waits included), ``norm_s`` in all-reduces of normalisation
+    statistics, ``grad_allreduce_s`` in the gradient all-reduce; ``step_s`` is their sum.
+    ``activation_bytes`` and ``state_bytes`` are per rank.
+    """
 
     data: int
     lat: int
@@ -70,12 +147,14 @@ class Prediction:
     state_bytes: float  # parameters, gradients and two Adam moments
     compute_s: float = field(init=False)
     halo_s: float = field(init=False)
+    norm_s: float = field(init=False)
     step_s: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.compute_s = sum(c.compute_s for c in self.layers)
         self.halo_s = sum(c.comm_s for c in self.layers)
-        self.step_s = self.compute_s + self.halo_s + self.grad_allreduce_s
+        self.norm_s = sum(c.reduce_s for c in self.layers)
+        self.step_s = self.compute_s + self.halo_s + self.norm_s + self.grad_allreduce_s
 
 
 def _trace(model: nn.Module, shape: tuple[int, ...], dtype: torch.dtype):
@@ -146,37 +225,48 @@ def predict(
         from ensml.models.spatial.unet import SpatialUNet3d
 
         _, act = _trace(SpatialUNet3d(model, ProcessGrid(local=True)), (batch_size, c, d, h, w), dtype)
-    layers = []
-    for name, mod, i, o in records:
-        flops = elements = halo = 0.0
-        msgs = reds = 0
-        if isinstance(mod, SphereConv3d | nn.Conv3d | nn.ConvTranspose3d):
-            conv = mod.conv if isinstance(mod, SphereConv3d) else mod
-            k = math.prod(conv.kernel_size)
-            flops = 3 * 2 * math.prod(o) * conv.in_channels * k / conv.groups
-            p = mod.pad if isinstance(mod, SphereConv3d) else 0
-            if p:
-                plane = i[0] * i[1] * i[2]
-                halo = 2 * p * plane * ((i[4] if p_lat > 1 else 0) + ((i[3] + 2 * p) if p_lon > 1 else 0))
-                msgs = 2 * ((p_lat > 1) + (p_lon > 1))
-        else:
-            elements = 3 * math.prod(o)
-            reds = 4 if isinstance(mod, nn.GroupNorm) and p_lat * p_lon > 1 else 0
-        cost = LayerCost(name, type(mod).__name__, flops, elements, halo * item, msgs, reds)
-        cost.compute_s = flops / machine.conv_flops + elements / machine.elem_rate
-        steps = math.ceil(math.log2(p_lat * p_lon)) if reds else 0
-        # Forward and backward exchange; messages of one exchange overlap, latencies do not.
-        cost.comm_s = (
-            2 * (msgs // 2 * machine.latency + cost.halo_bytes / machine.bandwidth)
-            + reds * steps * machine.allreduce_latency
-        )
-        layers.append(cost)
     world = data * p_lat * p_lon
+    layers = [
+        _layer_cost(name, mod, i, o, (p_lat, p_lon, world), item, machine) for name, mod, i, o in records
+    ]
     n_param = sum(p.numel() for p in model.parameters()) * item
     grad = 0.0
     if world > 1:
         grad = (
             2 * (world - 1) / world * n_param / machine.bandwidth
             + 2 * math.log2(world) * machine.allreduce_latency
+            + machine.sync_s
         )
     return Prediction(data, p_lat, p_lon, layers, grad, float(act), 4.0 * n_param)
+
+
+def _layer_cost(name, mod, i, o, split: tuple[int, int, int], item: int, machine: MachineModel):
+    """Cost of one traced layer on one rank (input shape ``i``, output shape ``o``; ``split`` is
+    lat shards, lon shards, world size)."""
+    p_lat, p_lon, world = split
+    flops = elements = halo = conv_s = 0.0
+    msgs = reds = 0
+    if isinstance(mod, SphereConv3d | nn.Conv3d | nn.ConvTranspose3d):
+        conv = mod.conv if isinstance(mod, SphereConv3d) else mod
+        k = math.prod(conv.kernel_size)
+        flops = 3 * 2 * math.prod(o) * conv.in_channels * k / conv.groups
+        # im2col (forward, weight gradient) and col2im (input gradient) of in × k × out cells
+        conv_s = flops / machine.conv_flops + machine.conv_traffic_s(
+            flops * item / (6 * conv.out_channels), world
+        )
+        p = mod.pad if isinstance(mod, SphereConv3d) else 0
+        if p:
+            plane = i[0] * i[1] * i[2]
+            halo = 2 * p * plane * ((i[4] if p_lat > 1 else 0) + ((i[3] + 2 * p) if p_lon > 1 else 0))
+            msgs = 2 * ((p_lat > 1) + (p_lon > 1))
+    else:
+        elements = 3 * math.prod(o)
+        reds = 4 if isinstance(mod, nn.GroupNorm) and p_lat * p_lon > 1 else 0
+    cost = LayerCost(name, type(mod).__name__, flops, elements, halo * item, msgs, reds)
+    cost.compute_s = (conv_s + elements / machine.elem_rate) * machine.share(world)
+    # Forward and backward: one exchange per split dimension (its messages overlap), each a
+    # latency and a synchronisation with the neighbours; the bytes of all of them.
+    cost.comm_s = 2 * (msgs // 2 * (machine.latency + machine.sync_s) + cost.halo_bytes / machine.bandwidth)
+    steps = math.ceil(math.log2(p_lat * p_lon)) if reds else 0
+    cost.reduce_s = reds * (steps * machine.allreduce_latency + machine.sync_s)
+    return cost
