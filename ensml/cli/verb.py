@@ -41,7 +41,8 @@ def run_function(target: str | dict[str, str], args: Sequence[str]) -> Any:
     options = dict(as_positional=False, exit_on_error=False, prog=f"ensml {args[0]}", allow_abbrev=False)
     if callable(function) and "config" in inspect.signature(function).parameters:
         parser = capture_parser(lambda: auto_cli(function, args=[], **options))
-        parsed = parser.instantiate_classes(parser.parse_args(list(args[1:])))
+        instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes
+        parsed = instantiate(parser.parse_args(list(args[1:])))
         names = inspect.signature(function).parameters
         return function(**{k: v for k, v in vars(parsed).items() if k in names})
     return auto_cli(function, args=list(args[1:]), **options)

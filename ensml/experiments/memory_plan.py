@@ -23,9 +23,11 @@ from ensml.experiments.plan import Count, GridSize
 from ensml.models.memory_plan import (
     SpatialScale,
     candidate_policies,
+    measure_grids,
     measure_policies,
     padded_points,
     plan_memory,
+    unet_block,
 )
 from ensml.models.memory_profile import state_bytes
 from ensml.progress import Progress, note
@@ -33,8 +35,6 @@ from ensml.progress import Progress, note
 COMMAND = "plan-memory"
 #: Spatial ranks to plan for besides one (at most a node's worth: the split's shards must hold blocks).
 SpatialRanks = restricted_number_type("SpatialRanks", int, [(">=", 2), ("<=", 64)])
-#: Grid cells below which the planner's second measurement doubles the grid (else halves it).
-SMALL_GRID = 100_000
 UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
 UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -101,15 +101,15 @@ def plan_memory_cli(
     nets = [task.net] + ([task.net_sigma] if getattr(task, "two_stage", False) else [])
     batch = int(batch_size or data.hparams.batch_size)
     grid0 = tuple(data.grid_shape)
-    grid = (int(n_lat or grid0[0]), int(n_lon or grid0[1]))
+    grid = (int(n_lat or grid0[0]), int(n_lon or grid0[1]))  # to plan for
 
     def shape(h: int, w: int) -> tuple[int, ...]:
         return task.network_input_shape(batch, h, w)
 
     net = Networks(nets)
-    scale = 2 if grid0[0] * grid0[1] < SMALL_GRID else 0.5
-    grids = [grid0, (max(1, int(grid0[0] * scale)), max(1, int(grid0[1] * scale)))]
-    policies = candidate_policies(device, scratch_dir=str(Path(out_path).parent) if out_path else None)
+    grids = measure_grids(grid, unet_block(net))
+    # A disk swap's scratch file is unlinked as it is created: it leaves nothing, anywhere.
+    policies = candidate_policies(device)
     note(f"{COMMAND}: measuring {len(policies)} policies at {grids[0][0]} x {grids[0][1]} and "
          f"{grids[1][0]} x {grids[1][1]}, batch {batch}, {steps} steps each, on {device}")  # fmt: skip
     with Progress(COMMAND, len(grids), "grid sizes") as bar:
@@ -143,16 +143,17 @@ def _spatial_scales(task, nets, grid, batch, ranks, device) -> list[SpatialScale
     if len(nets) != 1 or not isinstance(nets[0], UNet3d):
         note(f"{COMMAND}: spatial splits are planned for arch unet3d (one network) only")
         return []
-    machine = H100_NCCL
-    if device.type == "cpu":
+    machines = dict.fromkeys([1, *ranks], H100_NCCL)
+    if device.type == "cpu":  # one rank on every thread, against r ranks sharing them
         from ensml.models.spatial.calibrate import measure_machine
 
-        machine = measure_machine(max(ranks))
+        threads = torch.get_num_threads()
+        machines = {r: measure_machine(r, threads_per_rank=max(1, threads // r)) for r in [1, *ranks]}
     c, d = task.network_input_shape(1, 1, 1)[1:3]
-    one = predict(nets[0], (c, d, *grid), (1, 1, 1), machine, batch, plain=True)
+    one = predict(nets[0], (c, d, *grid), (1, 1, 1), machines[1], batch, plain=True)
     out = []
     for r in ranks:
-        p = predict(nets[0], (c, d, *grid), (1, 1, r), machine, batch)
+        p = predict(nets[0], (c, d, *grid), (1, 1, r), machines[r], batch)
         out.append(SpatialScale(r, p.activation_bytes / one.activation_bytes, p.step_s / one.step_s))
     return out
 

@@ -93,10 +93,32 @@ def measure_policies(
     return fits
 
 
+#: Grids of fewer cells are measured themselves (and at half size); larger ones at 1/4 and 1/2.
+SMALL_GRID = 100_000
+
+
+def measure_grids(grid: tuple[int, int], block: int = 1) -> list[tuple[int, int]]:
+    """The two grid sizes the planner measures to predict ``grid`` (``block``: the smallest size).
+
+    A small grid is measured itself and at half the size per axis; a large one at a quarter and
+    a half per axis (a sixteenth and a quarter of its cells), so that the fit extrapolates by at
+    most 4x in cells while the measurement costs well under one step at the full grid.
+    """
+    h, w = grid
+    half = (max(block, h // 2), max(block, w // 2))
+    if h * w < SMALL_GRID:
+        return [half, (h, w)]
+    return [(max(block, h // 4), max(block, w // 4)), half]
+
+
+def unet_block(net: nn.Module) -> int:
+    """``2**depth`` of the deepest U-Net in ``net``: grids are padded to multiples of it."""
+    return 2 ** max((getattr(m, "depth", 0) for m in net.modules() if hasattr(m, "encoders")), default=0)
+
+
 def padded_points(net: nn.Module, n_lat: int, n_lon: int) -> int:
     """Latitude × longitude cells after the U-Net pads to a multiple of ``2**depth``."""
-    depth = max((getattr(m, "depth", 0) for m in net.modules() if hasattr(m, "encoders")), default=0)
-    m = 2**depth
+    m = unet_block(net)
     return (-(-n_lat // m) * m) * (-(-n_lon // m) * m)
 
 
@@ -212,7 +234,9 @@ __all__ = [
     "PolicyPrediction",
     "SpatialScale",
     "candidate_policies",
+    "measure_grids",
     "measure_policies",
     "padded_points",
     "plan_memory",
+    "unet_block",
 ]

@@ -23,6 +23,7 @@ import os
 import tempfile
 import time
 import weakref
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -36,6 +37,8 @@ from ensml.errors import EnsmlError
 MIN_BYTES = 64 * 1024
 #: Alignment of the tensors in the scratch file.
 ALIGN = 4096
+#: Writes queued at most (each holds its tensor in memory until written).
+MAX_PENDING = 2
 
 
 class Swapped:
@@ -87,6 +90,7 @@ class Offloader:
         self._pool: ThreadPoolExecutor | None = None
         self._stream: Any = None
         self._order: list[weakref.ref] = []
+        self._pending: deque[Future] = deque()
         self._offset = 0
         self._live = 0
 
@@ -147,6 +151,11 @@ class Offloader:
         item.offset = self._offset
         self._offset += -(-item.nbytes // ALIGN) * ALIGN
         item.stored = pool.submit(self._write, src, item.offset)
+        # Each queued write holds its tensor: past MAX_PENDING, wait for the oldest, so that a
+        # forward faster than the disk cannot pile up what swapping was meant to free.
+        self._pending.append(item.stored)
+        while len(self._pending) > MAX_PENDING:
+            self._result(self._pending.popleft())
 
     def _to_host(self, item: Swapped, src: torch.Tensor) -> None:
         if self._stream is None:
@@ -246,4 +255,4 @@ class Offloader:
             raise EnsmlError(f"swapping activations to {folder}: {e.strerror or e}") from None
 
 
-__all__ = ["ALIGN", "MIN_BYTES", "Offloader", "Swapped"]
+__all__ = ["ALIGN", "MAX_PENDING", "MIN_BYTES", "Offloader", "Swapped"]
