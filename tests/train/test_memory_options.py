@@ -28,7 +28,7 @@ def _tree(root: Path) -> dict[str, str]:
     }
 
 
-def test_fit_with_recomputed_and_swapped_levels_trains_the_same_weights(tiny_data, tmp_path, monkeypatch) -> None:
+def test_fit_with_recomputed_and_swapped_levels_trains_the_same_weights(tiny_data, tmp_path, monkeypatch):
     memory = {
         "model.init_args.checkpointing": "levels",
         "model.init_args.offload": "disk",
@@ -58,7 +58,10 @@ def test_the_options_reach_every_network(tiny_data) -> None:
     [
         ({"model.init_args.checkpointing": "layers"}, "model.init_args.checkpointing"),
         ({"model.init_args.offload": "host"}, "offload: host moves activations off an accelerator"),
-        ({"model.init_args.offload": "disk", "model.init_args.swap_levels": "[5]"}, "the U-Net has levels 0 to 2"),
+        (
+            {"model.init_args.offload": "disk", "model.init_args.swap_levels": "[5]"},
+            "the U-Net has levels 0 to 2",
+        ),
         ({"model.init_args.swap_levels": "[0]"}, "swap_levels needs an offload target"),
     ],
 )
