@@ -101,7 +101,7 @@ def _spatial(a, grid) -> list[SpatialScale]:
     return [SpatialScale(2, two.activation_bytes / one.activation_bytes, two.step_s / one.step_s)]
 
 
-def run_grid(a, grid, policies) -> None:
+def run_grid(a, grid, policies) -> list:
     device = torch.device(a.device)
     net = _net(a).to(device)
     shape = lambda h, w: (a.batch, a.channels, a.levels, h, w)  # noqa: E731
@@ -149,6 +149,31 @@ def run_grid(a, grid, policies) -> None:
     print(f"largest grid (lat x lon, aspect {grid[0]}:{grid[1]}) within {a.budget_gib:g} GiB:")
     for row in plan.rows:
         print(f"  {row.policy.name:<24} ranks {row.ranks}: {row.largest[0]} x {row.largest[1]}")
+    return measured
+
+
+def plot(results: dict, path: str) -> None:
+    """Peak memory against step time, one panel per grid, one marker per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
+    for ax, (grid, measured) in zip(axes[0], results.items()):
+        for m in measured:
+            ax.plot(m.step_s, m.peak_bytes / MIB, "o", ms=8, label=m.policy)
+            ax.annotate(m.policy, (m.step_s, m.peak_bytes / MIB), xytext=(5, 5), textcoords="offset points")
+        ax.set(
+            title=f"{grid[0]} x {grid[1]} grid",
+            xlabel="step time (s, median)",
+            ylabel="peak of live tensors (MiB)",
+        )
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Memory policies of the 3D U-Net: memory against time (benchmarks/memory.py)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -166,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--budget_gib", type=float, default=20.0)
     p.add_argument("--scratch", default=None, help="folder of the disk swap file (default: /tmp)")
     p.add_argument("--no_resident", dest="resident", action="store_false")
+    p.add_argument("--plot", default=None, help="write the memory-against-time figure here (PNG)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     policies = candidate_policies(a.device, a.scratch)
@@ -174,9 +200,12 @@ def main(argv: list[str] | None = None) -> None:
         f"device {a.device}; "
         f"timings: median (min) of {a.steps} interleaved steps after one warm-up"
     )
+    results = {}
     for text in a.grids.split(","):
         h, w = (int(v) for v in text.split("x"))
-        run_grid(a, (h, w), policies)
+        results[(h, w)] = run_grid(a, (h, w), policies)
+    if a.plot:
+        plot(results, a.plot)
 
 
 if __name__ == "__main__":

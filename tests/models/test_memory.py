@@ -183,3 +183,23 @@ def test_spatial_parallel_unet_recomputes_with_halo_exchanges() -> None:
 
     for same in run_distributed(_spatial_grads, 2, timeout=120):
         assert same == [True, True]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_host_offload_on_cuda_gives_the_same_gradients() -> None:
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    try:
+        torch.manual_seed(0)
+        net = UNet3d(4, 3, width=8, depth=2, norm_groups=2).cuda()
+        x = torch.randn(2, 4, 3, 32, 64, device="cuda")
+        want = _grads(net, x)
+        for policy in (MemoryPolicy(offload="host"), MemoryPolicy("levels", "host", (0,))):
+            apply_policy(net, policy)
+            got = _grads(net, x)
+            assert all(torch.equal(a, b) for a, b in zip(got, want)), policy.name
+        m = measure_step(net, x, MemoryPolicy(offload="host"), steps=1)
+        keep = measure_step(net, x, MemoryPolicy(), steps=1)
+        assert m.swapped_bytes > 0.5 * keep.saved_bytes and m.peak_bytes < keep.peak_bytes
+    finally:
+        torch.use_deterministic_algorithms(False)
