@@ -27,7 +27,8 @@ from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
 from ensml.models import build_network, is_sequence_arch
 from ensml.models.local import LocalAffine
-from ensml.models.memory import MemoryPolicy, apply_policy, unets
+from ensml.models.memory import MemoryPolicy
+from ensml.models.speed import SpeedOptions
 from ensml.names import lead_hours
 from ensml.train import schedule
 from ensml.train.checkpoints import FollowResumedEpoch
@@ -42,6 +43,7 @@ from ensml.train.options import (
     Width,
 )
 from ensml.train.task_fields import TaskFields
+from ensml.train.task_running import TaskRunning
 
 STAT_KEYS = ("clim_mean", "anom_std", "spread_scale")
 # Buffers whose shape comes from the data (empty until statistics are installed).
@@ -54,7 +56,7 @@ def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log(-torch.expm1(-x))
 
 
-class EnsembleTask(TaskFields, L.LightningModule):
+class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
     """Base task: features, normalisation buffers, area-weighted losses, optimiser.
 
     Parameters
@@ -112,6 +114,11 @@ class EnsembleTask(TaskFields, L.LightningModule):
     swap_levels
         U-Net levels (0 = full resolution) to swap; empty: all. With ``checkpointing`` the other
         levels are recomputed.
+    channels_last, compile, bf16, fused_norm_act
+        How a training step moves data (:class:`ensml.models.speed.SpeedOptions`): the
+        ``channels_last_3d`` layout, ``torch.compile``, bfloat16 autocast (on hardware with
+        bf16), one fused GroupNorm+GELU. Training steps only: validation and prediction run the
+        plain float32 network, so they match the run without them.
     """
 
     n_outputs_per_var = 1
@@ -143,6 +150,10 @@ class EnsembleTask(TaskFields, L.LightningModule):
         checkpointing: Literal["none", "levels", "all"] = "none",
         offload: Literal["none", "host", "disk"] = "none",
         swap_levels: list[NonNegativeInt] = (),  # type: ignore[assignment]
+        channels_last: bool = False,
+        compile: bool = False,
+        bf16: bool = False,
+        fused_norm_act: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -155,7 +166,10 @@ class EnsembleTask(TaskFields, L.LightningModule):
                 f"model arch {arch!r} is temporal and needs at least 2 input lead times, "
                 f"got input_leads={list(input_leads)}"
             )
-        self.memory_policy = MemoryPolicy(checkpointing, offload, tuple(swap_levels))
+        self.set_running(
+            MemoryPolicy(checkpointing, offload, tuple(swap_levels)),
+            SpeedOptions(channels_last, compile, bf16, fused_norm_act),
+        )
         if local_affine and grid_shape is None:
             raise EnsmlError("local_affine needs the grid: set grid_shape (the CLI links it from the data)")
         self.net = self.build_net(self.n_fields * self.n_outputs_per_var)
@@ -235,19 +249,7 @@ class EnsembleTask(TaskFields, L.LightningModule):
             hp.arch, in_channels, out_channels, width=hp.width, depth=hp.depth,
             kernel_size=hp.kernel_size, norm_groups=hp.norm_groups, **extra, **(hp.arch_options or {}),
         )  # fmt: skip
-        return apply_policy(net, self.memory_policy)
-
-    def check_device(self, device: torch.device) -> None:
-        """Refuse options this device cannot honour (``offload: host`` on the CPU), before any output."""
-        self.memory_policy.check_device(device)
-
-    def on_fit_start(self) -> None:
-        # A disk swap's scratch file goes in the run folder (it is unlinked as it is created).
-        if self.memory_policy.offload == "disk" and self.memory_policy.scratch_dir is None:
-            folder = self.trainer.log_dir or self.trainer.default_root_dir
-            for unet in unets(self):
-                if unet.memory_offloader is not None:
-                    unet.memory_offloader.scratch_dir = folder
+        return self.prepare_net(net)
 
     # -- statistics ---------------------------------------------------------------------------
     def set_stats(

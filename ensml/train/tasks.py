@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ensml.errors import EnsmlError
+from ensml.models.speed import SpeedOptions, apply_speed, autocast, to_layout
 from ensml.scores.gaussian import crps_gaussian
 from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible
 from ensml.train.msssim import ms_ssim
@@ -27,10 +28,20 @@ def network(
 ) -> torch.Tensor:
     """``net`` (default: the task's network) on the batch's features, surface fields tied.
 
+    A training step runs as the task's speed options say (compiled, under bf16 autocast, in the
+    channels-last layout); validation and prediction run the plain float32 network.
     Here rather than a method of :class:`EnsembleTask`: a prediction then crosses this module
     and the network only (see docs/architecture.md, the spines).
     """
-    return task.tie_surface((net or task.net)(task.features(batch)))
+    net, x, speed = net or task.net, task.features(batch), task.speed
+    if not (task.training and torch.is_grad_enabled()):
+        return task.tie_surface(net(to_layout(x, speed)))
+    if speed.compile:
+        if id(net) not in task.compiled:
+            task.compiled[id(net)] = apply_speed(net, SpeedOptions(compile=True))
+        net = task.compiled[id(net)]
+    with autocast(speed, x.device.type):
+        return task.tie_surface(net(to_layout(x, speed)).float())
 
 
 class SpreadTask(EnsembleTask):

@@ -71,3 +71,56 @@ def test_bad_memory_options(tiny_data, tmp_path, monkeypatch, capsys, override, 
     before = _tree(tmp_path)
     run_failing(fit_args(tiny_data, **override), capsys, match)
     assert _tree(tmp_path) == before
+
+
+def _step(task: MixedTask, batch: dict) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    task.train()
+    task.zero_grad(set_to_none=True)
+    loss = task.loss(batch)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in task.net.parameters()]
+
+
+@pytest.fixture(scope="module")
+def tiny_batch(tiny_data):
+    from ensml.data.datamodule import EnsembleDataModule
+    from tests.conftest import TINY_PERIODS
+
+    dm = EnsembleDataModule(
+        str(tiny_data["forecast"]), str(tiny_data["analysis"]), batch_size=3, **TINY_PERIODS
+    )
+    dm.setup("fit")
+    return dm, next(iter(dm.train_dataloader()))
+
+
+@pytest.mark.parametrize(
+    ("options", "rtol"),
+    [
+        ({"channels_last": True, "fused_norm_act": True}, 1e-5),  # float32 rounding
+        ({"bf16": True}, 3e-2),  # bfloat16 has 8 bits of mantissa
+        ({"compile": True, "checkpointing": "levels"}, 1e-4),
+    ],
+)
+def test_speed_options_train_like_the_plain_step(tiny_batch, options, rtol) -> None:
+    dm, batch = tiny_batch
+    torch.manual_seed(0)
+    plain = MixedTask.from_data(dm, width=4, depth=2, norm_groups=2)
+    torch.manual_seed(0)
+    fast = MixedTask.from_data(dm, width=4, depth=2, norm_groups=2, **options)
+    assert plain.state_dict().keys() == fast.state_dict().keys()
+    (l0, g0), (l1, g1) = _step(plain, batch), _step(fast, batch)
+    torch.testing.assert_close(l1, l0, rtol=rtol, atol=0)
+    scale = max(g.abs().max() for g in g0)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, rtol=0, atol=rtol * 10 * scale)
+    fast.eval()  # validation and prediction: the plain float32 network
+    with torch.no_grad():
+        for a, b in zip(fast(batch), plain.eval()(batch)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_compile_with_swapping_is_refused() -> None:
+    from ensml.errors import EnsmlError
+
+    with pytest.raises(EnsmlError, match="compile cannot trace swapped activations; set offload: none"):
+        MixedTask(grid_shape=(16, 32), compile=True, offload="disk")
