@@ -26,11 +26,14 @@ from ensml.models import UNet3d
 from ensml.models.memory import apply_policy
 from ensml.models.memory_plan import (
     SpatialScale,
+    anchor_steps,
     candidate_policies,
+    free_memory,
     measure_grids,
     measure_policies,
     padded_points,
     plan_memory,
+    predicted_total,
 )
 from ensml.models.memory_profile import measure_steps, state_bytes
 
@@ -109,15 +112,22 @@ def run_grid(a, grid, policies) -> list:
     fits = measure_policies(
         lambda: _net(a), shape, measure_grids(grid, 2**a.depth), policies, device, a.steps
     )
-    plan_s = time.perf_counter() - t0
     points = padded_points(net, *grid)
-    io = 4.0 * (a.channels + a.out) * a.levels * a.batch
-    plan = plan_memory(fits, grid, points, a.budget_gib * GIB, state_bytes(net), io, _spatial(a, grid))
+    io, fixed = 4.0 * (a.channels + a.out) * a.levels * a.batch, state_bytes(net)
+    room = min(a.budget_gib * GIB, 0.8 * free_memory(device))
+
+    def fits_memory(fit) -> bool:
+        return predicted_total(fit, points, fixed, io) <= room
+
+    anchor = anchor_steps(fits, lambda: _net(a), shape, grid, fits_memory, device)
+    plan_s = time.perf_counter() - t0
+    plan = plan_memory(fits, grid, points, a.budget_gib * GIB, fixed, io, _spatial(a, grid))
     x = torch.randn(shape(*grid), device=device)
     measured = measure_steps(net, x, policies, steps=a.steps)
     print(
         f"\ngrid {grid[0]} x {grid[1]} (x {a.levels} levels, {a.channels} channels, batch {a.batch}); "
-        f"planner measured {measure_grids(grid, 2**a.depth)} in {plan_s:.0f} s"
+        f"planner measured {measure_grids(grid, 2**a.depth)}"
+        f"{f' and one step of {anchor.policy.name} at the grid' if anchor else ''} in {plan_s:.0f} s"
     )
     base = measured[0]
     print(

@@ -22,11 +22,14 @@ from ensml.errors import EnsmlError
 from ensml.experiments.plan import Count, GridSize
 from ensml.models.memory_plan import (
     SpatialScale,
+    anchor_steps,
     candidate_policies,
+    free_memory,
     measure_grids,
     measure_policies,
     padded_points,
     plan_memory,
+    predicted_total,
     unet_block,
 )
 from ensml.models.memory_profile import state_bytes
@@ -112,11 +115,22 @@ def plan_memory_cli(
     policies = candidate_policies(device)
     note(f"{COMMAND}: measuring {len(policies)} policies at {grids[0][0]} x {grids[0][1]} and "
          f"{grids[1][0]} x {grids[1][1]}, batch {batch}, {steps} steps each, on {device}")  # fmt: skip
-    with Progress(COMMAND, len(grids), "grid sizes") as bar:
+    with Progress(COMMAND, len(grids) + 1, "grid sizes") as bar:
         fits = measure_policies(lambda: _fresh(net), shape, grids, policies, device, steps, bar.advance)
-    points = padded_points(net, *grid)
+        points, io = padded_points(net, *grid), _io_bytes_per_cell(net, shape)
+        room = min(budget, 0.8 * free_memory(device))  # the anchor step must not exhaust the machine
+        fixed = state_bytes(task)
+        anchored = anchor_steps(
+            fits,
+            lambda: _fresh(net),
+            shape,
+            grid,
+            lambda f: predicted_total(f, points, fixed, io) <= room,
+            device,
+        )
+        bar.advance(f"{anchored.policy.name} at {grid[0]} x {grid[1]}" if anchored else "no anchor step")
     spatial = _spatial_scales(task, nets, grid, batch, list(spatial_ranks), device)
-    plan = plan_memory(fits, grid, points, budget, state_bytes(task), _io_bytes_per_cell(net, shape), spatial)
+    plan = plan_memory(fits, grid, points, budget, fixed, io, spatial)
     print(plan.table())
     if out_path is not None:
         _write_config(cli, plan, out_path)

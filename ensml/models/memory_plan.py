@@ -47,14 +47,27 @@ class PolicyFit:
     policy: MemoryPolicy
     points: list[int]
     measures: list[StepMeasure]
+    #: ``(cells, measured / fitted step time)`` of a step timed at the planned grid itself
+    #: (:func:`anchor_steps`): the correction reaches full strength there, from none at the
+    #: larger measured grid.
+    anchor: tuple[float, float] | None = None
 
     def _affine(self, values: list[float], points: float) -> float:
         (p0, p1), (v0, v1) = self.points[:2], values[:2]
         slope = (v1 - v0) / (p1 - p0) if p1 != p0 else 0.0
         return v0 + slope * (points - p0)
 
-    def step_s(self, points: float) -> float:
+    def fitted_step_s(self, points: float) -> float:
+        """The affine fit of the step time, without the anchor's correction."""
         return self._affine([m.step_s for m in self.measures], points)
+
+    def step_s(self, points: float) -> float:
+        t = self.fitted_step_s(points)
+        if self.anchor is None:
+            return t
+        at, ratio = self.anchor
+        weight = min(1.0, max(0.0, (points - self.points[1]) / max(at - self.points[1], 1.0)))
+        return t * (1.0 + weight * (ratio - 1.0))
 
     def saved_bytes(self, points: float) -> float:
         return self._affine([m.saved_bytes for m in self.measures], points)
@@ -91,6 +104,41 @@ def measure_policies(
             progress(f"{len(policies)} policies at {n_lat} x {n_lon}")
         del net, x
     return fits
+
+
+def anchor_steps(
+    fits: list[PolicyFit],
+    make_net: Callable[[], nn.Module],
+    input_shape: Callable[[int, int], tuple[int, ...]],
+    grid: tuple[int, int],
+    fits_memory: Callable[[PolicyFit], bool],
+    device: torch.device | str = "cpu",
+    steps: int = 1,
+) -> PolicyFit | None:
+    """Time the fastest policy that ``fits_memory`` at ``grid`` itself and correct every fit by
+    the ratio of measured to fitted time (returns that policy's fit; None if none fits).
+
+    A step's time is not affine in the grid everywhere: the CPU's convolutions change algorithm
+    with the tensor's size (PyTorch picks oneDNN above about 2**24 elements, a slower direct
+    path below), so an extrapolation from smaller grids can be off by 2x. One step at the grid
+    itself puts the prediction back on the measured regime; the ratios between policies come
+    from the smaller grids.
+    """
+    if fits[0].points[1] >= padded_points(make_net(), *grid):
+        return None  # the planned grid was measured
+    candidates = [f for f in fits if fits_memory(f)]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda f: f.fitted_step_s(padded_points(make_net(), *grid)))
+    torch.manual_seed(0)
+    net = make_net().to(device)
+    x = torch.randn(input_shape(*grid), device=device)
+    points = padded_points(net, *grid)
+    measured = measure_steps(net, x, [best.policy], steps=steps)[0]
+    ratio = measured.step_s / max(best.fitted_step_s(points), 1e-12)
+    for fit in fits:
+        fit.anchor = (float(points), ratio)
+    return best
 
 
 #: Grids of fewer cells are measured themselves (and at half size); larger ones at 1/4 and 1/2.
@@ -199,8 +247,7 @@ def plan_memory(
         for fit in fits:
 
             def total(p: float, fit: PolicyFit = fit, scale: SpatialScale = scale) -> float:
-                per_rank = (fit.peak_bytes(p) + batch_bytes_per_point * p) * scale.memory
-                return fixed_bytes + per_rank
+                return predicted_total(fit, p, fixed_bytes, batch_bytes_per_point, scale.memory)
 
             plan.rows.append(
                 PolicyPrediction(
@@ -214,6 +261,24 @@ def plan_memory(
                 )
             )
     return plan
+
+
+def predicted_total(
+    fit: PolicyFit, points: float, fixed_bytes: float, batch_bytes_per_point: float, share: float = 1.0
+) -> float:
+    """Memory of one rank: weights and optimiser state, plus the step's peak and the batch
+    (times ``share``, the rank's part of a spatial split)."""
+    return fixed_bytes + (fit.peak_bytes(points) + batch_bytes_per_point * points) * share
+
+
+def free_memory(device: torch.device | str) -> float:
+    """Bytes that can be allocated now: free GPU memory, or the host's available memory."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    with open("/proc/meminfo") as f:
+        info = {line.split(":")[0]: line.split()[1] for line in f}
+    return float(info.get("MemAvailable", 0)) * 1024
 
 
 def _largest(
@@ -233,10 +298,13 @@ __all__ = [
     "PolicyFit",
     "PolicyPrediction",
     "SpatialScale",
+    "anchor_steps",
     "candidate_policies",
+    "free_memory",
     "measure_grids",
     "measure_policies",
     "padded_points",
     "plan_memory",
+    "predicted_total",
     "unet_block",
 ]

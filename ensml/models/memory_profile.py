@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 import weakref
@@ -155,10 +156,19 @@ def measure_step(
 
 
 def measure_steps(
-    net: nn.Module, x: torch.Tensor, policies: list[MemoryPolicy], steps: int = 3, warmup: int = 1
+    net: nn.Module,
+    x: torch.Tensor,
+    policies: list[MemoryPolicy],
+    steps: int = 3,
+    warmup: int = 1,
+    min_time_s: float = 1.0,
 ) -> list[StepMeasure]:
     """:func:`measure_step` for several policies, their timed steps interleaved (round-robin), so
-    that a machine that slows down or speeds up during the measurement affects all alike."""
+    that a machine that slows down or speeds up during the measurement affects all alike.
+
+    Short steps get more rounds than ``steps`` (up to 25), so that each policy is timed for about
+    ``min_time_s``: a median of three 40 ms steps moves by 20% on a busy machine.
+    """
     device = x.device
     saved = [saved_activation_bytes(net, x, p) for p in policies]
     offloaders = [
@@ -168,7 +178,8 @@ def measure_steps(
         target = torch.randn_like(apply_policy(net, None)(x))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-6)
     times: list[list[float]] = [[] for _ in policies]
-    for r in range(warmup + steps):
+    rounds, r = warmup + steps, 0
+    while r < rounds:
         for i, (policy, off) in enumerate(zip(policies, offloaders)):
             apply_policy(net, policy, off)
             if off is not None and r == warmup:
@@ -177,8 +188,13 @@ def measure_steps(
             t0 = time.perf_counter()
             _step(net, opt, x, target)
             _sync(device)
-            if r >= warmup:
-                times[i].append(time.perf_counter() - t0)
+            times[i].append(time.perf_counter() - t0)
+        if r == warmup:  # the first timed round sets how many rounds make min_time_s
+            longest = max(t[-1] for t in times)
+            rounds = warmup + min(25, max(steps, math.ceil(min_time_s / max(longest, 1e-6))))
+        r += 1
+    times = [t[warmup:] for t in times]
+    steps = rounds - warmup
     out = []
     for i, (policy, off) in enumerate(zip(policies, offloaders)):
         apply_policy(net, policy, off)

@@ -187,7 +187,9 @@ def test_spatial_parallel_unet_recomputes_with_halo_exchanges() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_host_offload_on_cuda_gives_the_same_gradients() -> None:
-    torch.use_deterministic_algorithms(True)
+    # CUDA's max-pool backward is flagged non-deterministic (atomic adds where windows overlap;
+    # the U-Net's 2x2 windows do not): warn for it rather than refuse.
+    torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
     try:
         torch.manual_seed(0)
