@@ -128,7 +128,7 @@ def plan_memory_cli(
             lambda f: predicted_total(f, points, fixed, io) <= room,
             device,
         )
-        bar.advance(f"{anchored.policy.name} at {grid[0]} x {grid[1]}" if anchored else "no anchor step")
+        bar.advance(f"{len(anchored)} policies timed at {grid[0]} x {grid[1]}")
     spatial = _spatial_scales(task, nets, grid, batch, list(spatial_ranks), device)
     plan = plan_memory(fits, grid, points, budget, fixed, io, spatial)
     print(plan.table())

@@ -14,6 +14,7 @@ It recommends the fastest policy whose predicted memory fits the budget.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -114,31 +115,32 @@ def anchor_steps(
     fits_memory: Callable[[PolicyFit], bool],
     device: torch.device | str = "cpu",
     steps: int = 1,
-) -> PolicyFit | None:
-    """Time the fastest policy that ``fits_memory`` at ``grid`` itself and correct every fit by
-    the ratio of measured to fitted time (returns that policy's fit; None if none fits).
+) -> list[PolicyFit]:
+    """Time every policy that ``fits_memory`` at ``grid`` itself (``steps`` after a warm-up) and
+    anchor its fit there; the others take the median correction. Returns the policies timed.
 
-    A step's time is not affine in the grid everywhere: the CPU's convolutions change algorithm
-    with the tensor's size (PyTorch picks oneDNN above about 2**24 elements, a slower direct
-    path below), so an extrapolation from smaller grids can be off by 2x. One step at the grid
-    itself puts the prediction back on the measured regime; the ratios between policies come
-    from the smaller grids.
+    A step's time is not affine in the grid: the CPU's convolutions change algorithm with the
+    tensor's size (PyTorch takes oneDNN above about 2**24 elements, a direct path up to 10x
+    slower below), and a GPU's small grids are bound by kernel launches, so an extrapolation
+    from smaller grids alone was off by 2x here (README, Training beyond memory). Memory is
+    affine, and is predicted from the smaller grids alone.
     """
-    if fits[0].points[1] >= padded_points(make_net(), *grid):
-        return None  # the planned grid was measured
-    candidates = [f for f in fits if fits_memory(f)]
-    if not candidates:
-        return None
-    best = min(candidates, key=lambda f: f.fitted_step_s(padded_points(make_net(), *grid)))
+    points = padded_points(make_net(), *grid)
+    if fits[0].points[1] >= points:
+        return []  # the planned grid was measured
+    timed = [f for f in fits if fits_memory(f)]
+    if not timed:
+        return []
     torch.manual_seed(0)
     net = make_net().to(device)
     x = torch.randn(input_shape(*grid), device=device)
-    points = padded_points(net, *grid)
-    measured = measure_steps(net, x, [best.policy], steps=steps)[0]
-    ratio = measured.step_s / max(best.fitted_step_s(points), 1e-12)
+    ratios = {}
+    for fit, m in zip(timed, measure_steps(net, x, [f.policy for f in timed], steps=steps)):
+        ratios[id(fit)] = m.step_s / max(fit.fitted_step_s(points), 1e-12)
+    common = statistics.median(ratios.values())
     for fit in fits:
-        fit.anchor = (float(points), ratio)
-    return best
+        fit.anchor = (float(points), ratios.get(id(fit), common))
+    return timed
 
 
 #: Grids of fewer cells are measured themselves (and at half size); larger ones at 1/4 and 1/2.
