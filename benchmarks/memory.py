@@ -127,7 +127,7 @@ def run_grid(a, grid, policies) -> list:
     print(
         f"\ngrid {grid[0]} x {grid[1]} (x {a.levels} levels, {a.channels} channels, batch {a.batch}); "
         f"planner measured {measure_grids(grid, 2**a.depth)}"
-        f" and one step of {len(anchor)} policies at the grid in {plan_s:.0f} s"
+        f"{f' and one step of {len(anchor)} policies at the grid' if anchor else ''} in {plan_s:.0f} s"
     )
     base = measured[0]
     print(

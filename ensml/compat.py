@@ -11,6 +11,9 @@ upgrade breaks a test, not a user's run. Calls:
   (Lightning's own call at an epoch start), so a resumed run does not replay epoch 0's order.
 - :func:`view_base`: the tensor a view shares memory with (torch's ``Tensor._base``), to count
   the bytes autograd saves once per storage.
+- :func:`dispatch_mode`: torch's ``TorchDispatchMode`` (documented in "Extending PyTorch", but
+  in the private module ``torch.utils._python_dispatch``), the base of the live-tensor count of
+  the memory planner (:class:`ensml.models.memory_profile.LiveBytes`).
 
 Overrides of protected hooks, which subclasses are meant to implement (checked to exist by the
 same test): ``LightningCLI._parse_ckpt_path`` (a broken checkpoint as one line),
@@ -44,6 +47,13 @@ def view_base(tensor: Any) -> Any:
     return tensor if base is None else base
 
 
+def dispatch_mode() -> type:
+    """``torch.utils._python_dispatch.TorchDispatchMode``: sees every operator call, backward too."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return TorchDispatchMode
+
+
 #: Protected hooks ensml overrides: (module, class, method).
 OVERRIDDEN_HOOKS = (
     ("lightning.pytorch.cli", "LightningCLI", "_parse_ckpt_path"),
@@ -53,6 +63,7 @@ OVERRIDDEN_HOOKS = (
 
 __all__ = [
     "OVERRIDDEN_HOOKS",
+    "dispatch_mode",
     "restart_train_iterator",
     "set_distributed_sampler",
     "uses_distributed_sampler",

@@ -30,6 +30,21 @@ def test_train_iterator_can_be_restarted() -> None:
     assert hasattr(trainer.fit_loop, "_data_fetcher")  # set when fitting starts; the name must exist
 
 
+def test_dispatch_mode_sees_every_operator() -> None:
+    import torch
+
+    calls = []
+
+    class Seen(compat.dispatch_mode()):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            calls.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        torch.ones(3).add(1)
+    assert any("add" in c for c in calls)
+
+
 def test_view_base_is_the_viewed_tensor() -> None:
     a = torch.zeros(4, 3)
     assert compat.view_base(a[1:]) is a

@@ -1,16 +1,13 @@
 """Measuring a training step's memory and time under each :class:`~ensml.models.memory.MemoryPolicy`.
 
-- :class:`LiveBytes` counts the bytes of every tensor alive while a step runs (a
-  :class:`~torch.utils._python_dispatch.TorchDispatchMode`-free count through
-  :class:`torch.overrides.TorchFunctionMode` is not enough: it does not see backward, so this
-  uses :func:`torch.autograd.graph.saved_tensors_hooks` for what is saved and the allocator's
-  own statistics on CUDA). On the CPU the peak is taken from the tensors the step creates,
-  tracked through weak references: what a CUDA allocator's ``max_memory_allocated`` reports.
+- :class:`LiveBytes` counts the bytes of every tensor alive while a step runs, forward and
+  backward, and their peak: on the CPU what a CUDA allocator's ``max_memory_allocated`` is on
+  a GPU (storages counted once, freed when their last tensor dies).
 - :func:`saved_activation_bytes` counts exactly the bytes a forward pass leaves for backward
   under a policy: the tensors autograd saves (through the saved-tensor hooks) plus the inputs
   that a recomputed level holds.
-- :func:`measure_step` runs a few AdamW steps of a network on random data and returns the
-  median step time, the saved-activation bytes, the peak and the bytes swapped.
+- :func:`measure_steps` runs AdamW steps of a network on random data under several policies,
+  interleaved, and returns each one's median step time, saved bytes, peak and bytes swapped.
 """
 
 from __future__ import annotations
@@ -25,15 +22,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from ensml.compat import view_base
+from ensml.compat import dispatch_mode, view_base
 from ensml.models import memory
 from ensml.models.memory import MemoryPolicy, apply_policy
 from ensml.models.offload import Offloader
 
 
-class LiveBytes(TorchDispatchMode):
+class LiveBytes(dispatch_mode()):  # type: ignore[misc]
     """Bytes of the tensors alive while the mode is on (forward and backward), and their peak.
 
     Storages are counted once, however many views share them; a storage stops counting when
