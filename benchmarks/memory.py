@@ -90,17 +90,21 @@ def resident_peak(a, grid, policy) -> float:
 
 
 def _spatial(a, grid) -> list[SpatialScale]:
+    from ensml.experiments.plan import shard_compute
     from ensml.models.spatial.perfmodel import H100_NCCL, predict
 
-    one_rank = two_ranks = H100_NCCL
+    machines, compute = {1: H100_NCCL, 2: H100_NCCL}, {1: None, 2: None}
+    sample = (a.channels, a.levels, *grid)
     if a.device == "cpu":  # one rank on every thread, against two ranks sharing them
         from ensml.models.spatial.calibrate import measure_machine
 
-        one_rank = measure_machine(1, threads_per_rank=a.threads)
-        two_ranks = measure_machine(2, threads_per_rank=max(1, a.threads // 2))
-    sample = (a.channels, a.levels, *grid)
-    one = predict(_net(a), sample, (1, 1, 1), one_rank, a.batch, plain=True)
-    two = predict(_net(a), sample, (1, 1, 2), two_ranks, a.batch)
+        for r in (1, 2):
+            threads = max(1, a.threads // r)
+            machines[r] = measure_machine(r, threads_per_rank=threads)
+            timed = shard_compute(_net(a), sample, a.batch, threads, "cpu")
+            compute[r] = timed((1, 1, r), predict(_net(a), sample, (1, 1, r), machines[r], a.batch))
+    one = predict(_net(a), sample, (1, 1, 1), machines[1], a.batch, plain=True, compute_s=compute[1])
+    two = predict(_net(a), sample, (1, 1, 2), machines[2], a.batch, compute_s=compute[2])
     return [SpatialScale(2, two.activation_bytes / one.activation_bytes, two.step_s / one.step_s)]
 
 

@@ -27,7 +27,7 @@ from collections import defaultdict
 import torch
 
 from ensml.models.spatial import ProcessGrid, SpatialUNet3d, global_mean, reduce_gradients
-from ensml.models.spatial.calibrate import measure_machine
+from ensml.models.spatial.calibrate import measure_machine, measure_step_compute
 from ensml.models.spatial.halo import HALO_STATS, enable_halo_timing
 from ensml.models.spatial.perfmodel import H100_NCCL, predict, saved_bytes, saved_hooks
 from ensml.models.spatial.testing import run_distributed
@@ -162,8 +162,13 @@ def _model_check(a, res: dict, machines: dict) -> None:
     for n, machine in machines.items():
         print(f"machine model, {n} rank(s): {machine.describe()}")
     for (lat, lon), out in res.items():
-        # one rank runs the plain UNet3d (with level padding), more ranks the partitioned one
-        pr = predict(_net(a), sample, (1, lat, lon), machines[lat * lon], a.batch, plain=lat * lon == 1)
+        # one rank runs the plain UNet3d (with level padding), more ranks the partitioned one;
+        # compute is one rank's shard step timed alone (measure_step_compute), not FLOPs / rate
+        compute = measure_step_compute(_net(a), sample, (1, lat, lon), a.batch, threads=1, device=a.device)
+        machine = machines[lat * lon]
+        pr = predict(
+            _net(a), sample, (1, lat, lon), machine, a.batch, plain=lat * lon == 1, compute_s=compute
+        )
         _, step = _step_stats(out)
         halo = sum(sum(r["halo"].values()) for r in out) / len(out)
         act = max(r["act"] for r in out)

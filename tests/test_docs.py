@@ -114,14 +114,14 @@ def test_cli_reference_lists_every_command(site: Path) -> None:
     commands = [words.split() for words, _ in ensml_commands()]
     named = {" ".join(words) for words in commands}
     assert {"fit", "validate", "test", "predict", "data synth", "data archive", "evaluate", "report",
-            "postprocess", "plan-parallel", "benchmark"} <= named  # fmt: skip
+            "postprocess", "plan-parallel", "plan-memory", "benchmark"} <= named  # fmt: skip
     page = (site / "cli.html").read_text(encoding="utf-8")
     headings = {" ".join(html.unescape(re.sub(r"<[^>]+>", "", h)).replace("¶", "").split())
                 for h in re.findall(r"<h2>(.*?)</h2>", page, re.S)}  # fmt: skip
     assert {f"ensml {c}" for c in named} | {"ensml"} == headings
     text = _text(site / "cli.html")
     for words in commands:  # each command's own usage line and options
-        assert re.search(r"usage: ensml .*" + re.escape(words[-1]) + r" \[", text), words
+        assert re.search(r"usage: ensml .*" + re.escape(words[-1]) + r" (--\w+ [A-Z_]+ )*\[", text), words
     assert "--trainer.max_epochs" in text and "--out_dir" in text
 
 

@@ -157,17 +157,22 @@ def _spatial_scales(task, nets, grid, batch, ranks, device) -> list[SpatialScale
     if len(nets) != 1 or not isinstance(nets[0], UNet3d):
         note(f"{COMMAND}: spatial splits are planned for arch unet3d (one network) only")
         return []
+    sample = (*task.network_input_shape(1, 1, 1)[1:3], *grid)
     machines = dict.fromkeys([1, *ranks], H100_NCCL)
+    compute = dict.fromkeys([1, *ranks])
     if device.type == "cpu":  # one rank on every thread, against r ranks sharing them
+        from ensml.experiments.plan import shard_compute
         from ensml.models.spatial.calibrate import measure_machine
 
         threads = torch.get_num_threads()
-        machines = {r: measure_machine(r, threads_per_rank=max(1, threads // r)) for r in [1, *ranks]}
-    c, d = task.network_input_shape(1, 1, 1)[1:3]
-    one = predict(nets[0], (c, d, *grid), (1, 1, 1), machines[1], batch, plain=True)
+        for r in [1, *ranks]:
+            machines[r] = measure_machine(r, threads_per_rank=max(1, threads // r))
+            timed = shard_compute(nets[0], sample, batch, max(1, threads // r), "cpu")
+            compute[r] = timed((1, 1, r), predict(nets[0], sample, (1, 1, r), machines[r], batch))
+    one = predict(nets[0], sample, (1, 1, 1), machines[1], batch, plain=True, compute_s=compute[1])
     out = []
     for r in ranks:
-        p = predict(nets[0], (c, d, *grid), (1, 1, r), machines[r], batch)
+        p = predict(nets[0], sample, (1, 1, r), machines[r], batch, compute_s=compute[r])
         out.append(SpatialScale(r, p.activation_bytes / one.activation_bytes, p.step_s / one.step_s))
     return out
 

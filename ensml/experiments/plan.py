@@ -44,6 +44,35 @@ def _measured_machine(devices: int) -> tuple[str, str]:
     return "gloo", "cpu"
 
 
+#: A shard is timed (``--machine measured``) while its activations take at most this share of the
+#: memory available now; a larger one keeps the FLOP-rate estimate.
+MEASURE_SHARE = 0.25
+
+
+def shard_compute(model, sample, batch_size: int, threads: int, device: str):
+    """``compute(split, prediction)`` for :func:`plan_parallel`: one rank's shard step, timed alone
+    (each shard shape once), where its activations fit comfortably in memory now."""
+    from ensml.models.memory_plan import free_memory
+    from ensml.models.spatial.calibrate import measure_step_compute
+    from ensml.models.spatial.perfmodel import shard_shape
+
+    cache: dict[tuple, float | None] = {}
+    room = MEASURE_SHARE * free_memory(device)
+
+    def compute(split, prediction) -> float | None:
+        shape = shard_shape(model, sample, split, batch_size)
+        if shape not in cache:
+            fits = prediction.activation_bytes + prediction.state_bytes <= room
+            cache[shape] = (
+                measure_step_compute(model, sample, split, batch_size, threads, device=device)
+                if fits
+                else None
+            )
+        return cache[shape]
+
+    return compute
+
+
 def plan_parallel_cli(
     devices: Devices,
     forecast: str | None = None,
@@ -124,9 +153,18 @@ def plan_parallel_cli(
         model = UNet3d(
             in_channels, (2 if mixed else 1) * n_var, width=width, depth=depth, kernel_size=kernel_size
         )
+    compute = None
+    if machine == "measured":
+        real = UNet3d(
+            in_channels, (2 if mixed else 1) * n_var, width=width, depth=depth, kernel_size=kernel_size
+        )
+        compute = shard_compute(
+            real, (in_channels, n_level, n_lat, n_lon), batch_size, threads_per_rank, device
+        )
     plan = plan_parallel(
-        model, n_level, n_lat, n_lon, devices, batch_size=batch_size, machine=rates, memory_gib=memory_gib
-    )
+        model, n_level, n_lat, n_lon, devices, batch_size=batch_size, machine=rates, memory_gib=memory_gib,
+        compute=compute,
+    )  # fmt: skip
     sample = f"{in_channels} channels × {n_level} levels × {n_lat} × {n_lon}"
     print(f"sample: {sample}; U-Net width {width}, depth {depth}")
     print(plan.table())

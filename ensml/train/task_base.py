@@ -114,11 +114,18 @@ class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
     swap_levels
         U-Net levels (0 = full resolution) to swap; empty: all. With ``checkpointing`` the other
         levels are recomputed.
-    channels_last, compile, bf16, fused_norm_act
-        How a training step moves data (:class:`ensml.models.speed.SpeedOptions`): the
-        ``channels_last_3d`` layout, ``torch.compile``, bfloat16 autocast (on hardware with
-        bf16), one fused GroupNorm+GELU. Training steps only: validation and prediction run the
-        plain float32 network, so they match the run without them.
+    channels_last
+        Store weights and activations in the ``channels_last_3d`` layout that oneDNN's and
+        cuDNN's 3D convolutions use (:class:`ensml.models.speed.SpeedOptions`).
+    compile
+        ``torch.compile`` the network for training steps (the first step compiles); validation
+        and prediction run the plain network.
+    bf16
+        Train under bfloat16 autocast (hardware with bf16 only); validation and prediction run
+        in float32.
+    fused_norm_act
+        One fused GroupNorm + GELU that saves only its input and the group statistics (less
+        memory, slower in eager mode).
     """
 
     n_outputs_per_var = 1

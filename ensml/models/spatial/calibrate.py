@@ -9,6 +9,9 @@
 - **communication** (``ranks`` spawned processes, a ring as a longitude split makes it): halo
   exchanges of two sizes give the latency and bandwidth of the backend, small all-reduces their
   latency (medians);
+- **step compute** (:func:`measure_step_compute`, per model and split, not part of
+  :func:`measure_machine`): one rank's training step on its padded shard, timed alone, which
+  :func:`~ensml.models.spatial.perfmodel.predict` takes as ``compute_s``;
 - **contention** (the same processes): a convolution timed while all ranks compute at once,
   against the same convolution alone, gives the slowdown of sharing the machine, and
   bulk-synchronous rounds (compute, then exchange) give the median extra wait of a
@@ -58,6 +61,46 @@ def _median_time(fn: Callable[[], object], repeats: int, device: torch.device, w
         _sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def measure_step_compute(
+    model: torch.nn.Module,
+    sample: tuple[int, int, int, int],
+    grid: tuple[int, int, int],
+    batch_size: int = 1,
+    threads: int = 1,
+    repeats: int = 5,
+    device: str = "cpu",
+) -> float:
+    """Seconds of one rank's training step without communication (median of ``repeats``).
+
+    ``model`` (a single-process U-Net, not modified) runs a forward, backward and SGD step on
+    the padded shard that the busiest rank of ``grid`` = (data, lat, lon) holds of ``sample`` =
+    (channels, level, lat, lon), alone, on ``threads`` threads. A measured step, not FLOPs over a
+    rate: a CPU's 3D convolution changes algorithm with the tensor's size (oneDNN above about
+    2**24 elements, a direct path up to 10x slower below), so no single rate fits every shard.
+    """
+    import copy
+
+    from ensml.models.spatial.perfmodel import shard_shape
+
+    shape = shard_shape(model, sample, grid, batch_size)
+    dev = torch.device(device)
+    net = copy.deepcopy(model).to(dev)
+    x = torch.randn(shape, device=dev)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-9)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        net(x).square().mean().backward()
+        opt.step()
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(threads)))
+    try:
+        return _median_time(step, repeats, dev)
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _conv_step(channels: int, grid: tuple[int, int, int], device: torch.device):

@@ -87,6 +87,12 @@ class MachineModel:
             return 1.0
         return max(1.0, world * self.threads_per_rank / self.cores) * self.contention
 
+    def sync_wait(self, world: int) -> float:
+        """Wait (s) charged at each synchronisation of ``world`` ranks: the measured one while
+        every rank has its cores; none when they time-slice, where a rank waiting for a
+        descheduled neighbour leaves the core to it and :meth:`share` already counts the time."""
+        return self.sync_s if world * self.threads_per_rank <= self.cores else 0.0
+
     def conv_traffic_s(self, col_bytes: float, world: int) -> float:
         """Time (s) of the three im2col/col2im passes over a ``col_bytes`` buffer on one rank."""
         if math.isinf(self.conv_bandwidth) and math.isinf(self.conv_memory_bandwidth):
@@ -200,6 +206,16 @@ def _padded(n: int, parts: int, m: int) -> int:
     return math.ceil(math.ceil(n / m) / parts) * m
 
 
+def shard_shape(
+    model: nn.Module, sample: tuple[int, int, int, int], grid: tuple[int, int, int], batch_size: int = 1
+) -> tuple[int, int, int, int, int]:
+    """(batch, channels, level, lat, lon) of the busiest rank's padded shard of ``sample``."""
+    _, p_lat, p_lon = grid
+    c, d, n_lat, n_lon = sample
+    m = 2 ** getattr(model, "depth", 0)
+    return (batch_size, c, d, _padded(n_lat, p_lat, m), _padded(n_lon, p_lon, m))
+
+
 def predict(
     model: nn.Module,
     sample: tuple[int, int, int, int],
@@ -208,17 +224,21 @@ def predict(
     batch_size: int = 1,
     dtype: torch.dtype = torch.float32,
     plain: bool = False,
+    compute_s: float | None = None,
 ) -> Prediction:
     """Predict one training step on the busiest rank.
 
     ``sample`` is (channels, level, lat, lon) of one unpadded sample; ``grid`` is (data, lat, lon);
     ``batch_size`` counts samples per replica. ``model`` is a single-process UNet3d (not modified);
     ``plain`` estimates the memory of that model itself rather than of its partitioned version.
+    ``compute_s``, when given, is the measured step of one rank's shard alone
+    (:func:`~ensml.models.spatial.calibrate.measure_step_compute`): it replaces the FLOP-rate
+    estimate of compute, spread over the layers in proportion to it, before time-slicing and
+    contention.
     """
     data, p_lat, p_lon = grid
-    c, d, n_lat, n_lon = sample
-    m = 2 ** getattr(model, "depth", 0)
-    h, w = _padded(n_lat, p_lat, m), _padded(n_lon, p_lon, m)
+    c, d = sample[:2]
+    _, _, _, h, w = shard_shape(model, sample, grid, batch_size)
     item = torch.empty((), dtype=dtype).element_size()
     records, act = _trace(copy.deepcopy(model), (batch_size, c, d, h, w), dtype)
     if isinstance(model, UNet3d) and not plain:  # the partitioned layers save less (no level padding)
@@ -229,13 +249,17 @@ def predict(
     layers = [
         _layer_cost(name, mod, i, o, (p_lat, p_lon, world), item, machine) for name, mod, i, o in records
     ]
+    if compute_s is not None:
+        total = sum(c.compute_s for c in layers) or 1.0
+        for cost in layers:
+            cost.compute_s *= compute_s * machine.share(world) / total
     n_param = sum(p.numel() for p in model.parameters()) * item
     grad = 0.0
     if world > 1:
         grad = (
             2 * (world - 1) / world * n_param / machine.bandwidth
             + 2 * math.log2(world) * machine.allreduce_latency
-            + machine.sync_s
+            + machine.sync_wait(world)
         )
     return Prediction(data, p_lat, p_lon, layers, grad, float(act), 4.0 * n_param)
 
@@ -266,7 +290,8 @@ def _layer_cost(name, mod, i, o, split: tuple[int, int, int], item: int, machine
     cost.compute_s = (conv_s + elements / machine.elem_rate) * machine.share(world)
     # Forward and backward: one exchange per split dimension (its messages overlap), each a
     # latency and a synchronisation with the neighbours; the bytes of all of them.
-    cost.comm_s = 2 * (msgs // 2 * (machine.latency + machine.sync_s) + cost.halo_bytes / machine.bandwidth)
+    sync = machine.sync_wait(world)
+    cost.comm_s = 2 * (msgs // 2 * (machine.latency + sync) + cost.halo_bytes / machine.bandwidth)
     steps = math.ceil(math.log2(p_lat * p_lon)) if reds else 0
-    cost.reduce_s = reds * (steps * machine.allreduce_latency + machine.sync_s)
+    cost.reduce_s = reds * (steps * machine.allreduce_latency + sync)
     return cost

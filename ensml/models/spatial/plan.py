@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -66,6 +67,7 @@ def plan_parallel(
     machine: MachineModel = H100_NCCL,
     memory_gib: float | None = None,
     dtype: torch.dtype = torch.float32,
+    compute: Callable[[tuple[int, int, int], Prediction], float | None] | None = None,
 ) -> ParallelPlan:
     """Predict every ``data × lat × lon`` split of ``devices`` and recommend the fastest that fits.
 
@@ -82,6 +84,11 @@ def plan_parallel(
     machine, memory_gib
         Rates of one rank, and its memory in GiB (default: ``machine.memory_gib``) for activations
         plus parameters, gradients and Adam moments.
+    compute
+        ``compute(split, prediction)``: the measured step of one rank's shard alone for a
+        ``(data, lat, lon)`` split (e.g. with
+        :func:`~ensml.models.spatial.calibrate.measure_step_compute`), or None to keep the
+        FLOP-rate estimate of ``prediction``.
     """
     if devices < 1:
         raise EnsmlError(f"plan-parallel: need at least one device, got {devices}")
@@ -94,7 +101,11 @@ def plan_parallel(
     for data, lat, lon in _splits(devices):
         if -(-n_lat // block) < lat or -(-n_lon // block) < lon:
             continue  # fewer pooling blocks than shards
-        preds.append(predict(model, sample, (data, lat, lon), machine, batch_size, dtype))
+        pred = predict(model, sample, (data, lat, lon), machine, batch_size, dtype)
+        measured = compute((data, lat, lon), pred) if compute is not None else None
+        if measured is not None:
+            pred = predict(model, sample, (data, lat, lon), machine, batch_size, dtype, compute_s=measured)
+        preds.append(pred)
     plan = ParallelPlan(None, [], machine, batch_size)
     preds.sort(key=lambda p: -plan.throughput(p))
     plan.candidates = preds

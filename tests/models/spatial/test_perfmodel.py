@@ -156,3 +156,25 @@ def test_torch_threads_restored_after_probe() -> None:
     old = torch.get_num_threads()
     compute_rates(threads=1, repeats=1)
     assert torch.get_num_threads() == old
+
+
+def test_measured_compute_replaces_the_flop_estimate_and_time_slicing_absorbs_the_wait() -> None:
+    net, sample = UNet3d(2, 2, width=4, depth=1), (2, 2, 16, 32)
+    sync = MachineModel(**{**UNIT.__dict__, "sync_s": 3e-4})
+    two = predict(net, sample, (1, 1, 2), sync, compute_s=0.5)  # two ranks, two cores
+    assert two.compute_s == pytest.approx(0.5)
+    assert sum(c.compute_s for c in two.layers) == pytest.approx(0.5)
+    four = predict(net, sample, (1, 1, 4), sync, compute_s=0.25)  # four ranks time-slice two cores
+    assert four.compute_s == pytest.approx(0.5)
+    assert sync.sync_wait(2) == 3e-4 and sync.sync_wait(4) == 0.0
+    no_wait = predict(net, sample, (1, 1, 4), UNIT, compute_s=0.25)
+    assert four.halo_s == pytest.approx(no_wait.halo_s)  # the wait is in the time-slicing
+
+
+def test_measure_step_compute_times_the_shard() -> None:
+    from ensml.models.spatial.calibrate import measure_step_compute
+
+    net = UNet3d(2, 2, width=2, depth=1)
+    t = measure_step_compute(net, (2, 2, 16, 32), (1, 1, 2), repeats=2)
+    assert 0 < t < 5 and math.isfinite(t)
+    assert torch.get_num_threads() >= 1
