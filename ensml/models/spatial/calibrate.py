@@ -39,6 +39,7 @@ from ensml.models.spatial.grid import LON, ProcessGrid
 from ensml.models.spatial.halo import halo_exchange
 from ensml.models.spatial.perfmodel import MachineModel
 from ensml.models.spatial.testing import DistributedError, run_distributed
+from ensml.models.unet3d import UNet3d
 
 #: Channel counts of the two convolution probes (memory-bound and FLOP-bound on CPU).
 PROBE_CHANNELS = (8, 48)
@@ -76,18 +77,37 @@ def measure_step_compute(
 
     ``model`` (a single-process U-Net, not modified) runs a forward, backward and SGD step on
     the padded shard that the busiest rank of ``grid`` = (data, lat, lon) holds of ``sample`` =
-    (channels, level, lat, lon), alone, on ``threads`` threads. A measured step, not FLOPs over a
-    rate: a CPU's 3D convolution changes algorithm with the tensor's size (oneDNN above about
-    2**24 elements, a direct path up to 10x slower below), so no single rate fits every shard.
+    (channels, level, lat, lon), on ``threads`` threads. A measured step, not FLOPs over a rate:
+    a CPU's 3D convolution changes algorithm with the tensor's size (oneDNN above about 2**24
+    elements, a direct path up to 10x slower below), so no single rate fits every shard.
+
+    On the CPU with several ranks, every rank's process runs the step at once, as training
+    does, so the shared caches and memory bandwidth are in the time; the result is divided by
+    the time-slicing factor that :meth:`MachineModel.share` multiplies back.
     """
+    world = grid[0] * grid[1] * grid[2]
+    if device != "cpu" or world == 1:
+        return _shard_step_time(model, sample, grid, batch_size, threads, repeats, device)
+    times = run_distributed(
+        _shard_step_time, world, model, sample, grid, batch_size, threads, repeats, device, threads=threads
+    )
+    slicing = max(1.0, world * threads / _cores(device))
+    return statistics.median(times) / slicing
+
+
+def _shard_step_time(model, sample, grid, batch_size, threads, repeats, device) -> float:
     import copy
 
     from ensml.models.spatial.perfmodel import shard_shape
 
-    shape = shard_shape(model, sample, grid, batch_size)
     dev = torch.device(device)
-    net = copy.deepcopy(model).to(dev)
-    x = torch.randn(shape, device=dev)
+    net = copy.deepcopy(model)
+    if grid[1] * grid[2] > 1 and isinstance(net, UNet3d):  # the partitioned layers, padding locally
+        from ensml.models.spatial.unet import SpatialUNet3d
+
+        net = SpatialUNet3d(net, ProcessGrid(local=True))
+    net = net.to(dev)
+    x = torch.randn(shard_shape(model, sample, grid, batch_size), device=dev)
     opt = torch.optim.SGD(net.parameters(), lr=1e-9)
 
     def step() -> None:
