@@ -96,6 +96,7 @@ def plan_memory_cli(
     """
     budget = parse_bytes(memory_budget)
     out_path = _check_out(out, config)
+    ranks = [int(r) for r in spatial_ranks]  # plain ints: they travel to spawned processes
     from ensml.train.lightning_cli import load_fit_config
 
     cli = load_fit_config(config)
@@ -129,7 +130,7 @@ def plan_memory_cli(
             device,
         )
         bar.advance(f"{len(anchored)} policies timed at {grid[0]} x {grid[1]}")
-    spatial = _spatial_scales(task, nets, grid, batch, list(spatial_ranks), device)
+    spatial = _spatial_scales(task, nets, grid, batch, ranks, device)
     plan = plan_memory(fits, grid, points, budget, fixed, io, spatial)
     print(plan.table())
     if out_path is not None:

@@ -130,6 +130,17 @@ def plan_parallel_cli(
     threads_per_rank
         Intra-op threads of each rank, for ``--machine measured``.
     """
+    # Plain numbers: jsonargparse's range types are made at run time and cannot be unpickled
+    # by the processes that --machine measured spawns.
+    devices, batch_size, threads_per_rank = int(devices), int(batch_size), int(threads_per_rank)
+    n_var, n_lead, width, depth, kernel_size = (
+        int(n_var),
+        int(n_lead),
+        int(width),
+        int(depth),
+        int(kernel_size),
+    )
+    n_lat, n_lon, n_level = (None if v is None else int(v) for v in (n_lat, n_lon, n_level))
     if machine == "measured":  # checked before the forecast is opened or anything is spawned
         backend, device = _measured_machine(devices)
     if forecast is not None:

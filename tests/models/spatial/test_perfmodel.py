@@ -178,3 +178,11 @@ def test_measure_step_compute_times_the_shard() -> None:
     t = measure_step_compute(net, (2, 2, 16, 32), (1, 1, 2), repeats=2)
     assert 0 < t < 5 and math.isfinite(t)
     assert torch.get_num_threads() >= 1
+
+
+def test_plan_parallel_on_the_measured_machine_runs(capsys) -> None:
+    """Spawned probes get plain numbers, not jsonargparse's run-time range types."""
+    args = ["plan-parallel", "--devices", "2", "--n_lat", "16", "--n_lon", "32", "--n_level", "2"]
+    assert main([*args, "--width", "2", "--depth", "1", "--machine", "measured"]) == 0
+    out = capsys.readouterr().out
+    assert "(measured)" in out and "recommended: data=" in out
