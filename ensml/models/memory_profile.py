@@ -100,20 +100,16 @@ def saved_activation_bytes(net: nn.Module, x: torch.Tensor, policy: MemoryPolicy
     plus the inputs of recomputed levels, which their checkpoints hold. Counted exactly, through
     the saved-tensor hooks, on the real tensors.
     """
+    from ensml.models.spatial.perfmodel import saved_hooks
+
     apply_policy(net, policy)
-    saved: dict[int, int] = {}
+    saved: dict[int, tuple] = {}
     recomputed: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        base = view_base(t)
-        if not isinstance(base, nn.Parameter):
-            saved[id(base)] = base.numel() * base.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _per_segment(recomputed):
+    with saved_hooks(saved), _per_segment(recomputed):
         y = net(x)
     del y
-    return sum({**saved, **recomputed}.values())
+    saved_sizes = {key: n for key, (_, n) in saved.items()}
+    return sum({**saved_sizes, **recomputed}.values())
 
 
 @dataclass
