@@ -22,18 +22,15 @@ import time
 
 import torch
 
+from ensml.experiments.memory_plan import spatial_scales
 from ensml.models import UNet3d
 from ensml.models.memory import apply_policy
 from ensml.models.memory_plan import (
-    SpatialScale,
-    anchor_steps,
     candidate_policies,
-    free_memory,
+    fit_policies,
     measure_grids,
-    measure_policies,
     padded_points,
     plan_memory,
-    predicted_total,
 )
 from ensml.models.memory_profile import measure_steps, state_bytes
 
@@ -89,43 +86,18 @@ def resident_peak(a, grid, policy) -> float:
     return out
 
 
-def _spatial(a, grid) -> list[SpatialScale]:
-    from ensml.experiments.plan import shard_compute
-    from ensml.models.spatial.perfmodel import H100_NCCL, predict
-
-    machines, compute = {1: H100_NCCL, 2: H100_NCCL}, {1: None, 2: None}
-    sample = (a.channels, a.levels, *grid)
-    if a.device == "cpu":  # one rank on every thread, against two ranks sharing them
-        from ensml.models.spatial.calibrate import measure_machine
-
-        for r in (1, 2):
-            threads = max(1, a.threads // r)
-            machines[r] = measure_machine(r, threads_per_rank=threads)
-            timed = shard_compute(_net(a), sample, a.batch, threads, "cpu")
-            compute[r] = timed((1, 1, r), predict(_net(a), sample, (1, 1, r), machines[r], a.batch))
-    one = predict(_net(a), sample, (1, 1, 1), machines[1], a.batch, plain=True, compute_s=compute[1])
-    two = predict(_net(a), sample, (1, 1, 2), machines[2], a.batch, compute_s=compute[2])
-    return [SpatialScale(2, two.activation_bytes / one.activation_bytes, two.step_s / one.step_s)]
-
-
 def run_grid(a, grid, policies) -> list:
     device = torch.device(a.device)
     net = _net(a).to(device)
     shape = lambda h, w: (a.batch, a.channels, a.levels, h, w)  # noqa: E731
     t0 = time.perf_counter()
-    fits = measure_policies(
-        lambda: _net(a), shape, measure_grids(grid, 2**a.depth), policies, device, a.steps
-    )
     points = padded_points(net, *grid)
     io, fixed = 4.0 * (a.channels + a.out) * a.levels * a.batch, state_bytes(net)
-    room = min(a.budget_gib * GIB, 0.8 * free_memory(device))
-
-    def fits_memory(fit) -> bool:
-        return predicted_total(fit, points, fixed, io) <= room
-
-    anchor = anchor_steps(fits, lambda: _net(a), shape, grid, fits_memory, device)
+    budget = a.budget_gib * GIB
+    fits, anchor = fit_policies(lambda: _net(a), shape, grid, policies, budget, fixed, io, device, a.steps)
     plan_s = time.perf_counter() - t0
-    plan = plan_memory(fits, grid, points, a.budget_gib * GIB, fixed, io, _spatial(a, grid))
+    spatial = spatial_scales(_net(a), (a.channels, a.levels, *grid), a.batch, [2], device)
+    plan = plan_memory(fits, grid, points, budget, fixed, io, spatial)
     x = torch.randn(shape(*grid), device=device)
     measured = measure_steps(net, x, policies, steps=a.steps)
     print(

@@ -22,17 +22,15 @@ from ensml.errors import EnsmlError
 from ensml.experiments.plan import Count, GridSize
 from ensml.models.memory_plan import (
     SpatialScale,
-    anchor_steps,
     candidate_policies,
-    free_memory,
+    fit_policies,
     measure_grids,
-    measure_policies,
     padded_points,
     plan_memory,
-    predicted_total,
     unet_block,
 )
 from ensml.models.memory_profile import state_bytes
+from ensml.models.unet3d import UNet3d
 from ensml.progress import Progress, note
 
 COMMAND = "plan-memory"
@@ -116,64 +114,63 @@ def plan_memory_cli(
     policies = candidate_policies(device)
     note(f"{COMMAND}: measuring {len(policies)} policies at {grids[0][0]} x {grids[0][1]} and "
          f"{grids[1][0]} x {grids[1][1]}, batch {batch}, {steps} steps each, on {device}")  # fmt: skip
+    points, io, fixed = padded_points(net, *grid), _io_bytes_per_cell(net, shape), state_bytes(task)
     with Progress(COMMAND, len(grids) + 1, "grid sizes") as bar:
-        fits = measure_policies(lambda: _fresh(net), shape, grids, policies, device, steps, bar.advance)
-        points, io = padded_points(net, *grid), _io_bytes_per_cell(net, shape)
-        room = min(budget, 0.8 * free_memory(device))  # the anchor step must not exhaust the machine
-        fixed = state_bytes(task)
-        anchored = anchor_steps(
-            fits,
-            lambda: _fresh(net),
-            shape,
-            grid,
-            lambda f: predicted_total(f, points, fixed, io) <= room,
-            device,
+        fits, timed = fit_policies(
+            lambda: copy.deepcopy(net), shape, grid, policies, budget, fixed, io, device, steps, bar.advance
         )
-        bar.advance(f"{len(anchored)} policies timed at {grid[0]} x {grid[1]}")
-    spatial = _spatial_scales(task, nets, grid, batch, ranks, device)
+        bar.advance(f"{len(timed)} policies timed at {grid[0]} x {grid[1]}")
+    spatial = []
+    if ranks and (len(nets) != 1 or not isinstance(nets[0], UNet3d)):
+        note(f"{COMMAND}: spatial splits are planned for arch unet3d (one network) only")
+    elif ranks:
+        sample = (*task.network_input_shape(1, 1, 1)[1:3], *grid)
+        spatial = spatial_scales(nets[0], sample, batch, ranks, device)
     plan = plan_memory(fits, grid, points, budget, fixed, io, spatial)
     print(plan.table())
     if out_path is not None:
         _write_config(cli, plan, out_path)
 
 
-def _fresh(net: nn.Module) -> nn.Module:
-    return copy.deepcopy(net)
-
-
 def _io_bytes_per_cell(net: nn.Module, shape) -> float:
     """Bytes of the batch's input and target per grid cell (traced on the meta device)."""
     n = 64
     with torch.device("meta"):
-        y = _fresh(net).to("meta")(torch.empty(shape(n, n), device="meta"))
+        y = copy.deepcopy(net).to("meta")(torch.empty(shape(n, n), device="meta"))
     return 4.0 * (math.prod(shape(n, n)) + y.numel()) / (n * n)
 
 
-def _spatial_scales(task, nets, grid, batch, ranks, device) -> list[SpatialScale]:
-    from ensml.models import UNet3d
+def spatial_scales(
+    net: nn.Module,
+    sample: tuple[int, int, int, int],
+    batch: int,
+    ranks: list[int],
+    device: torch.device | str,
+) -> list[SpatialScale]:
+    """Per-rank memory and step time of ``net`` (a ``UNet3d``) on each longitude split of
+    ``ranks``, relative to one rank, from the spatial performance model.
+
+    On the CPU the machine is measured (one rank on every thread, against ``r`` ranks sharing
+    them) and each shard's step is timed (:func:`ensml.experiments.plan.shard_compute`); on an
+    accelerator the nominal H100 rates are used.
+    """
     from ensml.models.spatial.perfmodel import H100_NCCL, predict
 
-    if not ranks:
-        return []
-    if len(nets) != 1 or not isinstance(nets[0], UNet3d):
-        note(f"{COMMAND}: spatial splits are planned for arch unet3d (one network) only")
-        return []
-    sample = (*task.network_input_shape(1, 1, 1)[1:3], *grid)
     machines = dict.fromkeys([1, *ranks], H100_NCCL)
     compute = dict.fromkeys([1, *ranks])
-    if device.type == "cpu":  # one rank on every thread, against r ranks sharing them
+    if torch.device(device).type == "cpu":
         from ensml.experiments.plan import shard_compute
         from ensml.models.spatial.calibrate import measure_machine
 
         threads = torch.get_num_threads()
         for r in [1, *ranks]:
             machines[r] = measure_machine(r, threads_per_rank=max(1, threads // r))
-            timed = shard_compute(nets[0], sample, batch, max(1, threads // r), "cpu")
-            compute[r] = timed((1, 1, r), predict(nets[0], sample, (1, 1, r), machines[r], batch))
-    one = predict(nets[0], sample, (1, 1, 1), machines[1], batch, plain=True, compute_s=compute[1])
+            timed = shard_compute(net, sample, batch, max(1, threads // r), "cpu")
+            compute[r] = timed((1, 1, r), predict(net, sample, (1, 1, r), machines[r], batch))
+    one = predict(net, sample, (1, 1, 1), machines[1], batch, plain=True, compute_s=compute[1])
     out = []
     for r in ranks:
-        p = predict(nets[0], sample, (1, 1, r), machines[r], batch, compute_s=compute[r])
+        p = predict(net, sample, (1, 1, r), machines[r], batch, compute_s=compute[r])
         out.append(SpatialScale(r, p.activation_bytes / one.activation_bytes, p.step_s / one.step_s))
     return out
 
@@ -206,4 +203,4 @@ def _write_config(cli, plan, out: Path) -> None:
     note(f"{COMMAND}: wrote {out}")
 
 
-__all__ = ["COMMAND", "Networks", "parse_bytes", "plan_memory_cli"]
+__all__ = ["COMMAND", "Networks", "parse_bytes", "plan_memory_cli", "spatial_scales"]

@@ -143,6 +143,33 @@ def anchor_steps(
     return timed
 
 
+def fit_policies(
+    make_net: Callable[[], nn.Module],
+    input_shape: Callable[[int, int], tuple[int, ...]],
+    grid: tuple[int, int],
+    policies: list[MemoryPolicy],
+    budget_bytes: float,
+    fixed_bytes: float,
+    batch_bytes_per_point: float,
+    device: torch.device | str = "cpu",
+    steps: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[PolicyFit], list[PolicyFit]]:
+    """The planner's measurements for ``grid``: every policy at :func:`measure_grids`, then one
+    step at ``grid`` of each policy whose predicted memory fits ``budget_bytes`` and 80% of the
+    memory free now (:func:`anchor_steps`). Returns the fits and the policies timed at ``grid``."""
+    net = make_net()
+    grids = measure_grids(grid, unet_block(net))
+    fits = measure_policies(make_net, input_shape, grids, policies, device, steps, progress)
+    points = padded_points(net, *grid)
+    room = min(budget_bytes, 0.8 * free_memory(device))  # the step at grid must not exhaust the machine
+
+    def fits_memory(fit: PolicyFit) -> bool:
+        return predicted_total(fit, points, fixed_bytes, batch_bytes_per_point) <= room
+
+    return fits, anchor_steps(fits, make_net, input_shape, grid, fits_memory, device)
+
+
 #: Grids of fewer cells are measured themselves (and at half size); larger ones at 1/4 and 1/2.
 SMALL_GRID = 100_000
 
@@ -302,6 +329,7 @@ __all__ = [
     "SpatialScale",
     "anchor_steps",
     "candidate_policies",
+    "fit_policies",
     "free_memory",
     "measure_grids",
     "measure_policies",

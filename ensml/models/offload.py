@@ -45,6 +45,7 @@ class Swapped:
     """A saved tensor that lives out of core: where it went, and how to rebuild it."""
 
     def __init__(self, index: int, t: torch.Tensor, channels_last: bool) -> None:
+        # ``t`` is what is stored (contiguous; channels-last tensors as (B, D, H, W, C)).
         self.index, self.channels_last = index, channels_last
         self.shape, self.dtype, self.device = tuple(t.shape), t.dtype, t.device
         self.nbytes = t.numel() * t.element_size()
@@ -133,13 +134,13 @@ class Offloader:
         channels_last = (
             t.dim() == 5 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last_3d)
         )
-        src = t.detach().permute(0, 2, 3, 4, 1) if channels_last else t.detach().contiguous()
-        item = Swapped(len(self._order), src.contiguous(), channels_last)
-        item.shape = tuple(src.shape)
+        # A channels-last tensor permuted to (B, D, H, W, C) is contiguous as it is: no copy.
+        src = (t.detach().permute(0, 2, 3, 4, 1) if channels_last else t.detach()).contiguous()
+        item = Swapped(len(self._order), src, channels_last)
         if self.target == "disk":
-            self._to_disk(item, src.contiguous())
+            self._to_disk(item, src)
         else:
-            self._to_host(item, src.contiguous())
+            self._to_host(item, src)
         self._order.append(weakref.ref(item))
         self._live += 1
         weakref.finalize(item, self._released)

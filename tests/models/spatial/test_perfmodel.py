@@ -175,9 +175,11 @@ def test_measure_step_compute_times_the_shard() -> None:
     from ensml.models.spatial.calibrate import measure_step_compute
 
     net = UNet3d(2, 2, width=2, depth=1)
-    t = measure_step_compute(net, (2, 2, 16, 32), (1, 1, 2), repeats=2)
-    assert 0 < t < 5 and math.isfinite(t)
-    assert torch.get_num_threads() >= 1
+    threads = torch.get_num_threads()
+    half = measure_step_compute(net, (2, 2, 16, 64), (1, 1, 2), repeats=3)  # two ranks at once
+    alone = measure_step_compute(net, (2, 2, 16, 64), (1, 1, 1), repeats=3)
+    assert 0 < half < alone < 5 and math.isfinite(half)  # a half shard is less work
+    assert torch.get_num_threads() == threads  # the probe restores torch's thread count
 
 
 def test_plan_parallel_on_the_measured_machine_runs(capsys) -> None:
