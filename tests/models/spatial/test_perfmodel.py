@@ -171,15 +171,37 @@ def test_measured_compute_replaces_the_flop_estimate_and_time_slicing_absorbs_th
     assert four.halo_s == pytest.approx(no_wait.halo_s)  # the wait is in the time-slicing
 
 
-def test_measure_step_compute_times_the_shard() -> None:
-    from ensml.models.spatial.calibrate import measure_step_compute
+def test_measure_step_compute_steps_the_busiest_rank_shard(monkeypatch) -> None:
+    """The probe trains the padded shard of ``shard_shape`` through the partitioned layers."""
+    from ensml.models.spatial import calibrate
+    from ensml.models.spatial.perfmodel import shard_shape
 
     net = UNet3d(2, 2, width=2, depth=1)
+    shapes, steps = [], []
+    real_randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: shapes.append(tuple(a[0])) or real_randn(*a, **k))
+
+    def one_step(step, repeats, dev):
+        step()
+        steps.append(repeats)
+        return 0.25
+
+    monkeypatch.setattr(calibrate, "_median_time", one_step)
     threads = torch.get_num_threads()
-    half = measure_step_compute(net, (2, 2, 16, 64), (1, 1, 2), repeats=3)  # two ranks at once
-    alone = measure_step_compute(net, (2, 2, 16, 64), (1, 1, 1), repeats=3)
-    assert 0 < half < alone < 5 and math.isfinite(half)  # a half shard is less work
+    assert calibrate._shard_step_time(net, (2, 2, 16, 64), (1, 1, 2), 1, 1, 3, "cpu") == 0.25
+    assert shapes == [shard_shape(net, (2, 2, 16, 64), (1, 1, 2), 1)] and steps == [3]
     assert torch.get_num_threads() == threads  # the probe restores torch's thread count
+
+
+@pytest.mark.parametrize(("grid", "divisor"), [((1, 1, 2), 1.0), ((1, 2, 2), 2.0)])
+def test_measure_step_compute_divides_out_time_slicing(monkeypatch, grid, divisor) -> None:
+    """Four one-thread ranks on two cores share them: the step alone is half the median."""
+    from ensml.models.spatial import calibrate
+
+    monkeypatch.setattr(calibrate, "run_distributed", lambda *a, **k: [2.0, 3.0, 4.0])
+    monkeypatch.setattr(calibrate, "_cores", lambda device: 2)
+    net = UNet3d(2, 2, width=2, depth=1)
+    assert calibrate.measure_step_compute(net, (2, 2, 16, 64), grid) == pytest.approx(3.0 / divisor)
 
 
 def test_plan_parallel_on_the_measured_machine_runs(capsys) -> None:
