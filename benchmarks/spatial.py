@@ -27,7 +27,7 @@ from collections import defaultdict
 import torch
 
 from ensml.models.spatial import ProcessGrid, SpatialUNet3d, global_mean, reduce_gradients
-from ensml.models.spatial.calibrate import measure_machine, measure_step_compute
+from ensml.models.spatial.calibrate import measure_machine, measure_shard_step
 from ensml.models.spatial.halo import HALO_STATS, enable_halo_timing
 from ensml.models.spatial.perfmodel import H100_NCCL, predict, saved_bytes, saved_hooks
 from ensml.models.spatial.testing import run_distributed
@@ -163,12 +163,12 @@ def _model_check(a, res: dict, machines: dict) -> None:
         print(f"machine model, {n} rank(s): {machine.describe()}")
     for (lat, lon), out in res.items():
         # one rank runs the plain UNet3d (with level padding), more ranks the partitioned one;
-        # compute is one rank's shard step timed alone (measure_step_compute), not FLOPs / rate
-        compute = measure_step_compute(_net(a), sample, (1, lat, lon), a.batch, threads=1, device=a.device)
+        # compute and exchanges are a short probe of one rank's shard step (measure_shard_step),
+        # as plan-parallel --machine measured times them, not FLOPs / rate
+        probe = measure_shard_step(_net(a), sample, (1, lat, lon), a.batch, threads=1, device=a.device)
         machine = machines[lat * lon]
-        pr = predict(
-            _net(a), sample, (1, lat, lon), machine, a.batch, plain=lat * lon == 1, compute_s=compute
-        )
+        timed = dict(compute_s=probe.compute_s, exchange_s=probe.exchange_s)
+        pr = predict(_net(a), sample, (1, lat, lon), machine, a.batch, plain=lat * lon == 1, **timed)
         _, step = _step_stats(out)
         halo = sum(sum(r["halo"].values()) for r in out) / len(out)
         act = max(r["act"] for r in out)

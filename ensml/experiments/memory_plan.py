@@ -165,12 +165,17 @@ def spatial_scales(
         threads = torch.get_num_threads()
         for r in [1, *ranks]:
             machines[r] = measure_machine(r, threads_per_rank=max(1, threads // r))
-            timed = shard_compute(net, sample, batch, max(1, threads // r), "cpu")
-            compute[r] = timed((1, 1, r), predict(net, sample, (1, 1, r), machines[r], batch))
-    one = predict(net, sample, (1, 1, 1), machines[1], batch, plain=True, compute_s=compute[1])
+            probe = shard_compute(net, sample, batch, max(1, threads // r), "cpu")
+            compute[r] = probe((1, 1, r), predict(net, sample, (1, 1, r), machines[r], batch))
+
+    def timed(r: int) -> dict:
+        step = compute[r]
+        return {} if step is None else dict(compute_s=step.compute_s, exchange_s=step.exchange_s)
+
+    one = predict(net, sample, (1, 1, 1), machines[1], batch, plain=True, **timed(1))
     out = []
     for r in ranks:
-        p = predict(net, sample, (1, 1, r), machines[r], batch, compute_s=compute[r])
+        p = predict(net, sample, (1, 1, r), machines[r], batch, **timed(r))
         out.append(SpatialScale(r, p.activation_bytes / one.activation_bytes, p.step_s / one.step_s))
     return out
 

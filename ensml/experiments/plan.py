@@ -50,25 +50,25 @@ MEASURE_SHARE = 0.25
 
 
 def shard_compute(model, sample, batch_size: int, threads: int, device: str):
-    """``compute(split, prediction)`` for :func:`plan_parallel`: one rank's shard step, timed alone
-    (each shard shape once), where its activations fit comfortably in memory now."""
+    """``compute(split, prediction)`` for :func:`plan_parallel`: one rank's shard step of each
+    split, timed with and without its halo exchanges, where its activations fit comfortably in
+    memory now."""
     from ensml.models.memory_plan import free_memory
-    from ensml.models.spatial.calibrate import measure_step_compute
-    from ensml.models.spatial.perfmodel import shard_shape
+    from ensml.models.spatial.calibrate import measure_shard_step
 
-    cache: dict[tuple, float | None] = {}
+    cache: dict[tuple, object] = {}
     room = MEASURE_SHARE * free_memory(device)
 
-    def compute(split, prediction) -> float | None:
-        shape = shard_shape(model, sample, split, batch_size)
-        if shape not in cache:
-            fits = prediction.activation_bytes + prediction.state_bytes <= room
-            cache[shape] = (
-                measure_step_compute(model, sample, split, batch_size, threads, device=device)
-                if fits
-                else None
-            )
-        return cache[shape]
+    def compute(split, prediction):
+        if split not in cache:
+            cache[split] = None
+            if prediction.activation_bytes + prediction.state_bytes <= room:
+                print(
+                    f"timing the shard step of data × lat × lon = {' × '.join(map(str, split))} ...",
+                    flush=True,
+                )
+                cache[split] = measure_shard_step(model, sample, split, batch_size, threads, device=device)
+        return cache[split]
 
     return compute
 

@@ -9,14 +9,21 @@
 - **communication** (``ranks`` spawned processes, a ring as a longitude split makes it): halo
   exchanges of two sizes give the latency and bandwidth of the backend, small all-reduces their
   latency (medians);
-- **step compute** (:func:`measure_step_compute`, per model and split, not part of
-  :func:`measure_machine`): one rank's training step on its padded shard, timed alone, which
-  :func:`~ensml.models.spatial.perfmodel.predict` takes as ``compute_s``;
 - **contention** (the same processes): a convolution timed while all ranks compute at once,
   against the same convolution alone, gives the slowdown of sharing the machine, and
-  bulk-synchronous rounds (compute, then exchange) give the median extra wait of a
-  synchronisation when a neighbour is late or descheduled. ``cores`` is what ``os.sched_getaffinity`` allows
-  (on CUDA, the number of GPUs).
+  bulk-synchronous rounds (a millisecond of compute, then an exchange) give the wait of a
+  synchronisation: the round's wall time beyond its compute (time-sliced where ranks exceed
+  cores) and the message latency. ``cores`` is what ``os.sched_getaffinity`` allows (on CUDA,
+  the number of GPUs).
+
+:func:`measure_shard_step` (per model and split, as ``plan-parallel --machine measured`` runs
+it) times one rank's training step on its padded shard with every rank computing at once,
+without and with the real halo exchanges; :func:`~ensml.models.spatial.perfmodel.predict` takes
+the first as ``compute_s`` in place of FLOPs over a rate, and calibrates the wait at each
+synchronisation from the second (``exchange_s``): how long a rank waits for its neighbours
+depends on the length of the compute between exchanges and on the scheduler, which a
+millisecond round does not reproduce (on 2 cores, 4 one-thread ranks wait 3-4 ms per exchange
+in ``benchmarks/spatial.py``'s U-Net step, against 0.6-2 ms in the round).
 
 The probes are small on purpose: a whole run takes a few seconds on two CPU cores. What they
 measure is the machine *now*, load of other users included; measure again when that changes.
@@ -29,6 +36,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -43,6 +51,9 @@ from ensml.models.unet3d import UNet3d
 
 #: Channel counts of the two convolution probes (memory-bound and FLOP-bound on CPU).
 PROBE_CHANNELS = (8, 48)
+#: The convolution of one bulk-synchronous round (about a millisecond on one core) and how many
+#: rounds the wait at a synchronisation is the median of.
+ROUND_GRID, ROUNDS = (3, 16, 32), 60
 
 
 def _sync(device: torch.device) -> None:
@@ -64,7 +75,23 @@ def _median_time(fn: Callable[[], object], repeats: int, device: torch.device, w
     return statistics.median(times)
 
 
-def measure_step_compute(
+@dataclass(frozen=True)
+class ShardStep:
+    """One rank's training step on its shard of a split, measured (seconds).
+
+    ``compute_s``: the step with local padding in place of halo exchanges, with every rank's
+    process computing at once, divided by the time-slicing factor that
+    :meth:`~ensml.models.spatial.perfmodel.MachineModel.share` multiplies back.
+    ``exchange_s``: the same step through the real exchanges with the neighbours, minus the
+    step without them: messages and waits (None where not measured: one rank, no spatial split,
+    or a GPU, where the ranks of a split are other devices).
+    """
+
+    compute_s: float
+    exchange_s: float | None = None
+
+
+def measure_shard_step(
     model: torch.nn.Module,
     sample: tuple[int, int, int, int],
     grid: tuple[int, int, int],
@@ -72,42 +99,72 @@ def measure_step_compute(
     threads: int = 1,
     repeats: int = 5,
     device: str = "cpu",
-) -> float:
-    """Seconds of one rank's training step without communication (median of ``repeats``).
+) -> ShardStep:
+    """Time one rank's training step on its shard of ``grid`` = (data, lat, lon) (medians).
 
     ``model`` (a single-process U-Net, not modified) runs a forward, backward and SGD step on
-    the padded shard that the busiest rank of ``grid`` = (data, lat, lon) holds of ``sample`` =
-    (channels, level, lat, lon), on ``threads`` threads. A measured step, not FLOPs over a rate:
-    a CPU's 3D convolution changes algorithm with the tensor's size (oneDNN above about 2**24
-    elements, a direct path up to 10x slower below), so no single rate fits every shard.
+    the padded shard that the busiest rank holds of ``sample`` = (channels, level, lat, lon), on
+    ``threads`` threads. A measured step, not FLOPs over a rate: a CPU's 3D convolution changes
+    algorithm with the tensor's size (oneDNN above about 2**24 elements, a direct path up to 10x
+    slower below), so no single rate fits every shard.
 
     On the CPU with several ranks, every rank's process runs the step at once, as training
-    does, so the shared caches and memory bandwidth are in the time; the result is divided by
-    the time-slicing factor that :meth:`MachineModel.share` multiplies back.
+    does, so the shared caches and memory bandwidth are in the time; with a spatial split, steps
+    with local padding and steps through the real halo exchanges alternate, and their difference
+    is :attr:`ShardStep.exchange_s`, from which :func:`~ensml.models.spatial.perfmodel.predict`
+    calibrates the wait at each exchange (where ranks time-slice the cores, a rank waiting for
+    a neighbour is woken only when a core is free, which no probe without the model's own
+    rhythm of compute and exchange reproduces).
     """
     world = grid[0] * grid[1] * grid[2]
+    args = (model, sample, grid, batch_size, threads, repeats, device)
     if device != "cpu" or world == 1:
-        return _shard_step_time(model, sample, grid, batch_size, threads, repeats, device)
-    times = run_distributed(
-        _shard_step_time, world, model, sample, grid, batch_size, threads, repeats, device, threads=threads
-    )
+        return ShardStep(statistics.median(_shard_step_times(*args)[0]))
+    ranks = run_distributed(_shard_step_times, world, *args, threads=threads)
+    free, real = (_slowest([r[k] for r in ranks]) for k in (0, 1))
     slicing = max(1.0, world * threads / _cores(device))
-    return statistics.median(times) / slicing
+    return ShardStep(free / slicing, None if real is None else max(real - free, 0.0))
 
 
-def _shard_step_time(model, sample, grid, batch_size, threads, repeats, device) -> float:
+def _slowest(times: list[list[float]]) -> float | None:
+    """Median over repetitions of the slowest rank's time (a step lasts until its slowest rank,
+    with time-slicing until all the work is done); None without times."""
+    per_step = [max(t) for t in zip(*times)]
+    return statistics.median(per_step) if per_step else None
+
+
+def _shard_step_times(
+    model, sample, grid, batch_size, threads, repeats, device
+) -> tuple[list[float], list[float]]:
+    """Times (s) of the step with local padding and of the step through the real exchanges (an
+    empty list where there are none) on this rank, alternating."""
     import copy
 
     from ensml.models.spatial.perfmodel import shard_shape
+    from ensml.models.spatial.unet import SpatialUNet3d, unet_shard_sizes
 
     dev = torch.device(device)
+    spatial = grid[1] * grid[2] > 1 and isinstance(model, UNet3d)
     net = copy.deepcopy(model)
-    if grid[1] * grid[2] > 1 and isinstance(net, UNet3d):  # the partitioned layers, padding locally
-        from ensml.models.spatial.unet import SpatialUNet3d
-
+    if spatial:  # the partitioned layers, padding locally
         net = SpatialUNet3d(net, ProcessGrid(local=True))
-    net = net.to(dev)
-    x = torch.randn(shard_shape(model, sample, grid, batch_size), device=dev)
+    steps = [_train_step(net.to(dev), shard_shape(model, sample, grid, batch_size), dev)]
+    if spatial and dist.is_initialized():  # the same layers exchanging halos with the neighbours
+        real = ProcessGrid(lat=grid[1], lon=grid[2], data=grid[0])
+        hs, ws = unet_shard_sizes(sample[2], sample[3], model.depth, real)
+        shape = (batch_size, *sample[:2], hs[real.lat_index], ws[real.lon_index])
+        steps.append(_train_step(SpatialUNet3d(copy.deepcopy(model), real).to(dev), shape, dev))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(threads)))
+    try:
+        times = _alternating_times(steps, repeats, dev)
+    finally:
+        torch.set_num_threads(previous)
+    return times[0], (times[1] if len(times) > 1 else [])
+
+
+def _train_step(net: torch.nn.Module, shape: tuple[int, ...], dev: torch.device) -> Callable[[], None]:
+    x = torch.randn(shape, device=dev)
     opt = torch.optim.SGD(net.parameters(), lr=1e-9)
 
     def step() -> None:
@@ -115,12 +172,24 @@ def _shard_step_time(model, sample, grid, batch_size, threads, repeats, device) 
         net(x).square().mean().backward()
         opt.step()
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
-    try:
-        return _median_time(step, repeats, dev)
-    finally:
-        torch.set_num_threads(previous)
+    return step
+
+
+def _alternating_times(fns: list[Callable[[], None]], repeats: int, dev: torch.device) -> list[list[float]]:
+    """Times of each of ``fns``, run in turn ``repeats`` times after one untimed round (the same
+    load on each); with several ranks, they start each call together."""
+    times: list[list[float]] = [[] for _ in fns]
+    for i in range(repeats + 1):
+        for fn, out in zip(fns, times):
+            if dist.is_initialized():
+                dist.barrier()
+            _sync(dev)
+            t0 = time.perf_counter()
+            fn()
+            _sync(dev)
+            if i:
+                out.append(time.perf_counter() - t0)
+    return times
 
 
 def _conv_step(channels: int, grid: tuple[int, int, int], device: torch.device):
@@ -218,29 +287,29 @@ def _comm_probe(device: str, sizes: tuple[int, int], repeats: int) -> dict[str, 
     dist.barrier()
     out["allreduce"] = _median_time(lambda: dist.all_reduce(small), repeats, dev, warmup=3)
     run, _, _ = _conv_step(PROBE_CHANNELS[0], (3, 32, 64), dev)
-    chunk = torch.zeros(1, device=dev)
-    for r in range(grid.world_size):  # each rank alone (the others wait in a receive)
+    out["alone"] = _alone(run, grid, repeats, dev)
+    dist.barrier()
+    out["together"] = _median_time(run, repeats, dev)
+    # bulk-synchronous rounds of a short compute then an exchange, as the U-Net's layers run
+    tick, _, _ = _conv_step(PROBE_CHANNELS[0], ROUND_GRID, dev)
+    out["tick"] = _alone(tick, grid, repeats, dev)
+    x = torch.randn(1, 1, 1, 1, sizes[0], device=dev)
+    dist.barrier()
+    out["round"] = _median_time(lambda: (tick(), _sync(dev), _exchange(x, grid)), ROUNDS, dev, warmup=3)
+    return out
+
+
+def _alone(run: Callable[[], object], grid: ProcessGrid, repeats: int, dev: torch.device) -> float:
+    """Median time of ``run`` on this rank while the others wait in a receive (one at a time)."""
+    chunk, alone = torch.zeros(1, device=dev), 0.0
+    for r in range(grid.world_size):
         dist.barrier()
         if r == grid.rank:
             chunk[0] = _median_time(run, repeats, dev)
         dist.broadcast(chunk, r)
         if r == grid.rank:
-            out["alone"] = float(chunk[0])
-    dist.barrier()
-    out["together"] = _median_time(run, repeats, dev)
-    x = torch.randn(1, 1, 1, 1, sizes[0], device=dev)
-    waits = []
-    dist.barrier()
-    for _ in range(2 * repeats):  # bulk-synchronous rounds: compute, then wait for the neighbours
-        run()
-        _sync(dev)
-        t0 = time.perf_counter()
-        _exchange(x, grid)
-        _sync(dev)
-        waits.append(time.perf_counter() - t0)
-    # the median: the mean of a few rounds is dominated by rare long stalls of other users' jobs
-    out["wait"] = statistics.median(waits)
-    return out
+            alone = float(chunk[0])
+    return alone
 
 
 def _cores(device: str) -> int:
@@ -326,7 +395,8 @@ def measure_machine(
         latency=latency,
         allreduce_latency=med["allreduce"] / max(math.ceil(math.log2(ranks)), 1),
         contention=max(slowdown / share, 1.0),
-        sync_s=max(med["wait"] - small, 0.0),
+        # a round's wall time beyond its compute (time-sliced when ranks exceed cores) and latency
+        sync_s=max(med["round"] - share * med["tick"] - small, 0.0),
     )
 
 

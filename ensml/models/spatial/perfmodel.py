@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -62,8 +62,9 @@ class MachineModel:
         Measured slowdown of compute when all ranks compute at once, beyond time-slicing
         (shared caches and memory bandwidth, other users' load); 1 on one rank.
     sync_s
-        Measured extra wait (s) at each synchronisation (halo exchange, all-reduce) when ranks
-        run at once: a neighbour late or descheduled.
+        Measured extra wall time (s) of each synchronisation (a layer's halo exchange, an
+        all-reduce) when ranks run at once, beyond their compute and the message latency: a
+        neighbour late, or, where ranks time-slice the cores, woken only when a core is free.
     """
 
     name: str
@@ -88,10 +89,8 @@ class MachineModel:
         return max(1.0, world * self.threads_per_rank / self.cores) * self.contention
 
     def sync_wait(self, world: int) -> float:
-        """Wait (s) charged at each synchronisation of ``world`` ranks: the measured one while
-        every rank has its cores; none when they time-slice, where a rank waiting for a
-        descheduled neighbour leaves the core to it and :meth:`share` already counts the time."""
-        return self.sync_s if world * self.threads_per_rank <= self.cores else 0.0
+        """Wait (s) charged at each synchronisation of ``world`` ranks (none on one rank)."""
+        return self.sync_s if world > 1 else 0.0
 
     def conv_traffic_s(self, col_bytes: float, world: int) -> float:
         """Time (s) of the three im2col/col2im passes over a ``col_bytes`` buffer on one rank."""
@@ -225,6 +224,7 @@ def predict(
     dtype: torch.dtype = torch.float32,
     plain: bool = False,
     compute_s: float | None = None,
+    exchange_s: float | None = None,
 ) -> Prediction:
     """Predict one training step on the busiest rank.
 
@@ -232,9 +232,12 @@ def predict(
     ``batch_size`` counts samples per replica. ``model`` is a single-process UNet3d (not modified);
     ``plain`` estimates the memory of that model itself rather than of its partitioned version.
     ``compute_s``, when given, is the measured step of one rank's shard alone
-    (:func:`~ensml.models.spatial.calibrate.measure_step_compute`): it replaces the FLOP-rate
+    (:func:`~ensml.models.spatial.calibrate.measure_shard_step`): it replaces the FLOP-rate
     estimate of compute, spread over the layers in proportion to it, before time-slicing and
-    contention.
+    contention. ``exchange_s``, when given, is that step's measured time in halo exchanges and
+    waits (:attr:`~ensml.models.spatial.calibrate.ShardStep.exchange_s`): the wait charged at each
+    synchronisation is calibrated so that the modelled exchanges add up to it (latency and bytes
+    stay the machine's).
     """
     data, p_lat, p_lon = grid
     c, d = sample[:2]
@@ -246,6 +249,8 @@ def predict(
 
         _, act = _trace(SpatialUNet3d(model, ProcessGrid(local=True)), (batch_size, c, d, h, w), dtype)
     world = data * p_lat * p_lon
+    if exchange_s is not None:
+        machine = calibrated_wait(records, (p_lat, p_lon, world), item, machine, exchange_s)
     layers = [
         _layer_cost(name, mod, i, o, (p_lat, p_lon, world), item, machine) for name, mod, i, o in records
     ]
@@ -262,6 +267,27 @@ def predict(
             + machine.sync_wait(world)
         )
     return Prediction(data, p_lat, p_lon, layers, grad, float(act), 4.0 * n_param)
+
+
+def calibrated_wait(records, split, item: int, machine: MachineModel, exchange_s: float) -> MachineModel:
+    """``machine`` with which the exchanges and all-reduces of the traced layers ``records`` take
+    ``exchange_s`` seconds in all: time beyond their latency and bytes is an equal wait at each
+    synchronisation (``sync_s``); less time than that scales latency and bytes down, no wait."""
+    bare = replace(machine, sync_s=0.0)
+    costs = [_layer_cost(name, mod, i, o, split, item, bare) for name, mod, i, o in records]
+    syncs = sum(2 * (c.messages > 0) + c.allreduces for c in costs)
+    modelled = sum(c.comm_s + c.reduce_s for c in costs)
+    if not syncs or modelled <= 0:
+        return machine
+    if exchange_s >= modelled:
+        return replace(bare, sync_s=(exchange_s - modelled) / syncs)
+    f = exchange_s / modelled
+    return replace(
+        bare,
+        latency=bare.latency * f,
+        allreduce_latency=bare.allreduce_latency * f,
+        bandwidth=bare.bandwidth / f if f > 0 else math.inf,
+    )
 
 
 def _layer_cost(name, mod, i, o, split: tuple[int, int, int], item: int, machine: MachineModel):
@@ -289,9 +315,11 @@ def _layer_cost(name, mod, i, o, split: tuple[int, int, int], item: int, machine
     cost = LayerCost(name, type(mod).__name__, flops, elements, halo * item, msgs, reds)
     cost.compute_s = (conv_s + elements / machine.elem_rate) * machine.share(world)
     # Forward and backward: one exchange per split dimension (its messages overlap), each a
-    # latency and a synchronisation with the neighbours; the bytes of all of them.
+    # latency; the bytes of all of them; one wait for the neighbours (the first exchange finds
+    # them late, the next finds them there).
     sync = machine.sync_wait(world)
-    cost.comm_s = 2 * (msgs // 2 * (machine.latency + sync) + cost.halo_bytes / machine.bandwidth)
+    if msgs:
+        cost.comm_s = 2 * (msgs // 2 * machine.latency + sync + cost.halo_bytes / machine.bandwidth)
     steps = math.ceil(math.log2(p_lat * p_lon)) if reds else 0
     cost.reduce_s = reds * (steps * machine.allreduce_latency + sync)
     return cost

@@ -85,10 +85,10 @@ def plan_parallel(
         Rates of one rank, and its memory in GiB (default: ``machine.memory_gib``) for activations
         plus parameters, gradients and Adam moments.
     compute
-        ``compute(split, prediction)``: the measured step of one rank's shard alone for a
-        ``(data, lat, lon)`` split (e.g. with
-        :func:`~ensml.models.spatial.calibrate.measure_step_compute`), or None to keep the
-        FLOP-rate estimate of ``prediction``.
+        ``compute(split, prediction)``: the measured step of one rank's shard for a
+        ``(data, lat, lon)`` split (a :class:`~ensml.models.spatial.calibrate.ShardStep`, e.g.
+        from :func:`~ensml.models.spatial.calibrate.measure_shard_step`), or None to keep the
+        FLOP-rate estimate and the machine's wait of ``prediction``.
     """
     if devices < 1:
         raise EnsmlError(f"plan-parallel: need at least one device, got {devices}")
@@ -102,9 +102,10 @@ def plan_parallel(
         if -(-n_lat // block) < lat or -(-n_lon // block) < lon:
             continue  # fewer pooling blocks than shards
         pred = predict(model, sample, (data, lat, lon), machine, batch_size, dtype)
-        measured = compute((data, lat, lon), pred) if compute is not None else None
-        if measured is not None:
-            pred = predict(model, sample, (data, lat, lon), machine, batch_size, dtype, compute_s=measured)
+        step = compute((data, lat, lon), pred) if compute is not None else None
+        if step is not None:
+            timed = dict(compute_s=step.compute_s, exchange_s=step.exchange_s)
+            pred = predict(model, sample, (data, lat, lon), machine, batch_size, dtype, **timed)
         preds.append(pred)
     plan = ParallelPlan(None, [], machine, batch_size)
     preds.sort(key=lambda p: -plan.throughput(p))

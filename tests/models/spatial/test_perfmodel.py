@@ -59,9 +59,10 @@ def test_halo_time_is_latency_plus_bytes_over_bandwidth() -> None:
         assert conv.comm_s == pytest.approx(expected)
         assert pred.halo_s == pytest.approx(expected)
     assert predict(_conv_net(), sample, (1, 1, 1), UNIT).halo_s == 0.0
-    lat_lon = predict(_conv_net(), sample, (1, 2, 2), UNIT)  # two exchanges: two latencies each way
-    (conv,) = [c for c in lat_lon.layers if c.flops]
-    assert conv.comm_s == pytest.approx(2 * (2 * UNIT.latency + conv.halo_bytes / UNIT.bandwidth))
+    lat_lon = predict(_conv_net(), sample, (1, 2, 2), sync)  # two exchanges: two latencies each way
+    (conv,) = [c for c in lat_lon.layers if c.flops]  # one wait: the second finds the neighbours there
+    expected = 2 * (2 * sync.latency + sync.sync_s + conv.halo_bytes / sync.bandwidth)
+    assert conv.comm_s == pytest.approx(expected)
 
 
 def test_step_is_the_sum_of_its_parts_and_conv_traffic_is_piecewise() -> None:
@@ -158,50 +159,74 @@ def test_torch_threads_restored_after_probe() -> None:
     assert torch.get_num_threads() == old
 
 
-def test_measured_compute_replaces_the_flop_estimate_and_time_slicing_absorbs_the_wait() -> None:
-    net, sample = UNet3d(2, 2, width=4, depth=1), (2, 2, 16, 32)
-    sync = MachineModel(**{**UNIT.__dict__, "sync_s": 3e-4})
-    two = predict(net, sample, (1, 1, 2), sync, compute_s=0.5)  # two ranks, two cores
+def test_measured_step_replaces_compute_and_calibrates_the_wait() -> None:
+    net, sample = UNet3d(2, 2, width=4, depth=1, norm_groups=2), (2, 2, 16, 32)
+    two = predict(net, sample, (1, 1, 2), UNIT, compute_s=0.5)  # two ranks, two cores
     assert two.compute_s == pytest.approx(0.5)
     assert sum(c.compute_s for c in two.layers) == pytest.approx(0.5)
-    four = predict(net, sample, (1, 1, 4), sync, compute_s=0.25)  # four ranks time-slice two cores
-    assert four.compute_s == pytest.approx(0.5)
-    assert sync.sync_wait(2) == 3e-4 and sync.sync_wait(4) == 0.0
-    no_wait = predict(net, sample, (1, 1, 4), UNIT, compute_s=0.25)
-    assert four.halo_s == pytest.approx(no_wait.halo_s)  # the wait is in the time-slicing
+    bare = predict(net, sample, (1, 1, 4), UNIT, compute_s=0.25)  # four ranks time-slice two cores
+    assert bare.compute_s == pytest.approx(0.5)
+    # 0.1 s more in exchanges than latency and bytes: one equal wait at each synchronisation
+    modelled = bare.halo_s + bare.norm_s
+    timed = predict(net, sample, (1, 1, 4), UNIT, compute_s=0.25, exchange_s=modelled + 0.1)
+    assert timed.halo_s + timed.norm_s == pytest.approx(modelled + 0.1)
+    syncs = [2 * (c.messages > 0) + c.allreduces for c in bare.layers]
+    assert sum(syncs) > 0 and any(c.allreduces for c in bare.layers)
+    for b, t, n in zip(bare.layers, timed.layers, syncs):
+        assert t.comm_s + t.reduce_s - b.comm_s - b.reduce_s == pytest.approx(0.1 * n / sum(syncs))
+    # less than latency and bytes: they scale down, no negative wait
+    for measured in (modelled / 2, 0.0):
+        fast = predict(net, sample, (1, 1, 4), UNIT, compute_s=0.25, exchange_s=measured)
+        assert fast.halo_s + fast.norm_s == pytest.approx(measured) and fast.halo_s <= bare.halo_s
+    sync = MachineModel(**{**UNIT.__dict__, "sync_s": 3e-4})
+    assert sync.sync_wait(2) == sync.sync_wait(4) == 3e-4 and sync.sync_wait(1) == 0.0
 
 
-def test_measure_step_compute_steps_the_busiest_rank_shard(monkeypatch) -> None:
+def test_measure_shard_step_trains_the_busiest_rank_shard(monkeypatch) -> None:
     """The probe trains the padded shard of ``shard_shape`` through the partitioned layers."""
     from ensml.models.spatial import calibrate
     from ensml.models.spatial.perfmodel import shard_shape
 
     net = UNet3d(2, 2, width=2, depth=1)
-    shapes, steps = [], []
+    shapes, calls = [], []
     real_randn = torch.randn
     monkeypatch.setattr(torch, "randn", lambda *a, **k: shapes.append(tuple(a[0])) or real_randn(*a, **k))
 
-    def one_step(step, repeats, dev):
-        step()
-        steps.append(repeats)
-        return 0.25
+    def once(fns, repeats, dev):
+        calls.append(repeats)
+        return [[fn() or 0.25] for fn in fns]
 
-    monkeypatch.setattr(calibrate, "_median_time", one_step)
+    monkeypatch.setattr(calibrate, "_alternating_times", once)
     threads = torch.get_num_threads()
-    assert calibrate._shard_step_time(net, (2, 2, 16, 64), (1, 1, 2), 1, 1, 3, "cpu") == 0.25
-    assert shapes == [shard_shape(net, (2, 2, 16, 64), (1, 1, 2), 1)] and steps == [3]
+    step = calibrate.measure_shard_step(net, (2, 2, 16, 64), (1, 1, 1), repeats=3)
+    assert step == calibrate.ShardStep(0.25, None) and calls == [3]
+    assert calibrate._shard_step_times(net, (2, 2, 16, 64), (1, 1, 2), 1, 1, 3, "cpu") == ([0.25], [])
+    assert shapes[-1] == shard_shape(net, (2, 2, 16, 64), (1, 1, 2), 1) == (1, 2, 2, 16, 32)
     assert torch.get_num_threads() == threads  # the probe restores torch's thread count
 
 
 @pytest.mark.parametrize(("grid", "divisor"), [((1, 1, 2), 1.0), ((1, 2, 2), 2.0)])
-def test_measure_step_compute_divides_out_time_slicing(monkeypatch, grid, divisor) -> None:
-    """Four one-thread ranks on two cores share them: the step alone is half the median."""
+def test_measure_shard_step_takes_the_slowest_rank_and_divides_out_time_slicing(
+    monkeypatch, grid, divisor
+) -> None:
+    """Per repetition the slowest rank; the median over repetitions; four one-thread ranks on
+    two cores share them, so one rank's compute alone is half of it."""
     from ensml.models.spatial import calibrate
 
-    monkeypatch.setattr(calibrate, "run_distributed", lambda *a, **k: [2.0, 3.0, 4.0])
+    ranks = [([2.0, 4.0, 1.0], [3.0, 5.0, 2.0]), ([3.0, 1.0, 2.0], [4.0, 2.0, 2.5])]
+    monkeypatch.setattr(calibrate, "run_distributed", lambda *a, **k: ranks)
     monkeypatch.setattr(calibrate, "_cores", lambda device: 2)
-    net = UNet3d(2, 2, width=2, depth=1)
-    assert calibrate.measure_step_compute(net, (2, 2, 16, 64), grid) == pytest.approx(3.0 / divisor)
+    step = calibrate.measure_shard_step(UNet3d(2, 2, width=2, depth=1), (2, 2, 16, 64), grid)
+    # slowest free: 3, 4, 2 -> median 3; slowest real: 4, 5, 2.5 -> median 4
+    assert step.compute_s == pytest.approx(3.0 / divisor) and step.exchange_s == pytest.approx(1.0)
+
+
+@pytest.mark.timeout(120)
+def test_measure_shard_step_on_two_ranks_times_the_exchanges() -> None:
+    from ensml.models.spatial.calibrate import measure_shard_step
+
+    step = measure_shard_step(UNet3d(2, 2, width=2, depth=1), (2, 2, 16, 64), (1, 1, 2), repeats=1)
+    assert 0 < step.compute_s < 60 and step.exchange_s is not None and 0 <= step.exchange_s < 60
 
 
 def test_plan_parallel_on_the_measured_machine_runs(capsys) -> None:
