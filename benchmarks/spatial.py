@@ -9,11 +9,16 @@ Each rank runs one thread. Activation memory is the bytes autograd saves in one 
 and backward, including waiting for the neighbour) over the step time, per U-Net level. Step
 time is the slowest rank's, min and median over ``--steps`` steps (the median is quoted).
 
-Model check: before the layouts of each rank count, ``measure_machine`` measures this machine
-(compute rates, backend latency and bandwidth, contention of that many ranks) as
-``ensml plan-parallel --machine measured`` does; then ``predict`` gives every layout's step and
-halo time, printed against the measurement with the relative error of the step time and whether
-all layouts are within the 15% target.
+Model check, as ``ensml plan-parallel --machine measured`` plans: before the layouts of each
+rank count, ``measure_machine`` measures this machine (compute rates, backend latency and
+bandwidth, contention of that many ranks), and before each layout ``measure_shard_step`` times
+the busiest rank's shard step with every rank at once, without and with its halo exchanges (as
+many alternating repetitions as ``--steps``, random weights and inputs, no loss all-reduce and
+no gradient all-reduce); then ``predict`` gives every layout's step and halo time, printed
+against the run's with the relative error of the step time and whether all layouts are within
+the 15% target. The run's halo time counts every wait inside an exchange, also the time a rank
+sleeps while a time-sliced neighbour computes; the model's counts only what the exchanges add
+to the step.
 """
 
 from __future__ import annotations
@@ -155,17 +160,15 @@ def _report(a, res: dict) -> None:
             print(f"  halo share of step time ({timed:.3f} s): {shares}; total {total:.1f}%")
 
 
-def _model_check(a, res: dict, machines: dict) -> None:
+def _model_check(a, res: dict, machines: dict, probes: dict) -> None:
     """Predicted vs measured step and halo time of every layout, and the 15% verdict."""
     sample = (a.channels, a.levels, a.lat, a.lon)
     worst = (0.0, "")
     for n, machine in machines.items():
         print(f"machine model, {n} rank(s): {machine.describe()}")
     for (lat, lon), out in res.items():
-        # one rank runs the plain UNet3d (with level padding), more ranks the partitioned one;
-        # compute and exchanges are a short probe of one rank's shard step (measure_shard_step),
-        # as plan-parallel --machine measured times them, not FLOPs / rate
-        probe = measure_shard_step(_net(a), sample, (1, lat, lon), a.batch, threads=1, device=a.device)
+        # one rank runs the plain UNet3d (with level padding), more ranks the partitioned one
+        probe = probes[(lat, lon)]
         machine = machines[lat * lon]
         timed = dict(compute_s=probe.compute_s, exchange_s=probe.exchange_s)
         pr = predict(_net(a), sample, (1, lat, lon), machine, a.batch, plain=lat * lon == 1, **timed)
@@ -187,18 +190,23 @@ def main(argv: list[str] | None = None) -> None:
     a = _parse(argv)
     size = f"{a.batch}x{a.channels}x{a.levels}x{a.lat}x{a.lon} float32, width {a.width}, depth {a.depth}"
     splits = {1: [(1, 1)], 2: [(1, 2)], 4: [(1, 4), (2, 2)]}
-    res, machines = {}, {}
+    res, machines, probes = {}, {}, {}
+    sample = (a.channels, a.levels, a.lat, a.lon)
     for n in a.ranks:
         if a.model:  # measured just before this rank count's layouts, under the same load
             machines[n] = measure_machine(n, a.backend, a.device, threads_per_rank=1)
         for lat, lon in splits.get(n, [(1, n)]):
+            if a.model:  # the short probe of the shard step that plan-parallel --machine measured runs
+                probes[(lat, lon)] = measure_shard_step(
+                    _net(a), sample, (1, lat, lon), a.batch, threads=1, repeats=a.steps, device=a.device
+                )
             res[(lat, lon)] = run_distributed(worker, n, a, lat, lon, backend=a.backend, timeout=600)
     print(f"U-Net {size}, backend {a.backend}, device {a.device}, 1 thread per rank, {a.steps} steps")
     one = predict(_net(a), (a.channels, a.levels, a.lat, a.lon), (1, 1, 1), H100_NCCL, a.batch)
     print(f"(partitioned layers on one rank save {one.activation_bytes / MIB:.1f} MiB: no level padding)")
     _report(a, res)
     if a.model:
-        _model_check(a, res, machines)
+        _model_check(a, res, machines, probes)
 
 
 if __name__ == "__main__":
