@@ -198,6 +198,7 @@ def _write_config(cli, plan, out: Path) -> None:
     policy = best.policy
     args.checkpointing, args.offload = policy.checkpointing, policy.offload
     args.swap_levels = list(policy.swap_levels)
+    args.checkpoint_levels = list(policy.checkpoint_levels)
     text = f"# written by ensml {COMMAND}: {policy.name}" + (
         f" on {best.ranks} spatial ranks (set trainer.strategy)" if best.ranks > 1 else ""
     )

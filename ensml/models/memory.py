@@ -71,6 +71,10 @@ class MemoryPolicy:
         staging area).
     prefetch
         Swapped tensors read back ahead of backward.
+    checkpoint_levels
+        With ``checkpointing``, the levels to recompute (0 = full resolution); empty means every
+        level. The finest levels hold most of the saved bytes for the same arithmetic as the
+        coarse ones, so recomputing only them keeps most of the saving for less time.
     """
 
     checkpointing: str = "none"
@@ -78,6 +82,7 @@ class MemoryPolicy:
     swap_levels: tuple[int, ...] = ()
     scratch_dir: str | None = None
     prefetch: int = 2
+    checkpoint_levels: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.checkpointing not in CHECKPOINTING:
@@ -90,31 +95,45 @@ class MemoryPolicy:
             raise EnsmlError("swap_levels needs an offload target: set offload to host or disk")
         if any(int(level) < 0 for level in self.swap_levels):
             raise EnsmlError(f"swap_levels must be U-Net levels >= 0, got {list(self.swap_levels)}")
+        if self.checkpoint_levels and self.checkpointing == "none":
+            raise EnsmlError("checkpoint_levels needs checkpointing: set it to levels or all")
+        if any(int(level) < 0 for level in self.checkpoint_levels):
+            raise EnsmlError(
+                f"checkpoint_levels must be U-Net levels >= 0, got {list(self.checkpoint_levels)}"
+            )
         if self.prefetch < 0:
             raise EnsmlError(f"prefetch must be >= 0, got {self.prefetch}")
-        object.__setattr__(self, "swap_levels", tuple(int(level) for level in self.swap_levels))
+        for name in ("swap_levels", "checkpoint_levels"):
+            object.__setattr__(self, name, tuple(int(level) for level in getattr(self, name)))
 
     @property
     def name(self) -> str:
         """A short label: ``none``, ``levels``, ``all``, ``swap disk``, ``swap disk [0] + levels`` …"""
+        recompute = self.checkpointing + (
+            f" {list(self.checkpoint_levels)}" if self.checkpoint_levels else ""
+        )
         if self.offload == "none":
-            return self.checkpointing
+            return recompute
         where = f"swap {self.offload}" + (f" {list(self.swap_levels)}" if self.swap_levels else "")
-        return where if self.checkpointing == "none" else f"{where} + {self.checkpointing}"
+        return where if self.checkpointing == "none" else f"{where} + {recompute}"
 
     def modes(self, n_levels: int) -> list[str]:
         """What to do at each of ``n_levels`` U-Net levels: ``keep``, ``recompute`` or ``swap``."""
         out = []
         for level in range(n_levels):
             swapped = self.offload != "none" and (not self.swap_levels or level in self.swap_levels)
-            out.append(SWAP if swapped else RECOMPUTE if self.checkpointing != "none" else KEEP)
+            recomputed = self.checkpointing != "none" and (
+                not self.checkpoint_levels or level in self.checkpoint_levels
+            )
+            out.append(SWAP if swapped else RECOMPUTE if recomputed else KEEP)
         return out
 
     def check_levels(self, n_levels: int) -> None:
-        """Refuse ``swap_levels`` that the network does not have."""
-        bad = [level for level in self.swap_levels if level >= n_levels]
-        if bad:
-            raise EnsmlError(f"swap_levels {bad}: the U-Net has levels 0 to {n_levels - 1} only")
+        """Refuse ``swap_levels`` or ``checkpoint_levels`` that the network does not have."""
+        for name in ("swap_levels", "checkpoint_levels"):
+            bad = [level for level in getattr(self, name) if level >= n_levels]
+            if bad:
+                raise EnsmlError(f"{name} {bad}: the U-Net has levels 0 to {n_levels - 1} only")
 
     def check_device(self, device: torch.device | str) -> None:
         """Refuse ``offload: host`` where the activations already live on the host."""
@@ -145,14 +164,21 @@ def apply_policy(net: nn.Module, policy: MemoryPolicy | None, offloader: Any = N
         offloader = None
     elif offloader is None:
         offloader = Offloader(policy.offload, policy.scratch_dir, policy.prefetch)
+    units = policy.checkpointing == "all"
+    for block in net.modules():
+        if isinstance(block, ConvBlock):
+            block.unit_checkpoint = units
     for unet in unets(net):
         n_levels = len(unet.encoders)
         policy.check_levels(n_levels)
         unet.memory_modes = policy.modes(n_levels)
         unet.memory_offloader = offloader
-    for block in net.modules():
-        if isinstance(block, ConvBlock):
-            block.unit_checkpoint = policy.checkpointing == "all"
+        # encoder i is level i, decoder j level n_levels - 2 - j; a kept level keeps its units
+        parts = [*enumerate(unet.encoders), *((n_levels - 2 - j, d) for j, d in enumerate(unet.decoders))]
+        for level, part in parts:
+            for block in part.modules():
+                if isinstance(block, ConvBlock):
+                    block.unit_checkpoint = units and unet.memory_modes[level] != KEEP
     return net
 
 

@@ -28,13 +28,15 @@ GIB = 2.0**30
 
 
 def candidate_policies(device: torch.device | str, scratch_dir: str | None = None) -> list[MemoryPolicy]:
-    """The policies the planner compares: none, levels, all, swap everything, and the mix
-    (swap the full-resolution level, recompute the rest). The swap goes to pinned host memory
+    """The policies the planner compares: none, levels, levels 0 and 1 only (the finest two,
+    most of the saved bytes), all, swap everything, and the mix (swap the full-resolution
+    level, recompute the rest). The swap goes to pinned host memory
     from an accelerator and to a scratch file from the CPU."""
     target = "disk" if torch.device(device).type == "cpu" else "host"
     return [
         MemoryPolicy(),
         MemoryPolicy("levels"),
+        MemoryPolicy("levels", checkpoint_levels=(0, 1)),
         MemoryPolicy("all"),
         MemoryPolicy(offload=target, scratch_dir=scratch_dir),
         MemoryPolicy("levels", offload=target, swap_levels=(0,), scratch_dir=scratch_dir),

@@ -114,6 +114,9 @@ class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
     swap_levels
         U-Net levels (0 = full resolution) to swap; empty: all. With ``checkpointing`` the other
         levels are recomputed.
+    checkpoint_levels
+        With ``checkpointing``, the U-Net levels to recompute; empty: all. ``[0, 1]`` recomputes
+        the two finest, which hold most of the saved bytes.
     channels_last
         Store weights and activations in the ``channels_last_3d`` layout that oneDNN's and
         cuDNN's 3D convolutions use (:class:`ensml.models.speed.SpeedOptions`).
@@ -157,6 +160,7 @@ class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
         checkpointing: Literal["none", "levels", "all"] = "none",
         offload: Literal["none", "host", "disk"] = "none",
         swap_levels: list[NonNegativeInt] = (),  # type: ignore[assignment]
+        checkpoint_levels: list[NonNegativeInt] = (),  # type: ignore[assignment]
         channels_last: bool = False,
         compile: bool = False,
         bf16: bool = False,
@@ -174,7 +178,9 @@ class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
                 f"got input_leads={list(input_leads)}"
             )
         self.set_running(
-            MemoryPolicy(checkpointing, offload, tuple(swap_levels)),
+            MemoryPolicy(
+                checkpointing, offload, tuple(swap_levels), checkpoint_levels=tuple(checkpoint_levels)
+            ),
             SpeedOptions(channels_last, compile, bf16, fused_norm_act),
         )
         if local_affine and grid_shape is None:

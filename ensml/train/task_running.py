@@ -1,8 +1,8 @@
 """How a task's networks run: what a step keeps for backward, and how it moves data.
 
 :class:`TaskRunning` is a mixin of :class:`~ensml.train.task_base.EnsembleTask`. It holds the
-task's :class:`~ensml.models.memory.MemoryPolicy` (``checkpointing``, ``offload``,
-``swap_levels``) and :class:`~ensml.models.speed.SpeedOptions` (``channels_last``, ``compile``,
+task's :class:`~ensml.models.memory.MemoryPolicy` (``checkpointing``, ``checkpoint_levels``,
+``offload``, ``swap_levels``) and :class:`~ensml.models.speed.SpeedOptions` (``channels_last``, ``compile``,
 ``bf16``, ``fused_norm_act``), applies them to every network the task builds
 (:meth:`prepare_net`); :func:`ensml.train.tasks.network` runs a network as they say (in the
 training spine's module, docs/architecture.md). Neither changes the

@@ -16,7 +16,7 @@ from ensml.models.memory_plan import PolicyFit, measure_grids, plan_memory
 from ensml.models.memory_profile import StepMeasure
 from tests.conftest import SMOKE, TINY_PERIODS
 
-POLICIES = ["none", "levels", "all", "swap disk", "swap disk [0] + levels"]
+POLICIES = ["none", "levels", "levels [0, 1]", "all", "swap disk", "swap disk [0] + levels"]
 
 
 @pytest.fixture
@@ -52,7 +52,8 @@ def test_plan_prints_every_policy_and_writes_the_config(config, tmp_path, capsys
     assert written.startswith("# written by ensml plan-memory: ")
     init = yaml.safe_load(written)["model"]["init_args"]
     chosen = out.split("recommended: ")[1].splitlines()[0]
-    policy = MemoryPolicy(init["checkpointing"], init["offload"], tuple(init["swap_levels"]))
+    levels = dict(swap_levels=tuple(init["swap_levels"]), checkpoint_levels=tuple(init["checkpoint_levels"]))
+    policy = MemoryPolicy(init["checkpointing"], init["offload"], **levels)
     assert policy.name == chosen
     assert yaml.safe_load(written)["data"]["forecast"].endswith("forecast.nc")
 

@@ -31,6 +31,8 @@ def policies(scratch) -> list[MemoryPolicy]:
         MemoryPolicy(**disk),
         MemoryPolicy("levels", swap_levels=(0,), **disk),
         MemoryPolicy("all", swap_levels=(1,), **disk),
+        MemoryPolicy("levels", checkpoint_levels=(0, 1)),
+        MemoryPolicy("all", checkpoint_levels=(1,)),
     ]
 
 
@@ -70,6 +72,14 @@ def test_modes_per_level() -> None:
     assert [b.unit_checkpoint for b in net.encoders] == [False] * 4
     apply_policy(net, MemoryPolicy("all"))
     assert all(b.unit_checkpoint for b in [*net.encoders, *net.decoders])
+    apply_policy(net, MemoryPolicy("all", checkpoint_levels=(0, 1)))
+    assert policy_of(net) == ["recompute", "recompute", "keep", "keep"]
+    # decoder j rebuilds level 2 - j: only the recomputed levels checkpoint their convolutions
+    assert [b.unit_checkpoint for b in net.encoders] == [True, True, False, False]
+    assert [b.unit_checkpoint for b in net.decoders] == [False, True, True]
+    apply_policy(net, MemoryPolicy("levels", "disk", (0,), checkpoint_levels=(2,)))
+    assert policy_of(net) == ["swap", "keep", "recompute", "keep"]
+    assert MemoryPolicy("levels", checkpoint_levels=[0, 1]).name == "levels [0, 1]"
 
 
 def test_bad_policies_are_one_line_errors() -> None:
@@ -79,6 +89,10 @@ def test_bad_policies_are_one_line_errors() -> None:
         MemoryPolicy(swap_levels=(0,))
     with pytest.raises(EnsmlError, match=r"swap_levels \[5\]: the U-Net has levels 0 to 2 only"):
         apply_policy(UNet3d(2, 1, width=2, depth=2), MemoryPolicy(offload="disk", swap_levels=(0, 5)))
+    with pytest.raises(EnsmlError, match="checkpoint_levels needs checkpointing"):
+        MemoryPolicy(checkpoint_levels=(0,))
+    with pytest.raises(EnsmlError, match=r"checkpoint_levels \[3\]: the U-Net has levels 0 to 2 only"):
+        apply_policy(UNet3d(2, 1, width=2, depth=2), MemoryPolicy("levels", checkpoint_levels=(3,)))
     with pytest.raises(EnsmlError, match="on the CPU use offload: disk"):
         MemoryPolicy(offload="host").check_device("cpu")
 

@@ -33,6 +33,7 @@ def test_fit_with_recomputed_and_swapped_levels_trains_the_same_weights(tiny_dat
         "model.init_args.checkpointing": "levels",
         "model.init_args.offload": "disk",
         "model.init_args.swap_levels": "[0]",
+        "model.init_args.checkpoint_levels": "[1]",
     }
     runs = {}
     for name, options in (("plain", {}), ("memory", memory)):
@@ -63,6 +64,11 @@ def test_the_options_reach_every_network(tiny_data) -> None:
             "the U-Net has levels 0 to 2",
         ),
         ({"model.init_args.swap_levels": "[0]"}, "swap_levels needs an offload target"),
+        ({"model.init_args.checkpoint_levels": "[0]"}, "checkpoint_levels needs checkpointing"),
+        (
+            {"model.init_args.checkpointing": "levels", "model.init_args.checkpoint_levels": "[3]"},
+            "checkpoint_levels [3]: the U-Net has levels 0 to 2",
+        ),
     ],
 )
 def test_bad_memory_options(tiny_data, tmp_path, monkeypatch, capsys, override, match) -> None:
