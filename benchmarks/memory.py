@@ -103,7 +103,7 @@ def run_grid(a, grid, policies) -> list:
     print(
         f"\ngrid {grid[0]} x {grid[1]} (x {a.levels} levels, {a.channels} channels, batch {a.batch}); "
         f"planner measured {measure_grids(grid, 2**a.depth)}"
-        f"{f' and one step of {len(anchor)} policies at the grid' if anchor else ''} in {plan_s:.0f} s"
+        f"{f' and {a.steps} steps of {len(anchor)} policies at the grid' if anchor else ''} in {plan_s:.0f} s"
     )
     base = measured[0]
     print(
@@ -121,13 +121,15 @@ def run_grid(a, grid, policies) -> list:
             f"{m.peak_bytes / MIB:14.1f} {rss / MIB:13.1f} {m.step_s:8.3f} ({m.min_s:.3f}) "
             f"{m.step_s / base.step_s:7.2f} {row.step_s:12.3f} {100 * err:+5.0f}% {pred_peak / MIB:15.1f}"
         )
-    levels = measured[1]
-    ok_ckpt = levels.saved_bytes <= 0.5 * base.saved_bytes and levels.step_s <= 1.35 * base.step_s
-    print(
-        f"target: checkpointing (levels) <= 0.5x saved bytes at <= 1.35x step time: "
-        f"{levels.saved_bytes / base.saved_bytes:.2f}x at {levels.step_s / base.step_s:.2f}x -> "
-        f"{'met' if ok_ckpt else 'NOT met'}"
-    )
+    for m, policy in zip(measured, policies):
+        if policy.checkpointing == "none" or policy.offload != "none":
+            continue  # the target is about recomputation alone
+        ok = m.saved_bytes <= 0.5 * base.saved_bytes and m.step_s <= 1.35 * base.step_s
+        print(
+            f"target: checkpointing ({policy.name}) <= 0.5x saved bytes at <= 1.35x step time: "
+            f"{m.saved_bytes / base.saved_bytes:.2f}x at {m.step_s / base.step_s:.2f}x -> "
+            f"{'met' if ok else 'NOT met'}"
+        )
     print(
         f"target: planner step time within 15% of measured: worst {100 * max(errors):.0f}% -> "
         f"{'met' if max(errors) <= 0.15 else 'NOT met'}"

@@ -157,9 +157,10 @@ def fit_policies(
     steps: int = 3,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[list[PolicyFit], list[PolicyFit]]:
-    """The planner's measurements for ``grid``: every policy at :func:`measure_grids`, then one
-    step at ``grid`` of each policy whose predicted memory fits ``budget_bytes`` and 80% of the
-    memory free now (:func:`anchor_steps`). Returns the fits and the policies timed at ``grid``."""
+    """The planner's measurements for ``grid``: every policy at :func:`measure_grids`, then
+    ``steps`` steps at ``grid`` of each policy whose predicted memory fits ``budget_bytes`` and
+    80% of the memory free now (:func:`anchor_steps`). Returns the fits and the policies timed
+    at ``grid``."""
     net = make_net()
     grids = measure_grids(grid, unet_block(net))
     fits = measure_policies(make_net, input_shape, grids, policies, device, steps, progress)
@@ -169,7 +170,7 @@ def fit_policies(
     def fits_memory(fit: PolicyFit) -> bool:
         return predicted_total(fit, points, fixed_bytes, batch_bytes_per_point) <= room
 
-    return fits, anchor_steps(fits, make_net, input_shape, grid, fits_memory, device)
+    return fits, anchor_steps(fits, make_net, input_shape, grid, fits_memory, device, steps)
 
 
 #: Grids of fewer cells are measured themselves (and at half size); larger ones at 1/4 and 1/2.
