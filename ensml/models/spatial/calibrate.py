@@ -17,13 +17,8 @@
   the number of GPUs).
 
 :func:`measure_shard_step` (per model and split, as ``plan-parallel --machine measured`` runs
-it) times one rank's training step on its padded shard with every rank computing at once,
-without and with the real halo exchanges; :func:`~ensml.models.spatial.perfmodel.predict` takes
-the first as ``compute_s`` in place of FLOPs over a rate, and calibrates the wait at each
-synchronisation from the second (``exchange_s``): how long a rank waits for its neighbours
-depends on the length of the compute between exchanges and on the scheduler, which a
-millisecond round does not reproduce (on 2 cores, 4 one-thread ranks wait 3-4 ms per exchange
-in ``benchmarks/spatial.py``'s U-Net step, against 0.6-2 ms in the round).
+it) times one rank's step on its shard, without and with the real halo exchanges, for
+:func:`~ensml.models.spatial.perfmodel.predict`'s ``compute_s`` and ``exchange_s``.
 
 The probes are small on purpose: a whole run takes a few seconds on two CPU cores. What they
 measure is the machine *now*, load of other users included; measure again when that changes.
@@ -112,9 +107,11 @@ def measure_shard_step(
     does, so the shared caches and memory bandwidth are in the time; with a spatial split, steps
     with local padding and steps through the real halo exchanges alternate, and their difference
     is :attr:`ShardStep.exchange_s`, from which :func:`~ensml.models.spatial.perfmodel.predict`
-    calibrates the wait at each exchange (where ranks time-slice the cores, a rank waiting for
-    a neighbour is woken only when a core is free, which no probe without the model's own
-    rhythm of compute and exchange reproduces).
+    calibrates the wait at each exchange. That wait depends on the compute between exchanges
+    and on the scheduler (where ranks time-slice the cores, a waiting rank is woken only when a
+    core is free), which the machine's millisecond round does not reproduce: on 2 cores, 4
+    one-thread ranks wait 3-4 ms per exchange in ``benchmarks/spatial.py``'s U-Net step,
+    against 0.6-2 ms in the round.
     """
     world = grid[0] * grid[1] * grid[2]
     args = (model, sample, grid, batch_size, threads, repeats, device)
