@@ -32,9 +32,10 @@ from collections import defaultdict
 import torch
 
 from ensml.models.spatial import ProcessGrid, SpatialUNet3d, global_mean, reduce_gradients
-from ensml.models.spatial.calibrate import measure_machine, measure_shard_step
+from ensml.models.spatial.calibrate import measure_machine
 from ensml.models.spatial.halo import HALO_STATS, enable_halo_timing
 from ensml.models.spatial.perfmodel import H100_NCCL, predict, saved_bytes, saved_hooks
+from ensml.models.spatial.shard_step import measure_shard_step
 from ensml.models.spatial.testing import run_distributed
 from ensml.models.spatial.unet import unet_shard_sizes
 from ensml.models.unet3d import UNet3d

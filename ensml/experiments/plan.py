@@ -54,7 +54,7 @@ def shard_compute(model, sample, batch_size: int, threads: int, device: str):
     split, timed with and without its halo exchanges, where its activations fit comfortably in
     memory now."""
     from ensml.models.memory_plan import free_memory
-    from ensml.models.spatial.calibrate import measure_shard_step
+    from ensml.models.spatial.shard_step import measure_shard_step
 
     cache: dict[tuple, object] = {}
     room = MEASURE_SHARE * free_memory(device)

@@ -4,8 +4,9 @@ See :mod:`~ensml.models.spatial.grid` (process grid, shard sizes),
 :mod:`~ensml.models.spatial.halo` (halo exchange autograd function),
 :mod:`~ensml.models.spatial.layers` (partitioned layers), :mod:`~ensml.models.spatial.unet`
 (converter and :class:`SpatialUNet3d`), :mod:`~ensml.models.spatial.perfmodel` (performance
-model and :func:`plan_parallel`) and :mod:`~ensml.models.spatial.calibrate` (:func:`measure_machine`:
-the machine model of this machine, measured).
+model and :func:`plan_parallel`), :mod:`~ensml.models.spatial.calibrate` (:func:`measure_machine`:
+the machine model of this machine, measured) and :mod:`~ensml.models.spatial.shard_step`
+(:func:`measure_shard_step`: one rank's step on its shard, measured).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ensml.models.spatial.layers import (
 )
 from ensml.models.spatial.perfmodel import H100_NCCL, MachineModel, predict
 from ensml.models.spatial.plan import ParallelPlan, plan_parallel
+from ensml.models.spatial.shard_step import ShardStep, measure_shard_step
 from ensml.models.spatial.unet import SpatialUNet3d, local_slices, parallelize, unet_shard_sizes
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "MachineModel",
     "ParallelPlan",
     "ProcessGrid",
+    "ShardStep",
     "SpatialConv3d",
     "SpatialGroupNorm",
     "SpatialPool3d",
@@ -53,6 +56,7 @@ __all__ = [
     "halo_exchange",
     "local_slices",
     "measure_machine",
+    "measure_shard_step",
     "parallelize",
     "plan_parallel",
     "predict",

@@ -16,9 +16,10 @@
   cores) and the message latency. ``cores`` is what ``os.sched_getaffinity`` allows (on CUDA,
   the number of GPUs).
 
-:func:`measure_shard_step` (per model and split, as ``plan-parallel --machine measured`` runs
-it) times one rank's step on its shard, without and with the real halo exchanges, for
-:func:`~ensml.models.spatial.perfmodel.predict`'s ``compute_s`` and ``exchange_s``.
+:func:`~ensml.models.spatial.shard_step.measure_shard_step` (per model and split, as
+``plan-parallel --machine measured`` runs it) times one rank's step on its shard, without and
+with the real halo exchanges, for :func:`~ensml.models.spatial.perfmodel.predict`'s
+``compute_s`` and ``exchange_s``.
 
 The probes are small on purpose: a whole run takes a few seconds on two CPU cores. What they
 measure is the machine *now*, load of other users included; measure again when that changes.
@@ -31,7 +32,6 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -42,7 +42,6 @@ from ensml.models.spatial.grid import LON, ProcessGrid
 from ensml.models.spatial.halo import halo_exchange
 from ensml.models.spatial.perfmodel import MachineModel
 from ensml.models.spatial.testing import DistributedError, run_distributed
-from ensml.models.unet3d import UNet3d
 
 #: Channel counts of the two convolution probes (memory-bound and FLOP-bound on CPU).
 PROBE_CHANNELS = (8, 48)
@@ -51,7 +50,8 @@ PROBE_CHANNELS = (8, 48)
 ROUND_GRID, ROUNDS = (3, 16, 32), 60
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA); nothing on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -62,131 +62,12 @@ def _median_time(fn: Callable[[], object], repeats: int, device: torch.device, w
         fn()
     times = []
     for _ in range(repeats):
-        _sync(device)
+        sync_device(device)
         t0 = time.perf_counter()
         fn()
-        _sync(device)
+        sync_device(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-@dataclass(frozen=True)
-class ShardStep:
-    """One rank's training step on its shard of a split, measured (seconds).
-
-    ``compute_s``: the step with local padding in place of halo exchanges, with every rank's
-    process computing at once, divided by the time-slicing factor that
-    :meth:`~ensml.models.spatial.perfmodel.MachineModel.share` multiplies back.
-    ``exchange_s``: the same step through the real exchanges with the neighbours, minus the
-    step without them: messages and waits (None where not measured: one rank, no spatial split,
-    or a GPU, where the ranks of a split are other devices).
-    """
-
-    compute_s: float
-    exchange_s: float | None = None
-
-
-def measure_shard_step(
-    model: torch.nn.Module,
-    sample: tuple[int, int, int, int],
-    grid: tuple[int, int, int],
-    batch_size: int = 1,
-    threads: int = 1,
-    repeats: int = 5,
-    device: str = "cpu",
-) -> ShardStep:
-    """Time one rank's training step on its shard of ``grid`` = (data, lat, lon) (medians).
-
-    ``model`` (a single-process U-Net, not modified) runs a forward, backward and SGD step on
-    the padded shard that the busiest rank holds of ``sample`` = (channels, level, lat, lon), on
-    ``threads`` threads. A measured step, not FLOPs over a rate: a CPU's 3D convolution changes
-    algorithm with the tensor's size (oneDNN above about 2**24 elements, a direct path up to 10x
-    slower below), so no single rate fits every shard.
-
-    On the CPU with several ranks, every rank's process runs the step at once, as training
-    does, so the shared caches and memory bandwidth are in the time; with a spatial split, steps
-    with local padding and steps through the real halo exchanges alternate, and their difference
-    is :attr:`ShardStep.exchange_s`, from which :func:`~ensml.models.spatial.perfmodel.predict`
-    calibrates the wait at each exchange. That wait depends on the compute between exchanges
-    and on the scheduler (where ranks time-slice the cores, a waiting rank is woken only when a
-    core is free), which the machine's millisecond round does not reproduce: on 2 cores, 4
-    one-thread ranks wait 3-4 ms per exchange in ``benchmarks/spatial.py``'s U-Net step,
-    against 0.6-2 ms in the round.
-    """
-    world = grid[0] * grid[1] * grid[2]
-    args = (model, sample, grid, batch_size, threads, repeats, device)
-    if device != "cpu" or world == 1:
-        return ShardStep(statistics.median(_shard_step_times(*args)[0]))
-    ranks = run_distributed(_shard_step_times, world, *args, threads=threads)
-    free, real = (_slowest([r[k] for r in ranks]) for k in (0, 1))
-    slicing = max(1.0, world * threads / _cores(device))
-    return ShardStep(free / slicing, None if real is None else max(real - free, 0.0))
-
-
-def _slowest(times: list[list[float]]) -> float | None:
-    """Median over repetitions of the slowest rank's time (a step lasts until its slowest rank,
-    with time-slicing until all the work is done); None without times."""
-    per_step = [max(t) for t in zip(*times)]
-    return statistics.median(per_step) if per_step else None
-
-
-def _shard_step_times(
-    model, sample, grid, batch_size, threads, repeats, device
-) -> tuple[list[float], list[float]]:
-    """Times (s) of the step with local padding and of the step through the real exchanges (an
-    empty list where there are none) on this rank, alternating."""
-    import copy
-
-    from ensml.models.spatial.perfmodel import shard_shape
-    from ensml.models.spatial.unet import SpatialUNet3d, unet_shard_sizes
-
-    dev = torch.device(device)
-    spatial = grid[1] * grid[2] > 1 and isinstance(model, UNet3d)
-    net = copy.deepcopy(model)
-    if spatial:  # the partitioned layers, padding locally
-        net = SpatialUNet3d(net, ProcessGrid(local=True))
-    steps = [_train_step(net.to(dev), shard_shape(model, sample, grid, batch_size), dev)]
-    if spatial and dist.is_initialized():  # the same layers exchanging halos with the neighbours
-        real = ProcessGrid(lat=grid[1], lon=grid[2], data=grid[0])
-        hs, ws = unet_shard_sizes(sample[2], sample[3], model.depth, real)
-        shape = (batch_size, *sample[:2], hs[real.lat_index], ws[real.lon_index])
-        steps.append(_train_step(SpatialUNet3d(copy.deepcopy(model), real).to(dev), shape, dev))
-    previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
-    try:
-        times = _alternating_times(steps, repeats, dev)
-    finally:
-        torch.set_num_threads(previous)
-    return times[0], (times[1] if len(times) > 1 else [])
-
-
-def _train_step(net: torch.nn.Module, shape: tuple[int, ...], dev: torch.device) -> Callable[[], None]:
-    x = torch.randn(shape, device=dev)
-    opt = torch.optim.SGD(net.parameters(), lr=1e-9)
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        net(x).square().mean().backward()
-        opt.step()
-
-    return step
-
-
-def _alternating_times(fns: list[Callable[[], None]], repeats: int, dev: torch.device) -> list[list[float]]:
-    """Times of each of ``fns``, run in turn ``repeats`` times after one untimed round (the same
-    load on each); with several ranks, they start each call together."""
-    times: list[list[float]] = [[] for _ in fns]
-    for i in range(repeats + 1):
-        for fn, out in zip(fns, times):
-            if dist.is_initialized():
-                dist.barrier()
-            _sync(dev)
-            t0 = time.perf_counter()
-            fn()
-            _sync(dev)
-            if i:
-                out.append(time.perf_counter() - t0)
-    return times
 
 
 def _conv_step(channels: int, grid: tuple[int, int, int], device: torch.device):
@@ -292,7 +173,7 @@ def _comm_probe(device: str, sizes: tuple[int, int], repeats: int) -> dict[str, 
     out["tick"] = _alone(tick, grid, repeats, dev)
     x = torch.randn(1, 1, 1, 1, sizes[0], device=dev)
     dist.barrier()
-    out["round"] = _median_time(lambda: (tick(), _sync(dev), _exchange(x, grid)), ROUNDS, dev, warmup=3)
+    out["round"] = _median_time(lambda: (tick(), sync_device(dev), _exchange(x, grid)), ROUNDS, dev, warmup=3)
     return out
 
 
@@ -309,7 +190,8 @@ def _alone(run: Callable[[], object], grid: ProcessGrid, repeats: int, dev: torc
     return alone
 
 
-def _cores(device: str) -> int:
+def cores(device: str) -> int:
+    """Cores this process may run on (``os.sched_getaffinity``), or GPUs on CUDA."""
     if device == "cuda":
         return max(torch.cuda.device_count(), 1)
     try:
@@ -363,12 +245,12 @@ def measure_machine(
         raise EnsmlError(f"measure_machine: use gloo with cpu or nccl with cuda, got {backend} with {device}")
     if device == "cuda" and not torch.cuda.is_available():
         raise EnsmlError("measure_machine: device cuda, but no GPU on this machine")
-    cores = _cores(device)
-    name = f"{device} {backend}, {ranks} rank(s) × {threads_per_rank} thread(s), {cores} cores (measured)"
+    n_cores = cores(device)
+    name = f"{device} {backend}, {ranks} rank(s) × {threads_per_rank} thread(s), {n_cores} cores (measured)"
     fields: dict = dict(name=name, **compute_rates(threads_per_rank, device, repeats=min(repeats, 5)))
     # CPU ranks share the host's memory; a GPU rank has its device's
     memory = _memory_gib(device) / (ranks if device == "cpu" else 1)
-    fields.update(cores=cores, threads_per_rank=threads_per_rank, memory_gib=memory)
+    fields.update(cores=n_cores, threads_per_rank=threads_per_rank, memory_gib=memory)
     if ranks == 1:
         return MachineModel(**fields, bandwidth=math.inf, latency=0.0, allreduce_latency=0.0)
     args = (_comm_probe, ranks, device, tuple(map(int, sizes)), int(repeats))
@@ -385,7 +267,7 @@ def measure_machine(
     latency = max(small - 2 * 4 * sizes[0] / bandwidth, 1e-7)
     # alone: each rank by itself; together: all at once (time-slicing when ranks exceed cores)
     slowdown = med["together"] / statistics.median(r["alone"] for r in res)
-    share = max(1.0, ranks * threads_per_rank / cores)
+    share = max(1.0, ranks * threads_per_rank / n_cores)
     return MachineModel(
         **fields,
         bandwidth=bandwidth,

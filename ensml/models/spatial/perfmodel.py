@@ -232,10 +232,10 @@ def predict(
     ``batch_size`` counts samples per replica. ``model`` is a single-process UNet3d (not modified);
     ``plain`` estimates the memory of that model itself rather than of its partitioned version.
     ``compute_s``, when given, is the measured step of one rank's shard alone
-    (:func:`~ensml.models.spatial.calibrate.measure_shard_step`): it replaces the FLOP-rate
+    (:func:`~ensml.models.spatial.shard_step.measure_shard_step`): it replaces the FLOP-rate
     estimate of compute, spread over the layers in proportion to it, before time-slicing and
     contention. ``exchange_s``, when given, is that step's measured time in halo exchanges and
-    waits (:attr:`~ensml.models.spatial.calibrate.ShardStep.exchange_s`): the wait charged at each
+    waits (:attr:`~ensml.models.spatial.shard_step.ShardStep.exchange_s`): the wait charged at each
     synchronisation is calibrated so that the modelled exchanges add up to it (latency and bytes
     stay the machine's).
     """

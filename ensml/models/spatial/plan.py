@@ -86,8 +86,8 @@ def plan_parallel(
         plus parameters, gradients and Adam moments.
     compute
         ``compute(split, prediction)``: the measured step of one rank's shard for a
-        ``(data, lat, lon)`` split (a :class:`~ensml.models.spatial.calibrate.ShardStep`, e.g.
-        from :func:`~ensml.models.spatial.calibrate.measure_shard_step`), or None to keep the
+        ``(data, lat, lon)`` split (a :class:`~ensml.models.spatial.shard_step.ShardStep`, e.g.
+        from :func:`~ensml.models.spatial.shard_step.measure_shard_step`), or None to keep the
         FLOP-rate estimate and the machine's wait of ``prediction``.
     """
     if devices < 1:

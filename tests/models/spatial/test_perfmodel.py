@@ -184,7 +184,7 @@ def test_measured_step_replaces_compute_and_calibrates_the_wait() -> None:
 
 def test_measure_shard_step_trains_the_busiest_rank_shard(monkeypatch) -> None:
     """The probe trains the padded shard of ``shard_shape`` through the partitioned layers."""
-    from ensml.models.spatial import calibrate
+    from ensml.models.spatial import shard_step
     from ensml.models.spatial.perfmodel import shard_shape
 
     net = UNet3d(2, 2, width=2, depth=1)
@@ -196,11 +196,11 @@ def test_measure_shard_step_trains_the_busiest_rank_shard(monkeypatch) -> None:
         calls.append(repeats)
         return [[fn() or 0.25] for fn in fns]
 
-    monkeypatch.setattr(calibrate, "_alternating_times", once)
+    monkeypatch.setattr(shard_step, "_alternating_times", once)
     threads = torch.get_num_threads()
-    step = calibrate.measure_shard_step(net, (2, 2, 16, 64), (1, 1, 1), repeats=3)
-    assert step == calibrate.ShardStep(0.25, None) and calls == [3]
-    assert calibrate._shard_step_times(net, (2, 2, 16, 64), (1, 1, 2), 1, 1, 3, "cpu") == ([0.25], [])
+    step = shard_step.measure_shard_step(net, (2, 2, 16, 64), (1, 1, 1), repeats=3)
+    assert step == shard_step.ShardStep(0.25, None) and calls == [3]
+    assert shard_step._shard_step_times(net, (2, 2, 16, 64), (1, 1, 2), 1, 1, 3, "cpu") == ([0.25], [])
     assert shapes[-1] == shard_shape(net, (2, 2, 16, 64), (1, 1, 2), 1) == (1, 2, 2, 16, 32)
     assert torch.get_num_threads() == threads  # the probe restores torch's thread count
 
@@ -211,19 +211,19 @@ def test_measure_shard_step_takes_the_slowest_rank_and_divides_out_time_slicing(
 ) -> None:
     """Per repetition the slowest rank; the median over repetitions; four one-thread ranks on
     two cores share them, so one rank's compute alone is half of it."""
-    from ensml.models.spatial import calibrate
+    from ensml.models.spatial import shard_step
 
     ranks = [([2.0, 4.0, 1.0], [3.0, 5.0, 2.0]), ([3.0, 1.0, 2.0], [4.0, 2.0, 2.5])]
-    monkeypatch.setattr(calibrate, "run_distributed", lambda *a, **k: ranks)
-    monkeypatch.setattr(calibrate, "_cores", lambda device: 2)
-    step = calibrate.measure_shard_step(UNet3d(2, 2, width=2, depth=1), (2, 2, 16, 64), grid)
+    monkeypatch.setattr(shard_step, "run_distributed", lambda *a, **k: ranks)
+    monkeypatch.setattr(shard_step, "cores", lambda device: 2)
+    step = shard_step.measure_shard_step(UNet3d(2, 2, width=2, depth=1), (2, 2, 16, 64), grid)
     # slowest free: 3, 4, 2 -> median 3; slowest real: 4, 5, 2.5 -> median 4
     assert step.compute_s == pytest.approx(3.0 / divisor) and step.exchange_s == pytest.approx(1.0)
 
 
 @pytest.mark.timeout(120)
 def test_measure_shard_step_on_two_ranks_times_the_exchanges() -> None:
-    from ensml.models.spatial.calibrate import measure_shard_step
+    from ensml.models.spatial.shard_step import measure_shard_step
 
     step = measure_shard_step(UNet3d(2, 2, width=2, depth=1), (2, 2, 16, 64), (1, 1, 2), repeats=1)
     assert 0 < step.compute_s < 60 and step.exchange_s is not None and 0 <= step.exchange_s < 60
