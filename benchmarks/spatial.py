@@ -171,8 +171,7 @@ def _model_check(a, res: dict, machines: dict, probes: dict) -> None:
         # one rank runs the plain UNet3d (with level padding), more ranks the partitioned one
         probe = probes[(lat, lon)]
         machine = machines[lat * lon]
-        timed = dict(compute_s=probe.compute_s, exchange_s=probe.exchange_s)
-        pr = predict(_net(a), sample, (1, lat, lon), machine, a.batch, plain=lat * lon == 1, **timed)
+        pr = predict(_net(a), sample, (1, lat, lon), machine, a.batch, plain=lat * lon == 1, measured=probe)
         _, step = _step_stats(out)
         halo = sum(sum(r["halo"].values()) for r in out) / len(out)
         act = max(r["act"] for r in out)

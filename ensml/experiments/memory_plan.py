@@ -168,14 +168,10 @@ def spatial_scales(
             probe = shard_compute(net, sample, batch, max(1, threads // r), "cpu")
             compute[r] = probe((1, 1, r), predict(net, sample, (1, 1, r), machines[r], batch))
 
-    def timed(r: int) -> dict:
-        step = compute[r]
-        return {} if step is None else dict(compute_s=step.compute_s, exchange_s=step.exchange_s)
-
-    one = predict(net, sample, (1, 1, 1), machines[1], batch, plain=True, **timed(1))
+    one = predict(net, sample, (1, 1, 1), machines[1], batch, plain=True, measured=compute[1])
     out = []
     for r in ranks:
-        p = predict(net, sample, (1, 1, r), machines[r], batch, **timed(r))
+        p = predict(net, sample, (1, 1, r), machines[r], batch, measured=compute[r])
         out.append(SpatialScale(r, p.activation_bytes / one.activation_bytes, p.step_s / one.step_s))
     return out
 

@@ -54,9 +54,10 @@ def shard_compute(model, sample, batch_size: int, threads: int, device: str):
     split, timed with and without its halo exchanges, where its activations fit comfortably in
     memory now."""
     from ensml.models.memory_plan import free_memory
+    from ensml.models.spatial.perfmodel import ShardStep
     from ensml.models.spatial.shard_step import measure_shard_step
 
-    cache: dict[tuple, object] = {}
+    cache: dict[tuple, ShardStep | None] = {}
     room = MEASURE_SHARE * free_memory(device)
 
     def compute(split, prediction):

@@ -30,9 +30,9 @@ from ensml.models.spatial.layers import (
     SpatialUpsample,
     spatial_pad,
 )
-from ensml.models.spatial.perfmodel import H100_NCCL, MachineModel, predict
+from ensml.models.spatial.perfmodel import H100_NCCL, MachineModel, ShardStep, predict
 from ensml.models.spatial.plan import ParallelPlan, plan_parallel
-from ensml.models.spatial.shard_step import ShardStep, measure_shard_step
+from ensml.models.spatial.shard_step import measure_shard_step
 from ensml.models.spatial.unet import SpatialUNet3d, local_slices, parallelize, unet_shard_sizes
 
 __all__ = [

@@ -119,6 +119,23 @@ class MachineModel:
 H100_NCCL = MachineModel("H100 + NCCL (nominal)", 150e12, 3e11, 150e9, 15e-6, 30e-6, 80.0)
 
 
+@dataclass(frozen=True)
+class ShardStep:
+    """One rank's training step on its shard of a split, measured (seconds), as
+    :func:`~ensml.models.spatial.shard_step.measure_shard_step` gives it and :func:`predict` takes it.
+
+    ``compute_s``: the step with local padding in place of halo exchanges, with every rank's
+    process computing at once, divided by the time-slicing factor that
+    :meth:`MachineModel.share` multiplies back.
+    ``exchange_s``: the same step through the real exchanges with the neighbours, minus the
+    step without them: messages and waits (None where not measured: one rank, no spatial split,
+    or a GPU, where the ranks of a split are other devices).
+    """
+
+    compute_s: float
+    exchange_s: float | None = None
+
+
 @dataclass
 class LayerCost:
     name: str
@@ -223,19 +240,17 @@ def predict(
     batch_size: int = 1,
     dtype: torch.dtype = torch.float32,
     plain: bool = False,
-    compute_s: float | None = None,
-    exchange_s: float | None = None,
+    measured: ShardStep | None = None,
 ) -> Prediction:
     """Predict one training step on the busiest rank.
 
     ``sample`` is (channels, level, lat, lon) of one unpadded sample; ``grid`` is (data, lat, lon);
     ``batch_size`` counts samples per replica. ``model`` is a single-process UNet3d (not modified);
     ``plain`` estimates the memory of that model itself rather than of its partitioned version.
-    ``compute_s``, when given, is the measured step of one rank's shard alone
-    (:func:`~ensml.models.spatial.shard_step.measure_shard_step`): it replaces the FLOP-rate
-    estimate of compute, spread over the layers in proportion to it, before time-slicing and
-    contention. ``exchange_s``, when given, is that step's measured time in halo exchanges and
-    waits (:attr:`~ensml.models.spatial.shard_step.ShardStep.exchange_s`): the wait charged at each
+    ``measured``, when given, is one rank's shard step as measured
+    (:func:`~ensml.models.spatial.shard_step.measure_shard_step`): its ``compute_s`` replaces the
+    FLOP-rate estimate of compute, spread over the layers in proportion to it, before
+    time-slicing and contention; from its ``exchange_s`` (if any), the wait charged at each
     synchronisation is calibrated so that the modelled exchanges add up to it (latency and bytes
     stay the machine's).
     """
@@ -249,15 +264,15 @@ def predict(
 
         _, act = _trace(SpatialUNet3d(model, ProcessGrid(local=True)), (batch_size, c, d, h, w), dtype)
     world = data * p_lat * p_lon
-    if exchange_s is not None:
-        machine = calibrated_wait(records, (p_lat, p_lon, world), item, machine, exchange_s)
+    if measured is not None and measured.exchange_s is not None:
+        machine = calibrated_wait(records, (p_lat, p_lon, world), item, machine, measured.exchange_s)
     layers = [
         _layer_cost(name, mod, i, o, (p_lat, p_lon, world), item, machine) for name, mod, i, o in records
     ]
-    if compute_s is not None:
+    if measured is not None:
         total = sum(c.compute_s for c in layers) or 1.0
         for cost in layers:
-            cost.compute_s *= compute_s * machine.share(world) / total
+            cost.compute_s *= measured.compute_s * machine.share(world) / total
     n_param = sum(p.numel() for p in model.parameters()) * item
     grad = 0.0
     if world > 1:

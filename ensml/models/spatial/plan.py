@@ -86,7 +86,7 @@ def plan_parallel(
         plus parameters, gradients and Adam moments.
     compute
         ``compute(split, prediction)``: the measured step of one rank's shard for a
-        ``(data, lat, lon)`` split (a :class:`~ensml.models.spatial.shard_step.ShardStep`, e.g.
+        ``(data, lat, lon)`` split (a :class:`~ensml.models.spatial.perfmodel.ShardStep`, e.g.
         from :func:`~ensml.models.spatial.shard_step.measure_shard_step`), or None to keep the
         FLOP-rate estimate and the machine's wait of ``prediction``.
     """
@@ -104,8 +104,7 @@ def plan_parallel(
         pred = predict(model, sample, (data, lat, lon), machine, batch_size, dtype)
         step = compute((data, lat, lon), pred) if compute is not None else None
         if step is not None:
-            timed = dict(compute_s=step.compute_s, exchange_s=step.exchange_s)
-            pred = predict(model, sample, (data, lat, lon), machine, batch_size, dtype, **timed)
+            pred = predict(model, sample, (data, lat, lon), machine, batch_size, dtype, measured=step)
         preds.append(pred)
     plan = ParallelPlan(None, [], machine, batch_size)
     preds.sort(key=lambda p: -plan.throughput(p))

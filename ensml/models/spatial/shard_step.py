@@ -8,33 +8,16 @@ import copy
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from ensml.models.spatial.calibrate import cores, sync_device
 from ensml.models.spatial.grid import ProcessGrid
-from ensml.models.spatial.perfmodel import shard_shape
+from ensml.models.spatial.perfmodel import ShardStep, shard_shape
 from ensml.models.spatial.testing import run_distributed
 from ensml.models.spatial.unet import SpatialUNet3d, unet_shard_sizes
 from ensml.models.unet3d import UNet3d
-
-
-@dataclass(frozen=True)
-class ShardStep:
-    """One rank's training step on its shard of a split, measured (seconds).
-
-    ``compute_s``: the step with local padding in place of halo exchanges, with every rank's
-    process computing at once, divided by the time-slicing factor that
-    :meth:`~ensml.models.spatial.perfmodel.MachineModel.share` multiplies back.
-    ``exchange_s``: the same step through the real exchanges with the neighbours, minus the
-    step without them: messages and waits (None where not measured: one rank, no spatial split,
-    or a GPU, where the ranks of a split are other devices).
-    """
-
-    compute_s: float
-    exchange_s: float | None = None
 
 
 def measure_shard_step(

@@ -12,7 +12,7 @@ from torch import nn
 
 from ensml.cli.main import main
 from ensml.errors import EnsmlError
-from ensml.models.spatial import H100_NCCL, MachineModel, measure_machine, plan_parallel, predict
+from ensml.models.spatial import H100_NCCL, MachineModel, ShardStep, measure_machine, plan_parallel, predict
 from ensml.models.spatial.calibrate import cache_bytes, compute_rates
 from ensml.models.unet3d import UNet3d
 
@@ -161,14 +161,14 @@ def test_torch_threads_restored_after_probe() -> None:
 
 def test_measured_step_replaces_compute_and_calibrates_the_wait() -> None:
     net, sample = UNet3d(2, 2, width=4, depth=1, norm_groups=2), (2, 2, 16, 32)
-    two = predict(net, sample, (1, 1, 2), UNIT, compute_s=0.5)  # two ranks, two cores
+    two = predict(net, sample, (1, 1, 2), UNIT, measured=ShardStep(0.5))  # two ranks, two cores
     assert two.compute_s == pytest.approx(0.5)
     assert sum(c.compute_s for c in two.layers) == pytest.approx(0.5)
-    bare = predict(net, sample, (1, 1, 4), UNIT, compute_s=0.25)  # four ranks time-slice two cores
+    bare = predict(net, sample, (1, 1, 4), UNIT, measured=ShardStep(0.25))  # four ranks time-slice two cores
     assert bare.compute_s == pytest.approx(0.5)
     # 0.1 s more in exchanges than latency and bytes: one equal wait at each synchronisation
     modelled = bare.halo_s + bare.norm_s
-    timed = predict(net, sample, (1, 1, 4), UNIT, compute_s=0.25, exchange_s=modelled + 0.1)
+    timed = predict(net, sample, (1, 1, 4), UNIT, measured=ShardStep(0.25, modelled + 0.1))
     assert timed.halo_s + timed.norm_s == pytest.approx(modelled + 0.1)
     syncs = [2 * (c.messages > 0) + c.allreduces for c in bare.layers]
     assert sum(syncs) > 0 and any(c.allreduces for c in bare.layers)
@@ -176,7 +176,7 @@ def test_measured_step_replaces_compute_and_calibrates_the_wait() -> None:
         assert t.comm_s + t.reduce_s - b.comm_s - b.reduce_s == pytest.approx(0.1 * n / sum(syncs))
     # less than latency and bytes: they scale down, no negative wait
     for measured in (modelled / 2, 0.0):
-        fast = predict(net, sample, (1, 1, 4), UNIT, compute_s=0.25, exchange_s=measured)
+        fast = predict(net, sample, (1, 1, 4), UNIT, measured=ShardStep(0.25, measured))
         assert fast.halo_s + fast.norm_s == pytest.approx(measured) and fast.halo_s <= bare.halo_s
     sync = MachineModel(**{**UNIT.__dict__, "sync_s": 3e-4})
     assert sync.sync_wait(2) == sync.sync_wait(4) == 3e-4 and sync.sync_wait(1) == 0.0
