@@ -14,6 +14,7 @@ from lightning.pytorch.cli import LightningCLI
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError
 from ensml.logs import apply_levels, quiet
+from ensml.train import decentralised  # noqa: F401  (registers eager_solo, eager_majority, wagma)
 from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
 from ensml.train.options import check_trainer_options  # [cli: option ranges]
 from ensml.train.progress import LogProgress, use_lightning_bar
@@ -142,6 +143,9 @@ class EnsmlCLI(LightningCLI):
         check = getattr(self.trainer.strategy, "check_inputs", None)
         if check is not None:  # e.g. a spatial split that does not fit the grid: fail before launch
             check(self.datamodule, self.model)
+        check_trainer = getattr(self.trainer.strategy, "check_trainer", None)
+        if check_trainer is not None:  # e.g. gradient accumulation under eager-SGD or WAGMA
+            check_trainer(self.trainer)
         ckpt = self.config[self.subcommand].get("ckpt_path")
         if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
             path = Path(ckpt)

@@ -65,6 +65,7 @@ def check_trainer_options(trainer: Any) -> None:
     Lightning declares these options; it reports an impossible one with a traceback (an
     unknown or absent accelerator) or starts as many processes as asked (``devices=100000``).
     """
+    _check_strategy(trainer.get("strategy", "auto"))
     accelerator = trainer.get("accelerator", "auto")
     if isinstance(accelerator, str):
         _check_accelerator(accelerator.lower())
@@ -83,6 +84,23 @@ def _check_accelerator(name: str) -> None:
         raise EnsmlError("no Apple GPU (MPS) on this machine; use --trainer.accelerator cpu")
     if name == "tpu" and importlib.util.find_spec("torch_xla") is None:
         raise EnsmlError("no TPU on this machine (torch_xla is not installed); use --trainer.accelerator cpu")
+
+
+def _check_strategy(strategy: Any) -> None:
+    """A strategy given as text must be a registered name (a class whose arguments did not fit
+    its signature also arrives here as text, as jsonargparse falls back to ``str``)."""
+    if not isinstance(strategy, str) or strategy == "auto":
+        return
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    if strategy.lower() not in StrategyRegistry:
+        names = ", ".join(
+            n for n in ("ddp", "eager_solo", "eager_majority", "wagma") if n in StrategyRegistry
+        )
+        raise EnsmlError(
+            f"option --trainer.strategy: {strategy!r} is neither a strategy name (e.g. {names}) nor a "
+            "strategy class_path whose init_args fit it (see ensml fit --trainer.strategy.help CLASS)"
+        )
 
 
 def _check_cpu_devices(devices: Any, accelerator: str) -> None:

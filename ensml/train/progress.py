@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 
 import lightning as L
 
@@ -79,4 +80,29 @@ class LogProgress(L.Callback):
     on_validation_end = on_test_end = on_predict_end = _end
 
 
-__all__ = ["LogProgress", "use_lightning_bar"]
+class TrainingClock(L.Callback):
+    """Log ``time/train_s``, the wall time spent training so far (validation excluded), with each
+    validation, so a metric's curve can be read against time (``benchmarks/distributed.py``)."""
+
+    def __init__(self) -> None:
+        self.train_s = 0.0
+        self._since: float | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._since = time.perf_counter()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._since is not None:
+            self.train_s += time.perf_counter() - self._since
+            self._since = None
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            pl_module.log("time/train_s", self.train_s, on_step=False, on_epoch=True)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._since = time.perf_counter()
+
+
+__all__ = ["LogProgress", "TrainingClock", "use_lightning_bar"]
