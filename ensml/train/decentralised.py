@@ -93,7 +93,9 @@ class PartialStrategy(DDPStrategy):
         self.engine: PartialCollective | None = None
         self.round = 0
         self.skipping = False
-        self.stats = {"rounds": 0, "fresh": 0, "stale": 0, "skipped": 0}
+        # rounds taken part in; fresh and stale contributions in them; batches this rank skipped
+        # and computed; batches all ranks computed (as of the last round or average that summed it)
+        self.stats = {"rounds": 0, "fresh": 0, "stale": 0, "skipped": 0, "computed": 0, "computed_all": 0}
 
     # -- checks before launch -------------------------------------------------------------------
     @property
@@ -144,19 +146,19 @@ class PartialStrategy(DDPStrategy):
 
     # -- each batch -----------------------------------------------------------------------------
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        module = self.lightning_module  # contributions so far (the same on every rank)
-        for key in ("fresh", "stale"):
-            module.log(f"dist/{key}", float(self.stats[key]), on_step=True, on_epoch=False)
         self.skipping = self.engine is not None and self.engine.activated(self.round)
         if self.skipping:  # this round started without us: our work would arrive late
             self.stats["skipped"] += 1
             return None
+        self.stats["computed"] += 1
         return super().training_step(*args, **kwargs)
 
     def account(self, res: RoundResult) -> None:
         self.stats["rounds"] += 1
         self.stats["fresh"] += res.fresh
         self.stats["stale"] += res.stale
+        if res.tally:
+            self.stats["computed_all"] = res.tally
 
     def teardown(self) -> None:
         if self.engine is not None:
@@ -213,6 +215,7 @@ class EagerStrategy(PartialStrategy):
             Slot(),
             like,
             self.timeout_s,
+            tally=lambda: float(self.stats["computed"]),
         )
 
     def optimizer_step(self, optimizer: Any, closure: Any, model: Any = None, **kwargs: Any) -> Any:
@@ -317,9 +320,11 @@ class WagmaStrategy(PartialStrategy):
         if self._global is None:
             return
         with torch.no_grad():
-            flat = parameters_to_vector(self.params).detach().clone()
+            flat = parameters_to_vector(self.params).detach()
+            flat = torch.cat([flat, flat.new_tensor([self.stats["computed"]])])
             dist.all_reduce(flat, group=self._global)
-            vector_to_parameters(flat / self.world, self.params)
+            vector_to_parameters(flat[:-1] / self.world, self.params)
+            self.stats["computed_all"] = round(flat[-1].item())
 
     def on_validation_start(self) -> None:
         self.average_all()  # validate (and checkpoint) the consensus model

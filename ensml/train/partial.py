@@ -43,6 +43,7 @@ class RoundResult:
     fresh: int  # members whose contribution was deposited for this round
     stale: int  # members who sent work deposited for an earlier round
     mine_fresh: bool  # whether this rank's own contribution was fresh
+    tally: float = 0.0  # the sum of the members' ``tally()`` when the round ran
 
 
 class Slot:
@@ -110,6 +111,8 @@ class PartialCollective:
         What this rank sends; ``like`` is a tensor of the payload's shape and dtype.
     timeout_s
         Longest wait for an activation or a result before the run fails in one line.
+    tally
+        A number each member adds to every round (e.g. the batches it has computed), summed.
     """
 
     def __init__(
@@ -121,7 +124,9 @@ class PartialCollective:
         slot: Slot,
         like: torch.Tensor,
         timeout_s: float = 1800.0,
+        tally: Callable[[], float] = lambda: 0.0,
     ) -> None:
+        self.tally = tally
         self.store, self.prefix, self.group_of = store.main, prefix, group_of
         self._thread_store = store.connect()
         self.quorum, self.slot, self.like = quorum, slot, like.detach()
@@ -190,13 +195,12 @@ class PartialCollective:
     def _reduce(self, r: int) -> None:
         _, group, _ = self.group_of(r)
         payload, fresh, stale = self.slot.take(r, self.like)
-        counts = torch.tensor([fresh, stale], dtype=payload.dtype, device=payload.device)
+        counts = torch.tensor([fresh, stale, self.tally()], dtype=payload.dtype, device=payload.device)
         buf = torch.cat([payload.reshape(-1), counts])
         dist.all_reduce(buf, group=group)
         n = payload.numel()
-        result = RoundResult(
-            buf[:n].reshape(payload.shape), round(buf[n].item()), round(buf[n + 1].item()), bool(fresh)
-        )
+        fresh_n, stale_n, tally = (round(x) for x in buf[n:].tolist())
+        result = RoundResult(buf[:n].reshape(payload.shape), fresh_n, stale_n, bool(fresh), tally)
         with self._done:
             self.results[r] = result
             self._done.notify_all()

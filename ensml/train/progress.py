@@ -82,7 +82,12 @@ class LogProgress(L.Callback):
 
 class TrainingClock(L.Callback):
     """Log ``time/train_s``, the wall time spent training so far (validation excluded), with each
-    validation, so a metric's curve can be read against time (``benchmarks/distributed.py``)."""
+    validation, so a metric's curve can be read against time (``benchmarks/distributed.py``).
+
+    Under eager-SGD or WAGMA (:mod:`ensml.train.decentralised`) it logs their counts too:
+    ``dist/fresh`` and ``dist/stale`` contributions in the rounds rank 0 took part in, and
+    ``dist/computed_all``, the batches all ranks computed (as of the last round or average).
+    """
 
     def __init__(self) -> None:
         self.train_s = 0.0
@@ -97,8 +102,13 @@ class TrainingClock(L.Callback):
             self._since = None
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            pl_module.log("time/train_s", self.train_s, on_step=False, on_epoch=True)
+        if trainer.sanity_checking:
+            return
+        pl_module.log("time/train_s", self.train_s, on_step=False, on_epoch=True)
+        stats = getattr(trainer.strategy, "stats", None) or {}
+        for key in ("fresh", "stale", "computed_all"):
+            if key in stats:
+                pl_module.log(f"dist/{key}", float(stats[key]), on_step=False, on_epoch=True)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.state.fn == "fit" and not trainer.sanity_checking:
