@@ -30,14 +30,13 @@ from __future__ import annotations
 import logging
 import math
 import os
-import warnings
 from datetime import timedelta
 from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
-from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ensml.errors import EnsmlError
@@ -133,7 +132,6 @@ class PartialStrategy(DDPStrategy):
         self.check_trainer(trainer)
         for p in self.lightning_module.parameters():  # every rank starts from rank 0's model
             dist.broadcast(p.data, src=0)
-        warnings.filterwarnings("ignore", message=r".*`training_step` returned `None`.*")
         host = os.environ.get("MASTER_ADDR", "127.0.0.1")
         self.engine = self.build(SharedStore(host, self.timeout_s))
 
@@ -149,7 +147,8 @@ class PartialStrategy(DDPStrategy):
         self.skipping = self.engine is not None and self.engine.activated(self.round)
         if self.skipping:  # this round started without us: our work would arrive late
             self.stats["skipped"] += 1
-            return None
+            # Lightning refuses a None step in distributed runs: a constant loss has no gradients.
+            return torch.zeros((), device=self.root_device, requires_grad=True)
         self.stats["computed"] += 1
         return super().training_step(*args, **kwargs)
 
@@ -169,7 +168,9 @@ class PartialStrategy(DDPStrategy):
                 f"rank {self.global_rank}: {s['rounds']} rounds, {s['skipped']} batches skipped (late), "
                 f"{s['fresh']} fresh and {s['stale']} stale contributions"
             )
-            if dist.is_initialized():
+            trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+            failed = trainer is not None and trainer.state.status == TrainerStatus.INTERRUPTED
+            if dist.is_initialized() and not failed:
                 dist.barrier()  # rank 0 serves the store: keep it until every rank has closed
         super().teardown()
 
