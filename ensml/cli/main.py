@@ -43,6 +43,7 @@ VERBS: dict[str, str] = {
     "postprocess": "postprocess",
     "plan-parallel": "plan",
     "plan-memory": "plan",
+    "prune": "prune",
     "benchmark": "benchmark",
 }
 #: What an OSError that reaches the top means, for the one line (other errno values are bugs).
