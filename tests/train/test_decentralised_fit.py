@@ -97,3 +97,44 @@ def test_runs_with_a_straggler_finish_and_count_their_contributions(runs: dict[s
     fresh, stale, computed = (_last(work, f"dist/{k}") for k in ("fresh", "stale", "computed_all"))
     assert 4 <= fresh + stale <= 8 and fresh >= 4
     assert 4 <= computed <= 8 and fresh + stale <= computed
+
+
+CONVERGE = {"trainer.max_epochs": 3, "trainer.limit_train_batches": 8, "trainer.limit_val_batches": 2,
+            "trainer.devices": 2, "data.batch_size": 4}  # fmt: skip
+CLOCK = "--trainer.callbacks+=ensml.train.progress.TrainingClock"
+
+
+@pytest.fixture(scope="module")
+def converged(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Three epochs of DDP, and of each decentralised strategy with rank 1 twice as slow."""
+    slow = straggler(ranks=[1], slowdown=2.0)
+    runs = {"ddp": ["--trainer.strategy=ddp"], "eager_solo": ["--trainer.strategy=eager_solo", slow],
+            "eager_majority": ["--trainer.strategy=eager_majority", slow],
+            "wagma": [strategy("WagmaStrategy", period=4), slow]}  # fmt: skip
+    out = {}
+    for name, extra in runs.items():
+        work = tmp_path_factory.mktemp(f"converge-{name}")
+        done = run_cli(
+            ["fit", "--config", SMOKE, *tiny_data_args(tiny_data, **CONVERGE), CLOCK, *extra], work
+        )
+        assert done.returncode == 0, f"{name}: {done.stdout[-3000:]}"
+        out[name] = work
+    return out
+
+
+def _curve(work: Path) -> list[float]:
+    return [
+        float(r["val/crps"])
+        for r in csv.DictReader(open(work / "runs/smoke/metrics.csv"))
+        if r.get("val/crps")
+    ]
+
+
+@pytest.mark.parametrize("name", ["eager_solo", "eager_majority", "wagma"])
+def test_decentralised_training_converges_like_ddp_under_a_straggler(
+    converged: dict[str, Path], name: str
+) -> None:
+    ddp, curve = _curve(converged["ddp"]), _curve(converged[name])
+    assert len(curve) == len(ddp) == 3
+    assert curve[-1] < curve[0]  # it learns
+    assert abs(curve[-1] / ddp[-1] - 1) < 0.05, (curve, ddp)  # and ends near DDP's CRPS
