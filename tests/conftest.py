@@ -31,6 +31,19 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return synth(out, n_lat=16, n_lon=32, start="2017-01-01", end="2017-12-31", every_days=3, seed=1)
 
 
+def write_smoke_config(data: dict[str, Path], path: Path) -> Path:
+    """Write the smoke config, its data section pointed at the tiny dataset, to ``path``."""
+    import yaml
+
+    cfg = yaml.safe_load(Path(SMOKE).read_text())
+    section = yaml.safe_load((Path(SMOKE).parent / "data.yaml").read_text())
+    section.update(forecast=str(data["forecast"]), analysis=str(data["analysis"]), target_leads=48)
+    section.update({k: list(v) for k, v in TINY_PERIODS.items()})
+    cfg["data"] = section
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 def tiny_data_args(data: dict[str, Path], **overrides: object) -> list[str]:
     """CLI overrides pointing the smoke config at the tiny dataset.
 

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from ensml.cli.main import main
 from ensml.experiments.prune import PRUNING_KEY, read_pruning
 from ensml.predictions import file_sha256
-from tests.conftest import SMOKE, TINY_PERIODS
+from tests.conftest import write_smoke_config
 from tests.data.outputs_sandbox import make_sandbox, snapshot
 
 pytestmark = pytest.mark.timeout(300)
@@ -21,13 +20,10 @@ pytestmark = pytest.mark.timeout(300)
 def work(fitted: Path, tiny_data, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     """A user's folder holding a fit config on the tiny data; the smoke fit's best checkpoint."""
     monkeypatch.chdir(tmp_path)
-    cfg = yaml.safe_load(Path(SMOKE).read_text())
-    data = yaml.safe_load((Path(SMOKE).parent / "data.yaml").read_text())
-    data.update(forecast=str(tiny_data["forecast"]), analysis=str(tiny_data["analysis"]), target_leads=48)
-    data.update({k: list(v) for k, v in TINY_PERIODS.items()})
-    cfg["data"] = data
-    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(cfg))
-    return {"config": tmp_path / "fit.yaml", "ckpt": fitted / "runs" / "smoke" / "checkpoints" / "best.ckpt"}
+    return {
+        "config": write_smoke_config(tiny_data, tmp_path / "fit.yaml"),
+        "ckpt": fitted / "runs" / "smoke" / "checkpoints" / "best.ckpt",
+    }
 
 
 def _nets(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

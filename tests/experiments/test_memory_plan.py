@@ -14,7 +14,7 @@ from ensml.experiments.memory_plan import parse_bytes
 from ensml.models.memory import MemoryPolicy
 from ensml.models.memory_plan import PolicyFit, measure_grids, plan_memory
 from ensml.models.memory_profile import StepMeasure
-from tests.conftest import SMOKE, TINY_PERIODS
+from tests.conftest import write_smoke_config
 
 POLICIES = ["none", "levels", "levels [0, 1]", "all", "swap disk", "swap disk [0] + levels"]
 
@@ -23,14 +23,7 @@ POLICIES = ["none", "levels", "levels [0, 1]", "all", "swap disk", "swap disk [0
 def config(tiny_data, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The smoke config on the tiny data, in a folder of the user's."""
     monkeypatch.chdir(tmp_path)
-    cfg = yaml.safe_load(Path(SMOKE).read_text())
-    data = yaml.safe_load((Path(SMOKE).parent / "data.yaml").read_text())
-    data.update(forecast=str(tiny_data["forecast"]), analysis=str(tiny_data["analysis"]), target_leads=48)
-    data.update({k: list(v) for k, v in TINY_PERIODS.items()})
-    cfg["data"] = data
-    path = tmp_path / "mine.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_smoke_config(tiny_data, tmp_path / "mine.yaml")
 
 
 def _tree(root: Path) -> dict[str, str]:
