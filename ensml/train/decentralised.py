@@ -27,7 +27,6 @@ rank (WAGMA averages all ranks first). ``quorum`` = world (eager) or ``group_siz
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from datetime import timedelta
@@ -40,9 +39,8 @@ from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ensml.errors import EnsmlError
+from ensml.progress import note
 from ensml.train.partial import LatestSlot, PartialCollective, RoundResult, SharedStore, Slot
-
-log = logging.getLogger("ensml")
 
 
 def flat_grads(params: list[torch.nn.Parameter]) -> torch.Tensor:
@@ -164,9 +162,9 @@ class PartialStrategy(DDPStrategy):
             self.engine.close(self.round)
             self.engine = None
             s = self.stats
-            log.info(
-                f"rank {self.global_rank}: {s['rounds']} rounds, {s['skipped']} batches skipped (late), "
-                f"{s['fresh']} fresh and {s['stale']} stale contributions"
+            note(
+                f"{self.strategy_name}: rank {self.global_rank}: {s['rounds']} rounds, "
+                f"{s['skipped']} batches skipped (late), {s['fresh']} fresh and {s['stale']} stale"
             )
             trainer = self.lightning_module.trainer if self.lightning_module is not None else None
             failed = trainer is not None and trainer.state.status == TrainerStatus.INTERRUPTED
