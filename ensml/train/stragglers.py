@@ -65,7 +65,7 @@ class Stragglers(L.Callback):
         self.slowdown, self.delay, self.delay_s, self.shape = slowdown, delay, delay_s, shape
         self.rng = np.random.default_rng(seed)
         self.slept_s = 0.0
-        self._start = 0.0
+        self._start = self._extra = 0.0  # this batch's start and random delay
         self._slow = False
 
     def draw(self) -> float:
@@ -86,9 +86,8 @@ class Stragglers(L.Callback):
     ) -> None:
         world = trainer.world_size
         chosen = [int(self.rng.integers(world))] if self.ranks == "random" else self.ranks
-        extra = self.draw()  # drawn on every rank, so the streams stay in step
+        self._extra = self.draw()  # drawn on every rank, so the streams stay in step
         self._slow = trainer.global_rank in chosen
-        self._extra = extra
         self._start = time.perf_counter()
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
