@@ -27,6 +27,22 @@ class SynthOptions:
 
 
 @dataclass
+class PhysicsOptions:
+    """Options of the physics testbed (see :func:`ensml.data.physics.generate.physics`)."""
+
+    truncation: Literal["T21", "T31", "T42"] = "T21"
+    layers: int = 8
+    levels: list[int] = field(default_factory=lambda: [500, 850])
+    leads: list[int | str] = field(default_factory=lambda: [0, 12, 24, 36, 48])
+    members: int = 10
+    start: str = "2000-01-01"
+    inits: int = 360
+    every_hours: int = 24
+    spinup_days: int = 200
+    seed: int = 0
+
+
+@dataclass
 class ModelSpec:
     """One neural model of the benchmark: a task, a network and its training budget.
 
@@ -57,4 +73,4 @@ DEFAULT_MODELS = [
 ]
 
 
-__all__ = ["DEFAULT_MODELS", "ModelSpec", "SynthOptions"]
+__all__ = ["DEFAULT_MODELS", "ModelSpec", "PhysicsOptions", "SynthOptions"]
