@@ -70,7 +70,6 @@ first 5 members alone beats the raw 10 members by about 14%.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -82,7 +81,8 @@ import pandas as pd
 import xarray as xr
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt, restricted_number_type
 
-from ensml.data.outputs import STATE_DIR, Ledger, OutputFolder
+from ensml.data.outputs import OutputFolder
+from ensml.data.outputs.generated import check_generated
 from ensml.data.synth.build import SynthConfig, build_datasets, encodings
 from ensml.errors import EnsmlError
 from ensml.names import format_leads, iso_lead, parse_leads
@@ -125,30 +125,6 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
         raise EnsmlError(f"synth date range is empty: end {cfg.end} is before start {cfg.start}")
     inits = pd.date_range(t0, t1, freq=f"{cfg.every_days}D").to_numpy().astype("datetime64[ns]")
     return inits, leads
-
-
-def _prepare_out_dir(out_dir: Path, overwrite: bool, suffix: str) -> list[str]:
-    """The names of the outputs, checked before any work; nothing is written.
-
-    :meth:`OutputFolder.check` refuses a file, the root or current folder, a read-only place,
-    a non-empty folder ensml does not own (whatever it holds) and a user's file of an output's
-    name. Without ``overwrite``, a folder holding an earlier synth's outputs is refused too: the
-    folder holds one synth's files, so this run would replace them.
-    """
-    names = [f + suffix for f in NAMES]
-    real = OutputFolder.check(out_dir, "synth", names=names)
-    ledger = Ledger.load(real / STATE_DIR)  # read again: check returns only the folder
-    earlier = [
-        name
-        for name, entry in sorted(ledger.entries.items())
-        if entry.command == "synth" and entry.kind != "parent" and os.path.lexists(real / name)
-    ]
-    if earlier and not overwrite:
-        raise EnsmlError(
-            f"synth: out_dir {out_dir} already holds {', '.join(earlier)} of an earlier synth; "
-            "pass overwrite=True to replace them"
-        )
-    return names
 
 
 #: The grid sizes and ensemble sizes ``synth`` accepts.
@@ -259,7 +235,8 @@ def synth(
         raise EnsmlError(f"synth zarr_format must be 2 or 3, got {zarr_format!r}")
     inits, leads = _validate(cfg)
     out_dir = Path(out_dir)
-    names = _prepare_out_dir(out_dir, overwrite, SUFFIXES[format])
+    names = [f + SUFFIXES[format] for f in NAMES]
+    check_generated(out_dir, "synth", names, overwrite)
     # Members are drawn lazily, block by block, as the files are written.
     with Progress("ensml synth", len(inits), "init times drawn and written", every_s=EVERY_S) as progress:
         datasets = build_datasets(cfg, inits, leads, on_progress=lambda n: progress.advance(n=n))
