@@ -20,12 +20,20 @@ reference, each a mean over the same init times) comes from one sample of weathe
   times overlap have correlated errors up to lag h − 1). The p-value is two-sided.
 
 Init times where either score is missing (NaN: nothing observed) are left out of both.
+
+The same moving-block bootstrap gives the interval of any other statistic of series over init
+times (:func:`block_bootstrap`: a spread/skill ratio, a rank histogram's flatness), with the
+block length estimated as above from the series themselves (:func:`block_length`). Per grid
+point, :func:`pointwise_mean_test` tests a mean difference (Student's t with an AR(1)
+effective sample size) and :func:`false_discovery` keeps the points significant under the
+false discovery rate (Benjamini & Hochberg 1995, as Wilks 2016 recommends for maps).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +42,20 @@ import xarray as xr
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LEVEL
 
-__all__ = ["MIN_INITS", "SkillTest", "dm_test", "forecast_horizon", "skill_test", "skill_tests"]
+__all__ = [
+    "MIN_INITS",
+    "BootstrapInterval",
+    "SkillTest",
+    "block_bootstrap",
+    "block_bootstraps",
+    "block_length",
+    "dm_test",
+    "false_discovery",
+    "forecast_horizon",
+    "pointwise_mean_test",
+    "skill_test",
+    "skill_tests",
+]
 
 #: Fewer init times than this give no interval or test (NaN): a bootstrap of a handful of
 #: dates says little, and the DM variance estimate needs a series well past its horizon.
@@ -115,7 +136,7 @@ def skill_test(
     EnsmlError
         The series differ in length, or ``h`` or ``confidence`` is out of range.
     """
-    from arch.bootstrap import MovingBlockBootstrap, optimal_block_length
+    from arch.bootstrap import MovingBlockBootstrap
 
     s, r = np.asarray(score, dtype=float).ravel(), np.asarray(reference, dtype=float).ravel()
     if s.shape != r.shape:
@@ -131,10 +152,7 @@ def skill_test(
     stat, p = dm_test(diff, h)
     if not np.any(diff != diff[0]):  # the reference itself, or a constant shift: no spread to resample
         return SkillTest(skill, skill, skill, 1, stat, p, int(s.size), h)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a short series' zero autocovariance
-        block = float(optimal_block_length(diff)["circular"].iloc[0])
-    block = int(min(max(1, math.ceil(block)), s.size // 2)) if math.isfinite(block) else 1
+    block = block_length(diff)
     boot = MovingBlockBootstrap(block, s, r, seed=seed)
     low, high = boot.conf_int(_skill, reps=reps, method="percentile", size=confidence)[:, 0]
     return SkillTest(skill, float(low), float(high), block, stat, p, int(s.size), h)
@@ -170,3 +188,164 @@ def skill_tests(
             pick = (lambda x: x) if lev is None else (lambda x, lev=lev: x.sel({LEVEL: lev}))
             tests[name, lev] = skill_test(pick(s).transpose(INIT_TIME).values, pick(ref_series).values, h)
     return tests
+
+
+def block_length(series: np.ndarray) -> int:
+    """The block length of a moving-block bootstrap of ``series`` ((n,) or (n, k), init times
+    first, no NaN): Politis & White's ``circular`` estimate (``arch.bootstrap.optimal_block_length``),
+    the longest over the k columns, rounded up and kept within [1, n // 2]; 1 when no column
+    gives a finite estimate (constant columns)."""
+    from arch.bootstrap import optimal_block_length
+
+    x = np.asarray(series, dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a short or constant column's zero autocovariance
+        est = np.asarray(optimal_block_length(x)["circular"], dtype=float)
+    est = est[np.isfinite(est)]
+    if est.size == 0:
+        return 1
+    return int(min(max(1, math.ceil(est.max())), x.shape[0] // 2))
+
+
+@dataclass(frozen=True)
+class BootstrapInterval:
+    """A statistic of series over init times and its moving-block bootstrap interval."""
+
+    value: float  # the statistic of the series (init times with NaN left out)
+    low: float  # lower end of the interval (NaN with too few init times)
+    high: float  # upper end
+    block_length: int  # of the moving-block bootstrap (0: none was run)
+    n: int  # init times used
+
+
+def block_bootstrap(
+    statistic: Callable[..., float],
+    *series: np.ndarray,
+    confidence: float = 0.95,
+    reps: int = 1000,
+    seed: int = 0,
+) -> BootstrapInterval:
+    """``statistic(*series)`` and its moving-block bootstrap percentile interval over init times.
+
+    The init times (rows) of all series are resampled together, in blocks of
+    :func:`block_length` of the series' columns side by side, by
+    ``arch.bootstrap.MovingBlockBootstrap.conf_int`` (seeded): the bootstrap of
+    :func:`skill_test`, for any statistic (skill_test takes its block length from the score
+    differences alone).
+
+    Parameters
+    ----------
+    statistic
+        A scalar function of the series (each as given, NaN rows left out), e.g.
+        ``lambda v, e: np.sqrt(v.mean() / e.mean())``.
+    series
+        Arrays of the same length n along their first axis (init times, in time order), 1-D or
+        2-D (a histogram per init time: (n, bins)). An init time with a NaN or Inf in any of them
+        is left out of all.
+    confidence, reps, seed
+        As for :func:`skill_test`.
+
+    Returns
+    -------
+    BootstrapInterval
+        NaN bounds and ``block_length`` 0 with fewer than :data:`MIN_INITS` init times; bounds
+        equal to the value when every init time's values are the same (nothing to resample).
+
+    Raises
+    ------
+    EnsmlError
+        No series, series of different lengths, or ``confidence`` out of (0, 1).
+    """
+
+    def one(*x: np.ndarray) -> tuple[float]:
+        return (statistic(*x),)
+
+    return block_bootstraps(one, *series, confidence=confidence, reps=reps, seed=seed)[0]
+
+
+def block_bootstraps(
+    statistic: Callable[..., Sequence[float]],
+    *series: np.ndarray,
+    confidence: float = 0.95,
+    reps: int = 1000,
+    seed: int = 0,
+) -> tuple[BootstrapInterval, ...]:
+    """:func:`block_bootstrap` of a statistic with several values (a sequence of floats) from one
+    bootstrap: the same resampled init times, hence one block length, for every value; cheaper
+    than one bootstrap per value. One :class:`BootstrapInterval` per value, in order."""
+    from arch.bootstrap import MovingBlockBootstrap
+
+    arrays = [np.asarray(s, dtype=float) for s in series]
+    if not arrays or any(a.ndim not in (1, 2) for a in arrays):
+        raise EnsmlError("block_bootstrap: give one or more 1-D or 2-D series (init times first)")
+    if len({a.shape[0] for a in arrays}) > 1:
+        lengths = ", ".join(str(a.shape[0]) for a in arrays)
+        raise EnsmlError(f"block_bootstrap: the series differ in length ({lengths})")
+    if not 0 < confidence < 1:
+        raise EnsmlError(f"block_bootstrap: confidence must be in (0, 1) (got {confidence})")
+    keep = np.logical_and.reduce([np.isfinite(a.reshape(a.shape[0], -1)).all(1) for a in arrays])
+    arrays = [a[keep] for a in arrays]
+    n = int(keep.sum())
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # no init time left: the mean of nothing
+        values = np.asarray(statistic(*arrays), dtype=float).ravel()
+    low, high, block = np.full_like(values, math.nan), np.full_like(values, math.nan), 0
+    if n >= MIN_INITS and all(np.all(a == a[0]) for a in arrays):  # every resample is the sample
+        low, high, block = values, values, 1
+    elif n >= MIN_INITS:
+        block = block_length(np.column_stack([a.reshape(n, -1) for a in arrays]))
+        boot = MovingBlockBootstrap(block, *arrays, seed=seed)
+
+        def func(*x: np.ndarray) -> np.ndarray:
+            return np.asarray(statistic(*x), dtype=float).ravel()
+
+        low, high = boot.conf_int(func, reps=reps, method="percentile", size=confidence)
+    return tuple(
+        BootstrapInterval(float(v), float(lo), float(hi), block, n) for v, lo, hi in zip(values, low, high)
+    )
+
+
+def pointwise_mean_test(diff: np.ndarray) -> np.ndarray:
+    r"""Two-sided p-values of "mean 0" for the series ``diff`` (n, ...) at every point (axis 0:
+    init times in time order).
+
+    Student's t test of the mean, :math:`t = \bar d / (s / \sqrt{n'})` with n' − 1 degrees of
+    freedom, where the effective sample size :math:`n' = n (1 - r_1) / (1 + r_1)` allows for
+    the lag-1 autocorrelation :math:`r_1` (clipped to [0, 0.99]) of consecutive forecasts
+    (Wilks 2011, *Statistical Methods in the Atmospheric Sciences*, eq. 5.12). A point with a
+    NaN, fewer than 3 values or a constant series gets p = 1 (0 for a constant non-zero one).
+    """
+    from scipy import stats
+
+    d = np.asarray(diff, dtype=float)
+    n = d.shape[0]
+    if n < 3:
+        return np.ones(d.shape[1:])
+    mean = d.mean(0)
+    dev = d - mean
+    var = (dev**2).sum(0) / (n - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r1 = np.clip((dev[1:] * dev[:-1]).sum(0) / (dev**2).sum(0), 0.0, 0.99)
+        n_eff = np.maximum(n * (1 - r1) / (1 + r1), 2.0)
+        t = mean / np.sqrt(var / n_eff)
+    p = 2 * stats.t.sf(np.abs(t), n_eff - 1)
+    p = np.where(var > 0, p, np.where(mean != 0, 0.0, 1.0))
+    return np.where(np.isfinite(mean), p, 1.0)
+
+
+def false_discovery(p: np.ndarray, alpha: float = 0.1) -> np.ndarray:
+    """Where ``p`` is significant under a false discovery rate ``alpha`` (Benjamini & Hochberg
+    1995): the points whose p-value is at most the largest sorted p_(i) <= alpha i / N.
+
+    Wilks (2016, *Bull. Amer. Meteor. Soc.* 97, 2263) recommends this for maps of many
+    correlated local tests, with ``alpha`` = 0.1 for a field significance of about 0.05.
+    """
+    values = np.asarray(p, dtype=float)
+    flat = np.sort(values[np.isfinite(values)])
+    if flat.size == 0:
+        return np.zeros(values.shape, dtype=bool)
+    below = flat <= alpha * np.arange(1, flat.size + 1) / flat.size
+    if not below.any():
+        return np.zeros(values.shape, dtype=bool)
+    cut = flat[np.nonzero(below)[0].max()]
+    return np.isfinite(values) & (values <= cut)
