@@ -14,7 +14,7 @@ its fit config, in units of the task's spread scale, area-weighted over every fi
 - spread/skill: root mean predicted variance over the RMSE of the mean (1: calibrated);
 - PIT flatness: :func:`~ensml.scores.calibration.rank_histogram` of the analysis among the
   Gaussian's quantiles i/10, i = 1..9 (the PIT histogram in 10 equal bins), as
-  ``mean_r |h_r / mean(h) - 1|`` (0: flat);
+  ``mean_r |h_r / mean(h) - 1|`` (0: flat; :func:`~ensml.scores.calibration.histogram_flatness`);
 - Brier REL q90: the reliability term of :func:`~ensml.scores.brier_roc.brier_decomposition`
   for "above the climatological 90th percentile" (per point, field and calendar month of the
   valid time, training years' analysis), p from 10 Gaussian quantile members (i - 0.5)/10;
@@ -68,7 +68,7 @@ from ensml.experiments.prune import prune_cli
 from ensml.models import prune as pruning
 from ensml.postprocess.models import ModelSet, load_models
 from ensml.scores.brier_roc import brier_decomposition
-from ensml.scores.calibration import rank_histogram
+from ensml.scores.calibration import histogram_flatness, rank_histogram
 from ensml.scores.gaussian import crps_gaussian
 from ensml.train.lightning_cli import load_fit_config
 
@@ -202,7 +202,7 @@ def calibration(mu, sigma, obs, ctx: dict) -> dict[str, float]:
     wts = latitude_weights(lat)
     y = xr.DataArray(obs, dims=DIMS, coords={"latitude": lat})
     hist = rank_histogram(quantile_members(mu, sigma, np.arange(1, 10) / 10, lat), y, weights=wts).values
-    out["flat"] = float(np.mean(np.abs(hist / hist.mean() - 1)))
+    out["flat"] = float(histogram_flatness(hist))
     thr = ctx["thr"]
     members = quantile_members(mu - thr, sigma, (np.arange(10) + 0.5) / 10, lat)
     rel = brier_decomposition(members, y - thr, 0.0, weights=wts)["reliability"]

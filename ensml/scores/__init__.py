@@ -35,8 +35,11 @@ from ensml.scores.brier_roc import brier_decomposition, roc_curve
 from ensml.scores.calibration import (
     ensemble_mean_bias,
     ensemble_mean_rmse,
+    histogram_flatness,
+    pit_histogram,
     rank_histogram,
     spread_skill_ratio,
+    spread_skill_terms,
 )
 from ensml.scores.climate import climate_quantiles, model_climate
 from ensml.scores.crps import crps_ensemble, crps_ensemble_array
@@ -71,10 +74,12 @@ __all__ = [
     "ensemble_mean_rmse",
     "exceedance_probability",
     "extreme_forecast_index",
+    "histogram_flatness",
     "interval_score",
     "leave_one_member_out",
     "log_score_gaussian",
     "model_climate",
+    "pit_histogram",
     "quantile_score",
     "rank_histogram",
     "reduce_score",
@@ -84,6 +89,7 @@ __all__ = [
     "shift_of_tails",
     "skill_score",
     "spread_skill_ratio",
+    "spread_skill_terms",
     "twcrps_ensemble",
     "twcrps_ensemble_array",
     "variogram_score",

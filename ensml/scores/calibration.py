@@ -1,4 +1,5 @@
-"""Ensemble calibration: spread-skill ratio and rank histogram; ensemble-mean bias and RMSE.
+"""Ensemble calibration: spread-skill ratio, rank and PIT histograms and their flatness;
+ensemble-mean bias and RMSE.
 
 NaN/Inf as every ensml score (:mod:`ensml.scores`): NaN members are dropped from means and
 variances; the rank histogram, which ranks among all M members, leaves out a point with any
@@ -17,7 +18,15 @@ from ensml.errors import EnsmlError
 from ensml.names import MEMBER
 from ensml.scores.reduce import check_fcst_obs, check_weights, reduce_score, resolve_reduce_dims
 
-__all__ = ["ensemble_mean_bias", "ensemble_mean_rmse", "rank_histogram", "spread_skill_ratio"]
+__all__ = [
+    "ensemble_mean_bias",
+    "ensemble_mean_rmse",
+    "histogram_flatness",
+    "pit_histogram",
+    "rank_histogram",
+    "spread_skill_ratio",
+    "spread_skill_terms",
+]
 
 RANK = "rank"
 
@@ -89,26 +98,52 @@ def spread_skill_ratio(
         \qquad s^2 = \frac{1}{M-1}\sum_i (x_i - \bar x)^2
 
     with the bar a (weighted) mean over the reduced dims, over points where both terms are
-    valid. ``c = 1`` by default; with ``finite_ensemble_correction=True``, ``c = (M+1)/M``:
-    for M members exchangeable with the truth, ``E(\bar x - y)^2 = (M+1)/M\, \sigma^2``, so a
-    perfect ensemble then has SSR = 1 (Fortin et al. 2014, J. Hydrometeor. 15, 1708). M counts
-    each point's valid members; points with fewer than two are left out.
+    valid (:func:`spread_skill_terms`). ``c = 1`` by default; with
+    ``finite_ensemble_correction=True``, ``c = (M+1)/M``: for M members exchangeable with the
+    truth, ``E(\bar x - y)^2 = (M+1)/M\, \sigma^2``, so a perfect ensemble then has SSR = 1
+    (Fortin et al. 2014, J. Hydrometeor. 15, 1708). M counts each point's valid members; points
+    with fewer than two are left out.
     """
-    fcst, obs = check_fcst_obs(fcst, obs, "spread_skill_ratio", member_dim)
+    kw = {"reduce_dims": reduce_dims, "preserve_dims": preserve_dims, "weights": weights}
+    spread, mse = _terms(fcst, obs, member_dim, finite_ensemble_correction, kw, "spread_skill_ratio")
+    return np.sqrt(spread / mse).rename("spread_skill_ratio").assign_attrs(units="1")
+
+
+def spread_skill_terms(
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    member_dim: str = MEMBER,
+    finite_ensemble_correction: bool = False,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> tuple[xr.DataArray, xr.DataArray]:
+    r"""The two means of :func:`spread_skill_ratio`: :math:`\overline{c\, s^2}` and
+    :math:`\overline{(\bar x - y)^2}`, over the points where both are valid; the ratio is the
+    square root of their quotient. Kept apart, e.g. per init time, so that a bootstrap over init
+    times resamples the terms rather than the ratios."""
+    kw = {"reduce_dims": reduce_dims, "preserve_dims": preserve_dims, "weights": weights}
+    return _terms(fcst, obs, member_dim, finite_ensemble_correction, kw, "spread_skill_terms")
+
+
+def _terms(
+    fcst: xr.DataArray, obs: xr.DataArray, member_dim: str, correction: bool, kw: dict, func: str
+) -> tuple[xr.DataArray, xr.DataArray]:
+    fcst, obs = check_fcst_obs(fcst, obs, func, member_dim)
     if fcst.sizes[member_dim] < 2:
-        raise EnsmlError(f"spread_skill_ratio: needs at least 2 members along '{member_dim}'")
+        raise EnsmlError(f"{func}: needs at least 2 members along '{member_dim}'")
     m = fcst.notnull().sum(member_dim)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         var = fcst.var(member_dim, ddof=1, skipna=True).where(m > 1)
-    if finite_ensemble_correction:
+    if correction:
         var = var * (m + 1) / m
     se = (_member_mean(fcst, member_dim) - obs) ** 2
     ok = var.notnull() & se.notnull()
-    kw = {"reduce_dims": reduce_dims, "preserve_dims": preserve_dims, "weights": weights}
-    spread = reduce_score(var.where(ok), **kw, func="spread_skill_ratio")
-    mse = reduce_score(se.where(ok), **kw, func="spread_skill_ratio")
-    return np.sqrt(spread / mse).rename("spread_skill_ratio").assign_attrs(units="1")
+    spread = reduce_score(var.where(ok), **kw, func=func)
+    mse = reduce_score(se.where(ok), **kw, func=func)
+    return spread, mse
 
 
 def _ranks(fc: np.ndarray, y: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -172,3 +207,55 @@ def rank_histogram(
         hit = hit * check_weights(weights, rank, "rank_histogram")
     out = hit.sum(dims).where((rank >= 0).any(dims))  # no valid point: NaN, not a row of zeros
     return out.rename("rank_histogram").assign_attrs(units="1", long_name="rank histogram count")
+
+
+def pit_histogram(
+    mu: xr.DataArray,
+    sigma: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    bins: int,
+    seed: int = 0,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> xr.DataArray:
+    r"""PIT histogram of Gaussian forecasts :math:`N(\mu, \sigma^2)`: counts of
+    :math:`\Phi((y - \mu) / \sigma)` in ``bins`` equal bins of [0, 1].
+
+    Computed as the :func:`rank_histogram` of the observation among the ``bins - 1`` quantiles
+    :math:`\mu + \sigma\, \Phi^{-1}(i / B)`, i = 1 … B − 1, as ``benchmarks/pruning.py``'s PIT
+    histogram: with B = M + 1 it is comparable bin for bin with the rank histogram of an
+    M-member ensemble. A point with sigma 0 has all quantiles at mu (ties broken at random, as
+    :func:`rank_histogram` does). Returns float64 counts with a ``rank`` dim of length B.
+    """
+    from statistics import NormalDist
+
+    if bins < 2:
+        raise EnsmlError(f"pit_histogram: needs at least 2 bins, got {bins}")
+    z = [NormalDist().inv_cdf(i / bins) for i in range(1, bins)]
+    quantiles = mu + sigma * xr.DataArray(np.asarray(z), dims=[MEMBER])
+    out = rank_histogram(
+        quantiles, obs, member_dim=MEMBER, seed=seed, reduce_dims=reduce_dims,
+        preserve_dims=preserve_dims, weights=weights,
+    )  # fmt: skip
+    return out.rename("pit_histogram").assign_attrs(long_name="PIT histogram count")
+
+
+def histogram_flatness(counts: xr.DataArray | np.ndarray, dim: str = RANK) -> xr.DataArray | np.ndarray:
+    r"""Flatness of a rank or PIT histogram: :math:`\frac1B \sum_r |h_r / \bar h - 1|`.
+
+    The mean absolute deviation of the B bins' counts from their mean, relative to it: 0 for a
+    flat histogram, :math:`2 (B - 1) / B` when every count falls in one bin. The "PIT flatness"
+    of ``benchmarks/pruning.py``. A finite sample of a calibrated forecast is not exactly flat:
+    with N independent points the expected value is about :math:`\sqrt{2 (B - 1) / (\pi N)}`.
+
+    ``counts``: a DataArray with the bins along ``dim`` (:func:`rank_histogram`), or an array
+    with them on its last axis.
+    """
+    if isinstance(counts, xr.DataArray):
+        out = abs(counts / counts.mean(dim) - 1).mean(dim)
+        return out.rename("flatness").assign_attrs(units="1")
+    h = np.asarray(counts, dtype=float)
+    mean = h.sum(-1, keepdims=True) / h.shape[-1]  # sums, not np.mean: called per bootstrap resample
+    return np.abs(h - mean).sum(-1) / (mean[..., 0] * h.shape[-1])
