@@ -1,10 +1,17 @@
 """``ensml benchmark``: train every model on the embedded dataset and compare them in one table.
 
-Data come from :func:`ensml.data.synth.generate.synth` (generated once into ``data_dir``, reused when the
-stored generator options match). Every model sees the same :class:`EnsembleDataModule`, hence the
-same splits, subsets and normalisation statistics; each is seeded with ``seed`` before it is built
-and before it is trained, so the same configuration gives the same table on CPU (apart from the
-wall-clock column ``train_s``). Scoring goes through :func:`ensml.verify.evaluate.crps_rows` and
+Data come from one of two generators, generated once into ``data_dir`` and reused when the
+stored generator options match: the synthetic ensemble with a known oracle
+(:func:`ensml.data.synth.generate.synth`, ``synth`` options: the default) or the physics testbed,
+a Held–Suarez dynamical core without one (:func:`ensml.data.physics.generate.physics`,
+``physics`` options; no oracle, so no per-point bounds, gap closed or event columns: the table
+reports skill against the raw ensemble and local EMOS, spread/skill and rank-histogram flatness,
+:mod:`ensml.experiments.benchmark_calibration`, and the map of where the best network loses to
+local EMOS, :mod:`ensml.experiments.benchmark_maps`); see :mod:`ensml.experiments.benchmark_data`.
+Every model sees the same :class:`EnsembleDataModule`, hence the same splits, subsets and
+normalisation statistics; each is seeded with ``seed`` before it is built and before it is
+trained, so the same configuration gives the same table on CPU (apart from the wall-clock
+column ``train_s``). Scoring goes through :func:`ensml.verify.evaluate.crps_rows` and
 :func:`~ensml.verify.evaluate.spread_scores`, the code behind ``ensml evaluate``; see
 :mod:`ensml.experiments.benchmark_score`.
 """
@@ -14,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
 
@@ -22,21 +28,22 @@ import lightning as L
 import numpy as np
 import pandas as pd
 import torch
-import xarray as xr
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch.callbacks import EarlyStopping
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.open import open_forecast
 from ensml.data.outputs import OutputFolder
-from ensml.data.synth.generate import synth as make_synth
 from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
-from ensml.experiments.benchmark_score import BENCHMARK_NAMES, benchmark_files, score_all, summarise
+from ensml.experiments.benchmark_calibration import LOCAL_EMOS
+from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
+from ensml.experiments.benchmark_maps import MAP_NAME, best_network, crps_difference_map
+from ensml.experiments.benchmark_score import BENCHMARK_NAMES, Scored, benchmark_files, score_all, summarise
 from ensml.experiments.bound import BOUND_NAME, SPREAD_BOUND_NAME, spread_bound, subset_bound
-from ensml.experiments.options import DEFAULT_MODELS, ModelSpec, SynthOptions
+from ensml.experiments.options import DEFAULT_MODELS, ModelSpec, PhysicsOptions, SynthOptions
 from ensml.experiments.quality import QualityLog
-from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER, format_leads
+from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note, seconds
 from ensml.scores.gaussian import crps_gaussian
 from ensml.train.emos import fit_emos
@@ -44,27 +51,6 @@ from ensml.train.lightning_cli import quiet_lightning
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
 EMOS_NAMES = {"global": "global EMOS", "local": "local EMOS"}
-
-
-def _ensure_data(data_dir: Path, opts: SynthOptions) -> dict[str, Path]:
-    """Reuse ``data_dir`` if it holds a dataset made with ``opts``; else generate it there."""
-    paths = {name: data_dir / f"{name}.nc" for name in ("forecast", "analysis", "oracle")}
-    if not all(p.is_file() for p in paths.values()):
-        return make_synth(data_dir, **asdict(opts), overwrite=True)
-    with xr.open_dataset(paths["forecast"]) as ds:
-        attrs = dict(ds.attrs)
-    for key, want in asdict(opts).items():
-        have = attrs.get(f"synth_{key}")
-        if key == "leads" and have is not None:  # ISO durations in the file, hours in the config
-            have, want = format_leads(str(have).split()), format_leads(want)
-        same = np.array_equal(np.atleast_1d(have), np.atleast_1d(want)) if have is not None else False
-        if not same:
-            have = np.asarray(have).tolist() if have is not None else "unknown"
-            raise EnsmlError(
-                f"benchmark data_dir {data_dir} holds data made with synth.{key}={have}, the config "
-                f"asks for {key}={want}: remove it or choose another data_dir"
-            )
-    return paths
 
 
 def _build(spec: ModelSpec, dm: EnsembleDataModule, seed: int) -> EnsembleTask:
@@ -190,6 +176,7 @@ def time_to_quality(log: QualityLog, target: float) -> dict[str, float]:
 def benchmark(
     data_dir: str = "data/benchmark",
     synth: SynthOptions | None = None,
+    physics: PhysicsOptions | None = None,
     variables: list[str] = ("z", "t"),  # type: ignore[assignment]
     levels: list[float] = (500, 850),  # type: ignore[assignment]
     input_leads: list[int | str] = (0, 12, 24, 36, 48),  # type: ignore[assignment]
@@ -215,7 +202,12 @@ def benchmark(
     data_dir
         Where the embedded dataset lives (generated there if absent).
     synth
-        The generator options (``ensml data synth``'s) the dataset must have been made with.
+        The synthetic data's generator options (``ensml data synth``'s) the dataset must have
+        been made with (the default data source).
+    physics
+        Instead of ``synth`` (not both): the physics testbed's options (a Held–Suarez dynamical
+        core; :func:`ensml.data.physics.generate.physics`). It has no oracle: set ``bound:
+        false``; the tables have no gap_closed or event columns.
     variables
         Variables every model uses (validated against the dataset before any training).
     levels
@@ -252,20 +244,22 @@ def benchmark(
     out_dir
         Output folder: new, empty or one whose ensml ledger records an earlier benchmark
         (:mod:`ensml.data.outputs`); checked before the training, written only at the end,
-        the three tables together. Only files the ledger records as the benchmark's are
-        replaced: a user's own ``benchmark.md`` in a folder ensml does not own is refused.
+        the three tables and the map ``crps_difference.png`` (where the best network loses to
+        local EMOS) together. Only files the ledger records as the benchmark's are replaced: a
+        user's own ``benchmark.md`` in a folder ensml does not own is refused.
     bound
         Also score the per-point bounds (:mod:`ensml.experiments.bound`): the best any
         point-by-point post-processing of the K-member mean could reach, and the best estimate
-        of the M-member spread given the K members and the generator's designed spread.
+        of the M-member spread given the K members and the generator's designed spread. Needs
+        the synthetic data's oracle: false with ``physics``.
 
     Returns
     -------
     pandas.DataFrame
         The comparison table (also in ``benchmark.csv``).
     """
+    source = choose_source(synth, physics, bound)
     OutputFolder.check(out_dir, "benchmark", names=BENCHMARK_NAMES)  # before the training, not after
-    synth = synth or SynthOptions()
     cores = os.cpu_count() or 1
     if not 1 <= int(threads) <= cores:
         raise EnsmlError(f"benchmark: threads {threads} must be between 1 and this machine's {cores} cores")
@@ -274,9 +268,10 @@ def benchmark(
     names = [m.name for m in models] + [EMOS_NAMES[e] for e in emos]
     if len(set(names)) != len(names):
         raise EnsmlError(f"benchmark model names must be distinct, got {names}")
-    if k > synth.members:
-        raise EnsmlError(f"cannot take a subset of k={k} members: synth makes {synth.members} members")
-    paths = _ensure_data(Path(data_dir), synth)
+    if k > source.members:
+        kind = kind_of(source)
+        raise EnsmlError(f"cannot take a subset of k={k} members: {kind} makes {source.members} members")
+    paths = ensure_data(Path(data_dir), source)
     dm = EnsembleDataModule(
         str(paths["forecast"]), str(paths["analysis"]), variables=list(variables), levels=list(levels),
         input_leads=list(input_leads), target_leads=target_leads, k=k,
@@ -291,14 +286,30 @@ def benchmark(
 
     quiet_lightning()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    extra = (paths, synth) if bound else None
+    extra = (paths, source) if bound else None
     preds, info = _train_all(dm, models, tasks, list(emos), seed, limit_train_batches, extra)
-    table = score_all(dm, paths, preds, info)
-    files = benchmark_files(table, summarise(table), n_inits=len(dm.init_times("test")))
-    with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:  # the three tables, whole
+    networks = [f"{m.name} (Gaussian)" for m in models if m.task == "mixed"]
+    scored = score_all(dm, paths, preds, info, keep=[*networks, LOCAL_EMOS])
+    summary = summarise(scored.table)
+    files = benchmark_files(scored.table, summary, len(dm.init_times("test")), oracle="oracle" in paths)
+    picture = _difference_map(scored, summary, networks, list(levels))
+    with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:  # tables and map, whole
         for name, text in files.items():
             folder.write_text(name, text)
-    return table
+        if picture is not None:
+            folder.write_bytes(MAP_NAME, picture)
+    return scored.table
+
+
+def _difference_map(
+    scored: Scored, summary: pd.DataFrame, networks: list[str], levels: list[float]
+) -> bytes | None:
+    """The map of where the best network loses to local EMOS; None (and a note) without both."""
+    best = best_network(summary, networks)
+    if best is None:
+        note("benchmark: no crps_difference.png (it needs local EMOS and a mixed network)")
+        return None
+    return crps_difference_map(scored.fields, best, LOCAL_EMOS, levels, scored.lead_h)
 
 
 def _train_all(
@@ -336,4 +347,4 @@ def _train_all(
     return preds, info
 
 
-__all__ = ["ModelSpec", "SynthOptions", "benchmark"]
+__all__ = ["ModelSpec", "PhysicsOptions", "SynthOptions", "benchmark"]

@@ -8,12 +8,17 @@ CRPS of their mean and std (ddof 1); EMOS, mixed models and the oracle with the 
 Gaussian CRPS. Rows come from :func:`ensml.verify.rows.crps_rows` (with the oracle's
 ``event_mask`` for the extreme-event CRPS, and each skill's 95 % interval and DM test against the
 raw ensemble, :func:`ensml.scores.significance.skill_tests`) and
-:func:`~ensml.verify.rows.spread_scores`.
+:func:`~ensml.verify.rows.spread_scores`; every probabilistic forecast's row also gets its skill
+against local EMOS, spread/skill ratio and histogram flatness with their intervals
+(:mod:`ensml.experiments.benchmark_calibration`). Without an oracle (the physics testbed) there
+are no oracle rows and no :data:`ORACLE_COLUMNS`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +26,18 @@ import pandas as pd
 import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.data.frame import EnsembleFrame, build_frame
+from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame
+from ensml.experiments.benchmark_calibration import (
+    CALIBRATION_COLUMNS,
+    CALIBRATION_NOTE,
+    EMOS_COLUMNS,
+    Forecast,
+    add_emos_skill,
+    calibration_columns,
+    emos_intervals,
+    row_level,
+)
+from ensml.experiments.benchmark_maps import MAP_NAME
 from ensml.names import (
     INIT_TIME,
     LATITUDE,
@@ -44,91 +60,138 @@ INFO_COLUMNS = [
     "params", "train_s", "epochs", "best_epoch", "val_score", "baseline_val_score", "time_to_baseline_s",
     "samples_to_baseline",
 ]  # fmt: skip
+#: Columns that need the generator's oracle: absent from a table scored without one.
+ORACLE_COLUMNS = ["gap_closed", "crps_events", "events_skill_vs_raw"]
 COLUMNS = [
     "model", "variable", "level_hPa", "lead_h", "estimator", "crps", "units", "skill_vs_raw_ensemble",
     "skill_low", "skill_high", "dm_stat", "dm_p", "block_length",
     "gap_closed", "crps_events", "events_skill_vs_raw", "spread_rmse", "spread_corr", *INFO_COLUMNS,
+    *EMOS_COLUMNS, *CALIBRATION_COLUMNS,
 ]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Scored:
+    """The benchmark's table, and the per-point CRPS (init_time, level, latitude, longitude) at
+    the last lead of the sources asked to keep, by variable and name (for the maps)."""
+
+    table: pd.DataFrame
+    fields: dict[str, dict[str, xr.DataArray]]
+    lead_h: int
+
+
 def score_all(
-    dm: EnsembleDataModule, paths: dict[str, Path], preds: dict[str, dict], info: dict[str, dict]
-) -> pd.DataFrame:
-    """One table of CRPS and spread scores on the test split for every prediction in ``preds``.
+    dm: EnsembleDataModule,
+    paths: dict[str, Path],
+    preds: dict[str, dict],
+    info: dict[str, dict],
+    keep: Collection[str] = (),
+) -> Scored:
+    """One table of CRPS, calibration and spread scores on the test split for every prediction.
 
     ``preds[name]`` holds ``index`` (N,) into the test split and ``mean``/``std`` (N, T·V, D, H, W),
     fields lead-major over the T target leads; ``kind == "spread"`` marks spread estimates
     (``std`` only). ``info[name]`` gives ``params``, ``train_s`` and the time-to-quality columns.
-    Every target lead is scored (rows per lead, ``lead_h``).
+    Every target lead is scored (rows per lead, ``lead_h``). With ``paths["oracle"]`` the oracle
+    is scored too and the :data:`ORACLE_COLUMNS` filled; without one they are left out.
+    ``keep``: sources (table names) whose per-point CRPS at the last lead is returned.
     """
-    spec = dm.spec
+    spec, oracle = dm.spec, paths.get("oracle")
     frame = build_frame(
         str(paths["forecast"]), str(paths["analysis"]), variables=list(spec.variables),
-        levels=list(spec.levels), leads=list(spec.target_leads), oracle=str(paths["oracle"]),
-        oracle_vars=["event_mask"], inits=dm.test_set.init_times,
+        levels=list(spec.levels), leads=list(spec.target_leads), oracle=str(oracle) if oracle else None,
+        oracle_vars=["event_mask"] if oracle else [], inits=dm.test_set.init_times,
     )  # fmt: skip
-    rows = [_score_lead(dm, frame, preds, t, lead) for t, lead in enumerate(spec.target_leads)]
-    table = pd.concat(rows, ignore_index=True)
+    rows, fields = [], {}
+    for t, lead in enumerate(spec.target_leads):
+        last = t == len(spec.target_leads) - 1
+        part, fields = _score_lead(dm, frame, preds, t, lead, keep if last else ())
+        rows.append(part)
+    table = add_emos_skill(pd.concat(rows, ignore_index=True))
     base = table["model"].str.replace(" (Gaussian)", "", regex=False)
     for col in INFO_COLUMNS:
         table[col] = [info.get(b, {}).get(col, np.nan) for b in base]
-    return table.reindex(columns=COLUMNS)
+    columns = [c for c in COLUMNS if oracle or c not in ORACLE_COLUMNS]
+    return Scored(table.reindex(columns=columns), fields, lead_hours(spec.target_leads[-1]))
+
+
+def _forecasts(
+    dm: EnsembleDataModule, frame: EnsembleFrame, lf: LeadFrame, preds: dict[str, dict], t: int, var: str
+) -> tuple[dict[str, Forecast], dict[str, xr.DataArray]]:
+    """Every probabilistic forecast of ``var`` at lead ``t`` by its table name, in table order:
+    members (raw ensemble, raw subset) or Gaussian (mean, std) (the rest); and the spread
+    models' std fields."""
+    spec, fc, orc = dm.spec, lf.forecast, lf.oracle
+    k, m, i = spec.k, spec.members, frame.variables.index(var)
+
+    def field(name: str, key: str) -> xr.DataArray:
+        p = preds[name]
+        coords = {INIT_TIME: dm.test_set.init_times[p["index"]], LEVEL: frame.levels}
+        coords.update({LATITUDE: fc[LATITUDE].values, LONGITUDE: fc[LONGITUDE].values})
+        values = p[key][:, t * len(frame.variables) + i]
+        return xr.DataArray(values, dims=FIELD_DIMS, coords=coords).sel({INIT_TIME: frame.inits})
+
+    ens = fc[var].transpose(INIT_TIME, MEMBER, *FIELD_DIMS[1:])
+    sub = ens.isel({MEMBER: slice(0, k)})
+    out: dict[str, Forecast] = {raw_ensemble_name(m): ens, raw_subset_name(k): sub}
+    for name, e in ((f"raw ensemble ({m} members", ens), (f"raw subset ({k} members", sub)):
+        out[f"{name}, Gaussian of mean/std)"] = (e.mean(MEMBER), e.std(MEMBER, ddof=1))
+    for name, p in preds.items():
+        if p.get("kind") != "spread":
+            out[f"{name} (Gaussian)"] = (field(name, "mean"), field(name, "std"))
+    if orc is not None:
+        out["oracle (Gaussian)"] = (orc[f"{var}_mean"], orc[f"{var}_std"])
+    spread = {name: field(name, "std") for name, p in preds.items() if p.get("kind") == "spread"}
+    return out, spread
+
+
+def _crps(fc: Forecast, y: xr.DataArray) -> xr.DataArray:
+    if isinstance(fc, tuple):
+        return crps_gaussian_xr(fc[0], fc[1], y, preserve_dims=FIELD_DIMS)
+    return crps_ensemble(fc, y, preserve_dims=FIELD_DIMS)
 
 
 def _score_lead(
-    dm: EnsembleDataModule, frame: EnsembleFrame, preds: dict[str, dict], t: int, lead: np.timedelta64
-) -> pd.DataFrame:
-    """The rows of target lead ``t`` (``lead``): CRPS of every source, spread scores of the spread models."""
+    dm: EnsembleDataModule,
+    frame: EnsembleFrame,
+    preds: dict[str, dict],
+    t: int,
+    lead: np.timedelta64,
+    keep: Collection[str],
+) -> tuple[pd.DataFrame, dict[str, dict[str, xr.DataArray]]]:
+    """The rows of target lead ``t`` (``lead``): CRPS and calibration of every source, spread
+    scores of the spread models; and the per-point CRPS of the sources in ``keep``, by variable."""
     spec = dm.spec
-    variables, levels, k, m, inits = frame.variables, frame.levels, spec.k, spec.members, frame.inits
-    n_var, lead_h, weights = len(variables), lead_hours(lead), frame.weights
-    at_lead = frame.at(lead)
-    fc, obs, orc = at_lead.forecast, at_lead.analysis, at_lead.oracle
-
-    def field(name: str, key: str, i: int) -> xr.DataArray:
-        p = preds[name]
-        coords = {INIT_TIME: dm.test_set.init_times[p["index"]], LEVEL: levels}
-        coords.update({LATITUDE: fc[LATITUDE].values, LONGITUDE: fc[LONGITUDE].values})
-        values = p[key][:, t * n_var + i]
-        return xr.DataArray(values, dims=FIELD_DIMS, coords=coords).sel({INIT_TIME: inits})
-
+    levels, k, m, weights, lead_h = frame.levels, spec.k, spec.members, frame.weights, lead_hours(lead)
+    lf = frame.at(lead)
     raw_key = raw_ensemble_name(m)
-    rows, spread_rows = [], []
-    for i, var in enumerate(variables):
-        y, ens = obs[var], fc[var].transpose(INIT_TIME, MEMBER, *FIELD_DIMS[1:])
-        sub = ens.isel({MEMBER: slice(0, k)})
-        sources = {
-            raw_key: crps_ensemble(ens, y, preserve_dims=FIELD_DIMS),
-            raw_subset_name(k): crps_ensemble(sub, y, preserve_dims=FIELD_DIMS),
-        }
-        for name, e in ((f"raw ensemble ({m} members", ens), (f"raw subset ({k} members", sub)):
-            sources[f"{name}, Gaussian of mean/std)"] = crps_gaussian_xr(
-                e.mean(MEMBER), e.std(MEMBER, ddof=1), y, preserve_dims=FIELD_DIMS
-            )
-        for name, p in preds.items():
-            if p.get("kind") != "spread":
-                mu, sd = field(name, "mean", i), field(name, "std", i)
-                sources[f"{name} (Gaussian)"] = crps_gaussian_xr(mu, sd, y, preserve_dims=FIELD_DIMS)
-        sources["oracle (Gaussian)"] = crps_gaussian_xr(
-            orc[f"{var}_mean"], orc[f"{var}_std"], y, preserve_dims=FIELD_DIMS
-        )
+    rows, spread_rows, kept = [], [], {}
+    for var in frame.variables:
+        y = lf.analysis[var]
+        forecasts, spread_models = _forecasts(dm, frame, lf, preds, t, var)
+        sources = {name: _crps(fc, y) for name, fc in forecasts.items()}
+        kept[var] = {name: sources[name] for name in keep if name in sources}
         tests = skill_tests(sources, weights, raw_key, lead)
-        events = orc["event_mask"]
-        rows += crps_rows(sources, weights, var, levels, lead_h, raw_key, events=events, tests=tests)
+        extra = calibration_columns(forecasts, y, weights, levels, bins=m + 1)
+        for key, cols in emos_intervals(sources, weights, levels, lead).items():
+            extra[key].update(cols)
+        events = lf.oracle["event_mask"] if lf.oracle is not None else None
+        var_rows = crps_rows(sources, weights, var, levels, lead_h, raw_key, events=events, tests=tests)
+        rows += [{**row, **extra[row["forecast"], row_level(row)]} for row in var_rows]
+        ens = forecasts[raw_key]
+        sub = forecasts[raw_subset_name(k)]
         estimators = {
             f"{k}-member sample std (ddof 1)": sub.std(MEMBER, ddof=1),
             f"{k}-member sample std (ddof 0)": sub.std(MEMBER, ddof=0),
         }
-        estimators.update(
-            {name: field(name, "std", i) for name, p in preds.items() if p.get("kind") == "spread"}
-        )
+        estimators.update(spread_models)
         spread_rows += spread_scores(estimators, ens.std(MEMBER, ddof=0), weights, var, levels, lead_h, m)
 
     crps = pd.DataFrame(rows).rename(columns={"forecast": "model"})
     spread = pd.DataFrame(spread_rows).rename(columns={"rmse": "spread_rmse", "correlation": "spread_corr"})
     spread["model"] = spread["estimator"]
     spread["estimator"] = "spread vs " + spread.pop("target")
-    return pd.concat([crps, spread], ignore_index=True)
+    return pd.concat([crps, spread], ignore_index=True), kept
 
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
@@ -138,19 +201,21 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
     ``mean_spread_corr`` at the last (furthest) lead; ``skill_<h>h`` at every lead; ``better_95``:
     in how many variables and levels the skill's 95 % interval lies above 0 at the last lead; for spread
     estimates ``spread_rmse_reduction`` (1 − RMSE / RMSE of the K-member sample std, ddof 1, at the
-    last lead); and the per-model :data:`INFO_COLUMNS`.
+    last lead); the per-model :data:`INFO_COLUMNS`; then, at the last lead,
+    ``mean_skill_vs_local_emos``, ``better_than_emos_95`` (as ``better_95``, against local EMOS),
+    ``mean_spread_skill_ratio`` and ``mean_flatness``. A table without the oracle's columns has no
+    ``mean_gap_closed`` or ``mean_events_skill_vs_raw``.
     """
     last = table["lead_h"].max()
     at_last = table[table["lead_h"] == last]
     cols = ["skill_vs_raw_ensemble", "gap_closed", "events_skill_vs_raw", "spread_corr"]
+    cols = [c for c in cols if c in table]  # no oracle: no gap_closed, no events
     out = at_last.groupby("model", sort=False)[cols].mean()
     out = out.rename(columns={c: f"mean_{c}" for c in cols})
     for lead, part in table.groupby("lead_h"):
         out[f"skill_{int(lead)}h"] = part.groupby("model", sort=False)["skill_vs_raw_ensemble"].mean()
-    tested = at_last[at_last["skill_low"].notna()]
-    if len(tested):  # how many (variable, level) skills have a 95 % interval above 0
-        above = (tested["skill_low"] > 0).groupby(tested["model"], sort=False)
-        out["better_95"] = above.sum().astype(int).astype(str) + "/" + above.size().astype(str)
+    if (above := _above(at_last, "skill_low")) is not None:
+        out["better_95"] = above
     sp = at_last.loc[at_last["spread_rmse"].notna(), ["model", "variable", "level_hPa", "spread_rmse"]]
     ref = sp[sp["model"].str.contains("(ddof 1)", regex=False)].drop(columns="model")
     if len(ref):
@@ -158,8 +223,33 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
         out["spread_rmse_reduction"] = (
             (1 - sp["spread_rmse"] / sp["ref"]).groupby(sp["model"], sort=False).mean()
         )
-    info = table.groupby("model", sort=False)[INFO_COLUMNS].first()
-    return out.join(info).reset_index()
+    out = out.join(table.groupby("model", sort=False)[INFO_COLUMNS].first())
+    return _calibration_summary(out, at_last).reset_index()
+
+
+def _above(at_last: pd.DataFrame, low: str) -> pd.Series | None:
+    """Per model, how many (variable, level) skills have a 95 % interval (lower end ``low``)
+    above 0, as "n/total"; None when no row has an interval."""
+    tested = at_last[at_last[low].notna()] if low in at_last else at_last.iloc[:0]
+    if not len(tested):
+        return None
+    above = (tested[low] > 0).groupby(tested["model"], sort=False)
+    return above.sum().astype(int).astype(str) + "/" + above.size().astype(str)
+
+
+def _calibration_summary(out: pd.DataFrame, at_last: pd.DataFrame) -> pd.DataFrame:
+    """The summary's columns of :mod:`~ensml.experiments.benchmark_calibration` (after the others):
+    ``mean_skill_vs_local_emos``, ``better_than_emos_95``, ``mean_spread_skill_ratio``,
+    ``mean_flatness``."""
+    by_model = at_last.groupby("model", sort=False)
+    if "skill_vs_local_emos" in at_last:
+        out["mean_skill_vs_local_emos"] = by_model["skill_vs_local_emos"].mean()
+        if (above := _above(at_last, "emos_skill_low")) is not None:
+            out["better_than_emos_95"] = above
+    for col in ("spread_skill_ratio", "flatness"):
+        if col in at_last:
+            out[f"mean_{col}"] = by_model[col].mean()
+    return out
 
 
 def _format(df: pd.DataFrame) -> pd.DataFrame:
@@ -170,6 +260,10 @@ def _format(df: pd.DataFrame) -> pd.DataFrame:
         "mean_events_skill_vs_raw": "{:+.1%}", "spread_rmse_reduction": "{:+.1%}", "val_score": "{:.4g}",
         "baseline_val_score": "{:.4g}", "time_to_baseline_s": "{:.0f}", "samples_to_baseline": "{:,.0f}",
         "epochs": "{:.0f}", "best_epoch": "{:.0f}",
+        "skill_vs_local_emos": "{:+.1%}", "emos_skill_low": "{:+.1%}", "emos_skill_high": "{:+.1%}",
+        "mean_skill_vs_local_emos": "{:+.1%}", "spread_skill_ratio": "{:.3f}", "ssr_low": "{:.3f}",
+        "ssr_high": "{:.3f}", "mean_spread_skill_ratio": "{:.3f}", "flatness": "{:.3f}",
+        "flatness_low": "{:.3f}", "flatness_high": "{:.3f}", "mean_flatness": "{:.3f}",
     }  # fmt: skip
     fmts.update({c: "{:+.1%}" for c in out.columns if re.fullmatch(r"skill_\d+h", str(c))})
     for col, fmt in fmts.items():
@@ -179,21 +273,30 @@ def _format(df: pd.DataFrame) -> pd.DataFrame:
 
 
 #: The files of a benchmark folder.
-BENCHMARK_NAMES = ("benchmark.csv", "benchmark_summary.csv", "benchmark.md")
+BENCHMARK_NAMES = ("benchmark.csv", "benchmark_summary.csv", "benchmark.md", MAP_NAME)
 
 
-def benchmark_files(table: pd.DataFrame, summary: pd.DataFrame, n_inits: int) -> dict[str, str]:
-    """``benchmark.csv``, ``benchmark_summary.csv`` and ``benchmark.md`` (both tables) by name."""
+def benchmark_files(
+    table: pd.DataFrame, summary: pd.DataFrame, n_inits: int, oracle: bool = True
+) -> dict[str, str]:
+    """``benchmark.csv``, ``benchmark_summary.csv`` and ``benchmark.md`` (both tables) by name;
+    ``oracle``: whether the table was scored against the generator's oracle (the note says so)."""
+    if oracle:
+        refs = (
+            "skill and gap_closed refer to the raw ensemble (all members, empirical) and the "
+            "oracle; crps_events: mean over the oracle's event_mask points. "
+        )
+    else:
+        refs = "skill refers to the raw ensemble (all members, empirical). "
     note = (
         f"Test split: {n_inits} init times; area-weighted means (exact cell area). CRPS estimator per "
         "row: empirical ensemble CRPS for raw ensembles, closed-form Gaussian CRPS for rows marked "
-        "Gaussian. skill and gap_closed refer to the raw ensemble (all members, empirical) and the "
-        "oracle; crps_events: mean over the oracle's event_mask points. train_s is wall-clock time "
+        "Gaussian. " + refs + "train_s is wall-clock time "
         "(with time_to_baseline_s, the only columns that differ between runs with the same seed). "
         "Time to quality: the first validation epoch whose score (val_score: the normalised CRPS of "
         "a mixed model, the normalised squared spread error of a spread model) reaches the baseline's "
         "(local EMOS for mixed models, the K-member sample std for spread models), its wall time "
-        "from the start of training and the training samples seen by then.\n\n"
+        "from the start of training and the training samples seen by then. " + CALIBRATION_NOTE + "\n\n"
     )
     md = "## Summary (means over variables and levels; skill columns per lead)\n\n" + to_markdown(
         _format(summary)

@@ -170,6 +170,9 @@ ROWS: list[Row] = [
     ("benchmark: no abbreviations", "benchmark --limit -3", 1, ("unknown option --limit",)),
     ("benchmark: batches not a number", "benchmark --limit_train_batches many", 1, ("--limit_train_batches",)),
     ("benchmark: emos unknown", "benchmark --emos [regional]", 1, ("--emos",)),
+    ("benchmark: synth and physics", "benchmark --synth.seed 1 --physics.seed 1 --bound false", 1, ("give synth or physics options, not both",)),
+    ("benchmark: bound with physics", "benchmark --physics.seed 1", 1, ("bound: true", "physics testbed has none", "set bound: false")),
+    ("benchmark: physics truncation unknown", "benchmark --physics.truncation T99 --bound false", 1, ("truncation", "expected one of 'T21'", "T99")),
     # -- the command line itself ------------------------------------------------------------------------
     ("no command", "", 1, ("give a command",)),
     ("unknown command", "forecast", 1, ("unknown command 'forecast'",)),

@@ -79,6 +79,11 @@ def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: P
     assert summary.loc["oracle (Gaussian)", "better_95"] == "4/4"  # z, t at 500 and 850 hPa
     text = (tmp_path / "a" / "benchmark.md").read_text()
     assert "## Summary" in text and "local EMOS (Gaussian)" in text
+    # the columns of the physics testbed's table, filled here too; the oracle is calibrated
+    calibration = ["skill_vs_local_emos", "spread_skill_ratio", "ssr_low", "ssr_high", "flatness"]
+    assert crps[calibration].notna().all().all()
+    assert oracle["spread_skill_ratio"].between(0.8, 1.2).all() and (oracle["flatness"] < 0.2).all()
+    assert (tmp_path / "a" / "crps_difference.png").stat().st_size > 0
     assert not list((tmp_path / "a").glob(".tmp-*"))
 
 

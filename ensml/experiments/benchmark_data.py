@@ -1,0 +1,89 @@
+"""The data source of ``ensml benchmark``: the synthetic ensemble or the physics testbed.
+
+Exactly one is used (:func:`choose_source`). Its dataset is generated once into ``data_dir`` and
+reused while the generator options stored in the forecast's global attributes
+(``synth_<option>`` or ``physics_<option>``) match the config's (:func:`ensure_data`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ensml.data.synth.generate import synth as make_synth
+from ensml.errors import EnsmlError
+from ensml.experiments.options import PhysicsOptions, SynthOptions
+from ensml.names import format_leads
+
+#: The options of either source.
+Source = SynthOptions | PhysicsOptions
+
+
+def ensure_data(data_dir: Path, opts: Source) -> dict[str, Path]:
+    """Reuse ``data_dir`` if it holds a dataset made with ``opts``; else generate it there.
+
+    The generator's options are read back from the forecast's global attributes
+    ``synth_<option>`` or ``physics_<option>``; the synthetic data's files include the oracle.
+    A folder holding the other generator's data is refused, never overwritten.
+    """
+    kind = kind_of(opts)
+    names = ("forecast", "analysis", "oracle") if kind == "synth" else ("forecast", "analysis")
+    paths = {name: data_dir / f"{name}.nc" for name in names}
+    attrs = {}
+    if paths["forecast"].is_file():
+        with xr.open_dataset(paths["forecast"]) as ds:
+            attrs = dict(ds.attrs)
+        other = "physics" if kind == "synth" else "synth"
+        if not any(a.startswith(f"{kind}_") for a in attrs) and any(a.startswith(f"{other}_") for a in attrs):
+            raise EnsmlError(
+                f"benchmark data_dir {data_dir} holds data of the {other} generator ({other}_* "
+                f"attributes), the config asks for {kind}: remove it or choose another data_dir"
+            )
+    if not all(p.is_file() for p in paths.values()):
+        return generate(kind, data_dir, opts)
+    for key, want in asdict(opts).items():
+        have = attrs.get(f"{kind}_{key}")
+        if key == "leads" and have is not None:  # ISO durations in the file, hours in the config
+            have, want = format_leads(str(have).split()), format_leads(want)
+        same = np.array_equal(np.atleast_1d(have), np.atleast_1d(want)) if have is not None else False
+        if not same:
+            have = np.asarray(have).tolist() if have is not None else "unknown"
+            raise EnsmlError(
+                f"benchmark data_dir {data_dir} holds data made with {kind}.{key}={have}, the config "
+                f"asks for {key}={want}: remove it or choose another data_dir"
+            )
+    return paths
+
+
+def kind_of(opts: Source) -> str:
+    """``"synth"`` or ``"physics"``: the generator of ``opts``, as its attributes' prefix."""
+    return "physics" if isinstance(opts, PhysicsOptions) else "synth"
+
+
+def generate(kind: str, data_dir: Path, opts: Source) -> dict[str, Path]:
+    """Generate the dataset of ``opts`` into ``data_dir`` (the physics testbed imported only here)."""
+    if kind == "synth":
+        return make_synth(data_dir, **asdict(opts), overwrite=True)
+    from ensml.data.physics.generate import physics as make_physics
+
+    return make_physics(data_dir, **asdict(opts), overwrite=True)
+
+
+def choose_source(synth: SynthOptions | None, physics: PhysicsOptions | None, bound: bool) -> Source:
+    """The one data source's options: the physics testbed's when given, else the synthetic data's."""
+    if synth is not None and physics is not None:
+        raise EnsmlError(
+            "benchmark: give synth or physics options, not both (the synthetic data or the physics testbed)"
+        )
+    if physics is not None and bound:
+        raise EnsmlError(
+            "benchmark: bound: true needs the synthetic data's oracle and the physics testbed has "
+            "none (no per-point bound): set bound: false"
+        )
+    return physics if physics is not None else (synth or SynthOptions())
+
+
+__all__ = ["Source", "choose_source", "ensure_data", "generate", "kind_of"]
