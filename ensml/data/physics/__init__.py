@@ -1,0 +1,6 @@
+"""The physics testbed: an ensemble from a spectral primitive-equation core with Held–Suarez forcing.
+
+:mod:`~ensml.data.physics.forcing` holds the forcing, :mod:`~ensml.data.physics.core` the model
+built on ``dinosaur-torch`` (the optional extra ``ensml[physics]``), and
+:mod:`~ensml.data.physics.generate` the ``ensml data physics`` command.
+"""

@@ -1,0 +1,215 @@
+"""``ensml data physics``: an ensemble from a primitive-equation core, verified by a truth run.
+
+Where ``ensml data synth`` draws from a known distribution, this testbed runs a real dynamical
+core (:mod:`ensml.data.physics.core`): a Held–Suarez world whose "analysis" is one long truth
+run and whose ensemble comes from perturbed initial states run by an imperfect model
+(:mod:`ensml.data.physics.runs` states the experiment). The model error is physical, so it
+depends on the flow, and no oracle exists: post-processing is judged against the raw ensemble
+and EMOS. The files look like the synthetic data's (``forecast.nc``, ``analysis.nc``, the same
+names, units and CF attributes), so every verb reads them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+from jsonargparse.typing import NonNegativeInt, PositiveInt
+
+from ensml import __version__, names
+from ensml.data.outputs import OutputFolder
+from ensml.data.outputs.generated import check_generated
+from ensml.data.physics.core import TRUNCATIONS, ModelConfig, dinosaur
+from ensml.data.physics.runs import Plan, run_all
+from ensml.data.synth.build import encodings
+from ensml.errors import EnsmlError
+from ensml.names import HOUR, format_leads, iso_lead, parse_leads
+from ensml.progress import EVERY_S, Progress, note, seconds
+
+NAMES = ("forecast", "analysis")
+#: Seconds of one core per state and model day, measured at T21 with 8 layers (truth; forecast).
+COST_S = (0.45, 0.11)
+
+
+def _plan(truncation: str, layers: int, levels: Sequence[int], leads: Sequence[int | str], members: int,
+          inits: int, every_hours: int, spinup_days: int, seed: int) -> Plan:  # fmt: skip
+    """The validated options as a :class:`~ensml.data.physics.runs.Plan` (nothing runs yet)."""
+    if truncation not in TRUNCATIONS:
+        raise EnsmlError(f"physics truncation must be one of {', '.join(TRUNCATIONS)}, got {truncation!r}")
+    if not 4 <= layers <= 32:
+        raise EnsmlError(f"physics layers must be 4 … 32, got {layers}")
+    if not levels or len(set(levels)) != len(levels) or any(not 100 <= p <= 900 for p in levels):
+        raise EnsmlError(f"physics levels must be distinct pressures in 100 … 900 hPa, got {list(levels)}")
+    lead_ns = parse_leads(leads)
+    hours = lead_ns / HOUR
+    if not lead_ns.size or np.any(np.diff(hours) <= 0) or hours[0] < 0 or hours[-1] > 240:
+        raise EnsmlError(f"physics leads must be increasing, within 0 … 240 h, got {format_leads(lead_ns)}")
+    if np.any(hours != np.round(hours)):
+        raise EnsmlError(f"physics leads must be whole hours, got {format_leads(lead_ns)}")
+    if spinup_days < 2:
+        raise EnsmlError(
+            f"physics spinup_days must be at least 2 (its last days make the perturbations), got {spinup_days}"
+        )
+    if members < 2:
+        raise EnsmlError(f"physics needs at least 2 members, got members={members}")
+    plan = Plan(tuple(int(p) for p in levels), tuple(int(h) for h in hours), int(every_hours), int(inits),
+                int(members), int(spinup_days), int(seed))  # fmt: skip
+    grid = {"truncation": truncation, "layers": int(layers)}
+    return replace(plan, truth=replace(plan.truth, **grid), forecast=replace(plan.forecast, **grid))
+
+
+def physics(
+    out_dir: str,
+    *,
+    truncation: str = "T21",
+    layers: PositiveInt = 8,
+    levels: Sequence[int] = (500, 850),
+    leads: Sequence[int | str] = (0, 12, 24, 36, 48),
+    members: PositiveInt = 10,
+    start: str = "2000-01-01",
+    inits: PositiveInt = 360,
+    every_hours: PositiveInt = 24,
+    spinup_days: NonNegativeInt = 120,
+    seed: NonNegativeInt = 0,
+    workers: PositiveInt | None = None,
+    overwrite: bool = False,
+) -> dict[str, Path]:
+    """Generate an ensemble and its verifying truth with a Held–Suarez primitive-equation core.
+
+    Writes ``forecast.nc`` (init_time, lead_time, member, level, latitude, longitude) and
+    ``analysis.nc`` (the truth by valid time) to ``out_dir``, z (m² s⁻²) and t (K) on pressure
+    levels. The defaults (T21: 64 × 32 Gaussian grid, 8 σ layers; 360 inits a day apart,
+    10 members, leads 0–48 h every 12 h) take about 7 minutes on 2 cores. Deterministic for a
+    seed, whatever ``workers``. Needs the optional extra: ``pip install 'ensml[physics]'``.
+
+    Parameters
+    ----------
+    out_dir
+        Output folder: new, empty or an earlier ``data physics``'s (created if missing).
+    truncation
+        Spectral truncation of both models: ``T21``, ``T31`` or ``T42``.
+    layers
+        Equally spaced σ layers, 4 … 32.
+    levels
+        Pressure levels (hPa, 100 … 900) of the outputs.
+    leads
+        Lead times, increasing, whole hours up to 240 h (hours or durations such as ``P1D``).
+    members
+        Ensemble size, at least 2.
+    start
+        Date of the first init time (the model has no seasons: dates only label the times).
+    inits
+        Number of init times.
+    every_hours
+        Hours between init times.
+    spinup_days
+        Days the truth runs from rest before the first init (about 100 reach its climate).
+    seed
+        Seed of the spin-up noise and of every initial perturbation.
+    workers
+        Processes for the forecasts (default: the cores, at most 8); the truth runs beside them.
+    overwrite
+        Replace an earlier ``data physics``'s outputs in ``out_dir``.
+
+    Returns
+    -------
+    dict[str, Path]
+        ``{"forecast": ..., "analysis": ...}`` paths.
+
+    Raises
+    ------
+    EnsmlError
+        For impossible options, a missing ``dinosaur-torch``, an ``out_dir`` that cannot be
+        written or is not ensml's, an earlier dataset there without ``overwrite``, or a failed
+        write (one line naming the file). Nothing is written unless both files are complete.
+    """
+    options = {k: v for k, v in locals().items() if k not in ("out_dir", "workers", "overwrite")}
+    plan = _plan(truncation, layers, levels, leads, members, inits, every_hours, spinup_days, seed)
+    try:
+        t0 = pd.Timestamp(start)
+    except (ValueError, TypeError) as err:
+        raise EnsmlError(f"physics start must be a date like 2000-01-01, got {start!r}") from err
+    n_workers = int(workers) if workers else max(1, min(8, os.cpu_count() or 1))
+    dinosaur()  # the extra is installed, before anything is written
+    names_ = [f"{n}.nc" for n in NAMES]
+    check_generated(out_dir, "physics", names_, overwrite)
+    truth_days = spinup_days + plan.records * plan.record_hours / 24
+    forecast_days = inits * members * max(plan.lead_hours) / 24
+    estimate = (COST_S[0] * truth_days + COST_S[1] * forecast_days) / min(2, n_workers)
+    note(f"ensml data physics: {truth_days:.0f} truth days and {forecast_days:.0f} member-days of forecasts "
+         f"on {n_workers} worker{'s' * (n_workers > 1)}, about {seconds(estimate)} at T21")  # fmt: skip
+    with Progress("ensml data physics", inits, "init times forecast", every_s=EVERY_S) as progress:
+        truth, forecast = run_all(plan, n_workers, lambda n: progress.advance(n=n))
+    datasets = _datasets(plan, t0, truth, forecast, options)
+    return _write(datasets, Path(out_dir), options)
+
+
+def _datasets(
+    plan: Plan, t0: pd.Timestamp, truth: dict, forecast: dict, options: dict
+) -> dict[str, xr.Dataset]:
+    """forecast and analysis as CF datasets in ensml's vocabulary."""
+    from ensml.data.physics.core import Core
+
+    core = Core(plan.truth)  # for the grid's coordinates only
+    hour = np.timedelta64(1, "h")
+    inits = np.datetime64(t0.to_datetime64(), "ns") + np.arange(plan.inits) * plan.every_hours * hour
+    leads = (np.asarray(plan.lead_hours) * hour).astype(names.LEAD_DTYPE)
+    times = inits[0] + np.arange(plan.records) * plan.record_hours * hour
+    space = {
+        names.LEVEL: np.asarray(plan.levels, dtype="int32"),
+        names.LATITUDE: core.latitude,
+        names.LONGITUDE: core.longitude,
+    }
+    members = np.arange(1, plan.members + 1, dtype="int32")
+    fc = xr.Dataset(
+        {v: (names.FORECAST_DIMS, forecast[v], dict(names.VARIABLE_ATTRS[v])) for v in ("z", "t")},
+        coords={names.INIT_TIME: inits, names.LEAD_TIME: leads, names.MEMBER: members, **space},
+    )
+    fc = fc.assign_coords(
+        {names.VALID_TIME: ((names.INIT_TIME, names.LEAD_TIME), inits[:, None] + leads[None, :])}
+    )
+    an = xr.Dataset(
+        {v: (names.ANALYSIS_DIMS, truth[v], dict(names.VARIABLE_ATTRS[v])) for v in ("z", "t")},
+        coords={names.TIME: times, **space},
+    )
+    fc.attrs = _global_attrs(options, "ensemble forecast (imperfect model, perturbed initial states)")
+    an.attrs = _global_attrs(options, "verifying analysis: the truth run by valid time")
+    for ds in (fc, an):
+        for name in ds.coords:
+            ds[name].attrs.update(names.COORD_ATTRS.get(str(name), {}))
+    return {"forecast": fc, "analysis": an}
+
+
+def _global_attrs(options: dict, what: str) -> dict:
+    params = {f"physics_{k}": (list(v) if isinstance(v, (tuple, list)) else v) for k, v in options.items()}
+    params["physics_leads"] = " ".join(iso_lead(lead) for lead in parse_leads(options["leads"]))
+    return {
+        "title": f"ensml physics testbed: {what}",
+        "institution": "ensml",
+        "source": f"ensml {__version__} physics testbed (ensml.data.physics): dinosaur-torch spectral "
+        "core with Held-Suarez (1994) forcing",
+        "references": "Held and Suarez (1994), BAMS 75, 1825-1830; see ensml.data.physics.runs for the experiment",
+        "comment": "Verifying analysis of (init_time, lead_time) is analysis.sel(time=init_time + lead_time).",
+        **params,
+    }
+
+
+def _write(datasets: dict[str, xr.Dataset], out_dir: Path, options: dict) -> dict[str, Path]:
+    """Both files staged and renamed into place together (a failure leaves the folder as it was)."""
+    history = (
+        "physics(" + ", ".join(f"{k}={v!r}" for k, v in options.items()) + f", out_dir={str(out_dir)!r})"
+    )
+    paths = {}
+    with OutputFolder.open(out_dir, "physics", names=[f"{n}.nc" for n in NAMES], whole=True) as folder:
+        for key, ds in datasets.items():
+            folder.write_netcdf(ds, f"{key}.nc", encodings(datasets, None)[key], history=history)
+            paths[key] = out_dir / f"{key}.nc"
+    return paths
+
+
+__all__ = ["physics"]
