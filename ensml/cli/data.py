@@ -1,4 +1,5 @@
-"""``ensml data synth|archive``: the embedded synthetic ensemble; a forecast split into one file per init."""
+"""``ensml data synth|physics|archive``: the embedded synthetic ensemble, the physics testbed, and a
+forecast split into one file per init."""
 
 from __future__ import annotations
 
@@ -7,19 +8,24 @@ import os
 from ensml.cli.verb import run_function
 
 #: The commands this module runs: their options and help are the library functions'.
-COMMANDS = {"data synth": "ensml.data.synth.generate:synth", "data archive": "ensml.data.archive:archive"}
+COMMANDS = {
+    "data synth": "ensml.data.synth.generate:synth",
+    "data physics": "ensml.data.physics.generate:physics",
+    "data archive": "ensml.data.archive:archive",
+}
 SUMMARIES = {
     "data synth": "Generate a synthetic ensemble with a known predictive distribution.",
+    "data physics": "Run a Held-Suarez primitive-equation ensemble and its truth (needs ensml[physics]).",
     "data archive": "Write every init time of forecast (within period) to its own netCDF file.",
 }
 
 
 def run(args: list[str]) -> None:
-    """Run ``ensml data synth|archive ARGS`` and say what was written."""
+    """Run ``ensml data synth|physics|archive ARGS`` and say what was written."""
     written = run_function({words.split()[1]: target for words, target in COMMANDS.items()}, args)
-    if isinstance(written, dict):  # synth: {"forecast": path, …}
+    if isinstance(written, dict):  # synth, physics: {"forecast": path, …}
         folder = next(iter(written.values())).parent
-        print(f"ensml data synth: wrote {', '.join(p.name for p in written.values())} to {folder}")
+        print(f"ensml data {args[0]}: wrote {', '.join(p.name for p in written.values())} to {folder}")
     elif written:  # archive: the files, in init order
         folder = os.path.commonpath([p.parent for p in written])
         print(f"ensml data archive: wrote {len(written)} files to {folder}")

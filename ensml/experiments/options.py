@@ -38,7 +38,7 @@ class PhysicsOptions:
     start: str = "2000-01-01"
     inits: int = 360
     every_hours: int = 24
-    spinup_days: int = 200
+    spinup_days: int = 120
     seed: int = 0
 
 

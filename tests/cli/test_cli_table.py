@@ -27,6 +27,7 @@ Row = tuple[str, str, int, tuple[str, ...]]
 
 FIT = "fit --config {smoke} {data}"
 SYNTH = "data synth --out_dir out"
+PHYS = "data physics --out_dir out"
 ARCHIVE = "data archive --forecast {fc} --out_dir out"
 EVAL = "evaluate --forecast {fc} --analysis {an} --out_dir out"
 REPORT = "report --forecast {fc} --analysis {an} --out_dir out"
@@ -118,6 +119,15 @@ ROWS: list[Row] = [
     ("data synth: out_dir missing", "data synth", 1, ("--out_dir",)),
     ("data synth: out_dir is a file", "data synth --out_dir benchmark.md", 1, ("benchmark.md",)),
     ("data synth: out_dir holds a user's files", "data synth --out_dir sibling", 1, ("sibling",)),
+    ("data physics: truncation unknown", PHYS + " --truncation T99", 1, ("truncation", "T99")),
+    ("data physics: one layer", PHYS + " --layers 1", 1, ("layers", "4 … 32")),
+    ("data physics: level below the layers", PHYS + " --levels [1000]", 1, ("levels", "100 … 900")),
+    ("data physics: lead not whole hours", PHYS + " --leads [0,90min]", 1, ("whole hours",)),
+    ("data physics: one member", PHYS + " --members 1", 1, ("at least 2 members",)),
+    ("data physics: no spin-up", PHYS + " --spinup_days 1", 1, ("spinup_days", "at least 2")),
+    ("data physics: zero inits", PHYS + " --inits 0", 1, ("--inits", RANGE)),
+    ("data physics: start not a date", PHYS + " --start notadate", 1, ("notadate",)),
+    ("data physics: out_dir holds a user's files", "data physics --out_dir sibling", 1, ("sibling",)),
     ("data archive: period reversed", ARCHIVE + " --period [2019-01-01,2018-01-01]", 1, ("2018-01-01",)),
     ("data archive: period not dates", ARCHIVE + " --period [bad,2018-01-01]", 1, ("bad",)),
     ("data archive: unknown variable", ARCHIVE + " --variables [nope]", 1, ("'nope'",)),

@@ -24,7 +24,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from ensml import __version__, names
 from ensml.data.outputs import OutputFolder
 from ensml.data.outputs.generated import check_generated
-from ensml.data.physics.core import TRUNCATIONS, ModelConfig, dinosaur
+from ensml.data.physics.core import TRUNCATIONS, dinosaur
 from ensml.data.physics.runs import Plan, run_all
 from ensml.data.synth.build import encodings
 from ensml.errors import EnsmlError
@@ -53,7 +53,8 @@ def _plan(truncation: str, layers: int, levels: Sequence[int], leads: Sequence[i
         raise EnsmlError(f"physics leads must be whole hours, got {format_leads(lead_ns)}")
     if spinup_days < 2:
         raise EnsmlError(
-            f"physics spinup_days must be at least 2 (its last days make the perturbations), got {spinup_days}"
+            f"physics spinup_days must be at least 2 (its last days make the perturbations), "
+            f"got {spinup_days}"
         )
     if members < 2:
         raise EnsmlError(f"physics needs at least 2 members, got members={members}")
@@ -193,8 +194,8 @@ def _global_attrs(options: dict, what: str) -> dict:
         "institution": "ensml",
         "source": f"ensml {__version__} physics testbed (ensml.data.physics): dinosaur-torch spectral "
         "core with Held-Suarez (1994) forcing",
-        "references": "Held and Suarez (1994), BAMS 75, 1825-1830; see ensml.data.physics.runs for the experiment",
-        "comment": "Verifying analysis of (init_time, lead_time) is analysis.sel(time=init_time + lead_time).",
+        "references": "Held and Suarez (1994), BAMS 75, 1825-1830; the experiment: ensml.data.physics.runs",
+        "comment": "Verifying analysis of (init_time, lead_time): analysis.sel(time=init_time + lead_time).",
         **params,
     }
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 
