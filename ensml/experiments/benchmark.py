@@ -292,7 +292,9 @@ def benchmark(
     scored = score_all(dm, paths, preds, info, keep=[*networks, LOCAL_EMOS])
     summary = summarise(scored.table)
     files = benchmark_files(scored.table, summary, len(dm.init_times("test")), oracle="oracle" in paths)
-    picture = _difference_map(scored, summary, networks, list(levels))
+    picture = _difference_map(
+        scored, summary, networks, list(levels), coastlines=kind_of(source) != "physics"
+    )
     with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:  # tables and map, whole
         for name, text in files.items():
             folder.write_text(name, text)
@@ -302,14 +304,14 @@ def benchmark(
 
 
 def _difference_map(
-    scored: Scored, summary: pd.DataFrame, networks: list[str], levels: list[float]
+    scored: Scored, summary: pd.DataFrame, networks: list[str], levels: list[float], coastlines: bool = True
 ) -> bytes | None:
     """The map of where the best network loses to local EMOS; None (and a note) without both."""
     best = best_network(summary, networks)
     if best is None:
         note("benchmark: no crps_difference.png (it needs local EMOS and a mixed network)")
         return None
-    return crps_difference_map(scored.fields, best, LOCAL_EMOS, levels, scored.lead_h)
+    return crps_difference_map(scored.fields, best, LOCAL_EMOS, levels, scored.lead_h, coastlines)
 
 
 def _train_all(

@@ -48,10 +48,11 @@ def crps_difference_map(
     reference: str,
     levels: Sequence[float],
     lead_h: int,
+    coastlines: bool = True,
 ) -> bytes:
     """PNG bytes of the map (see the module docstring) from the per-point CRPS
     ``fields[variable][name]`` (init_time, [level,] latitude, longitude) of ``best`` and
-    ``reference``."""
+    ``reference``; ``coastlines`` False for the physics testbed's world without land."""
     panels = []
     for var, by_name in fields.items():
         diff = by_name[best] - by_name[reference]
@@ -64,7 +65,7 @@ def crps_difference_map(
             top = float(np.nanmax(np.abs(mean.values))) or 1.0
             row.append(Panel(
                 mean, title=field_name(var, lev), label=f"CRPS difference, {label}", units=units,
-                cmap="RdBu_r", vmin=-top, vmax=top, hatch=mean.copy(data=significant),
+                cmap="RdBu_r", vmin=-top, vmax=top, hatch=mean.copy(data=significant), coastlines=coastlines,
             ))  # fmt: skip
         panels.append(row)
     title = (

@@ -55,6 +55,7 @@ class Panel:
     vmax: float | None = None
     contour: xr.DataArray | None = None
     hatch: xr.DataArray | None = None
+    coastlines: bool = True  # False for a world without land (the physics testbed's aquaplanet)
 
 
 @lru_cache(maxsize=1)
@@ -135,9 +136,10 @@ def _draw(fig, ax, data_crs, panel: Panel, lon: np.ndarray, lat: np.ndarray) -> 
         h = np.asarray(panel.hatch.transpose(LATITUDE, LONGITUDE).values, dtype=float)
         ax.contourf(lon, lat, h, levels=[0.5, 1.5], colors="none", hatches=["////"], transform=data_crs)
         ax.contour(lon, lat, h, levels=[0.5], colors="m", linewidths=1.0, transform=data_crs)
-    ax.add_geometries(
-        [coastlines()], crs=data_crs, facecolor="none", edgecolor="0.15", linewidth=0.8, zorder=3
-    )
+    if panel.coastlines:
+        ax.add_geometries(
+            [coastlines()], crs=data_crs, facecolor="none", edgecolor="0.15", linewidth=0.8, zorder=3
+        )
     lon_e, lat_e = _edges(lon), _edges(lat, -90.0, 90.0)
     xs = _ticks(float(lon_e.min()), float(lon_e.max()))
     ys = _ticks(float(lat_e.min()), float(lat_e.max()))
@@ -287,9 +289,10 @@ def _draw_projected(fig, ax, geo: _Geometry, panel: Panel) -> None:
                     transform=geo.crs)  # fmt: skip
         ax.contour(geo.x_centre, geo.y_centre, h, levels=[0.5], colors="m", linewidths=1.0, transform=geo.crs)
     data_crs = ccrs.PlateCarree()
-    ax.add_geometries(
-        [coastlines()], crs=data_crs, facecolor="none", edgecolor="0.15", linewidth=0.8, zorder=3
-    )
+    if panel.coastlines:
+        ax.add_geometries(
+            [coastlines()], crs=data_crs, facecolor="none", edgecolor="0.15", linewidth=0.8, zorder=3
+        )
     if geo.plate_carree:
         lon_e = geo.x_corner + float(geo.crs.proj4_params.get("lon_0", 0.0))
         xs = _ticks(float(np.nanmin(lon_e)), float(np.nanmax(lon_e)))
