@@ -29,6 +29,7 @@ import math
 import multiprocessing
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,7 @@ import torch
 
 from ensml.data.physics.core import Core, ModelConfig
 from ensml.data.physics.forcing import HeldSuarez
+from ensml.errors import EnsmlError
 
 TRUTH = ModelConfig(dt_minutes=30.0)
 FORECAST = ModelConfig(
@@ -172,7 +174,13 @@ def run_all(plan: Plan, workers: int, on_forecasts: Callable[[int], None]) -> tu
         done, _ = wait(list(futures), timeout=None if block else 0, return_when=FIRST_COMPLETED)
         for future in done:
             first = futures.pop(future)
-            chunks[first] = future.result()
+            try:
+                chunks[first] = future.result()
+            except BrokenProcessPool:
+                raise EnsmlError(
+                    "physics: a forecast worker process died (out of memory, killed, or started from a "
+                    "script without the if __name__ == '__main__': guard); try workers=1"
+                ) from None
             on_forecasts(len(chunks[first]["z"]))
 
     with _pool(workers) as pool:
