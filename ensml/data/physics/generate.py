@@ -32,8 +32,9 @@ from ensml.names import HOUR, format_leads, iso_lead, parse_leads
 from ensml.progress import EVERY_S, Progress, note, seconds
 
 NAMES = ("forecast", "analysis")
-#: Seconds of one core per state and model day, measured at T21 with 8 layers (truth; forecast).
-COST_S = (0.45, 0.11)
+#: Seconds of one core per model day, at T21 with 8 layers: the truth (one state; 30-minute steps)
+#: and a forecast member (batched; 60-minute steps, with its share of the overheads).
+COST_S = (0.45, 0.13)
 
 
 def _plan(truncation: str, layers: int, levels: Sequence[int], leads: Sequence[int | str], members: int,
@@ -85,7 +86,7 @@ def physics(
     Writes ``forecast.nc`` (init_time, lead_time, member, level, latitude, longitude) and
     ``analysis.nc`` (the truth by valid time) to ``out_dir``, z (m² s⁻²) and t (K) on pressure
     levels. The defaults (T21: 64 × 32 Gaussian grid, 8 σ layers; 360 inits a day apart,
-    10 members, leads 0–48 h every 12 h) take about 7 minutes on 2 cores. Deterministic for a
+    10 members, leads 0–48 h every 12 h) take about 10 minutes on 2 cores. Deterministic for a
     seed, whatever ``workers``. Needs the optional extra: ``pip install 'ensml[physics]'``.
 
     Parameters
