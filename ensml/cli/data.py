@@ -15,7 +15,7 @@ COMMANDS = {
 }
 SUMMARIES = {
     "data synth": "Generate a synthetic ensemble with a known predictive distribution.",
-    "data physics": "Run a Held-Suarez primitive-equation ensemble and its truth (needs ensml[physics]).",
+    "data physics": "Run a Held–Suarez primitive-equation ensemble and its verifying truth run.",
     "data archive": "Write every init time of forecast (within period) to its own netCDF file.",
 }
 

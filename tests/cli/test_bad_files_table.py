@@ -158,7 +158,7 @@ CASES: dict[str, Case] = {
     "evaluate: config file not YAML": Case(lambda i: ["evaluate", "--config", str(i["dir"] / "bad.yaml")], ("bad.yaml", "not valid YAML", "line")),
     "evaluate: required option missing": Case(lambda i: ["evaluate", f"--forecast={i['forecast']}"], ("--analysis",)),
     "data synth: impossible grid": Case(lambda i: ["data", "synth", "--out_dir=syn", "--n_lat=0"], ("n_lat",)),
-    "data: no sub-command": Case(lambda i: ["data"], ("synth or archive",)),
+    "data: no sub-command": Case(lambda i: ["data"], ("synth or physics or archive",)),
     "unknown command": Case(lambda i: ["forecast"], ("unknown command 'forecast'", "fit")),
     "plan-parallel: no devices": Case(lambda i: ["plan-parallel", "--devices=0", "--n_lat=16", "--n_lon=32", "--n_level=2"], ("--devices: 0 is out of range",)),
     # -- outputs that cannot or must not be written ------------------------------------------------------

@@ -108,8 +108,9 @@ def test_help_lists_every_command_with_a_summary(capsys) -> None:
     out = capsys.readouterr().out
     rows = {line.strip().split("  ")[0]: line for line in out.splitlines() if line.startswith("  ")}
     verbs = [words for words, _ in commands()]
-    assert {"fit", "validate", "test", "predict", "data synth", "data archive", "evaluate", "report",
-            "postprocess", "plan-parallel", "plan-memory", "benchmark", "prune"} == set(verbs)  # fmt: skip
+    assert {"fit", "validate", "test", "predict", "data synth", "data physics", "data archive", "evaluate",
+            "report", "postprocess", "plan-parallel", "plan-memory", "benchmark",
+            "prune"} == set(verbs)  # fmt: skip
     for verb in verbs:
         assert verb in rows and len(rows[verb].split(verb, 1)[1].strip()) > 20, (verb, out)
 

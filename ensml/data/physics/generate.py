@@ -81,7 +81,7 @@ def physics(
     workers: PositiveInt | None = None,
     overwrite: bool = False,
 ) -> dict[str, Path]:
-    """Generate an ensemble and its verifying truth with a Held–Suarez primitive-equation core.
+    """Run a Held–Suarez primitive-equation ensemble and its verifying truth run.
 
     Writes ``forecast.nc`` (init_time, lead_time, member, level, latitude, longitude) and
     ``analysis.nc`` (the truth by valid time) to ``out_dir``, z (m² s⁻²) and t (K) on pressure
