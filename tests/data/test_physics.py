@@ -126,3 +126,16 @@ def test_without_the_extra_one_line_and_nothing_written(tmp_path, monkeypatch, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install 'ensml[physics]'" in err[0]
     assert not out.exists()
+
+
+def test_the_benchmark_reuses_it_by_its_attributes_and_refuses_other_options(tiny) -> None:
+    from ensml.errors import EnsmlError
+    from ensml.experiments.benchmark_data import ensure_data
+    from ensml.experiments.options import PhysicsOptions
+
+    made = PhysicsOptions(inits=3, members=3, spinup_days=2)  # the fixture's, read back from its files
+    before = {p: p.stat().st_mtime_ns for p in (tiny["forecast"], tiny["analysis"])}
+    assert ensure_data(tiny["dir"], made) == {"forecast": tiny["forecast"], "analysis": tiny["analysis"]}
+    assert {p: p.stat().st_mtime_ns for p in before} == before  # reused, not made again
+    with pytest.raises(EnsmlError, match=r"physics\.seed=0, the config asks for seed=1"):
+        ensure_data(tiny["dir"], PhysicsOptions(inits=3, members=3, spinup_days=2, seed=1))
