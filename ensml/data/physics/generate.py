@@ -25,7 +25,7 @@ from ensml import __version__, names
 from ensml.data.outputs import OutputFolder
 from ensml.data.outputs.generated import check_generated
 from ensml.data.physics.core import TRUNCATIONS, dinosaur
-from ensml.data.physics.runs import Plan, run_all
+from ensml.data.physics.runs import Plan, core_for, run_all
 from ensml.data.synth.build import encodings
 from ensml.errors import EnsmlError
 from ensml.names import HOUR, format_leads, iso_lead, parse_leads
@@ -155,9 +155,7 @@ def _datasets(
     plan: Plan, t0: pd.Timestamp, truth: dict, forecast: dict, options: dict
 ) -> dict[str, xr.Dataset]:
     """forecast and analysis as CF datasets in ensml's vocabulary."""
-    from ensml.data.physics.core import Core
-
-    core = Core(plan.truth)  # for the grid's coordinates only
+    core = core_for(plan.truth)  # the truth's model (built once per process): its grid's coordinates
     hour = np.timedelta64(1, "h")
     inits = np.datetime64(t0.to_datetime64(), "ns") + np.arange(plan.inits) * plan.every_hours * hour
     leads = (np.asarray(plan.lead_hours) * hour).astype(names.LEAD_DTYPE)

@@ -133,7 +133,7 @@ def run_truth(plan: Plan, core: Core, on_init: Callable[[int, dict], None]) -> d
 def forecast_chunk(plan: Plan, starts: list[dict]) -> dict[str, np.ndarray]:
     """Forecasts from the members' initial states of some inits: (init, lead, member, level,
     lat, lon) per variable."""
-    core = _core(plan.forecast)
+    core = core_for(plan.forecast)
     state = core.from_arrays({k: np.concatenate([s[k] for s in starts]) for k in starts[0]})
     out: dict[str, list] = {"z": [], "t": []}
     previous = 0
@@ -148,7 +148,7 @@ def forecast_chunk(plan: Plan, starts: list[dict]) -> dict[str, np.ndarray]:
 _CORES: dict[ModelConfig, Core] = {}
 
 
-def _core(config: ModelConfig) -> Core:
+def core_for(config: ModelConfig) -> Core:
     """This process's model of ``config`` (built once: the transforms take a moment)."""
     if config not in _CORES:
         _CORES[config] = Core(config)
@@ -194,11 +194,10 @@ def run_all(plan: Plan, workers: int, on_forecasts: Callable[[int], None]) -> tu
                     on_forecasts(len(pending))
                 else:
                     futures[pool.submit(forecast_chunk, plan, list(pending))] = first
-                    if futures:
-                        collect(block=False)
+                    collect(block=False)
                 pending.clear()
 
-        truth = run_truth(plan, _core(plan.truth), on_init)
+        truth = run_truth(plan, core_for(plan.truth), on_init)
         while futures:
             collect(block=True)
     forecast = {name: np.concatenate([chunks[k][name] for k in sorted(chunks)]) for name in ("z", "t")}
