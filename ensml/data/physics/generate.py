@@ -138,11 +138,11 @@ def physics(
         raise EnsmlError(f"physics start must be a date like 2000-01-01, got {start!r}") from err
     n_workers = int(workers) if workers else max(1, min(8, os.cpu_count() or 1))
     dinosaur()  # the extra is installed, before anything is written
-    names_ = [f"{n}.nc" for n in NAMES]
-    check_generated(out_dir, "physics", names_, overwrite)
+    check_generated(out_dir, "physics", [f"{n}.nc" for n in NAMES], overwrite)
     truth_days = spinup_days + plan.records * plan.record_hours / 24
     forecast_days = inits * members * max(plan.lead_hours) / 24
-    estimate = (COST_S[0] * truth_days + COST_S[1] * forecast_days) / min(2, n_workers)
+    parallel = max(1, min(os.cpu_count() or 1, n_workers))
+    estimate = (COST_S[0] * truth_days + COST_S[1] * forecast_days) / parallel
     note(f"ensml data physics: {truth_days:.0f} truth days and {forecast_days:.0f} member-days of forecasts "
          f"on {n_workers} worker{'s' * (n_workers > 1)}, about {seconds(estimate)} at T21")  # fmt: skip
     with Progress("ensml data physics", inits, "init times forecast", every_s=EVERY_S) as progress:
@@ -204,11 +204,10 @@ def _write(datasets: dict[str, xr.Dataset], out_dir: Path, options: dict) -> dic
     history = (
         "physics(" + ", ".join(f"{k}={v!r}" for k, v in options.items()) + f", out_dir={str(out_dir)!r})"
     )
-    paths = {}
-    with OutputFolder.open(out_dir, "physics", names=[f"{n}.nc" for n in NAMES], whole=True) as folder:
+    paths, encoding = {key: out_dir / f"{key}.nc" for key in datasets}, encodings(datasets)
+    with OutputFolder.open(out_dir, "physics", names=[p.name for p in paths.values()], whole=True) as folder:
         for key, ds in datasets.items():
-            folder.write_netcdf(ds, f"{key}.nc", encodings(datasets, None)[key], history=history)
-            paths[key] = out_dir / f"{key}.nc"
+            folder.write_netcdf(ds, paths[key].name, encoding[key], history=history)
     return paths
 
 

@@ -251,7 +251,7 @@ def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, n_le
     return da.concatenate(blocks, axis=1)
 
 
-def encodings(datasets: dict[str, xr.Dataset], cfg: SynthConfig) -> dict[str, dict]:
+def encodings(datasets: dict[str, xr.Dataset]) -> dict[str, dict]:
     """Chunks, time units and dtypes of every variable, from each dataset's own dims.
 
     A forecast chunk is one field of one member: (init time, lead, member) = (1, 1, 1), every

@@ -241,7 +241,7 @@ def synth(
     with Progress("ensml synth", len(inits), "init times drawn and written", every_s=EVERY_S) as progress:
         datasets = build_datasets(cfg, inits, leads, on_progress=lambda n: progress.advance(n=n))
         options = {"zarr_format": zarr_format} if format == "zarr" else {}
-        return _write_all(datasets, encodings(datasets, cfg), out_dir, cfg, dict(zip(NAMES, names)), options)
+        return _write_all(datasets, encodings(datasets), out_dir, cfg, dict(zip(NAMES, names)), options)
 
 
 def _write_all(
