@@ -340,12 +340,11 @@ def false_discovery(p: np.ndarray, alpha: float = 0.1) -> np.ndarray:
     Wilks (2016, *Bull. Amer. Meteor. Soc.* 97, 2263) recommends this for maps of many
     correlated local tests, with ``alpha`` = 0.1 for a field significance of about 0.05.
     """
+    from scipy.stats import false_discovery_control
+
     values = np.asarray(p, dtype=float)
-    flat = np.sort(values[np.isfinite(values)])
-    if flat.size == 0:
-        return np.zeros(values.shape, dtype=bool)
-    below = flat <= alpha * np.arange(1, flat.size + 1) / flat.size
-    if not below.any():
-        return np.zeros(values.shape, dtype=bool)
-    cut = flat[np.nonzero(below)[0].max()]
-    return np.isfinite(values) & (values <= cut)
+    finite = np.isfinite(values)
+    out = np.zeros(values.shape, dtype=bool)
+    if finite.any():  # scipy's Benjamini-Hochberg adjusted p-values of the finite ones
+        out[finite] = false_discovery_control(values[finite], method="bh") <= alpha
+    return out
