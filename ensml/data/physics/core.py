@@ -64,7 +64,7 @@ class Core:
             )
         d = dinosaur()
         sh, ti, pe = d.spherical_harmonic, d.time_integration, d.primitive_equations
-        units, nd = d.scales.units, None
+        units = d.scales.units
         self.config, self._pe, self._vi = config, pe, d.vertical_interpolation
         self.specs = d.units.SimUnits.from_si()
         nd = self.specs.nondimensionalize

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,19 +205,18 @@ def run_all(plan: Plan, workers: int, on_forecasts: Callable[[int], None]) -> tu
     return truth, forecast
 
 
-class _pool:
-    """A spawn-context process pool of ``workers`` (None for 1: run in this process)."""
-
-    def __init__(self, workers: int):
-        self.workers = workers
-        self.pool: ProcessPoolExecutor | None = None
-
-    def __enter__(self) -> ProcessPoolExecutor | None:
-        if self.workers > 1:
-            context = multiprocessing.get_context("spawn")
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_one_thread)
-        return self.pool
-
-    def __exit__(self, kind, exc, tb) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=kind is None, cancel_futures=kind is not None)
+@contextmanager
+def _pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """A spawn-context process pool of ``workers`` (None for 1: run in this process); on an
+    error or Ctrl-C the queued forecasts are cancelled instead of waited for."""
+    if workers <= 1:
+        yield None
+        return
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
