@@ -16,6 +16,7 @@ import torch
 import xarray as xr
 
 from ensml.data.frame import build_frame
+from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER, format_lead, parse_lead
 from ensml.train.emos import fit_emos
@@ -52,7 +53,7 @@ def forecast_map(forecast: str, analysis: str, *, variable: str = "z", level: fl
 
     mean, std, y = tensor(sub.mean(MEMBER)), tensor(sub.std(MEMBER, ddof=1)), tensor(obs)
     mode = "local" if len(y) - 1 >= LOCAL_MIN_INITS else "global"
-    weights = torch.as_tensor(np.cos(np.deg2rad(obs[LATITUDE].values)), dtype=torch.float32)
+    weights = torch.as_tensor(latitude_weights(obs).values, dtype=torch.float32)  # the one area weighting
     emos = fit_emos(mean[:-1], std[:-1], y[:-1], mode=mode, weights=weights)
     with torch.no_grad():
         mu, sigma = (t[-1, 0, 0].numpy() for t in emos(mean[-1:], std[-1:]))
