@@ -115,8 +115,12 @@ def test_every_verb_reads_it_evaluate(tiny, tmp_path) -> None:
     args = ["evaluate", f"--forecast={tiny['forecast']}", f"--analysis={tiny['analysis']}",
             f"--out_dir={out}", "--leads=[24, 48]", "--k=2"]  # fmt: skip
     assert main(args) == 0
-    names = {p.name for p in out.iterdir()}
-    assert {"scores.csv", "scores.md"} <= names, names
+    import pandas as pd
+
+    table = pd.read_csv(out / "scores.csv")
+    raw = table[table["forecast"] == "raw ensemble (3 members)"]
+    assert len(raw) == 2 * 2 * 2  # z and t, 500 and 850 hPa, 24 and 48 h
+    assert (raw["crps"] > 0).all() and np.isfinite(raw["crps"]).all()
 
 
 def test_without_the_extra_one_line_and_nothing_written(tmp_path, monkeypatch, capsys) -> None:
