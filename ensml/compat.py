@@ -9,6 +9,11 @@ upgrade breaks a test, not a user's run. Calls:
   reads it, and the spatial-parallel strategy turns it off for spatial ranks of one replica.
 - :func:`restart_train_iterator`: re-creates the training iterator of the epoch that just started
   (Lightning's own call at an epoch start), so a resumed run does not replay epoch 0's order.
+- :func:`thin_sigterm_broadcast`: Lightning 2.6 broadcasts rank 0's SIGTERM flag before every
+  training batch (``_broadcast_sigterm_tensor`` of the training epoch loop; no setting turns it
+  down until its PR #21640). A broadcast waits for every rank, so it ties all ranks to the
+  slowest at every batch, which the decentralised strategies exist to avoid; they keep it every
+  ``n``-th batch.
 - :func:`view_base`: the tensor a view shares memory with (torch's ``Tensor._base``), to count
   the bytes autograd saves once per storage.
 - :func:`dispatch_mode`: torch's ``TorchDispatchMode`` (documented in "Extending PyTorch", but
@@ -41,6 +46,24 @@ def restart_train_iterator(trainer: Any) -> None:
     iter(trainer.fit_loop._data_fetcher)
 
 
+def thin_sigterm_broadcast(trainer: Any, every: int) -> None:
+    """Let ``trainer``'s per-batch SIGTERM broadcast run only on every ``every``-th batch.
+
+    Every rank runs the same batches, so every rank broadcasts at the same ones (the collective
+    stays matched). A rank that receives SIGTERM itself still stops at the end of its batch.
+    """
+    loop = trainer.fit_loop.epoch_loop
+    broadcast = type(loop)._broadcast_sigterm_tensor
+    calls = [0]
+
+    def thinned() -> None:
+        if calls[0] % every == 0:
+            broadcast(loop)
+        calls[0] += 1
+
+    loop._broadcast_sigterm_tensor = thinned
+
+
 def view_base(tensor: Any) -> Any:
     """The tensor whose memory ``tensor`` views (``tensor`` itself if it is not a view)."""
     base = tensor._base
@@ -66,6 +89,7 @@ __all__ = [
     "dispatch_mode",
     "restart_train_iterator",
     "set_distributed_sampler",
+    "thin_sigterm_broadcast",
     "uses_distributed_sampler",
     "view_base",
 ]

@@ -30,6 +30,18 @@ def test_train_iterator_can_be_restarted() -> None:
     assert hasattr(trainer.fit_loop, "_data_fetcher")  # set when fitting starts; the name must exist
 
 
+def test_sigterm_broadcast_runs_on_every_nth_batch_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = L.Trainer(logger=False, enable_checkpointing=False)
+    loop_type = type(trainer.fit_loop.epoch_loop)
+    assert callable(loop_type._broadcast_sigterm_tensor)  # Lightning's name, called before each batch
+    calls = []
+    monkeypatch.setattr(loop_type, "_broadcast_sigterm_tensor", lambda loop: calls.append(loop))
+    compat.thin_sigterm_broadcast(trainer, 3)
+    for _ in range(7):
+        trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor()
+    assert calls == [trainer.fit_loop.epoch_loop] * 3  # batches 0, 3 and 6
+
+
 def test_dispatch_mode_sees_every_operator() -> None:
     import torch
 

@@ -23,6 +23,10 @@ skips are the samples it does not see. Every rank still runs the same number of 
 is what keeps the collectives matched. Validation and checkpoints see the same model on every
 rank (WAGMA averages all ranks first). ``quorum`` = world (eager) or ``group_size = group_quorum
 = world`` (WAGMA, with a linear optimiser such as SGD) reproduce DDP; the tests check both.
+
+Lightning broadcasts rank 0's SIGTERM flag before every training batch, and a broadcast waits
+for every rank: it would tie all ranks to the slowest at every batch. These strategies let it run
+every ``sigterm_every`` batches only (:func:`ensml.compat.thin_sigterm_broadcast`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from ensml.compat import thin_sigterm_broadcast
 from ensml.errors import EnsmlError
 from ensml.progress import note
 from ensml.train.partial import LatestSlot, PartialCollective, RoundResult, SharedStore, Slot
@@ -76,6 +81,7 @@ class PartialStrategy(DDPStrategy):
     def __init__(
         self,
         timeout_s: float = 1800.0,
+        sigterm_every: int = 50,
         process_group_backend: str | None = None,
         start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen",
         **kwargs: Any,
@@ -87,6 +93,7 @@ class PartialStrategy(DDPStrategy):
             **kwargs,
         )
         self.timeout_s = float(timeout_s)
+        self.sigterm_every = sigterm_every
         self.engine: PartialCollective | None = None
         self.round = 0
         self.skipping = False
@@ -100,18 +107,28 @@ class PartialStrategy(DDPStrategy):
         return self.num_nodes * self.num_processes
 
     def _configure_launcher(self) -> None:
+        self.check_options()
         self.check_world(self.world)
         super()._configure_launcher()
 
     def check_world(self, world: int) -> None:
         """Raise :class:`EnsmlError` if the options do not fit ``world`` ranks."""
 
-    def check_trainer(self, trainer: Any) -> None:
-        """Refuse trainer options the partial collectives cannot honour, before launch."""
+    def check_options(self) -> None:
+        """Raise :class:`EnsmlError` for a timeout or SIGTERM interval that is not positive."""
         if self.timeout_s <= 0:
             raise EnsmlError(
                 f"trainer.strategy {self.strategy_name}: timeout_s must be positive, got {self.timeout_s}"
             )
+        if not isinstance(self.sigterm_every, int) or self.sigterm_every < 1:
+            raise EnsmlError(
+                f"trainer.strategy {self.strategy_name}: sigterm_every must be a positive number of "
+                f"batches, got {self.sigterm_every!r}"
+            )
+
+    def check_trainer(self, trainer: Any) -> None:
+        """Refuse trainer options the partial collectives cannot honour, before launch."""
+        self.check_options()
         if trainer.accumulate_grad_batches != 1:
             raise EnsmlError(
                 f"trainer.strategy {self.strategy_name}: a round is one optimiser step per batch; "
@@ -128,6 +145,7 @@ class PartialStrategy(DDPStrategy):
         if trainer.state.fn != TrainerFn.FITTING or self.engine is not None:
             return
         self.check_trainer(trainer)
+        thin_sigterm_broadcast(trainer, self.sigterm_every)  # a broadcast per batch waits for the slowest
         for p in self.lightning_module.parameters():  # every rank starts from rank 0's model
             dist.broadcast(p.data, src=0)
         host = os.environ.get("MASTER_ADDR", "127.0.0.1")
@@ -184,6 +202,9 @@ class EagerStrategy(PartialStrategy):
     timeout_s, process_group_backend, start_method
         As for :class:`~lightning.pytorch.strategies.DDPStrategy`; ``timeout_s`` also bounds the
         wait for a round.
+    sigterm_every
+        Batches between Lightning's broadcasts of rank 0's SIGTERM flag (a broadcast waits for the
+        slowest rank; Lightning's own default is every batch).
     """
 
     strategy_name = "eager"
@@ -250,6 +271,8 @@ class WagmaStrategy(PartialStrategy):
     group_quorum
         Group members that must be ready to start the group's average: 1 is wait-avoiding (the
         research's), ``group_size`` waits for the whole group.
+    timeout_s, sigterm_every, process_group_backend, start_method
+        As for :class:`EagerStrategy`.
     """
 
     strategy_name = "wagma"

@@ -64,6 +64,8 @@ ROWS: list[Row] = [
     ("fit: wagma group larger than the world", FIT + ' --trainer.devices 2 --trainer.strategy {{"class_path":"ensml.train.decentralised.WagmaStrategy","init_args":{{"group_size":4}}}}', 1, ("group_size 4", "2 ranks")),
     ("fit: wagma group quorum above the group", FIT + ' --trainer.devices 2 --trainer.strategy {{"class_path":"ensml.train.decentralised.WagmaStrategy","init_args":{{"group_quorum":3}}}}', 1, ("group_quorum=3",)),
     ("fit: wagma negative period", FIT + ' --trainer.devices 2 --trainer.strategy {{"class_path":"ensml.train.decentralised.WagmaStrategy","init_args":{{"period":-1}}}}', 1, ("period=-1",)),
+    ("fit: eager SIGTERM interval zero", FIT + ' --trainer.devices 2 --trainer.strategy {{"class_path":"ensml.train.decentralised.EagerStrategy","init_args":{{"sigterm_every":0}}}}', 1, ("sigterm_every must be a positive number", "got 0")),
+    ("fit: wagma timeout zero", FIT + ' --trainer.devices 2 --trainer.strategy {{"class_path":"ensml.train.decentralised.WagmaStrategy","init_args":{{"timeout_s":0}}}}', 1, ("timeout_s must be positive",)),
     ("fit: strategy name misspelt", FIT + " --trainer.devices 2 --trainer.strategy wagmaa", 1, ("--trainer.strategy", "'wagmaa'")),
     ("fit: straggler speed-up", FIT + ' --trainer.callbacks+ {{"class_path":"ensml.train.stragglers.Stragglers","init_args":{{"slowdown":0.5}}}}', 1, ("slowdown=0.5",)),
     ("fit: straggler negative rank", FIT + ' --trainer.callbacks+ {{"class_path":"ensml.train.stragglers.Stragglers","init_args":{{"ranks":[-1]}}}}', 1, ("ranks must be >= 0",)),
