@@ -120,12 +120,33 @@ VARIABLE_ATTRS: dict[str, dict[str, str]] = {
         "long_name": "total precipitation",
         "units": "m",
     },
+    "si10": {"standard_name": "wind_speed", "long_name": "10 metre wind speed", "units": "m s-1"},
     "msl": {
         "standard_name": "air_pressure_at_mean_sea_level",
         "long_name": "mean sea level pressure",
         "units": "Pa",
     },
 }
+
+
+#: The predictive family a variable gets when the config names none (``model.distribution``):
+#: precipitation a censored shifted gamma, wind speed a normal truncated at 0, the rest a normal.
+#: Keys are variable names as ensml reads them (ECMWF short names) or CF standard names.
+DEFAULT_FAMILIES: dict[str, str] = {
+    "tp": "csg0",
+    "cp": "csg0",
+    "lsp": "csg0",
+    "precipitation_amount": "csg0",
+    "lwe_thickness_of_precipitation_amount": "csg0",
+    "si10": "truncnormal",
+    "ws": "truncnormal",
+    "wind_speed": "truncnormal",
+}
+
+
+def default_family(var: str, standard_name: str | None = None) -> str:
+    """The family of ``var`` when none is configured (see :data:`DEFAULT_FAMILIES`)."""
+    return DEFAULT_FAMILIES.get(var) or DEFAULT_FAMILIES.get(standard_name or "", "normal")
 
 
 def as_list(value: Any) -> list | None:

@@ -64,6 +64,10 @@ class RunMeta:
     checkpoints
         SHA-256 of each checkpoint that made the file (one per group of target leads), or empty
         for a model that was never trained.
+    families
+        The predictive family of each variable (``MixedTask``), in the order of ``variables``
+        (:mod:`ensml.scores.distributions`); empty for a spread model, and for files written
+        before families existed, whose predictions are all Gaussian.
     version
         The ensml version that wrote the file.
     """
@@ -77,13 +81,30 @@ class RunMeta:
     leads: tuple[np.timedelta64, ...]
     checkpoints: tuple[str, ...] = ()
     surface: tuple[str, ...] = ()
+    families: tuple[str, ...] = ()
     version: str = field(default=__version__)
 
     def __post_init__(self) -> None:
         leads = tuple(np.sort(parse_leads(list(self.leads))))
         object.__setattr__(self, "leads", leads)
+        families = tuple(str(f) for f in self.families)
+        if families and len(families) != len(self.variables):
+            raise EnsmlError(
+                f"run metadata names {len(families)} families for {len(self.variables)} variables"
+            )
+        if not families and self.task == "MixedTask":
+            families = ("normal",) * len(self.variables)
+        object.__setattr__(self, "families", families)
         object.__setattr__(self, "members", tuple(int(m) for m in self.members))
         object.__setattr__(self, "levels", tuple(float(x) for x in self.levels))
+
+    def family_of(self, var: str) -> str:
+        """The predictive family of ``var`` (``normal``, ``csg0``, …), as the file says."""
+        if not self.families:
+            raise EnsmlError(f"a {self.task} file holds no predictive distribution of {var}")
+        if var not in self.variables:
+            raise EnsmlError(f"the run has no variable {var!r} (it has {', '.join(self.variables)})")
+        return self.families[self.variables.index(var)]
 
     @property
     def is_spread(self) -> bool:
@@ -103,7 +124,11 @@ class RunMeta:
             f"{PREFIX}leads": " ".join(iso_lead(lead) for lead in self.leads),
             f"{PREFIX}checkpoint_sha256": " ".join(self.checkpoints),
             f"{PREFIX}version": self.version,
-        }
+        } | (
+            {f"{PREFIX}distribution": " ".join(f"{v}:{f}" for v, f in zip(self.variables, self.families))}
+            if self.families
+            else {}
+        )
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any], source: str) -> RunMeta:
@@ -129,16 +154,18 @@ class RunMeta:
             task = get("task")
             if task not in TASKS:
                 raise ValueError(f"{PREFIX}task is {task!r}")
+            variables = tuple(get("variables").split())
             return cls(
                 task=task,
                 k=int(get("k")),
                 members=tuple(int(m) for m in get("members").split()),
                 ensemble_size=int(get("ensemble_size")),
-                variables=tuple(get("variables").split()),
+                variables=variables,
                 levels=tuple(float(x) for x in get("levels").split()),
                 leads=tuple(parse_leads(get("leads").split())),
                 checkpoints=tuple(get("checkpoint_sha256", "").split()),
                 surface=tuple(get("surface_variables", "").split()),
+                families=_families(get("distribution", ""), variables),
                 version=get("version"),
             )
         except (ValueError, EnsmlError) as exc:
@@ -195,10 +222,21 @@ def _difference(a: RunMeta, b: RunMeta) -> str:
     """What differs between two runs' metadata, checkpoints first."""
     if a.checkpoints != b.checkpoints:
         return f"checkpoint {_shas(a)} vs {_shas(b)}"
-    for key in ("task", "k", "members", "ensemble_size", "variables", "levels", "surface", "version"):
+    keys = ("task", "k", "members", "ensemble_size", "variables", "levels", "surface", "families", "version")
+    for key in keys:
         if getattr(a, key) != getattr(b, key):
             return f"{key} {getattr(a, key)} vs {getattr(b, key)}"
     return "their metadata"
+
+
+def _families(text: str, variables: tuple[str, ...]) -> tuple[str, ...]:
+    """``"z:normal tp:csg0"`` as the family of each variable in order (empty when not written)."""
+    if not text.strip():
+        return ()
+    pairs = dict(item.split(":", 1) for item in text.split())
+    if set(pairs) != set(variables):
+        raise ValueError(f"{PREFIX}distribution names {sorted(pairs)}, the variables are {list(variables)}")
+    return tuple(pairs[v] for v in variables)
 
 
 def _shas(meta: RunMeta) -> str:
