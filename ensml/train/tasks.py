@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from ensml.errors import EnsmlError
 from ensml.models.speed import SpeedOptions, apply_speed, autocast, to_layout
+from ensml.scores.distributions import resolve_families
 from ensml.scores.gaussian import crps_gaussian
 from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible
 from ensml.train.msssim import ms_ssim
@@ -101,12 +102,19 @@ class SpreadTask(EnsembleTask):
 
 
 class MixedTask(EnsembleTask):
-    """Predict a Gaussian N(μ, σ²) of the verifying analysis at the target lead(s) from K members.
+    """Predict a distribution of the verifying analysis at the target lead(s) from K members.
 
+    The network gives, per output field, a location and a spread (and, for some families, more):
     μ = m_K + s · f_μ(x), σ = s · softplus(f_σ(x) + softplus⁻¹(s_K / s)), with m_K, s_K the subset
     mean and std and s the mean training spread; with ``local_affine``, the standardised μ and
-    log(σ / s) then pass the per-point affine layer (the research's locally connected layer). The
-    inputs also hold the analysis at initialisation unless ``use_analysis`` is false.
+    log(σ / s) then pass the per-point affine layer (the research's locally connected layer).
+    Each variable's family (``distribution``) turns them into its parameters
+    (:meth:`~ensml.scores.distributions.Family.from_moments`): N(μ, σ²) for z and t, a normal
+    truncated at 0 for wind speed, a censored shifted gamma for precipitation (a third output,
+    the shift), …; a Bernstein quantile network (``bqn``) takes d + 1 outputs per field as the
+    coefficients of its quantile function instead. The loss is the family's closed-form CRPS
+    (the mean pinball loss over quantile levels for ``bqn``), in units of s. The inputs also hold
+    the analysis at initialisation unless ``use_analysis`` is false.
 
     Parameters
     ----------
@@ -115,15 +123,19 @@ class MixedTask(EnsembleTask):
         Without it the model needs only the forecast, at a cost in skill that the README
         measures on the embedded data.
     scheme
-        ``joint``: one network predicts μ and σ, trained on the closed-form Gaussian CRPS.
-        ``two_stage``: the research's form, two networks trained side by side: stage 1 predicts
-        μ (a residual on the subset mean) with the mean squared error, stage 2 predicts σ with
-        the Gaussian CRPS around stage 1's μ, which it does not move (its gradient stops there).
+        ``joint``: one network predicts every parameter, trained on the family's CRPS.
+        ``two_stage``: the research's form (normal family only), two networks trained side by
+        side: stage 1 predicts μ (a residual on the subset mean) with the mean squared error,
+        stage 2 predicts σ with the Gaussian CRPS around stage 1's μ, which it does not move.
+    distribution
+        The family of each variable, e.g. ``{tp: csg0, si10: truncnormal}``; a variable not
+        named takes its default (:data:`ensml.names.DEFAULT_FAMILIES`: ``tp`` csg0, ``si10``
+        truncnormal, the rest normal). Families: ``normal``, ``truncnormal``, ``trunclogistic``,
+        ``cnormal``, ``clogistic``, ``csg0``, ``bqn`` (or ``bqn:<degree>``).
     **kwargs
         As :class:`~ensml.train.task_base.EnsembleTask`.
     """
 
-    n_outputs_per_var = 2
     quality_name = "crps"
     trains_on_analysis = True
 
@@ -132,10 +144,21 @@ class MixedTask(EnsembleTask):
         *args: Any,
         use_analysis: bool = True,
         scheme: Literal["joint", "two_stage"] = "joint",
+        distribution: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         if scheme not in ("joint", "two_stage"):
             raise EnsmlError(f"MixedTask scheme must be 'joint' or 'two_stage', got {scheme!r}")
+        variables = kwargs.get("variables", args[0] if args else ("z", "t"))
+        self.families = resolve_families(list(variables), distribution)
+        # Outputs per field: the most any family needs (2 for location-scale families).
+        self.n_outputs_per_var = max(f.n_raw for f in self.families)
+        if scheme == "two_stage" and self.n_outputs_per_var != 2:
+            chosen = ", ".join(f"{v}: {f.name}" for v, f in zip(variables, self.families))
+            raise EnsmlError(
+                "MixedTask scheme two_stage trains a location and a spread network: it needs "
+                f"location-scale families, got {chosen}"
+            )
         super().__init__(*args, **kwargs)
         if scheme == "two_stage":
             self.net = self.build_net(self.n_fields)
@@ -149,26 +172,69 @@ class MixedTask(EnsembleTask):
     def two_stage(self) -> bool:
         return self.hparams.get("scheme", "joint") == "two_stage"
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        n, s = self.n_fields, self.scale()
+    @property
+    def all_normal(self) -> bool:
+        return all(f.name == "normal" for f in self.families)
+
+    def _outputs(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """The network's outputs, one (B, F, D, H, W) tensor per part (location, spread, …)."""
         if self.two_stage:
-            out_mu, out_sigma = network(self, batch), network(self, batch, self.net_sigma)
-        else:
-            out = network(self, batch)
-            out_mu, out_sigma = out[:, :n], out[:, n:]
-        mu = self.at_targets(batch["mean_k"]) + s * out_mu
-        sigma = s * F.softplus(out_sigma + inverse_softplus(self.prior_std(batch) / s))
+            return [network(self, batch), network(self, batch, self.net_sigma)]
+        out, n = network(self, batch), self.n_fields
+        return [out[:, j * n : (j + 1) * n] for j in range(self.n_outputs_per_var)]
+
+    def _moments(self, batch: dict[str, torch.Tensor], raw: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Location μ and spread σ (B, F, D, H, W) in physical units, after the per-point layer."""
+        s = self.scale()
+        mu = self.at_targets(batch["mean_k"]) + s * raw[0]
+        sigma = s * F.softplus(raw[1] + inverse_softplus(self.prior_std(batch) / s))
         if self.local is not None:
             clim, anom_std = self.field_clim()
             mu = clim + anom_std * self.affine((mu - clim) / anom_std, 0)
             sigma = s * torch.exp(self.affine(torch.log(sigma / s), 1))
         return mu, sigma
 
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The location μ and spread σ of every output field (B, F, D, H, W): for the normal
+        family its mean and std."""
+        return self._moments(batch, self._outputs(batch))
+
+    def distributions(self, batch: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+        """Each variable's family parameters, ``{var: {param: (B, T, D, H, W)}}`` (T target leads)."""
+        raw = self._outputs(batch)
+        mu, sigma = self._moments(batch, raw)
+        s, n_var = self.scale(), len(self.families)
+        out = {}
+        for v, (var, family) in enumerate(zip(self.hparams.variables, self.families)):
+            at = slice(v, None, n_var)  # the variable's fields, one per target lead (lead-major)
+            unit = s[:, at]
+            if family.name.startswith("bqn"):
+                parts = [self.affine(r, j)[:, at] for j, r in enumerate(raw)][: family.n_raw]
+                centre = self.at_targets(batch["mean_k"])[:, at]
+                out[var] = family.link(parts, centre, self.prior_std(batch)[:, at], unit)
+            else:
+                extra = self.affine(raw[2], 2)[:, at] if family.n_raw > 2 else None
+                out[var] = family.from_moments(mu[:, at], sigma[:, at], extra, unit)
+        return out
+
+    def _crps_fields(self, batch: dict[str, torch.Tensor], scaled: bool) -> torch.Tensor:
+        """Each field's CRPS (B, F, D, H, W); in units of the spread scale s if ``scaled``."""
+        s, obs, n_var = self.scale(), batch["obs"], len(self.families)
+        if self.all_normal:  # the Gaussian's own path, float32, as before families existed
+            mu, sigma = self(batch)
+            if scaled:
+                return crps_gaussian(mu / s, sigma / s, obs / s, check=False)
+            return crps_gaussian(mu, sigma, obs, check=False)
+        fields = torch.empty_like(obs)
+        for v, params in enumerate(self.distributions(batch).values()):
+            at = slice(v, None, n_var)
+            crps = self.families[v].crps(params, obs[:, at])
+            fields[:, at] = crps / s[:, at] if scaled else crps
+        return fields
+
     def quality(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Area-weighted Gaussian CRPS of the fields scaled by the spread (the joint loss)."""
-        mu, sigma = self(batch)
-        s = self.scale()
-        return self.area_mean(crps_gaussian(mu / s, sigma / s, batch["obs"] / s, check=False))
+        """Area-weighted CRPS of the fields scaled by the spread (the joint loss)."""
+        return self.area_mean(self._crps_fields(batch, scaled=True))
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if not self.two_stage:
@@ -179,12 +245,14 @@ class MixedTask(EnsembleTask):
         return mse + self.area_mean(crps_gaussian(mu.detach() / s, sigma / s, batch["obs"] / s, check=False))
 
     def scores(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        mu, sigma = self(batch)
-        return {"crps": crps_gaussian(mu, sigma, batch["obs"], check=False)}
+        return {"crps": self._crps_fields(batch, scaled=False)}
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
-        mu, sigma = self(batch)
-        return {"index": batch["index"], "mean": mu, "std": sigma}
+        """``{"index": …, "<var>_<param>": (B, T, D, H, W), …}``: every variable's parameters."""
+        out = {"index": batch["index"]}
+        for var, params in self.distributions(batch).items():
+            out |= {f"{var}_{p}": value for p, value in params.items()}
+        return out
 
 
 __all__ = [

@@ -37,8 +37,10 @@ SURFACE_LEAD_DIMS = (INIT_TIME, LEAD_TIME, LATITUDE, LONGITUDE)
 class PredictionWriter(BasePredictionWriter):
     """Collect the predictions of ``ensml predict`` and write one netCDF file.
 
-    Variables: ``<var>_std`` (spread or predictive std) and, for post-processing, ``<var>_mean``
-    (predictive mean), dims (init_time, level, latitude, longitude), at the target lead time;
+    Variables: a spread model's ``<var>_std``; a mixed model's predictive distribution as its
+    family's parameters ``<var>_<param>`` (``<var>_mean`` and ``<var>_std`` for the normal,
+    ``tp_shape``, ``tp_scale``, ``tp_shift`` for a censored shifted gamma, …; the family of each
+    variable is in the run metadata), dims (init_time, level, latitude, longitude), at the target lead time;
     a model of several target leads adds a ``lead_time`` dimension after ``init_time``; a surface
     variable's have no ``level`` (see :mod:`ensml.data.surface`).
 
@@ -113,29 +115,25 @@ class PredictionWriter(BasePredictionWriter):
         }
         ds = xr.Dataset(coords=coords)
         kind = type(pl_module).__name__
-        for key in ("mean", "std"):
-            if key not in predictions[0]:
-                continue
-            values = torch.cat([p[key] for p in predictions]).float().cpu().numpy()
+        dims = (LEAD_DIMS, SURFACE_LEAD_DIMS) if several else (DIMS, SURFACE_DIMS)
+        if kind == "SpreadTask":
+            values = torch.cat([p["std"] for p in predictions]).float().cpu().numpy()
             values = values.reshape(
                 len(values), len(leads), len(hp.variables), *values.shape[2:]
             )  # lead-major
-            if not several:
-                values = values[:, 0]
-            dims, surface_dims = (LEAD_DIMS, SURFACE_LEAD_DIMS) if several else (DIMS, SURFACE_DIMS)
             for i, var in enumerate(hp.variables):
-                attrs = dict(VARIABLE_ATTRS.get(var, {}))
-                attrs.pop("standard_name", None)
-                base = attrs.get("long_name", var)
-                what = "predicted ensemble spread" if kind == "SpreadTask" else f"predictive {key}"
-                if key == "std" and kind == "SpreadTask":
-                    what = f"predicted {dm.spec.members}-member ensemble standard deviation"
-                attrs["long_name"] = f"{base}: {what}"
-                field = values[:, :, i] if several else values[:, i]
-                if pl_module.surface[i]:  # a surface variable: its levels are tied, keep one
-                    ds[f"{var}_{key}"] = (surface_dims, field[..., 0, :, :], attrs)
-                else:
-                    ds[f"{var}_{key}"] = (dims, field, attrs)
+                attrs = _attrs(var, f"predicted {dm.spec.members}-member ensemble standard deviation")
+                _put(ds, f"{var}_std", values[:, :, i], attrs, bool(pl_module.surface[i]), several, dims)
+        else:
+            for i, (var, family) in enumerate(zip(hp.variables, pl_module.families, strict=True)):
+                described = family.param_attrs(var, VARIABLE_ATTRS.get(var, {}))
+                for param in family.params:
+                    values = torch.cat([p[f"{var}_{param}"] for p in predictions]).float().cpu().numpy()
+                    if family.name == "normal":  # the Gaussian's names and attributes as before families
+                        attrs = _attrs(var, f"predictive {param}")
+                    else:
+                        attrs = described[param]
+                    _put(ds, f"{var}_{param}", values, attrs, bool(pl_module.surface[i]), several, dims)
         for name in ds.coords:
             ds[name].attrs.update(COORD_ATTRS.get(str(name), {}))
         ds = ds.sortby(INIT_TIME)
@@ -154,6 +152,26 @@ class PredictionWriter(BasePredictionWriter):
         self._folder.write_netcdf(ds, self.output.name, encoding=encoding, history=command())
 
 
+def _attrs(var: str, what: str) -> dict[str, str]:
+    """The variable's attributes without its standard name, the long name saying ``what``."""
+    attrs = dict(VARIABLE_ATTRS.get(var, {}))
+    attrs.pop("standard_name", None)
+    attrs["long_name"] = f"{attrs.get('long_name', var)}: {what}"
+    return attrs
+
+
+def _put(
+    ds: xr.Dataset, name: str, values: np.ndarray, attrs: dict, surface: bool, several: bool, dims: tuple
+) -> None:
+    """Add one (N, T, D, H, W) field: without ``lead_time`` for one target lead, and without
+    ``level`` for a surface variable (its levels are tied: keep one)."""
+    field = values if several else values[:, 0]
+    if surface:
+        ds[name] = (dims[1], field[..., 0, :, :], attrs)
+    else:
+        ds[name] = (dims[0], field, attrs)
+
+
 def run_meta(task: L.LightningModule, ensemble_size: int, checkpoint: str | Path | None) -> RunMeta:
     """The run metadata of ``task``'s predictions (:mod:`ensml.predictions`), from its checkpoint."""
     hp = task.hparams
@@ -168,4 +186,5 @@ def run_meta(task: L.LightningModule, ensemble_size: int, checkpoint: str | Path
         leads=tuple(task.target_leads),
         checkpoints=(file_sha256(checkpoint),) if has_checkpoint else (),
         surface=tuple(v for v, s in zip(hp.variables, task.surface.tolist(), strict=True) if s),
+        families=tuple(f.name for f in getattr(task, "families", ())),
     )

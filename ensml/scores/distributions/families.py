@@ -37,13 +37,21 @@ import xarray as xr
 
 from ensml.errors import EnsmlError
 from ensml.scores.distributions import closed
+from ensml.scores.reduce import infinite_error
 
 #: A logistic of standard deviation σ has scale σ·√3/π.
 LOGISTIC_SCALE = math.sqrt(3.0) / math.pi
+#: softplus⁻¹(0.1): a model's zero output gives a censored shifted gamma a shift of 0.1 units.
+SHIFT_OFFSET = math.log(math.expm1(0.1))
 
 
 def _is_torch(x: Any) -> bool:
     return isinstance(x, torch.Tensor)
+
+
+def _is_lazy(x: Any) -> bool:
+    """A dask-backed DataArray: its values are checked chunk by chunk when computed."""
+    return isinstance(x, xr.DataArray) and x.chunks is not None
 
 
 def _softplus_np(x: np.ndarray) -> np.ndarray:
@@ -93,6 +101,9 @@ class Family:
         else:
             arrays = [np.asarray(v) for v in values]
             dtype = np.result_type(*arrays, np.float32)
+            n_inf = int(np.count_nonzero(np.isinf(arrays[-1])))
+            if n_inf:  # parameters are refused by check_params; torch tensors are not synced for it
+                raise infinite_error(f"{self.name} score", "the observation", n_inf)
             t = [torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in arrays]
         t = list(torch.broadcast_tensors(*t))
         missing = torch.zeros_like(t[0], dtype=torch.bool)
@@ -160,14 +171,19 @@ class Family:
 
     # -- checks ------------------------------------------------------------------------------------
     def check_params(self, params: Mapping[str, Any], source: str) -> None:
-        """One line naming the parameter when one is missing or outside its range."""
+        """One line naming the parameter when one is missing or outside its range.
+
+        Torch tensors are not checked (that would sync a device; a link keeps them in range);
+        dask-backed DataArrays are checked chunk by chunk when a score of them is computed,
+        not here (that would compute them twice).
+        """
         missing = [k for k in self.params if k not in params]
         if missing:
             raise EnsmlError(f"{source} has no {', '.join(missing)} for the {self.name} family")
         for k, rule in self.ranges.items():
             v = params[k]
-            if isinstance(v, torch.Tensor):
-                continue  # checked where they are made (a link keeps them in range)
+            if isinstance(v, torch.Tensor) or _is_lazy(v):
+                continue
             arr = np.asarray(v.data if isinstance(v, xr.DataArray) else v)
             if arr.dtype.kind not in "fiub":
                 raise EnsmlError(
@@ -311,6 +327,15 @@ class LocationScale(Family):
         if self.bound == "none":
             return -log_pdf
         below = torch.full_like(y, math.inf)
+        if self.bound == "truncated" and self.kernel == "normal":
+            # for lo = −μ/σ > 0, (z² − lo²)/2 − log Φ(−lo) cancels (eps·lo² nats); with u = y/σ
+            # and the Mills ratio R: u(u + 2 lo)/2 + log R(lo) + log σ + log √(2π) − log √(2π)
+            lo = -mu / s
+            upper = lo > 0
+            lo_m = torch.where(upper, lo, torch.ones_like(lo))
+            u = torch.clamp_min(y, 0.0) / s
+            far = 0.5 * u * (u + 2.0 * lo_m) + torch.log(closed._mills(lo_m)) + torch.log(s)
+            return torch.where(y < 0, below, torch.where(upper, far, -(log_pdf - log_sf_l)))
         if self.bound == "truncated":
             return torch.where(y < 0, below, -(log_pdf - log_sf_l))
         return torch.where(y < 0, below, torch.where(y == 0, -log_cdf_l, -log_pdf))
@@ -325,32 +350,77 @@ class LocationScale(Family):
 
         return special.ndtr(z) if self.kernel == "normal" else special.expit(z)
 
+    def _log_tail_ratio(self, lo: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """``log P(X > lo + u)/P(X > lo)`` of the standard parent (u ≥ 0), exact for lo ≫ 0.
+
+        The tails themselves underflow from lo ≈ 38 (normal) or 745 (logistic), and their
+        logs, of size lo²/2 or lo, cancel; in Mills ratios R (normal) or with softplus(x) =
+        x + log1p(e^−x) (logistic) the difference ``u`` enters exactly.
+        """
+        from scipy import special
+
+        z = lo + u
+        upper = lo > 0
+        lo_m, z_m = np.where(upper, lo, 1.0), np.where(upper, z, 1.0 + u)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if self.kernel == "normal":
+                # R(x) = √(π/2) erfcx(x/√2) and φ(z)/φ(lo) = exp(−u(z + lo)/2)
+                far = -0.5 * u * (z_m + lo_m) + np.log(special.erfcx(z_m / math.sqrt(2.0)))
+                far -= np.log(special.erfcx(lo_m / math.sqrt(2.0)))
+                near = special.log_ndtr(-z) - special.log_ndtr(-lo)
+            else:  # log P(X > x) = −softplus(x)
+                far = -u - np.log1p(np.exp(-z_m)) + np.log1p(np.exp(-lo_m))
+                near = _softplus_np(lo) - _softplus_np(z)
+        return np.where(upper, far, near)
+
+    def _trunc_ppf_std(self, lo: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """The truncated standard parent's quantile minus ``lo`` (the quantile in units of σ
+        above 0): solves ``P(X > lo + t)/P(X > lo) = 1 − u`` in logs, exact for lo ≫ 0."""
+        from scipy import special
+
+        log_v = np.log1p(-u)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if self.kernel == "normal":
+                # absolute error ~eps·lo in t, i.e. ~eps·|μ| in the quantile
+                return -special.ndtri_exp(log_v + special.log_ndtr(-lo)) - lo
+            # −softplus(lo + t) = log_v − softplus(lo); for lo > 0 with b = −log_v + log1p(e^−lo),
+            # t = b + log1p(−e^−(lo + b)), which holds no difference of large numbers
+            lo_m = np.where(lo > 0, lo, 1.0)
+            b = -log_v + np.log1p(np.exp(-lo_m))
+            far = b + np.log1p(-np.exp(-(lo_m + b)))
+            w = _softplus_np(lo) - log_v
+            near = w + np.log(-np.expm1(-w)) - lo  # softplus⁻¹(w) − lo
+        return np.where(lo > 0, far, near)
+
     def ppf(self, params: Mapping[str, np.ndarray], u: np.ndarray) -> np.ndarray:
         mu, s = np.asarray(params[self._loc], np.float64), np.asarray(params[self._scale], np.float64)
         u = np.asarray(u, np.float64)
         if self.bound == "truncated":
-            # P(X ≤ 0) + u·P(X > 0), from the upper tail so that a far-below-0 location stays exact
-            sf0 = self._std_cdf(mu / np.where(s > 0, s, 1.0))
-            x = mu - s * self._std_ppf((1.0 - u) * sf0)
-            return np.where(s > 0, np.maximum(x, 0.0), np.maximum(mu, 0.0))
-        x = mu + s * self._std_ppf(u)
-        return np.maximum(x, 0.0) if self.bound == "censored" else x
+            s1 = np.where(s > 0, s, 1.0)
+            x = s * np.maximum(self._trunc_ppf_std(-mu / s1, u), 0.0)
+            x = np.where(s > 0, x, np.maximum(mu, 0.0))
+        else:
+            x = mu + s * self._std_ppf(u)
+            if self.bound == "censored":
+                x = np.maximum(x, 0.0)
+        return np.where(np.isnan(mu) | np.isnan(s), np.nan, x)
 
     def cdf(self, params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
         mu, s = np.asarray(params[self._loc], np.float64), np.asarray(params[self._scale], np.float64)
         x = np.asarray(x, np.float64)
+        s1 = np.where(s > 0, s, 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(s > 0, (x - mu) / s, np.where(x >= mu, np.inf, -np.inf))
-        f = self._std_cdf(z)
-        if self.bound == "none":
-            return f
-        if self.bound == "censored":
-            return np.where(x < 0, 0.0, f)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z0 = np.where(s > 0, -mu / s, np.where(mu <= 0, np.inf, -np.inf))
-        f0 = self._std_cdf(z0)
-        trunc = np.where(f0 < 1, (f - f0) / np.where(f0 < 1, 1 - f0, 1.0), (x >= 0).astype(float))
-        return np.where(x < 0, 0.0, np.clip(trunc, 0.0, 1.0))
+            z = np.where(s > 0, (x - mu) / s1, np.where(x >= mu, np.inf, -np.inf))
+        if self.bound == "truncated":
+            # 1 − P(X > x)/P(X > 0), from the ratio of the tails so that μ ≪ 0 stays exact
+            f = -np.expm1(self._log_tail_ratio(-mu / s1, np.maximum(x, 0.0) / s1))
+            f = np.where(s > 0, f, (x >= np.maximum(mu, 0.0)).astype(float))
+            f = np.clip(f, 0.0, 1.0) + 0.0  # not −0.0 at x = 0
+        else:
+            f = self._std_cdf(z)
+        if self.bound != "none":
+            f = np.where(x < 0, 0.0, f)
+        return np.where(np.isnan(mu) | np.isnan(s) | np.isnan(x), np.nan, f)
 
     def from_moments(self, mu: Any, sigma: Any, extra: Any = None, unit: Any = 1.0) -> dict[str, Any]:
         scale = sigma * LOGISTIC_SCALE if self.kernel == "logistic" else sigma
@@ -421,14 +491,19 @@ class CSG0(Family):
 
     def from_moments(self, mu: Any, sigma: Any, extra: Any = None, unit: Any = 1.0) -> dict[str, Any]:
         """``mu`` and ``sigma`` are the mean and standard deviation of X (mu made > 0 by a
-        softplus at the scale ``unit``); the shift is ``unit·softplus(extra)``."""
+        softplus at the scale ``unit``); the shift is ``unit·softplus(extra + SHIFT_OFFSET)``, a
+        tenth of ``unit`` at ``extra = 0``."""
         if _is_torch(mu):
             softplus = torch.nn.functional.softplus
             m = unit * softplus(mu / unit)
-            shift = unit * softplus(extra) if extra is not None else torch.zeros_like(mu)
+            shift = unit * softplus(extra + SHIFT_OFFSET) if extra is not None else torch.zeros_like(mu)
         else:
             m = unit * _softplus_np(np.asarray(mu) / unit)
-            shift = unit * _softplus_np(np.asarray(extra)) if extra is not None else np.zeros_like(m)
+            shift = (
+                unit * _softplus_np(np.asarray(extra) + SHIFT_OFFSET)
+                if extra is not None
+                else np.zeros_like(m)
+            )
         return {"shape": (m / sigma) ** 2, "scale": sigma**2 / m, "shift": shift}
 
 
