@@ -1,6 +1,9 @@
-"""EMOS / non-homogeneous Gaussian regression (Gneiting, Raftery, Westveld & Goldman 2005).
+"""EMOS / non-homogeneous regression (Gneiting, Raftery, Westveld & Goldman 2005).
 
-``μ = a + b·m``, ``σ = sqrt(c + d·s²)`` from the ensemble mean ``m`` and std ``s``, with one set
+``μ = a + b·m``, ``σ = sqrt(c + d·s²)`` from the ensemble mean ``m`` and std ``s``: the mean and
+std of a Gaussian, or the location and spread that another family maps to its parameters (a
+normal truncated at 0 for wind, IMPROVER's choice; a censored shifted gamma for precipitation,
+Scheuerer & Hamill 2015, with a per-point shift in ``extra``), with one set
 of coefficients per variable and level (global EMOS) or per variable, level and grid point
 (local EMOS). Coefficients act on standardised inputs (``loc``/``scale`` per variable and level)
 so that one optimiser step suits geopotential and temperature alike; ``c, d ≥ 0`` through a
@@ -32,11 +35,21 @@ class EMOS(nn.Module):
         V and D.
     grid
         ``(H, W)`` for local EMOS (coefficients per grid point), ``None`` for global EMOS.
+    n_extra
+        Further coefficients per variable and level (and point), unconstrained, starting at 0:
+        the shift of a censored shifted gamma (:mod:`ensml.scores.distributions`), which the fit
+        maps from ``(μ, σ, extra)`` to the family's parameters.
     """
 
-    def __init__(self, n_vars: int, n_levels: int, grid: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, n_vars: int, n_levels: int, grid: tuple[int, int] | None = None, n_extra: int = 0
+    ) -> None:
         super().__init__()
         shape = (n_vars, n_levels, *(grid if grid is not None else (1, 1)))
+        if n_extra:
+            self.extra = nn.Parameter(torch.zeros(n_extra, *shape))
+        else:
+            self.register_parameter("extra", None)
         self.a = nn.Parameter(torch.zeros(shape))
         self.b = nn.Parameter(torch.ones(shape))
         self.c_raw = nn.Parameter(torch.full(shape, _inv_softplus(0.01)))

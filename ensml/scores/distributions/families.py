@@ -212,8 +212,8 @@ class Family:
         bad = arr < self.lower
         if np.any(bad):
             raise EnsmlError(
-                f"{source} holds {int(bad.sum())} value(s) below {self.lower:g} "
-                f"(min {float(arr[bad].min()):.6g}), outside the support of the {self.name} family; "
+                f"{source}: {int(bad.sum())} value(s) below {self.lower:g} (min {float(arr[bad].min()):.6g}) "
+                f"lie outside the support of the {self.name} family; "
                 "choose a family without a bound, e.g. normal"
             )
 
@@ -378,11 +378,17 @@ class LocationScale(Family):
         above 0): solves ``P(X > lo + t)/P(X > lo) = 1 − u`` in logs, exact for lo ≫ 0."""
         from scipy import special
 
-        log_v = np.log1p(-u)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            log_v = np.log1p(-u)
             if self.kernel == "normal":
-                # absolute error ~eps·lo in t, i.e. ~eps·|μ| in the quantile
-                return -special.ndtri_exp(log_v + special.log_ndtr(-lo)) - lo
+                t = -special.ndtri_exp(log_v + special.log_ndtr(-lo)) - lo
+                # ndtri_exp is good to ~1e-12·lo here; one Newton step on the exact log tail
+                # ratio (slope −1/R(lo + t), R the Mills ratio) makes t exact to rounding
+                step = np.isfinite(t) & (lo > 0)
+                z_m = np.where(step, lo + t, 1.0)
+                mills = math.sqrt(math.pi / 2.0) * special.erfcx(z_m / math.sqrt(2.0))
+                newton = t + (self._log_tail_ratio(np.where(step, lo, 1.0), z_m - lo) - log_v) * mills
+                return np.where(step, newton, t)
             # −softplus(lo + t) = log_v − softplus(lo); for lo > 0 with b = −log_v + log1p(e^−lo),
             # t = b + log1p(−e^−(lo + b)), which holds no difference of large numbers
             lo_m = np.where(lo > 0, lo, 1.0)
