@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import dask
 import numpy as np
 import xarray as xr
 
@@ -31,7 +32,9 @@ def compute_stats(
         ``anom_std`` (V, D): std of the departures from ``clim_mean``;
         ``spread_scale`` (V, D): mean ensemble std (ddof 0) at the last target lead (the scale of
         the spread inputs); ``target_scale`` (T, V, D): the same at each of the T target leads
-        (the scale of the outputs). Units are those of each variable; V = variables, D = levels.
+        (the scale of the outputs); ``minimum`` (V,): the smallest member value (what a family
+        bounded at 0 is checked against). Units are those of each variable; V = variables,
+        D = levels.
     """
     step = max(1, int(np.ceil(len(train_inits) / max_inits)))
     inits = np.asarray(train_inits)[::step]
@@ -40,7 +43,9 @@ def compute_stats(
     clim = inputs.mean([INIT_TIME, LEAD_TIME, MEMBER])
     anom_std = (inputs - clim).std([INIT_TIME, LEAD_TIME, MEMBER, LATITUDE, LONGITUDE])
     spread = fc.sel({LEAD_TIME: list(target_leads)}).std(MEMBER).mean([INIT_TIME, LATITUDE, LONGITUDE])
-    clim, anom_std, spread = xr.align(*(x.compute() for x in (clim, anom_std, spread)), join="exact")
+    minimum = fc.min([INIT_TIME, LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE])
+    clim, anom_std, spread, minimum = dask.compute(clim, anom_std, spread, minimum)
+    clim, anom_std, spread = xr.align(clim, anom_std, spread, join="exact")
 
     def stack(ds: xr.Dataset) -> np.ndarray:
         return np.stack([ds[v].values for v in variables]).astype(np.float32)
@@ -51,6 +56,7 @@ def compute_stats(
         "anom_std": stack(anom_std),
         "spread_scale": target[-1],
         "target_scale": target,
+        "minimum": np.array([float(minimum[v]) for v in variables], dtype=np.float32),
     }
     # A constant field would divide by zero downstream; fall back to unit scale.
     for key in ("anom_std", "spread_scale", "target_scale"):

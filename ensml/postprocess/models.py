@@ -22,6 +22,7 @@ import torch
 from ensml.errors import EnsmlError
 from ensml.names import format_lead, parse_leads
 from ensml.predictions import RunMeta, file_sha256
+from ensml.scores.distributions import resolve_families
 from ensml.train.tasks import GRID_KEY, EnsembleTask
 
 TASKS = ("MixedTask", "SpreadTask")
@@ -73,6 +74,17 @@ class CheckpointInfo:
     @property
     def uses_analysis(self) -> bool:
         return self.task == "MixedTask" and bool(self.hparams.get("use_analysis", True))
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The predictive family of each variable (a mixed model's; a spread model has none)."""
+        if self.task != "MixedTask":
+            return ()
+        variables = [str(v) for v in self.hparams.get("variables", ())]
+        chosen = resolve_families(
+            variables, self.hparams.get("distribution"), f"checkpoint {self.path}: distribution"
+        )
+        return tuple(f.name for f in chosen)
 
 
 def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
@@ -134,6 +146,12 @@ class ModelSet:
                         f"checkpoints {first.path} and {other.path} differ in {key} "
                         f"({first.hparams[key]} vs {other.hparams[key]}): all must cover the same fields"
                     )
+            if other.families != first.families:
+                raise EnsmlError(
+                    f"checkpoints {first.path} and {other.path} predict different families "
+                    f"({_families_text(first)} vs {_families_text(other)}): "
+                    "post-process one family per variable"
+                )
             if first.grid and other.grid and not _same_grid(first.grid, other.grid):
                 raise EnsmlError(f"checkpoints {first.path} and {other.path} were trained on different grids")
         return cls(tuple(infos))
@@ -183,6 +201,7 @@ class ModelSet:
             leads=tuple(self.leads),
             checkpoints=tuple(self.identity),
             surface=tuple(self.surface),
+            families=self.checkpoints[0].families,
         )
 
     @property
@@ -202,6 +221,10 @@ class ModelSet:
     def identity(self) -> list[str]:
         """The checkpoints' SHA-256, by lead: what an output depends on (not where the files are)."""
         return [c.sha256 for c in self.checkpoints]
+
+
+def _families_text(info: CheckpointInfo) -> str:
+    return ", ".join(f"{v}: {f}" for v, f in zip(info.hparams["variables"], info.families)) or "none"
 
 
 def _same_grid(a: dict[str, Any], b: dict[str, Any]) -> bool:

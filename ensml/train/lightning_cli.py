@@ -14,6 +14,7 @@ from lightning.pytorch.cli import LightningCLI
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError
 from ensml.logs import apply_levels, quiet
+from ensml.scores.distributions import resolve_families
 from ensml.train import decentralised  # noqa: F401  (registers eager_solo, eager_majority, wagma)
 from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
 from ensml.train.options import check_trainer_options  # [cli: option ranges]
@@ -108,6 +109,7 @@ class EnsmlCLI(LightningCLI):
         # It also replaces the configured model by the checkpoint's: a checkpoint of another
         # task or network is an error, not a silent switch.
         requested = self._model_identity()
+        requested_families = self._families()
         try:
             super()._parse_ckpt_path()
         except Exception as exc:
@@ -123,6 +125,31 @@ class EnsmlCLI(LightningCLI):
             raise EnsmlError(
                 f"checkpoint {path} holds a {saved} model, the config asks for a {requested} model"
             )
+        # The checkpoint's hyperparameters replace the config's: a family asked for that differs
+        # from the one the checkpoint was trained in would be silently ignored, so refuse it.
+        saved_families = self._families(explicit=False)
+        if requested_families is not None and requested_families != saved_families:
+            path = self.config[self.config.subcommand].get("ckpt_path")
+            raise EnsmlError(
+                f"checkpoint {path} was trained with distribution {_mapping(saved_families)}, the config "
+                f"asks for {_mapping(requested_families)}: a checkpoint is applied in the family it was "
+                "trained in"
+            )
+
+    def _families(self, explicit: bool = True) -> dict[str, str] | None:
+        """The family of each variable of the parsed config's model; None where the config names
+        no ``distribution`` and ``explicit`` (the defaults then apply)."""
+        sub = self.config.get("subcommand") if self.config is not None else None
+        model = self.config[sub].get("model") if sub else None
+        init_args = (model.get("init_args") or model.get("dict_kwargs") or {}) if model is not None else {}
+        distribution = init_args.get("distribution") if hasattr(init_args, "get") else None
+        if model is None or (explicit and not distribution):
+            return None
+        variables = [
+            str(v) for v in (init_args.get("variables") or self.config[sub]["data"].get("variables") or ())
+        ]
+        chosen = resolve_families(variables, dict(distribution or {}))
+        return {v: f.name for v, f in zip(variables, chosen)}
 
     def _model_identity(self) -> str | None:
         """``"<Task> '<arch>'"`` of the model in the parsed config (None before parsing)."""
@@ -137,6 +164,9 @@ class EnsmlCLI(LightningCLI):
     def _check_inputs(self) -> None:
         # Open and validate the data now, so a bad input fails before logs or checkpoints exist.
         _ = self.datamodule.spec
+        check_data = getattr(self.model, "check_data", None)
+        if check_data is not None and self.subcommand == "fit":  # e.g. a family bounded at 0, negative data
+            check_data(self.datamodule)
         check_device = getattr(self.model, "check_device", None)
         if check_device is not None:  # options the device cannot honour (offload: host on a CPU)
             check_device(self.trainer.strategy.root_device)
@@ -177,6 +207,10 @@ class _NoTips(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("💡")
+
+
+def _mapping(families: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{v}: {f}" for v, f in families.items()) + "}"
 
 
 def quiet_lightning() -> None:

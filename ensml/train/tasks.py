@@ -172,6 +172,22 @@ class MixedTask(EnsembleTask):
     def two_stage(self) -> bool:
         return self.hparams.get("scheme", "joint") == "two_stage"
 
+    def check_data(self, data: Any) -> None:
+        """Refuse a family bounded at 0 for a variable whose training forecasts go below 0.
+
+        ``data`` is the data module (its training statistics hold each variable's minimum).
+        """
+        minimum = data.stats.get("minimum")
+        if minimum is None:
+            return
+        for var, family, low in zip(self.hparams.variables, self.families, minimum, strict=True):
+            if family.lower is not None and float(low) < family.lower:
+                raise EnsmlError(
+                    f"model.distribution.{var}: {family.name} is bounded below at {family.lower:g}, "
+                    f"but the training forecasts of {var} reach {float(low):.6g}; choose a family "
+                    "without a bound (normal, or bqn for a variable ensml does not know to be positive)"
+                )
+
     @property
     def all_normal(self) -> bool:
         return all(f.name == "normal" for f in self.families)
