@@ -144,6 +144,40 @@ DEFAULT_FAMILIES: dict[str, str] = {
 }
 
 
+#: The parameters of each predictive family, as files name them (``{var}_{param}``); the
+#: families themselves are :mod:`ensml.scores.distributions`.
+FAMILY_PARAMS: dict[str, tuple[str, ...]] = {
+    "normal": ("mean", "std"),
+    "truncnormal": ("loc", "scale"),
+    "trunclogistic": ("loc", "scale"),
+    "cnormal": ("loc", "scale"),
+    "clogistic": ("loc", "scale"),
+    "csg0": ("shape", "scale", "shift"),
+}
+#: The Bernstein quantile network's degree when a config says just ``bqn``.
+BQN_DEFAULT_DEGREE = 8
+
+
+def bqn_degree(name: str) -> int:
+    """``bqn`` → the default degree, ``bqn:12`` → 12 (2 … 30); a one-line error otherwise."""
+    match = re.fullmatch(r"bqn(?::(\d+))?", name)
+    if not match:
+        raise EnsmlError(f"unknown distribution {name!r}: the quantile network is 'bqn' or 'bqn:<degree>'")
+    degree = int(match.group(1) or BQN_DEFAULT_DEGREE)
+    if not 2 <= degree <= 30:
+        raise EnsmlError(f"bqn degree must be 2 … 30, got {degree} in {name!r}")
+    return degree
+
+
+def family_params(name: str) -> tuple[str, ...]:
+    """The parameter names of the family ``name`` (``bqn:<d>``: ``alpha0`` … ``alpha<d>``)."""
+    if name.startswith("bqn"):
+        return tuple(f"alpha{j}" for j in range(bqn_degree(name) + 1))
+    if name not in FAMILY_PARAMS:
+        raise EnsmlError(f"unknown distribution {name!r} (known: {', '.join([*FAMILY_PARAMS, 'bqn'])})")
+    return FAMILY_PARAMS[name]
+
+
 def default_family(var: str, standard_name: str | None = None) -> str:
     """The family of ``var`` when none is configured (see :data:`DEFAULT_FAMILIES`)."""
     return DEFAULT_FAMILIES.get(var) or DEFAULT_FAMILIES.get(standard_name or "", "normal")

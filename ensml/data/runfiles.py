@@ -28,6 +28,7 @@ from ensml.names import (
     MEMBER,
     VALID_TIME,
     LeadLike,
+    family_params,
     format_leads,
     parse_leads,
 )
@@ -48,11 +49,18 @@ class Role:
     suffixes: tuple[str, ...]  # read ``<var><suffix>`` for each scored variable
     option: str  # the command-line option, for messages
     member: bool = False  # what is read has a member dim (calibrated members)
+    family: bool = False  # read each variable's predictive family's parameters (``<var>_<param>``)
+
+    def needed(self, variables: Sequence[str], meta: RunMeta) -> list[str]:
+        """The variables read from a file of the run ``meta`` for the scored ``variables``."""
+        if self.family:
+            return [f"{v}_{p}" for v in variables for p in family_params(meta.family_of(v))]
+        return [f"{v}{s}" for v in variables for s in self.suffixes]
 
 
 #: The options that take files of ``ensml predict`` / ``ensml postprocess``.
 ROLES = {
-    "predictions": Role("MixedTask", ("_mean", "_std"), "--predictions"),
+    "predictions": Role("MixedTask", (), "--predictions", family=True),
     "spread predictions": Role("SpreadTask", ("_std",), "--spread_predictions"),
     "members": Role(None, ("",), "--members", member=True),
 }
@@ -110,7 +118,7 @@ def scan_run(paths: Paths, what: str, variables: Sequence[str], partial: bool = 
         missing (recorded in ``missing`` instead for a partial frame), or files of two runs.
     """
     role = ROLES[what]
-    needed = [f"{v}{s}" for v in variables for s in role.suffixes]
+    needed: list[str] = []  # of the first file: the files of one run hold the same (one_run checks)
     metas: dict[str, RunMeta] = {}
     missing: set[str] = set()
 
@@ -123,6 +131,7 @@ def scan_run(paths: Paths, what: str, variables: Sequence[str], partial: bool = 
             raise EnsmlError(
                 f"{name} holds {kind} predictions (ensml_task {meta.task}): pass it as {ROLES[other].option}"
             )
+        needed[:] = needed or role.needed(variables, meta)
         absent = [n for n in needed if n not in ds.data_vars or (role.member and MEMBER not in ds[n].dims)]
         if absent and not partial:
             found = ", ".join(map(str, ds.data_vars))

@@ -15,7 +15,6 @@ closed form of the normal it approximates).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,24 +23,19 @@ import numpy as np
 import torch
 
 from ensml.errors import EnsmlError
-from ensml.scores.distributions.families import Family
+from ensml.names import BQN_DEFAULT_DEGREE, bqn_degree, family_params
+from ensml.scores.distributions.families import Family, _is_lazy
 
 #: Degree when a config says just ``bqn``.
-DEFAULT_DEGREE = 8
+DEFAULT_DEGREE = BQN_DEFAULT_DEGREE
 #: Quantile levels of the CRPS integral (midpoints) and of the cdf's inversion.
 N_LEVELS = 100
 _GRID = 1001
 
 
 def parse_degree(name: str) -> int:
-    """``bqn`` → the default degree, ``bqn:12`` → 12 (2 … 30)."""
-    match = re.fullmatch(r"bqn(?::(\d+))?", name)
-    if not match:
-        raise EnsmlError(f"unknown distribution {name!r}: the quantile network is 'bqn' or 'bqn:<degree>'")
-    degree = int(match.group(1) or DEFAULT_DEGREE)
-    if not 2 <= degree <= 30:
-        raise EnsmlError(f"bqn degree must be 2 … 30, got {degree} in {name!r}")
-    return degree
+    """``bqn`` → the default degree, ``bqn:12`` → 12 (2 … 30): :func:`ensml.names.bqn_degree`."""
+    return bqn_degree(name)
 
 
 def bernstein_basis(tau: np.ndarray, degree: int) -> np.ndarray:
@@ -58,8 +52,8 @@ class BQN(Family):
 
     @classmethod
     def of_degree(cls, degree: int, lower: float | None) -> BQN:
-        params = tuple(f"alpha{j}" for j in range(degree + 1))
         name = "bqn" if degree == DEFAULT_DEGREE else f"bqn:{degree}"
+        params = family_params(name)
         return cls(name, params, lower, lower is not None, f"Bernstein quantile function of degree {degree}")
 
     @property
@@ -81,7 +75,7 @@ class BQN(Family):
     def check_params(self, params: Mapping[str, Any], source: str) -> None:
         super().check_params(params, source)
         values = [params[k] for k in self.params]
-        if any(isinstance(v, torch.Tensor) for v in values):
+        if any(isinstance(v, torch.Tensor) or _is_lazy(v) for v in values):
             return
         arr = np.stack(np.broadcast_arrays(*(np.asarray(getattr(v, "data", v)) for v in values)))
         decreasing = np.diff(arr, axis=0) < 0
@@ -136,7 +130,8 @@ class BQN(Family):
         f = np.where(
             i == 0, 0.0, np.where(i >= _GRID, 1.0, tau[lo] + np.clip(frac, 0, 1) * (tau[hi] - tau[lo]))
         )
-        return f
+        missing = np.isnan(q).any(-1) | np.isnan(xb[..., 0])  # NaN compares False: F would be 0
+        return np.where(missing, np.nan, f)
 
     def from_moments(self, mu: Any, sigma: Any, extra: Any = None, unit: Any = 1.0) -> dict[str, Any]:
         raise EnsmlError(

@@ -36,6 +36,7 @@ import torch
 import xarray as xr
 
 from ensml.errors import EnsmlError
+from ensml.names import bqn_degree, family_params
 from ensml.scores.distributions import closed
 from ensml.scores.reduce import infinite_error
 
@@ -524,7 +525,7 @@ class _Spec:
 
 
 def _location_scale(name: str, kernel: str, bound: str, summary: str) -> _Spec:
-    params = ("mean", "std") if name == "normal" else ("loc", "scale")
+    params = family_params(name)
     lower = None if bound == "none" else 0.0
 
     def make() -> Family:
@@ -544,7 +545,7 @@ FAMILIES: dict[str, _Spec] = {
     "cnormal": _location_scale("cnormal", "normal", "censored", "normal censored at 0: a point mass at 0"),
     "clogistic": _location_scale("clogistic", "logistic", "censored", "logistic censored at 0"),
     "csg0": _Spec(
-        lambda: CSG0("csg0", ("shape", "scale", "shift"), 0.0, True, "censored shifted gamma: precipitation"),
+        lambda: CSG0("csg0", family_params("csg0"), 0.0, True, "censored shifted gamma: precipitation"),
         "censored shifted gamma: precipitation",
     ),
 }
@@ -565,9 +566,9 @@ def get_family(spec: str | Family, lower: float | None = None) -> Family:
     if key in _cache:
         return _cache[key]
     if name.startswith("bqn"):
-        from ensml.scores.distributions.bqn import BQN, parse_degree
+        from ensml.scores.distributions.bqn import BQN
 
-        family: Family = BQN.of_degree(parse_degree(name), lower)
+        family: Family = BQN.of_degree(bqn_degree(name), lower)
     elif name in FAMILIES:
         family = FAMILIES[name].make()
     else:
