@@ -89,7 +89,19 @@ def _train_predict(
     log.restore_best(task)
     out = trainer.predict(task, dataloaders=dm.predict_dataloader())
     pred = {key: torch.cat([o[key] for o in out]).numpy() for key in out[0]}
-    return pred, took, log
+    return _as_fields(task, pred), took, log
+
+
+def _as_fields(task: EnsembleTask, pred: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A Gaussian mixed model's per-variable ``<var>_mean``/``<var>_std`` (N, T, D, H, W) as the
+    (N, T·V, D, H, W) lead-major fields ``mean``/``std`` that the tables score."""
+    if not isinstance(task, MixedTask) or not task.all_normal:
+        return pred
+    out = {"index": pred["index"]}
+    for param in ("mean", "std"):
+        stacked = np.stack([pred[f"{v}_{param}"] for v in task.hparams.variables], axis=2)  # (N, T, V, …)
+        out[param] = stacked.reshape(len(stacked), -1, *stacked.shape[3:])
+    return out
 
 
 def _at_targets(x: torch.Tensor, indices: list[int]) -> torch.Tensor:
