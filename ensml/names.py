@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -181,6 +181,37 @@ def family_params(name: str) -> tuple[str, ...]:
 def default_family(var: str, standard_name: str | None = None) -> str:
     """The family of ``var`` when none is configured (see :data:`DEFAULT_FAMILIES`)."""
     return DEFAULT_FAMILIES.get(var) or DEFAULT_FAMILIES.get(standard_name or "", "normal")
+
+
+def family_names(
+    variables: Sequence[str], distribution: Mapping[str, str] | None, option: str = "model.distribution"
+) -> tuple[str, ...]:
+    """The family of each of ``variables``: ``distribution[var]`` where given, else the default.
+
+    Names come back canonical (``bqn:8`` is ``bqn``, the default degree). A one-line error names
+    ``option`` and the value for a variable not among ``variables`` or a family ensml does not
+    know. The families themselves are :func:`ensml.scores.distributions.resolve_families`.
+    """
+    if distribution is not None and not isinstance(distribution, Mapping):
+        raise EnsmlError(f"{option} must map variables to families, e.g. {{tp: csg0}}, got {distribution!r}")
+    chosen = {str(k): str(v).strip() for k, v in (distribution or {}).items()}
+    unknown = [v for v in chosen if v not in variables]
+    if unknown:
+        raise EnsmlError(
+            f"{option} names {', '.join(unknown)}, not among the variables ({', '.join(variables)})"
+        )
+    names = []
+    for var in variables:
+        name = chosen.get(var, default_family(var))
+        try:
+            family_params(name)
+        except EnsmlError as exc:
+            raise EnsmlError(f"{option}.{var}: {exc}") from None
+        if name.startswith("bqn"):
+            degree = bqn_degree(name)
+            name = "bqn" if degree == BQN_DEFAULT_DEGREE else f"bqn:{degree}"
+        names.append(name)
+    return tuple(names)
 
 
 def as_list(value: Any) -> list | None:

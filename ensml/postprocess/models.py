@@ -20,9 +20,8 @@ import numpy as np
 import torch
 
 from ensml.errors import EnsmlError
-from ensml.names import format_lead, parse_leads
+from ensml.names import family_names, format_lead, parse_leads
 from ensml.predictions import RunMeta, file_sha256
-from ensml.scores.distributions import resolve_families
 from ensml.train.tasks import GRID_KEY, EnsembleTask
 
 TASKS = ("MixedTask", "SpreadTask")
@@ -81,10 +80,8 @@ class CheckpointInfo:
         if self.task != "MixedTask":
             return ()
         variables = [str(v) for v in self.hparams.get("variables", ())]
-        chosen = resolve_families(
-            variables, self.hparams.get("distribution"), f"checkpoint {self.path}: distribution"
-        )
-        return tuple(f.name for f in chosen)
+        option = f"checkpoint {self.path}: distribution"
+        return family_names(variables, self.hparams.get("distribution"), option)
 
 
 def inspect_checkpoint(path: str | Path) -> CheckpointInfo:

@@ -14,7 +14,7 @@ from lightning.pytorch.cli import LightningCLI
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError
 from ensml.logs import apply_levels, quiet
-from ensml.scores.distributions import resolve_families
+from ensml.names import family_names
 from ensml.train import decentralised  # noqa: F401  (registers eager_solo, eager_majority, wagma)
 from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
 from ensml.train.options import check_trainer_options  # [cli: option ranges]
@@ -148,8 +148,7 @@ class EnsmlCLI(LightningCLI):
         variables = [
             str(v) for v in (init_args.get("variables") or self.config[sub]["data"].get("variables") or ())
         ]
-        chosen = resolve_families(variables, dict(distribution or {}))
-        return {v: f.name for v, f in zip(variables, chosen)}
+        return dict(zip(variables, family_names(variables, dict(distribution or {}))))
 
     def _model_identity(self) -> str | None:
         """``"<Task> '<arch>'"`` of the model in the parsed config (None before parsing)."""

@@ -7,6 +7,7 @@ leads × variables, lead-major), ``D`` levels, ``H × W`` grid.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import torch
@@ -14,7 +15,8 @@ import torch.nn.functional as F
 
 from ensml.errors import EnsmlError
 from ensml.models.speed import SpeedOptions, apply_speed, autocast, to_layout
-from ensml.scores.distributions import resolve_families
+from ensml.names import family_names, family_params
+from ensml.scores.distributions import Family, family_for
 from ensml.scores.gaussian import crps_gaussian
 from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible
 from ensml.train.msssim import ms_ssim
@@ -149,12 +151,14 @@ class MixedTask(EnsembleTask):
     ) -> None:
         if scheme not in ("joint", "two_stage"):
             raise EnsmlError(f"MixedTask scheme must be 'joint' or 'two_stage', got {scheme!r}")
-        variables = kwargs.get("variables", args[0] if args else ("z", "t"))
-        self.families = resolve_families(list(variables), distribution)
+        variables = list(kwargs.get("variables", args[0] if args else ("z", "t")))
+        #: The family of each variable, checked and canonical (a fact of names; the Family objects
+        #: are :attr:`families`).
+        self.family_names = family_names(variables, distribution)
         # Outputs per field: the most any family needs (2 for location-scale families).
-        self.n_outputs_per_var = max(f.n_raw for f in self.families)
+        self.n_outputs_per_var = max(len(family_params(name)) for name in self.family_names)
         if scheme == "two_stage" and self.n_outputs_per_var != 2:
-            chosen = ", ".join(f"{v}: {f.name}" for v, f in zip(variables, self.families))
+            chosen = ", ".join(f"{v}: {f}" for v, f in zip(variables, self.family_names))
             raise EnsmlError(
                 "MixedTask scheme two_stage trains a location and a spread network: it needs "
                 f"location-scale families, got {chosen}"
@@ -171,6 +175,11 @@ class MixedTask(EnsembleTask):
     @property
     def two_stage(self) -> bool:
         return self.hparams.get("scheme", "joint") == "two_stage"
+
+    @functools.cached_property
+    def families(self) -> tuple[Family, ...]:
+        """The predictive family of each variable (:mod:`ensml.scores.distributions`)."""
+        return tuple(family_for(v, name) for v, name in zip(self.hparams.variables, self.family_names))
 
     def check_data(self, data: Any) -> None:
         """Refuse a family bounded at 0 for a variable whose training forecasts go below 0.
@@ -190,7 +199,7 @@ class MixedTask(EnsembleTask):
 
     @property
     def all_normal(self) -> bool:
-        return all(f.name == "normal" for f in self.families)
+        return all(name == "normal" for name in self.family_names)
 
     def _outputs(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """The network's outputs, one (B, F, D, H, W) tensor per part (location, spread, …)."""

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ensml.errors import EnsmlError
-from ensml.names import default_family
+from ensml.names import default_family, family_names
 from ensml.scores.distributions.families import Family, get_family
 
 
@@ -33,24 +32,10 @@ def resolve_families(
     ------
     EnsmlError
         One line naming ``option`` and the value: a variable that is not among ``variables``, or
-        a family ensml does not know.
+        a family ensml does not know (:func:`ensml.names.family_names`).
     """
-    chosen = dict(distribution or {})
-    if not isinstance(distribution, Mapping | None):
-        raise EnsmlError(f"{option} must map variables to families, e.g. {{tp: csg0}}, got {distribution!r}")
-    unknown = [v for v in chosen if v not in variables]
-    if unknown:
-        raise EnsmlError(
-            f"{option} names {', '.join(map(str, unknown))}, not among the variables ({', '.join(variables)})"
-        )
-    families = []
-    for var in variables:
-        name = str(chosen.get(var, default_family(var)))
-        try:
-            families.append(family_for(var, name))
-        except EnsmlError as exc:
-            raise EnsmlError(f"{option}.{var}: {exc}") from None
-    return tuple(families)
+    names = family_names(variables, distribution, option)
+    return tuple(family_for(var, name) for var, name in zip(variables, names))
 
 
 __all__ = ["family_for", "natural_lower", "resolve_families"]
