@@ -6,8 +6,9 @@ semi-implicitly (the SIL3 IMEX Runge–Kutta scheme), with an exponential spectr
 diffusion. :class:`Core` adds the Held–Suarez forcing (:mod:`ensml.data.physics.forcing`) to
 the core's explicit terms, starts from an isothermal atmosphere at rest, perturbs states with
 random large-scale fields, and writes z and t on pressure levels with the core's own vertical
-interpolation. Every state carries a leading batch dimension: members and init times step
-together.
+interpolation, and the wind speed ``si10`` of its lowest σ layer reduced to 10 m
+(:meth:`Core.wind_speed`). Every state carries a leading batch dimension: members and init times
+step together.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ TRUNCATIONS = ("T21", "T31", "T42")
 #: Isothermal reference and initial temperature (K) and the initial surface pressure (Pa).
 REST_TEMPERATURE_K = 288.0
 REST_SURFACE_PA = 1.0e5
+#: Roughness length of the open sea (m): class "sea" of the Davenport–Wieringa terrain classification
+#: in WMO-No. 8 (the CIMO Guide), chapter "Measurement of surface wind". Sets the 10 m reduction of
+#: :meth:`Core.wind_speed`.
+SEA_ROUGHNESS_M = 2.0e-4
+#: Height (m) of the wind speed written: the standard 10 m of ``si10``.
+WIND_HEIGHT_M = 10.0
 
 
 def dinosaur():
@@ -75,13 +82,27 @@ class Core:
         self.pascal = float(nd(1.0 * units.pascal))
         self.geopotential_si = 1.0 / float(nd(1.0 * units.m**2 / units.s**2))
         self.per_second = float(nd(1.0 / units.s))
+        self.metre_per_second = float(nd(1.0 * units.m / units.s))
+        #: Height (m) of the lowest layer's centre in the isothermal reference atmosphere
+        #: (hypsometric: R T_ref / g · ln(1/σ)), and the factor that reduces its wind to 10 m.
+        self.wind_layer_m = float(
+            self.specs.R * REST_TEMPERATURE_K * self.kelvin / self.specs.g * np.log(1.0 / sigma.centers[-1])
+        ) / float(nd(1.0 * units.m))
+        self.wind_factor = float(
+            np.log(WIND_HEIGHT_M / SEA_ROUGHNESS_M) / np.log(self.wind_layer_m / SEA_ROUGHNESS_M)
+        )
         t_ref = np.full(config.layers, REST_TEMPERATURE_K * self.kelvin)
         flat = torch.zeros(self.grid.modal_shape)
         dycore = pe.PrimitiveEquations(t_ref, flat, self.coords, self.specs)
         forcing = HeldSuarezTendency(
-            self.grid, sigma.centers, t_ref, kelvin=self.kelvin, per_day=float(nd(1.0 / units.day)),
-            pascal=self.pascal, constants=config.forcing,
-        )  # fmt: skip
+            self.grid,
+            sigma.centers,
+            t_ref,
+            kelvin=self.kelvin,
+            per_day=float(nd(1.0 / units.day)),
+            pascal=self.pascal,
+            constants=config.forcing,
+        )
         equation = ti.compose_equations([dycore, _Forcing(forcing, pe)])
         dt = float(nd(config.dt_minutes * units.minute))
         smooth = ti.exponential_step_filter(self.grid, dt, order=config.filter_order)
@@ -113,8 +134,13 @@ class Core:
         modal = (batch, *self.coords.modal_shape)
         log_ps = torch.full((batch, 1, *self.grid.nodal_shape), float(np.log(REST_SURFACE_PA * self.pascal)))
         zeros = torch.zeros(modal)
-        return self._pe.State(vorticity=zeros, divergence=zeros.clone(), temperature_variation=zeros.clone(),
-                              log_surface_pressure=self.grid.to_modal(log_ps), sim_time=0.0)  # fmt: skip
+        return self._pe.State(
+            vorticity=zeros,
+            divergence=zeros.clone(),
+            temperature_variation=zeros.clone(),
+            log_surface_pressure=self.grid.to_modal(log_ps),
+            sim_time=0.0,
+        )
 
     def noise(self, batch: int, rms: float, generator: torch.Generator) -> torch.Tensor:
         """Random large-scale fields, modal (batch, layers, m, l), each of nodal RMS ``rms``.
@@ -135,10 +161,12 @@ class Core:
         d_t = self.noise(batch, temperature_k * self.kelvin, generator)
         d_vort = self.noise(batch, vorticity_per_s * self.per_second, generator)
         return self._pe.State(
-            vorticity=state.vorticity + d_vort, divergence=state.divergence,
+            vorticity=state.vorticity + d_vort,
+            divergence=state.divergence,
             temperature_variation=state.temperature_variation + d_t,
-            log_surface_pressure=state.log_surface_pressure, sim_time=state.sim_time,
-        )  # fmt: skip
+            log_surface_pressure=state.log_surface_pressure,
+            sim_time=state.sim_time,
+        )
 
     def on_pressure(self, state, levels_hpa) -> dict[str, np.ndarray]:
         """Geopotential (m² s⁻²) and temperature (K) on ``levels_hpa``: (batch, level, lat, lon),
@@ -153,6 +181,30 @@ class Core:
         fields = {"z": phi * self.geopotential_si, "t": temperature / self.kelvin}
         out = self._vi.interp_sigma_to_pressure(fields, targets, self._sigma, surface, extrapolate="linear")
         return {k: v.transpose(-1, -2).flip(-2).numpy().astype(np.float32) for k, v in out.items()}
+
+    def wind_speed(self, state) -> np.ndarray:
+        """Wind speed at 10 m (m s⁻¹), ``si10``: (batch, lat, lon), latitudes north to south.
+
+        The wind (u, v) of the lowest σ layer comes from its vorticity and divergence as the
+        core's dynamics see it (``Grid.vor_div_to_uv_nodal`` without the wavenumber clip, as in
+        ``primitive_equations.compute_diagnostic_state``), and its speed √(u² + v²) is reduced to
+        10 m by the neutral logarithmic profile over the open sea, u(z) ∝ ln(z / z0) (Prandtl–von
+        Kármán; e.g. Stull 1988, *An Introduction to Boundary Layer Meteorology*), with
+        z0 = :data:`SEA_ROUGHNESS_M`: ``wind_factor`` = ln(10 m / z0) / ln(z1 / z0), where z1 is
+        the layer's height in the isothermal reference atmosphere (:attr:`wind_layer_m`). With
+        8 layers z1 ≈ 544 m (σ = 0.9375) and the factor is 0.730; with 4 … 32 layers it is
+        0.70 … 0.81, the usual ratio of the 10 m wind to the wind a few hundred metres up over
+        the sea. The model has no surface layer: the log law stands in for one, and stability,
+        gustiness and the sub-grid variance of the wind are left out.
+        """
+        u, v = self.grid.vor_div_to_uv_nodal(state.vorticity[:, -1:], state.divergence[:, -1:], clip=False)
+        speed = torch.hypot(u[:, 0], v[:, 0]) * (self.wind_factor / self.metre_per_second)
+        return speed.transpose(-1, -2).flip(-2).numpy().astype(np.float32)
+
+    def outputs(self, state, levels_hpa) -> dict[str, np.ndarray]:
+        """Every field written: z and t on ``levels_hpa`` (:meth:`on_pressure`) and ``si10``
+        (:meth:`wind_speed`)."""
+        return {**self.on_pressure(state, levels_hpa), "si10": self.wind_speed(state)}
 
     def state_arrays(self, state) -> dict[str, np.ndarray]:
         """The state's modal tensors as numpy arrays (to send to another process)."""
@@ -176,5 +228,10 @@ class _Forcing:
         d_vort, d_div, d_temp = self.tendency(state)
         zero = torch.zeros_like(state.log_surface_pressure)
         time = None if state.sim_time is None else 0.0
-        return self._pe.State(vorticity=d_vort, divergence=d_div, temperature_variation=d_temp,
-                              log_surface_pressure=zero, sim_time=time)  # fmt: skip
+        return self._pe.State(
+            vorticity=d_vort,
+            divergence=d_div,
+            temperature_variation=d_temp,
+            log_surface_pressure=zero,
+            sim_time=time,
+        )

@@ -85,8 +85,17 @@ class HeldSuarezTendency(torch.nn.Module):
         :class:`HeldSuarez`.
     """
 
-    def __init__(self, grid, sigma: np.ndarray, reference_temperature: np.ndarray, *, kelvin: float,
-                 per_day: float, pascal: float, constants: HeldSuarez = HeldSuarez()):  # fmt: skip
+    def __init__(
+        self,
+        grid,
+        sigma: np.ndarray,
+        reference_temperature: np.ndarray,
+        *,
+        kelvin: float,
+        per_day: float,
+        pascal: float,
+        constants: HeldSuarez = HeldSuarez(),
+    ):
         super().__init__()
         self.grid, self.constants = grid, constants
         self.kelvin, self.pascal = kelvin, pascal

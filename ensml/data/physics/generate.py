@@ -25,20 +25,36 @@ from ensml import __version__, names
 from ensml.data.outputs import OutputFolder
 from ensml.data.outputs.generated import check_generated
 from ensml.data.physics.core import TRUNCATIONS, dinosaur
-from ensml.data.physics.runs import Plan, core_for, run_all
+from ensml.data.physics.runs import VARIABLES, Plan, core_for, run_all
 from ensml.data.synth.build import encodings
 from ensml.errors import EnsmlError
 from ensml.names import HOUR, format_leads, iso_lead, parse_leads
 from ensml.progress import EVERY_S, Progress, note, seconds
 
 NAMES = ("forecast", "analysis")
+#: The single-level variables (no level dimension).
+SURFACE = ("si10",)
+SI10_NOTE = (
+    "physics testbed: wind speed sqrt(u**2 + v**2) of the model's lowest sigma layer, times the "
+    "neutral log-law ratio ln(10 m / z0) / ln(z1 / z0) to 10 m over the open sea (z0 = 2e-4 m, "
+    "z1 the layer's height); see ensml.data.physics.core.Core.wind_speed"
+)
 #: Seconds of one core per model day, at T21 with 8 layers: the truth (one state; 30-minute steps)
 #: and a forecast member (batched; 60-minute steps, with its share of the overheads).
 COST_S = (0.45, 0.13)
 
 
-def _plan(truncation: str, layers: int, levels: Sequence[int], leads: Sequence[int | str], members: int,
-          inits: int, every_hours: int, spinup_days: int, seed: int) -> Plan:  # fmt: skip
+def _plan(
+    truncation: str,
+    layers: int,
+    levels: Sequence[int],
+    leads: Sequence[int | str],
+    members: int,
+    inits: int,
+    every_hours: int,
+    spinup_days: int,
+    seed: int,
+) -> Plan:
     """The validated options as a :class:`~ensml.data.physics.runs.Plan` (nothing runs yet)."""
     if truncation not in TRUNCATIONS:
         raise EnsmlError(f"physics truncation must be one of {', '.join(TRUNCATIONS)}, got {truncation!r}")
@@ -59,8 +75,15 @@ def _plan(truncation: str, layers: int, levels: Sequence[int], leads: Sequence[i
         )
     if members < 2:
         raise EnsmlError(f"physics needs at least 2 members, got members={members}")
-    plan = Plan(tuple(int(p) for p in levels), tuple(int(h) for h in hours), int(every_hours), int(inits),
-                int(members), int(spinup_days), int(seed))  # fmt: skip
+    plan = Plan(
+        tuple(int(p) for p in levels),
+        tuple(int(h) for h in hours),
+        int(every_hours),
+        int(inits),
+        int(members),
+        int(spinup_days),
+        int(seed),
+    )
     grid = {"truncation": truncation, "layers": int(layers)}
     return replace(plan, truth=replace(plan.truth, **grid), forecast=replace(plan.forecast, **grid))
 
@@ -84,9 +107,11 @@ def physics(
     """Run a Held–Suarez primitive-equation ensemble and its verifying truth run.
 
     Writes ``forecast.nc`` (init_time, lead_time, member, level, latitude, longitude) and
-    ``analysis.nc`` (the truth by valid time) to ``out_dir``, z (m² s⁻²) and t (K) on pressure
-    levels. The defaults (T21: 64 × 32 Gaussian grid, 8 σ layers; 360 inits a day apart,
-    10 members, leads 0–48 h every 12 h) take about 10 minutes on 2 cores. Deterministic for a
+    ``analysis.nc`` (the truth by valid time) to ``out_dir``: z (m² s⁻²) and t (K) on pressure
+    levels, and the 10 m wind speed si10 (m s⁻¹), a single-level variable (no level dimension):
+    the lowest σ layer's wind reduced to 10 m (:meth:`~ensml.data.physics.core.Core.wind_speed`).
+    The defaults (T21: 64 × 32 Gaussian grid, 8 σ layers; 360 inits a day apart, 10 members,
+    leads 0–48 h every 12 h) take about 10 minutes on 2 cores. Deterministic for a
     seed, whatever ``workers``. Needs the optional extra: ``pip install 'ensml[physics]'``.
 
     Parameters
@@ -143,8 +168,10 @@ def physics(
     forecast_days = inits * members * max(plan.lead_hours) / 24
     parallel = max(1, min(os.cpu_count() or 1, n_workers))
     estimate = (COST_S[0] * truth_days + COST_S[1] * forecast_days) / parallel
-    note(f"ensml data physics: {truth_days:.0f} truth days and {forecast_days:.0f} member-days of forecasts "
-         f"on {n_workers} worker{'s' * (n_workers > 1)}, about {seconds(estimate)} at T21")  # fmt: skip
+    note(
+        f"ensml data physics: {truth_days:.0f} truth days and {forecast_days:.0f} member-days of forecasts "
+        f"on {n_workers} worker{'s' * (n_workers > 1)}, about {seconds(estimate)} at T21"
+    )
     with Progress("ensml data physics", inits, "init times forecast", every_s=EVERY_S) as progress:
         truth, forecast = run_all(plan, n_workers, lambda n: progress.advance(n=n))
     datasets = _datasets(plan, t0, truth, forecast, options)
@@ -167,14 +194,14 @@ def _datasets(
     }
     members = np.arange(1, plan.members + 1, dtype="int32")
     fc = xr.Dataset(
-        {v: (names.FORECAST_DIMS, forecast[v], dict(names.VARIABLE_ATTRS[v])) for v in ("z", "t")},
+        {v: (_dims(names.FORECAST_DIMS, v), forecast[v], _attrs(v)) for v in VARIABLES},
         coords={names.INIT_TIME: inits, names.LEAD_TIME: leads, names.MEMBER: members, **space},
     )
     fc = fc.assign_coords(
         {names.VALID_TIME: ((names.INIT_TIME, names.LEAD_TIME), inits[:, None] + leads[None, :])}
     )
     an = xr.Dataset(
-        {v: (names.ANALYSIS_DIMS, truth[v], dict(names.VARIABLE_ATTRS[v])) for v in ("z", "t")},
+        {v: (_dims(names.ANALYSIS_DIMS, v), truth[v], _attrs(v)) for v in VARIABLES},
         coords={names.TIME: times, **space},
     )
     fc.attrs = _global_attrs(options, "ensemble forecast (imperfect model, perturbed initial states)")
@@ -183,6 +210,19 @@ def _datasets(
         for name in ds.coords:
             ds[name].attrs.update(names.COORD_ATTRS.get(str(name), {}))
     return {"forecast": fc, "analysis": an}
+
+
+def _dims(dims: tuple[str, ...], variable: str) -> tuple[str, ...]:
+    """``dims``, without the level for the single-level (surface) variables."""
+    return tuple(d for d in dims if d != names.LEVEL) if variable in SURFACE else dims
+
+
+def _attrs(variable: str) -> dict[str, str]:
+    """CF attributes of ``variable``; si10's say how it is made."""
+    attrs = dict(names.VARIABLE_ATTRS[variable])
+    if variable in SURFACE:
+        attrs["comment"] = SI10_NOTE
+    return attrs
 
 
 def _global_attrs(options: dict, what: str) -> dict:

@@ -3,7 +3,8 @@
 The experiment (Held–Suarez world, perpetual equinox, no orography):
 
 * **Truth**: the :data:`TRUTH` model, spun up from rest for ``spinup_days``, then run through
-  every init and valid time; its states on pressure levels are the verifying analysis.
+  every init and valid time; its states on pressure levels (and its 10 m wind speed) are the
+  verifying analysis.
 * **Analysis error**: a forecast from init time *i* starts from the truth plus one random
   field (:data:`ANALYSIS_ERROR` of the truth's climate variability), the same for every member.
 * **Members**: each adds its own smaller perturbation (:data:`MEMBER_PERTURBATION`), so the
@@ -54,6 +55,9 @@ POOL_DAYS = 30
 CHUNK_INITS = 5
 #: Amplitude (K) of the noise that breaks the symmetry of the state at rest.
 SPINUP_NOISE_K = 0.1
+#: The fields written, as :meth:`~ensml.data.physics.core.Core.outputs` returns them: z and t on
+#: pressure levels, the 10 m wind speed si10 on none.
+VARIABLES = ("z", "t", "si10")
 
 
 @dataclass(frozen=True)
@@ -113,18 +117,19 @@ def initial_states(plan: Plan, init: int, truth: dict, anomalies: dict) -> dict[
 
 
 def run_truth(plan: Plan, core: Core, on_init: Callable[[int, dict], None]) -> dict[str, np.ndarray]:
-    """The truth on pressure levels at every analysis time, (records, level, lat, lon) per variable.
+    """The truth at every analysis time: (records, level, lat, lon) for z and t on pressure
+    levels, (records, lat, lon) for si10 (:meth:`~ensml.data.physics.core.Core.outputs`).
 
     ``on_init(i, members)`` is called with the members' initial states of every init time as
     the run passes it (:func:`initial_states`), so forecasts can start while the truth goes on.
     """
     state, anomalies = spin_up(plan, core)
-    fields: dict[str, list] = {"z": [], "t": []}
+    fields: dict[str, list] = {name: [] for name in VARIABLES}
     per_init = plan.every_hours // plan.record_hours
     for r in range(plan.records):
         if r:
             state = core.advance(state, plan.record_hours)
-        for name, values in core.on_pressure(state, plan.levels).items():
+        for name, values in core.outputs(state, plan.levels).items():
             fields[name].append(values[0])
         if r % per_init == 0 and r // per_init < plan.inits:
             on_init(r // per_init, initial_states(plan, r // per_init, core.state_arrays(state), anomalies))
@@ -132,16 +137,16 @@ def run_truth(plan: Plan, core: Core, on_init: Callable[[int, dict], None]) -> d
 
 
 def forecast_chunk(plan: Plan, starts: list[dict]) -> dict[str, np.ndarray]:
-    """Forecasts from the members' initial states of some inits: (init, lead, member, level,
-    lat, lon) per variable."""
+    """Forecasts from the members' initial states of some inits: (init, lead, member, [level,]
+    lat, lon) per variable, the level for z and t only."""
     core = core_for(plan.forecast)
     state = core.from_arrays({k: np.concatenate([s[k] for s in starts]) for k in starts[0]})
-    out: dict[str, list] = {"z": [], "t": []}
+    out: dict[str, list] = {name: [] for name in VARIABLES}
     previous = 0
     for lead in plan.lead_hours:
         state = core.advance(state, lead - previous) if lead > previous else state
         previous = lead
-        for name, values in core.on_pressure(state, plan.levels).items():
+        for name, values in core.outputs(state, plan.levels).items():
             out[name].append(values.reshape(len(starts), plan.members, *values.shape[1:]))
     return {name: np.stack(values, axis=1) for name, values in out.items()}
 
@@ -163,8 +168,9 @@ def _one_thread() -> None:
 def run_all(plan: Plan, workers: int, on_forecasts: Callable[[int], None]) -> tuple[dict, dict]:
     """The truth (in this process) and every forecast (in ``workers`` processes, or here if 1).
 
-    Returns (analysis, forecast): per variable, (records, level, lat, lon) and (init, lead,
-    member, level, lat, lon). ``on_forecasts(n)`` is called as ``n`` more inits are done.
+    Returns (analysis, forecast): per variable, (records, [level,] lat, lon) and (init, lead,
+    member, [level,] lat, lon), the level for z and t only. ``on_forecasts(n)`` is called as
+    ``n`` more inits are done.
     """
     torch.set_num_threads(1)
     chunks: dict[int, dict] = {}
@@ -201,7 +207,7 @@ def run_all(plan: Plan, workers: int, on_forecasts: Callable[[int], None]) -> tu
         truth = run_truth(plan, core_for(plan.truth), on_init)
         while futures:
             collect(block=True)
-    forecast = {name: np.concatenate([chunks[k][name] for k in sorted(chunks)]) for name in ("z", "t")}
+    forecast = {name: np.concatenate([chunks[k][name] for k in sorted(chunks)]) for name in VARIABLES}
     return truth, forecast
 
 
