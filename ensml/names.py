@@ -115,11 +115,8 @@ VARIABLE_ATTRS: dict[str, dict[str, str]] = {
         "units": "Pa s-1",
     },
     "t2m": {"standard_name": "air_temperature", "long_name": "2 metre temperature", "units": "K"},
-    "tp": {
-        "standard_name": "lwe_thickness_of_precipitation_amount",
-        "long_name": "total precipitation",
-        "units": "m",
-    },
+    # ECMWF's tp is in metres of water: readers convert it (ensml.data.normalise)
+    "tp": {"standard_name": "precipitation_amount", "long_name": "total precipitation", "units": "kg m-2"},
     "si10": {"standard_name": "wind_speed", "long_name": "10 metre wind speed", "units": "m s-1"},
     "msl": {
         "standard_name": "air_pressure_at_mean_sea_level",

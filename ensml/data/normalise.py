@@ -131,6 +131,7 @@ def normalise(ds: xr.Dataset) -> xr.Dataset:
         ds = ds.isel({LATITUDE: slice(None, None, -1)})
     if INIT_TIME in ds.dims and LEAD_TIME in ds.dims and VALID_TIME not in ds.coords:
         ds = ds.assign_coords({VALID_TIME: ds[INIT_TIME] + ds[LEAD_TIME]})
+    ds = precipitation_in_kg_m2(ds)
     for name, attrs in COORD_ATTRS.items():
         if name in ds.coords:
             ds[name].attrs.update(
@@ -141,6 +142,26 @@ def normalise(ds: xr.Dataset) -> xr.Dataset:
                     and (k != "axis" or ds[name].ndim == 1)  # CF: axis on 1-D coordinates only
                 }
             )
+    return ds
+
+
+def precipitation_in_kg_m2(ds: xr.Dataset) -> xr.Dataset:
+    """Precipitation as ensml holds it: ``kg m-2`` (mm of water), whatever the file's units.
+
+    ECMWF's ``tp`` (and ``cp``, ``lsp``) are metres of water (``lwe_thickness_of_precipitation_amount``);
+    they become ``kg m-2`` (× 1000, lazily) with the CF standard name ``precipitation_amount``, so
+    that thresholds (``tp > 10`` mm) and units mean one thing everywhere.
+    """
+    for name in ds.data_vars:
+        attrs = ds[name].attrs
+        metres = attrs.get("units") == "m" and (
+            name in ("tp", "cp", "lsp")
+            or attrs.get("standard_name") == "lwe_thickness_of_precipitation_amount"
+        )
+        if metres:
+            converted = ds[name] * 1000.0
+            converted.attrs = {**attrs, "units": "kg m-2", "standard_name": "precipitation_amount"}
+            ds = ds.assign({name: converted})
     return ds
 
 
