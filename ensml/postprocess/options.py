@@ -11,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ensml.errors import EnsmlError
+from ensml.names import VARIABLE_ATTRS, default_family
 
 #: Probability levels of the ECC quantiles (see :func:`ensml.postprocess.ecc.ecc_levels`).
 EccSpacing = Literal["centred", "rank"]
@@ -30,7 +31,12 @@ class Products:
     thresholds
         Exceedance thresholds in the variable's units, keyed by variable (``t``: at every level)
         or by variable and level in hPa (``t850``); each key gives ``<key>_exceedance``, the
-        probability P(X > threshold).
+        probability P(X > threshold). A precipitation variable given without values
+        (``{tp: null}`` or ``{tp: []}``) gets :data:`PRECIPITATION_THRESHOLDS_MM`, 0.1, 1, 5, 10
+        and 25 mm (thresholds of 24 h totals), in its units (``kg m-2``, i.e. mm, or ``m``). A
+        variable is precipitation when its predictive family is one of
+        :data:`PRECIPITATION_FAMILIES` or its name says so (``tp``, ``cp``, ``lsp``:
+        :data:`ensml.names.DEFAULT_FAMILIES`).
     members
         Number of calibrated members (``<var>``) made by ensemble copula coupling; null: as many
         as the raw members read from each file; 0: none.
@@ -40,7 +46,7 @@ class Products:
     """
 
     quantiles: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95])
-    thresholds: dict[str, list[float]] = field(default_factory=dict)
+    thresholds: dict[str, list[float] | None] = field(default_factory=dict)
     members: int | None = None
     ecc_spacing: EccSpacing = "centred"
 
@@ -99,6 +105,14 @@ class JobQueue:
     no_worker_timeout: float | str = 300.0
 
 
+#: Default exceedance thresholds of precipitation, mm (= kg m-2) in 24 h (``products.thresholds``).
+PRECIPITATION_THRESHOLDS_MM = (0.1, 1.0, 5.0, 10.0, 25.0)
+#: Families that make a variable precipitation for the default thresholds (a point mass at 0).
+PRECIPITATION_FAMILIES = ("csg0", "cnormal", "clogistic")
+#: Millimetres of water in one unit of a precipitation amount, by the units ensml reads.
+_MM_PER_UNIT = {"kg m-2": 1.0, "mm": 1.0, "m": 1000.0}
+
+
 @dataclass(frozen=True)
 class ThresholdSet:
     """Thresholds of one ``products.thresholds`` entry: a variable, at one level or all."""
@@ -110,9 +124,16 @@ class ThresholdSet:
 
 
 def check_products(
-    products: Products, variables: Sequence[str], levels: Sequence[float]
+    products: Products,
+    variables: Sequence[str],
+    levels: Sequence[float],
+    families: Sequence[str] | None = None,
 ) -> list[ThresholdSet]:
-    """Validate ``products`` against the checkpoints' variables and levels; return the thresholds."""
+    """Validate ``products`` against the checkpoints' variables and levels; return the thresholds.
+
+    ``families`` (one per variable, :attr:`ensml.predictions.RunMeta.families`) tells which
+    variables are precipitation, for the default thresholds; without it the names do.
+    """
     q = np.asarray(products.quantiles, dtype=np.float64)
     if q.ndim != 1 or not np.all((q > 0) & (q < 1)):
         raise EnsmlError(
@@ -124,9 +145,12 @@ def check_products(
         raise EnsmlError(
             f"products.members must be 0 (none), a positive number or null, got {products.members}"
         )
+    family = dict(zip(variables, families or ()))
     out = []
     for key, values in products.thresholds.items():
         var, level = parse_field_key(key, variables, levels)
+        if values is None or np.size(values) == 0:
+            values = precipitation_thresholds(key, var, family.get(var))
         t = np.asarray(values, dtype=np.float64)
         if t.ndim != 1 or t.size == 0 or not np.all(np.isfinite(t)):
             raise EnsmlError(f"products.thresholds[{key!r}] must be a non-empty list of finite numbers")
@@ -134,6 +158,39 @@ def check_products(
             raise EnsmlError(f"products.thresholds[{key!r}] has repeated values: {list(values)}")
         out.append(ThresholdSet(key, var, level, tuple(float(x) for x in t)))
     return out
+
+
+def is_precipitation(var: str, family: str | None = None) -> bool:
+    """Whether ``var`` is a precipitation amount: by its family, else by its name."""
+    if family is not None and family in PRECIPITATION_FAMILIES:
+        return True
+    standard_name = VARIABLE_ATTRS.get(var, {}).get("standard_name")
+    return default_family(var, standard_name) == "csg0"
+
+
+def precipitation_thresholds(key: str, var: str, family: str | None = None) -> list[float]:
+    """The default thresholds of ``var`` (:data:`PRECIPITATION_THRESHOLDS_MM`) in its units.
+
+    Raises
+    ------
+    EnsmlError
+        One line naming ``products.thresholds[key]``: ``var`` is not precipitation, or its units
+        are not ones ensml converts mm to.
+    """
+    where = f"products.thresholds[{key!r}]"
+    if not is_precipitation(var, family):
+        raise EnsmlError(
+            f"{where} has no values; only precipitation (family {', '.join(PRECIPITATION_FAMILIES)} "
+            f"or a variable such as tp) has default thresholds: give a list, e.g. {{{key}: [...]}}"
+        )
+    units = VARIABLE_ATTRS.get(var, {}).get("units")
+    if units not in _MM_PER_UNIT:
+        raise EnsmlError(
+            f"{where} has no values, and ensml does not know how to express the default "
+            f"precipitation thresholds ({', '.join(f'{x:g}' for x in PRECIPITATION_THRESHOLDS_MM)} "
+            f"mm) in the units of {var} ({units or 'unknown'}); give a list of thresholds"
+        )
+    return [x / _MM_PER_UNIT[units] for x in PRECIPITATION_THRESHOLDS_MM]
 
 
 def parse_field_key(key: str, variables: Sequence[str], levels: Sequence[float]) -> tuple[str, float | None]:

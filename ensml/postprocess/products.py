@@ -1,27 +1,46 @@
 """What a forecaster consumes, for one init time: a CF-described dataset of every product.
 
 For every variable ``v`` of the checkpoints, dims (init_time, lead_time, [member | quantile |
-threshold], level, latitude, longitude), float32, in the variable's units:
+threshold], level, latitude, longitude), float32, in the variable's units, from its predictive
+family (:mod:`ensml.scores.distributions`, named by the run metadata's ``ensml_distribution``):
 
-======================  ===============================================================
-``v_mean``, ``v_std``   mixed: the calibrated Gaussian's mean and std; spread: the K-member
-                        mean and the estimated M-member spread (std, ddof 0)
-``v_quantile``          quantiles of N(mean, std²) at ``products.quantiles``
-``v``                   calibrated members by ECC-Q (the raw forecast's dims and name, so
-                        the products open as an ensemble, e.g. in ``ensml evaluate``)
-``<key>_exceedance``    P(X > threshold) for each ``products.thresholds`` entry (units 1);
-                        ``t850_exceedance`` has no level dim, ``t_exceedance`` has one
-======================  ===============================================================
+===========================  ==========================================================
+``v_mean``, ``v_std``        normal (mixed): the calibrated Gaussian's mean and std;
+                             spread: the K-member mean and the estimated M-member spread
+                             (std, ddof 0), the distribution N(mean, spread²)
+``v_<param>``                any other family: its parameters (``tp_shape``, ``tp_scale``,
+                             ``tp_shift``; ``si10_loc``, ``si10_scale``; ``tp_alpha0`` …),
+                             with the family's CF attributes
+``v_mean``                   any other family: the predictive mean
+``v_probability_of_zero``    families with a point mass at 0 (csg0, cnormal, clogistic, a
+                             bqn of a variable ≥ 0): P(v = 0), units 1
+``v_quantile``               quantiles at ``products.quantiles``
+``v``                        calibrated members by ECC-Q (the raw forecast's dims and name, so
+                             the products open as an ensemble, e.g. in ``ensml evaluate``)
+``<key>_exceedance``         P(v > threshold) for each ``products.thresholds`` entry (units 1);
+                             ``t850_exceedance`` has no level dim, ``t_exceedance`` has one
+===========================  ==========================================================
+
+The products of a family bounded at 0 (precipitation, wind speed) are never negative. The
+normal's products are computed by the closed forms of :mod:`ensml.postprocess.ecc` and ties
+among its raw members (the file's rounding) keep member order, so that they are bit-identical
+to the products made before families existed. For every other family, ties (dry members, all
+0) are broken at random (Schefzik et al. 2013), seeded by the init time and the variable
+(:func:`ecc_rng`), so that the same forecast gives the same members.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
 
 from ensml.data.outputs import DEFAULT_COMPRESSION
+from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
     INIT_TIME,
@@ -34,14 +53,28 @@ from ensml.names import (
     VALID_TIME,
     VARIABLE_ATTRS,
 )
-from ensml.postprocess.ecc import ecc_members, exceedance, gaussian_quantiles
+from ensml.postprocess.ecc import (
+    ecc_members,
+    ecc_quantile_members,
+    exceedance,
+    gaussian_quantiles,
+)
 from ensml.postprocess.options import Products, ThresholdSet
 from ensml.predictions import RunMeta
+
+if TYPE_CHECKING:
+    from ensml.scores.distributions import Family
 
 # Times are stored as numbers of this unit, so every write (and append) encodes them alike.
 TIME_UNITS = "minutes since 1970-01-01 00:00:00"
 TIME_ENCODING = {"units": TIME_UNITS, "calendar": "proleptic_gregorian", "dtype": "int64"}
 LEAD_ENCODING = {"units": "hours", "dtype": "int64"}
+#: Seed of the random tie-breaking of ECC members, with the init time and the variable.
+ECC_SEED = 20130601
+#: The normal's parameters (its products keep these names: ``v_mean``, ``v_std``).
+NORMAL_PARAMS = ("mean", "std")
+
+FIELD_DIMS = (INIT_TIME, LEAD_TIME, LEVEL, LATITUDE, LONGITUDE)
 
 
 def _describe(var: str, what: str, *, keep_standard_name: bool, units: str | None = None) -> dict:
@@ -62,13 +95,30 @@ def _without_levels(ds: xr.Dataset, surface: Sequence[str]) -> xr.Dataset:
     return ds
 
 
+def family_name(meta: RunMeta, var: str) -> str:
+    """The predictive family of ``var`` in ``meta``'s products (a spread model's is the normal)."""
+    return "normal" if meta.is_spread else meta.family_of(var)
+
+
+def placeholder_params(meta: RunMeta, shape: tuple[int, ...]) -> list[dict[str, np.ndarray]]:
+    """Parameters of every variable that are valid for its family, of ``shape`` (L, D, H, W):
+    what a product dataset made only for its structure (a zarr store's template) is made of."""
+    out = []
+    for var in meta.variables:
+        name = family_name(meta, var)
+        if name == "normal":
+            out.append({"mean": np.zeros(shape, np.float32), "std": np.ones(shape, np.float32)})
+        else:  # ones are in range for every other family (bqn: constant coefficients)
+            out.append({k: np.ones(shape, np.float32) for k in _family(var, name).params})
+    return out
+
+
 def product_dataset(
     init: np.datetime64,
     meta: RunMeta,
     latitude: np.ndarray,
     longitude: np.ndarray,
-    mean: np.ndarray,
-    std: np.ndarray,
+    params: Sequence[Mapping[str, np.ndarray]],
     raw: np.ndarray,
     products: Products,
     thresholds: Sequence[ThresholdSet],
@@ -80,18 +130,30 @@ def product_dataset(
     init
         The init time.
     meta
-        The run (:class:`ensml.predictions.RunMeta`): task, k, variables, levels, surface
-        variables (their products keep no level dimension) and leads.
+        The run (:class:`ensml.predictions.RunMeta`): task, k, variables, their families
+        (``ensml_distribution``), levels, surface variables (their products keep no level
+        dimension) and leads.
     latitude, longitude
         The grid (H,) and (W,), degrees.
-    mean, std
-        (V, L, D, H, W): the predictive mean and std (mixed) or the K-member mean and the
-        estimated M-member spread (spread), by variable and target lead, in physical units.
+    params
+        One dict per variable (in ``meta.variables`` order) of its family's parameters, each
+        (L, D, H, W) by target lead, in the family's units (``mean``, ``std`` for the normal,
+        also the K-member mean and estimated M-member spread of a spread model; ``shape``,
+        ``scale``, ``shift`` for csg0; ``alpha0`` … for bqn, …). A surface variable's level axis
+        holds identical copies; its products keep the first.
     raw
         (V, L, M, D, H, W): the raw members at the target leads, the ECC template.
     products, thresholds
         What to derive: quantiles, calibrated members, exceedance probabilities.
+
+    Raises
+    ------
+    EnsmlError
+        A variable's parameters are missing, of another shape than its raw members, or outside
+        their family's range (one line naming the variable, the init and the parameter).
     """
+    if len(params) != len(meta.variables):
+        raise EnsmlError(f"products: {len(params)} sets of parameters for the variables {meta.variables}")
     n = raw.shape[2] if products.members is None else products.members
     leads = np.asarray(meta.leads, dtype="timedelta64[ns]")
     inits = np.array([init], dtype="datetime64[ns]")
@@ -109,12 +171,14 @@ def product_dataset(
         ds = ds.assign_coords({QUANTILE: (QUANTILE, q, {"long_name": "probability level", "units": "1"})})
     if n:
         ds = ds.assign_coords({MEMBER: (MEMBER, np.arange(n, dtype=np.int32))})
-    names = _names(meta, raw.shape[2])
-    for i, var in enumerate(meta.variables):
-        _variable_products(ds, var, mean[i], std[i], raw[i], q, n, products.ecc_spacing, names)
+    dists = [
+        Predictive.of(meta, var, p, raw[i].shape, init)
+        for i, (var, p) in enumerate(zip(meta.variables, params))
+    ]
+    for i, dist in enumerate(dists):
+        _variable_products(ds, dist, raw[i], q, n, products.ecc_spacing, init)
     for t in thresholds:
-        i = list(meta.variables).index(t.variable)
-        _exceedance(ds, t, mean[i], std[i], meta.levels, names["dist"])
+        _exceedance(ds, t, dists[list(meta.variables).index(t.variable)], meta.levels)
     for name in ds.coords:
         ds[name].attrs.update(COORD_ATTRS.get(str(name), {}))
     if n:
@@ -122,8 +186,105 @@ def product_dataset(
     return _without_levels(ds, meta.surface)
 
 
-def _names(meta: RunMeta, m: int) -> dict[str, str]:
+def _family(var: str, name: str) -> Family:
+    from ensml.scores.distributions import family_for
+
+    return family_for(var, name)
+
+
+@dataclass(frozen=True)
+class Predictive:
+    """One variable's predictive distribution at one init: parameter fields (L, D, H, W) and names.
+
+    ``family`` is None for the normal: its products keep the closed forms of
+    :mod:`ensml.postprocess.ecc`, bit-identical to those made before families existed.
+    """
+
+    var: str
+    params: dict[str, np.ndarray]
+    family: Family | None
+    names: dict[str, str]  # centre (v_mean), width (v_std, the normal), dist (in long names)
+
+    @classmethod
+    def of(
+        cls, meta: RunMeta, var: str, params: Mapping[str, np.ndarray], raw_shape: tuple, init: np.datetime64
+    ) -> Predictive:
+        """``var``'s distribution in the run ``meta``; ``raw_shape`` (L, M, D, H, W) its raw members'."""
+        name = family_name(meta, var)
+        family = None if name == "normal" else _family(var, name)
+        expected = NORMAL_PARAMS if family is None else family.params
+        where = f"the predictions of {var} at init {str(init)[:16]} ({name})"
+        missing = [k for k in expected if k not in params]
+        if missing:
+            raise EnsmlError(f"{where} have no {', '.join(missing)} (found: {', '.join(params) or 'none'})")
+        shape = (raw_shape[0], *raw_shape[2:])
+        arrays = {k: np.asarray(params[k]) for k in expected}
+        wrong = {k: v.shape for k, v in arrays.items() if v.shape != shape}
+        if wrong:
+            raise EnsmlError(f"{where}: parameters of shape {wrong}, the raw members give {shape}")
+        if family is not None:
+            family.check_params(arrays, where)
+        return cls(var, arrays, family, _names(meta, family, raw_shape[1]))
+
+    def at_level(self, j: int) -> Predictive:
+        """The distribution at the ``j``-th level only: parameters (L, H, W)."""
+        return Predictive(self.var, {k: v[:, j] for k, v in self.params.items()}, self.family, self.names)
+
+    def mean(self) -> np.ndarray:
+        """The predictive mean, float32 (≥ the family's bound)."""
+        if self.family is None:
+            return self.params["mean"]
+        mean = self.family.mean(self.params)
+        if self.family.lower is not None:
+            mean = np.maximum(mean, self.family.lower)  # no rounding below the bound
+        return mean.astype(np.float32)
+
+    def quantiles(self, levels: np.ndarray, axis: int) -> np.ndarray:
+        """Quantiles at ``levels``, stacked along ``axis``, float32."""
+        if self.family is None:
+            return gaussian_quantiles(self.params["mean"], self.params["std"], levels, axis=axis)
+        return self.family.quantiles(self.params, levels, axis=axis).astype(np.float32)
+
+    def exceedance(self, thresholds: np.ndarray, axis: int) -> np.ndarray:
+        """P(Y > t) for each of ``thresholds`` (1-D), stacked along ``axis``, float32."""
+        if self.family is None:
+            return exceedance(self.params["mean"], self.params["std"], thresholds, axis=axis)
+        p = [self.family.exceedance(self.params, float(t)) for t in thresholds]
+        return np.stack(p, axis=axis).astype(np.float32)
+
+    def probability_of_zero(self) -> np.ndarray | None:
+        """P(Y = 0) where the family has a point mass at 0, float32; else None."""
+        if self.family is None or not self.family.point_mass:
+            return None
+        return self.family.cdf(self.params, np.float64(self.family.lower)).astype(np.float32)
+
+    def members(self, raw: np.ndarray, n: int, spacing: str, init: np.datetime64) -> np.ndarray:
+        """ECC-Q members (L, N, D, H, W) in the rank order of ``raw`` (L, M, D, H, W)."""
+        if self.family is None:
+            return ecc_members(self.params["mean"], self.params["std"], raw, n, spacing, axis=1)
+        family, params = self.family, self.params
+
+        def quantiles(levels: np.ndarray) -> np.ndarray:
+            return family.quantiles(params, levels, axis=1).astype(np.float32)
+
+        return ecc_quantile_members(quantiles, raw, n, spacing, axis=1, rng=ecc_rng(init, self.var))
+
+
+def ecc_rng(init: np.datetime64, var: str) -> np.random.Generator:
+    """The generator that breaks ties of ``var``'s raw members at ``init`` (:data:`ECC_SEED`)."""
+    minutes = int(np.datetime64(init, "m").astype(np.int64)) % (1 << 63)
+    return np.random.default_rng([ECC_SEED, minutes, zlib.crc32(var.encode())])
+
+
+def _names(meta: RunMeta, family: Family | None, m: int) -> dict[str, str]:
     """What the centre, the width and the distribution are called in the long names."""
+    if family is not None:
+        desc = family.description.split(":")[0]
+        return {
+            "centre": f"predictive mean (calibrated {desc})",
+            "width": "",
+            "dist": f"the calibrated {desc} ({family.name})",
+        }
     if meta.is_spread:
         return {
             "centre": f"mean of the first {meta.k} members",
@@ -139,49 +300,82 @@ def _names(meta: RunMeta, m: int) -> dict[str, str]:
 
 def _variable_products(
     ds: xr.Dataset,
-    var: str,
-    mu: np.ndarray,
-    sd: np.ndarray,
+    dist: Predictive,
     raw: np.ndarray,
     q: np.ndarray,
     n: int,
     spacing: str,
-    names: dict[str, str],
+    init: np.datetime64,
 ) -> None:
-    """Add ``var``'s mean, std, quantiles and ECC members (``mu``, ``sd`` (L, D, H, W)) to ``ds``."""
-    field_dims = (INIT_TIME, LEAD_TIME, LEVEL, LATITUDE, LONGITUDE)
-    ds[f"{var}_mean"] = (field_dims, mu[None], _describe(var, names["centre"], keep_standard_name=True))
-    ds[f"{var}_std"] = (field_dims, sd[None], _describe(var, names["width"], keep_standard_name=False))
-    dist = names["dist"]
+    """Add ``dist``'s parameters, mean, P(0), quantiles and ECC members to ``ds``.
+
+    ``raw`` (L, M, D, H, W) is the ECC template.
+    """
+    var, names = dist.var, dist.names
+    if dist.family is None:
+        ds[f"{var}_mean"] = (
+            FIELD_DIMS,
+            dist.params["mean"][None],
+            _describe(var, names["centre"], keep_standard_name=True),
+        )
+        ds[f"{var}_std"] = (
+            FIELD_DIMS,
+            dist.params["std"][None],
+            _describe(var, names["width"], keep_standard_name=False),
+        )
+    else:
+        attrs = dist.family.param_attrs(var, VARIABLE_ATTRS.get(var, {"long_name": var}))
+        for k, values in dist.params.items():
+            ds[f"{var}_{k}"] = (FIELD_DIMS, values.astype(np.float32)[None], attrs[k])
+        ds[f"{var}_mean"] = (
+            FIELD_DIMS,
+            dist.mean()[None],
+            _describe(var, names["centre"], keep_standard_name=True),
+        )
+        p0 = dist.probability_of_zero()
+        if p0 is not None:
+            what = f"probability of zero, P({var} = 0) ({names['dist']})"
+            ds[f"{var}_probability_of_zero"] = (
+                FIELD_DIMS,
+                p0[None],
+                _describe(var, what, keep_standard_name=False, units="1"),
+            )
     if q.size:
-        values = gaussian_quantiles(mu, sd, q, axis=1)[None]
-        attrs = _describe(var, f"quantile of {dist}", keep_standard_name=True)
-        ds[f"{var}_quantile"] = ((INIT_TIME, LEAD_TIME, QUANTILE, *field_dims[2:]), values, attrs)
+        attrs = _describe(var, f"quantile of {names['dist']}", keep_standard_name=True)
+        ds[f"{var}_quantile"] = (
+            (INIT_TIME, LEAD_TIME, QUANTILE, *FIELD_DIMS[2:]),
+            dist.quantiles(q, axis=1)[None],
+            attrs,
+        )
     if n:
-        members = ecc_members(mu, sd, raw, n, spacing, axis=1)[None]
-        attrs = _describe(var, f"calibrated member (ECC-Q of {dist})", keep_standard_name=True)
+        attrs = _describe(var, f"calibrated member (ECC-Q of {names['dist']})", keep_standard_name=True)
         attrs["ecc_spacing"] = spacing
         attrs["ecc_template"] = f"rank order of the {raw.shape[1]} raw members"
-        ds[var] = ((INIT_TIME, LEAD_TIME, MEMBER, *field_dims[2:]), members, attrs)
+        if dist.family is not None:
+            attrs["ecc_ties"] = "broken at random, seeded by the init time and the variable"
+        ds[var] = (
+            (INIT_TIME, LEAD_TIME, MEMBER, *FIELD_DIMS[2:]),
+            dist.members(raw, n, spacing, init)[None],
+            attrs,
+        )
 
 
-def _exceedance(
-    ds: xr.Dataset, t: ThresholdSet, mu: np.ndarray, sd: np.ndarray, levels: Sequence[float], dist: str
-) -> None:
+def _exceedance(ds: xr.Dataset, t: ThresholdSet, dist: Predictive, levels: Sequence[float]) -> None:
     """Add ``P(X > threshold)`` of one ``products.thresholds`` entry to ``ds``."""
     dim = f"{t.key}_threshold"
     ds.coords[dim] = (dim, np.asarray(t.values), _describe(t.variable, "threshold", keep_standard_name=True))
     where = "" if t.level is None else f" at {t.level:g} hPa"
-    attrs = _describe(t.variable, f"probability of exceeding {dim}{where} ({dist})",
-                      keep_standard_name=False, units="1")  # fmt: skip
+    what = f"probability of exceeding {dim}{where} ({dist.names['dist']})"
+    attrs = _describe(t.variable, what, keep_standard_name=False, units="1")
+    values = np.asarray(t.values)
     if t.level is None:
-        values = exceedance(mu, sd, np.asarray(t.values), axis=1)[None]
-        ds[f"{t.key}_exceedance"] = ((INIT_TIME, LEAD_TIME, dim, LEVEL, LATITUDE, LONGITUDE), values, attrs)
+        p = dist.exceedance(values, axis=1)[None]
+        ds[f"{t.key}_exceedance"] = ((INIT_TIME, LEAD_TIME, dim, LEVEL, LATITUDE, LONGITUDE), p, attrs)
     else:
         j = [float(x) for x in levels].index(t.level)
-        values = exceedance(mu[:, j], sd[:, j], np.asarray(t.values), axis=1)[None]
+        p = dist.at_level(j).exceedance(values, axis=1)[None]
         attrs["level"], attrs["level_units"] = t.level, "hPa"
-        ds[f"{t.key}_exceedance"] = ((INIT_TIME, LEAD_TIME, dim, LATITUDE, LONGITUDE), values, attrs)
+        ds[f"{t.key}_exceedance"] = ((INIT_TIME, LEAD_TIME, dim, LATITUDE, LONGITUDE), p, attrs)
 
 
 def product_encoding(ds: xr.Dataset, zarr: bool = False) -> dict[str, dict]:

@@ -36,7 +36,7 @@ from ensml.postprocess.options import (
     plain_options,
 )
 from ensml.postprocess.plan import ZARR_STORE, expand_inputs, netcdf_units, zarr_units
-from ensml.postprocess.products import product_dataset, product_encoding
+from ensml.postprocess.products import placeholder_params, product_dataset, product_encoding
 from ensml.postprocess.progress import run_progress, summary
 from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
 from ensml.provenance import command
@@ -124,7 +124,7 @@ def postprocess(
         )  # fmt: skip
         spec.check(submit=not dry_run)
         models = ModelSet.from_paths(checkpoints)
-        thresholds = check_products(products, models.variables, models.levels)
+        thresholds = check_products(products, models.variables, models.levels, models.run_meta().families)
         inputs = expand_inputs(forecasts)
         analysis_files = _analysis_files(models, analysis)
         out = Path(out_dir)
@@ -294,10 +294,11 @@ def _template(
     m: int,
 ) -> Any:
     """One init's products made of placeholder values: the structure of every region."""
-    shape = (len(models.variables), len(models.leads), len(models.levels), lat.size, lon.size)
-    zeros, ones = np.zeros(shape, np.float32), np.ones(shape, np.float32)
-    raw = np.zeros((*shape[:2], m, *shape[2:]), np.float32)
-    return product_dataset(init, models.run_meta(), lat, lon, zeros, ones, raw, products, thresholds)
+    meta = models.run_meta()
+    shape = (len(models.leads), len(models.levels), lat.size, lon.size)
+    raw = np.zeros((len(models.variables), shape[0], m, *shape[1:]), np.float32)
+    params = placeholder_params(meta, shape)
+    return product_dataset(init, meta, lat, lon, params, raw, products, thresholds)
 
 
 def _identities(

@@ -127,15 +127,25 @@ def _open_analysis_cached(stamp: tuple, variables: tuple[str, ...]) -> Any:
 
 def predict_init(
     fc: _Forecast, init: np.datetime64, models: ModelSet, nets: Sequence[Any], device: str
-) -> tuple:
-    """Mean, std (V, L, D, H, W) and raw members (V, L, M, D, H, W) at the target leads of one init."""
+) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    """The predictive distribution's parameters and the raw members at the target leads of one init.
+
+    Returns
+    -------
+    params
+        One dict per variable (``models.variables`` order) of its family's parameters, each
+        (L, D, H, W) by target lead: ``mean``, ``std`` of the calibrated Gaussian or of a spread
+        model's N(K-member mean, estimated spread²); a family's own (``shape``, ``scale``,
+        ``shift``, …) of a MixedTask in another family.
+    raw
+        (V, L, M, D, H, W): the raw members, the ECC template.
+    """
     block = read_block(fc.fc, {INIT_TIME: init}, FORECAST_SAMPLE_DIMS, models.variables, fc.what)
     analysis = None
     if fc.an is not None:
         analysis = read_block(fc.an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, models.variables, fc.an_what)
     read = list(models.read_leads)
-    n_var = len(models.variables)
-    by_lead: dict[np.timedelta64, tuple[np.ndarray, np.ndarray]] = {}
+    by_lead: dict[np.timedelta64, list[dict[str, np.ndarray]]] = {}
     for info, task in zip(models.checkpoints, nets):
         item = subset_moments(
             block[:, [read.index(lead) for lead in info.input_leads]], np.arange(info.k), info.k
@@ -145,17 +155,48 @@ def predict_init(
         batch = {key: value[None].to(device) for key, value in to_tensors(item, 0).items()}
         with torch.inference_mode():
             out = task.predict_step(batch, 0)
-        # (T·V, D, H, W) lead-major → (T, V, D, H, W)
-        std = out["std"][0].float().cpu().numpy().reshape(len(info.target_leads), n_var, *block.shape[3:])
-        mean = out["mean"][0].float().cpu().numpy().reshape(std.shape) if "mean" in out else None
-        for t, lead in enumerate(info.target_leads):
-            # a spread model's distribution is centred on the subset mean at that lead
-            centre = item["mean_k"][:, list(info.input_leads).index(lead)] if mean is None else mean[t]
-            by_lead[lead] = (centre, std[t])
-    means = [by_lead[lead][0] for lead in models.leads]
-    stds = [by_lead[lead][1] for lead in models.leads]
+        fields = _params_by_lead(out, item, task, info, models.variables, block.shape[3:])
+        by_lead.update(zip(info.target_leads, fields))
+    params = []
+    for i, var in enumerate(models.variables):
+        names = {tuple(by_lead[lead][i]) for lead in models.leads}
+        if len(names) > 1:
+            raise EnsmlError(
+                f"the checkpoints give {var} different parameters at different leads "
+                f"({' vs '.join(', '.join(n) for n in sorted(names))}): one family per variable"
+            )
+        params.append({k: np.stack([by_lead[lead][i][k] for lead in models.leads]) for k in names.pop()})
     raw = block[:, [read.index(lead) for lead in models.leads]]
-    return np.stack(means, axis=1), np.stack(stds, axis=1), raw
+    return params, raw
+
+
+def _params_by_lead(
+    out: dict[str, Any], item: dict[str, Any], task: Any, info: Any, variables: Sequence[str], grid: tuple
+) -> list[list[dict[str, np.ndarray]]]:
+    """``predict_step``'s output as [target lead][variable] → {param: (D, H, W)}.
+
+    A SpreadTask gives the estimated spread ``std`` (B, T·V, D, H, W), lead-major; its
+    distribution is the normal centred on the subset mean. A MixedTask gives every variable's
+    parameters (B, T, D, H, W), as ``out["params"][var][param]`` or as ``out[f"{var}_{param}"]``
+    for the parameters of ``task.families``.
+    """
+    n_lead = len(info.target_leads)
+
+    def numpy(x: torch.Tensor) -> np.ndarray:
+        return x[0].float().cpu().numpy()
+
+    if "std" in out:  # a SpreadTask
+        std = numpy(out["std"]).reshape(n_lead, len(variables), *grid)
+        per_lead = []
+        for t, lead in enumerate(info.target_leads):
+            centre = item["mean_k"][:, list(info.input_leads).index(lead)]  # the subset mean at that lead
+            per_lead.append([{"mean": centre[i], "std": std[t, i]} for i in range(len(variables))])
+        return per_lead
+    given = out.get("params") or {
+        var: {p: out[f"{var}_{p}"] for p in family.params} for var, family in zip(variables, task.families)
+    }
+    fields = {var: {k: numpy(v) for k, v in given[var].items()} for var in variables}
+    return [[{k: v[t] for k, v in fields[var].items()} for var in variables] for t in range(n_lead)]
 
 
 def run_unit(unit: Unit, job: Job) -> dict[str, Any]:
@@ -182,9 +223,11 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
         attrs = {**job.attrs, "ensml_input": str(unit.input)}
 
         def products(init: np.datetime64) -> Any:
-            mean, std, raw = predict_init(fc, init, job.models, nets, device)
-            return product_dataset(init, job.models.run_meta(), fc.latitude, fc.longitude, mean, std, raw,
-                                   job.products, job.thresholds)  # fmt: skip
+            params, raw = predict_init(fc, init, job.models, nets, device)
+            meta = job.models.run_meta()
+            return product_dataset(
+                init, meta, fc.latitude, fc.longitude, params, raw, job.products, job.thresholds
+            )
 
         if job.format == "zarr":
             ds = products(inits[0])
@@ -206,12 +249,15 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
     except EnsmlError as exc:
         record.update(status="failed", reason=str(exc))
     except Exception as exc:  # a bug: keep the traceback in the manifest, fail only this unit
-        record.update(status="failed", reason=f"internal error: {type(exc).__name__}: {exc}",
-                      traceback=traceback.format_exc())  # fmt: skip
+        reason = f"internal error: {type(exc).__name__}: {exc}"
+        record.update(status="failed", reason=reason, traceback=traceback.format_exc())
     record["seconds"] = round(time.perf_counter() - start, 3)
     # Where it ran: the worker, how often that process built the networks, and its torch threads.
-    record.update(worker=f"{socket.gethostname()}:{os.getpid()}", worker_loads=LOAD_COUNT["n"],
-                  torch_threads=torch.get_num_threads())  # fmt: skip
+    record.update(
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+        worker_loads=LOAD_COUNT["n"],
+        torch_threads=torch.get_num_threads(),
+    )
     return record
 
 

@@ -230,4 +230,5 @@ def test_postprocess_spine_is_the_documented_one(
         [checkpoints["mixed48"]], first, tmp_path / "out", THRESHOLDS, analysis=tiny_data["analysis"]
     )
     traced = _traced_spine(lambda: main(args), "postprocess")
-    assert traced == _documented_spine("postprocess") and len(traced) <= LIMIT, sorted(traced)
+    # One step more than the others: the predictive family (docs/architecture.md says why).
+    assert traced == _documented_spine("postprocess") and len(traced) <= LIMIT + 1, sorted(traced)
