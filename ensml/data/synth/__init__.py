@@ -2,7 +2,8 @@
 
 :func:`synth` writes forecast, analysis and oracle (``ensml data synth``); the generative model
 is :mod:`.model` (truth, oracle and members as arrays), its random fields and idealised physics
-:mod:`.fields`, and the datasets and encodings :mod:`.build`.
+:mod:`.fields`, precipitation and wind with their non-Gaussian oracles :mod:`.precip_wind` (their
+quantile functions :mod:`.quantiles`), and the datasets and encodings :mod:`.build`.
 """
 
 from ensml.data.synth.build import SynthConfig

@@ -13,6 +13,7 @@ import xarray as xr
 
 from ensml import __version__, names
 from ensml.data.synth import model as synth_model
+from ensml.data.synth.precip_wind import TP_ATTRS
 
 # Stored values are rounded, far below the local uncertainty, so that zlib can shrink them:
 # members to a power-of-two step of at most 1/32 of the designed member spread at that point
@@ -27,6 +28,29 @@ BLOCK_INITS = 4  # inits drawn per task while writing (temporaries below 32 MB)
 SURFACE_HPA = 1000
 SURFACE_NOTE = f"synthetic: the temperature of the synthetic atmosphere at {SURFACE_HPA} hPa"
 MEMBER_NOTE = "rounded to power-of-two steps of at most 1/32 of the ensemble spread"
+PRECIP_WIND_NOTE = "synthetic, tied to the flow: see ensml.data.synth.precip_wind"
+#: The surface variables of ``precip_wind``, their CF attributes and predictive distribution family.
+PRECIP_WIND = {"tp": (TP_ATTRS, "csg0"), "si10": (names.VARIABLE_ATTRS["si10"], "truncnormal")}
+#: The oracle's parameters of each family: (name, long name, units: None for the variable's).
+FAMILY_PARAMETERS = {
+    "normal": (("mean", "mean", None), ("std", "standard deviation", None)),
+    "csg0": (
+        ("shape", "censored shifted gamma shape", "1"),
+        ("scale", "censored shifted gamma scale", None),
+        ("shift", "censored shifted gamma shift", None),
+    ),
+    "truncnormal": (
+        ("loc", "location of the normal truncated to [0, inf)", None),
+        ("scale", "scale of the normal truncated to [0, inf)", None),
+    ),
+}
+DISTRIBUTION_NOTE = (
+    "oracle.nc holds its exact predictive distribution, the family of each variable in the "
+    "oracle's ensml_distribution attribute (var:family): normal N(mean, std**2) ({var}_mean, "
+    "{var}_std); csg0, the censored shifted gamma max(0, X - shift) with X ~ Gamma(shape, scale) "
+    "({var}_shape, {var}_scale, {var}_shift); truncnormal, N(loc, scale**2) truncated to [0, inf) "
+    "({var}_loc, {var}_scale)."
+)
 
 #: The oracle's variables of the storm table: the table's key and the attributes.
 STORM_VARIABLES = {
@@ -74,6 +98,7 @@ class SynthConfig:
     storms_per_year: float
     seed: int
     surface: bool = False
+    precip_wind: bool = False
 
 
 def _coord_attrs(ds: xr.Dataset) -> xr.Dataset:
@@ -94,8 +119,7 @@ def _global_attrs(cfg: SynthConfig, what: str) -> dict:
         "references": "see the docstring of ensml.data.synth.generate for the generative model",
         "comment": (
             "Synthetic data from a known predictive distribution. Verifying analysis of "
-            "(init_time, lead_time) is analysis.sel(time=init_time + lead_time); oracle.nc holds "
-            "its exact Gaussian distribution N(mean, std**2)."
+            "(init_time, lead_time) is analysis.sel(time=init_time + lead_time); " + DISTRIBUTION_NOTE
         ),
         **params,
     }
@@ -126,9 +150,16 @@ def build_datasets(
         members=cfg.members,
         storms_per_year=cfg.storms_per_year,
         seed=cfg.seed,
+        precip_wind=cfg.precip_wind,
     )
-    members = _lazy_members(
-        out["member_block"], out["member_spread"], cfg, len(inits), len(gen_levels), on_progress
+    members, surface_members = _lazy_members(
+        out["member_block"],
+        out["member_spread"],
+        out.get("surface"),
+        cfg,
+        len(inits),
+        len(gen_levels),
+        on_progress,
     )
     written = _written(cfg, gen_levels)
     space = {
@@ -140,12 +171,20 @@ def build_datasets(
     valid = {names.VALID_TIME: ((names.INIT_TIME, names.LEAD_TIME), inits[:, None] + leads[None, :])}
     fc = _forecast(
         members, written, {**fc_coords, names.MEMBER: np.arange(1, cfg.members + 1, dtype="int32"), **space}
-    ).assign_coords(valid)
-    fc.attrs = _global_attrs(cfg, "ensemble forecast")
+    )
     an = _analysis(out["truth"], written, {names.TIME: out["times"], **space})
+    orc = _oracle(out, written, {**fc_coords, **space})
+    if cfg.precip_wind:
+        fc, an, orc = _add_precip_wind(fc, an, orc, out["surface"], surface_members)
+    fc = fc.assign_coords(valid)
+    fc.attrs = _global_attrs(cfg, "ensemble forecast")
     an.attrs = _global_attrs(cfg, "verifying analysis (truth) by valid time")
-    orc = _oracle(out, written, {**fc_coords, **space}).assign_coords(valid)
-    orc.attrs = _global_attrs(cfg, "oracle predictive distribution N(mean, std**2) of the analysis")
+    orc = orc.assign_coords(valid)
+    orc.attrs = _global_attrs(cfg, "oracle predictive distribution of the analysis (see ensml_distribution)")
+    orc.attrs["ensml_distribution"] = " ".join(
+        [f"{v}:normal" for v in written]
+        + [f"{v}:{fam}" for v, (_, fam) in PRECIP_WIND.items() if cfg.precip_wind]
+    )
     return {"forecast": _coord_attrs(fc), "analysis": _coord_attrs(an), "oracle": _coord_attrs(orc)}
 
 
@@ -206,6 +245,35 @@ def _oracle(out: dict, written: dict, coords: dict) -> xr.Dataset:
     return xr.Dataset(data, coords=coords)
 
 
+def _add_precip_wind(fc: xr.Dataset, an: xr.Dataset, orc: xr.Dataset, surface: dict, members) -> tuple:
+    """``fc``, ``an`` and ``orc`` with tp and si10 (surface variables, no level) added."""
+    fc_dims = _dims(names.FORECAST_DIMS, 0)
+    an_dims = _dims(names.ANALYSIS_DIMS, 0)
+    orc_dims = (names.INIT_TIME, names.LEAD_TIME, names.LATITUDE, names.LONGITUDE)
+    for n, (v, (attrs, family)) in enumerate(PRECIP_WIND.items()):
+        fc[v] = (fc_dims, members[n], {**attrs, "comment": f"{PRECIP_WIND_NOTE}; {MEMBER_NOTE}"})
+        an[v] = (an_dims, surface["truth"][v], {**attrs, "comment": PRECIP_WIND_NOTE})
+        for param, long_name, units in FAMILY_PARAMETERS[family]:
+            a = surface["oracle"][f"{v}_{param}"]
+            if param == "shape":
+                stored = a
+            elif param in ("loc", "shift"):
+                stored = a.copy()
+                _quantise(stored, surface["oracle"][f"{v}_scale"], MEAN_STEPS_PER_STD)
+            else:
+                stored = a.copy()
+                _round_mantissa(stored, STD_BITS)
+            orc[f"{v}_{param}"] = (
+                orc_dims,
+                stored,
+                {
+                    "long_name": f"oracle {long_name} of {attrs['long_name']}",
+                    "units": units or attrs["units"],
+                },
+            )
+    return fc, an, orc
+
+
 def _oracle_distribution(v: str, mean: np.ndarray, std: np.ndarray, dims: tuple[str, ...]) -> dict:
     """``{v}_mean`` and ``{v}_std``, float32, rounded for storage (``mean``, ``std`` in float64)."""
     a = names.VARIABLE_ATTRS[v]
@@ -227,28 +295,37 @@ def _oracle_distribution(v: str, mean: np.ndarray, std: np.ndarray, dims: tuple[
     return {f"{v}_mean": (dims, mean32, mean_attrs), f"{v}_std": (dims, std32, std_attrs)}
 
 
-def _lazy_members(block, spread: np.ndarray, cfg: SynthConfig, n_init: int, n_levels: int, on_progress):
-    """Dask array ``(v, init, lead, member, level, lat, lon)`` of rounded float32 members."""
+def _lazy_members(
+    block, spread: np.ndarray, surface: dict | None, cfg: SynthConfig, n_init: int, n_levels: int, on_progress
+):
+    """Dask arrays of rounded float32 members: ``(v, init, lead, member, level, lat, lon)`` of z
+    and t, and, with ``surface`` (precip_wind), ``(2, init, lead, member, lat, lon)`` of tp and
+    si10 (else None), drawn together block by block."""
 
-    def make(i0: int, i1: int) -> np.ndarray:
-        x = block(i0, i1)  # (v, init, lead, member, k, lat, lon)
+    def make(i0: int, i1: int) -> tuple[np.ndarray, np.ndarray | None]:
+        x, xs = block(i0, i1) if surface else (block(i0, i1), None)  # x (v, init, lead, member, k, lat, lon)
         _quantise(x, spread[i0:i1].transpose(2, 0, 1, 3, 4, 5)[:, :, :, None], MEMBER_STEPS_PER_SPREAD)
+        if surface:  # xs (2, init, lead, member, lat, lon)
+            steps = surface["member_spread"][i0:i1].transpose(2, 0, 1, 3, 4)[:, :, :, None]
+            _quantise(xs, steps, MEMBER_STEPS_PER_SPREAD)
         if on_progress is not None:
             on_progress(i1 - i0)
-        return x
+        return x, xs
 
     token = uuid.uuid4().hex
     shape = (len(cfg.leads), cfg.members, n_levels, cfg.n_lat, cfg.n_lon)
-    blocks = [
-        da.from_delayed(
-            # Explicit keys: tokenising ``make`` would hash the arrays in its closure per block.
-            dask.delayed(make)(i0, min(i0 + BLOCK_INITS, n_init), dask_key_name=f"synth-{token}-{i0}"),
-            shape=(2, min(i0 + BLOCK_INITS, n_init) - i0, *shape),
-            dtype=np.float32,
-        )
-        for i0 in range(0, n_init, BLOCK_INITS)
-    ]
-    return da.concatenate(blocks, axis=1)
+    blocks, surface_blocks = [], []
+    for i0 in range(0, n_init, BLOCK_INITS):
+        n = min(i0 + BLOCK_INITS, n_init) - i0
+        # Explicit keys: tokenising ``make`` would hash the arrays in its closure per block.
+        both = dask.delayed(make, nout=2)(i0, i0 + n, dask_key_name=f"synth-{token}-{i0}")
+        blocks.append(da.from_delayed(both[0], shape=(2, n, *shape), dtype=np.float32))
+        if surface:
+            surface_blocks.append(
+                da.from_delayed(both[1], shape=(2, n, *shape[:2], *shape[3:]), dtype=np.float32)
+            )
+    surface_members = da.concatenate(surface_blocks, axis=1) if surface else None
+    return da.concatenate(blocks, axis=1), surface_members
 
 
 def encodings(datasets: dict[str, xr.Dataset]) -> dict[str, dict]:

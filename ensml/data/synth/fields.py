@@ -2,8 +2,9 @@
 
 Pieces, all pure numpy functions of their arguments:
 
-* the grid (cell-centre latitudes, no pole rows) and unit-variance Gaussian random fields
-  made by FFT filtering (periodic in longitude, padded in latitude so the poles do not wrap);
+* the grid (cell-centre latitudes, no pole rows), independent random streams per key, and
+  unit-variance Gaussian random fields made by FFT filtering (periodic in longitude, padded in
+  latitude so the poles do not wrap);
 * a vertical structure that turns three independent unit fields into physically coherent
   geopotential and temperature anomalies on any pressure levels (hydrostatic thickness);
 * the climatology of z and t with an equator-pole gradient, a seasonal cycle, a tropopause
@@ -23,6 +24,12 @@ R_DRY = 287.05  # gas constant of dry air, J kg-1 K-1
 LAPSE_EXPONENT = 0.19  # R Γ / g for a lapse rate Γ of 6.5 K km-1: T = T0 (p / 1000 hPa)^0.19
 DAY_HOURS = 24.0
 YEAR_DAYS = 365.25
+TIME_BATCH = 128  # fields per FFT batch in sample_fields
+
+
+def stream(seed: int, *key: int) -> np.random.Generator:
+    """The random stream ``key`` of ``seed``: independent of every other key (``SeedSequence`` spawn key)."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
 def lat_lon_grid(n_lat: int, n_lon: int) -> tuple[np.ndarray, np.ndarray]:
@@ -78,6 +85,15 @@ class GaussianFields:
     def sample(self, rng: np.random.Generator, *batch: int, dtype: type = np.float64) -> np.ndarray:
         """Draw ``(*batch, n_lat, n_lon)`` fields."""
         return self.filter(rng.standard_normal(self.white_shape(*batch), dtype=dtype))
+
+
+def sample_fields(rng: np.random.Generator, gf: GaussianFields, nt: int, n_fields: int) -> np.ndarray:
+    """``(nt, n_fields, lat, lon)`` float32 unit fields, drawn in small batches to bound memory."""
+    out = np.empty((nt, n_fields, gf.n_lat, gf.n_lon), dtype=np.float32)
+    for k in range(0, nt, TIME_BATCH):
+        n = min(TIME_BATCH, nt - k)
+        out[k : k + n] = gf.sample(rng, n, n_fields, dtype=np.float32)
+    return out
 
 
 def _integrate_lnp(profile, p_hpa: float, nodes: int = 257) -> float:

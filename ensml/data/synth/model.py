@@ -1,9 +1,10 @@
 """The generative model of the synthetic ensemble: truth, oracle and members as arrays.
 
 See :mod:`ensml.data.synth.generate` for the model in words; this module draws it. Random streams are
-separate per component (activity, weather, error process, analysis noise, storms, spread
-errors, and one per init for the members), so the members of one init do not depend on how
-the work is batched.
+separate per component (0 activity, 1 weather, 2 error process, 3 analysis noise, 4 storms, 5
+spread errors, 6 one per init for the members; with ``precip_wind`` 7 the reveals of tp and si10
+and 8 one per init for their members, :mod:`.precip_wind`), so the members of one init do not
+depend on how the work is batched, and z and t do not depend on ``precip_wind``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ensml.data.synth import precip_wind as pw
 from ensml.data.synth.fields import (
     DAY_HOURS,
     YEAR_DAYS,
@@ -22,8 +24,10 @@ from ensml.data.synth.fields import (
     climatology,
     draw_storms,
     lat_lon_grid,
+    sample_fields,
     season,
     storm_profile,
+    stream,
 )
 
 # Parameters of the generative model (documented in ensml.data.synth.generate).
@@ -38,20 +42,6 @@ STORM_KEEP_PER_DAY, STORM_KEEP_MIN = 0.25, 0.5
 STORM_MASK = 0.25
 LEN_DELTA, STD_DELTA = 30.0, 0.2  # error of the ensemble's own spread (log-factor field per init)
 LEN_ETA, TAU_ETA_H = 8.0, 48.0  # member perturbations
-TIME_BATCH = 128  # times per FFT batch
-
-
-def _stream(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
-
-
-def _fields(rng: np.random.Generator, gf: GaussianFields, nt: int, n_fields: int) -> np.ndarray:
-    """``(nt, n_fields, lat, lon)`` float32 unit fields, drawn in small batches to bound memory."""
-    out = np.empty((nt, n_fields, gf.n_lat, gf.n_lon), dtype=np.float32)
-    for k in range(0, nt, TIME_BATCH):
-        n = min(TIME_BATCH, nt - k)
-        out[k : k + n] = gf.sample(rng, n, n_fields, dtype=np.float32)
-    return out
 
 
 def _ou(
@@ -64,7 +54,7 @@ def _ou(
     ``x_0 = intensity_0 · xi_0``. ``intensity`` is a scalar or ``(time, lat, lon)``.
     """
     nt = len(hours)
-    x = _fields(rng, gf, nt, n_fields)  # innovations, overwritten in place by the process
+    x = sample_fields(rng, gf, nt, n_fields)  # innovations, overwritten in place by the process
     inten = np.broadcast_to(np.asarray(intensity, dtype=np.float32), (nt, gf.n_lat, gf.n_lon))
     phi = np.ones(nt)
     phi[1:] = np.exp(-np.diff(hours) / tau)
@@ -94,6 +84,7 @@ def generate(
     members: int,
     storms_per_year: float,
     seed: int,
+    precip_wind: bool = False,
 ) -> dict:
     """Draw truth, oracle and members. Shapes use v = (z, t), k = level.
 
@@ -105,14 +96,24 @@ def generate(
     damped), and ``member_block(i0, i1)``, a function that draws the members of inits ``i0:i1``
     as float32 ``(v, init, lead, member, k, lat, lon)`` (deterministic per init, so blocks can
     be drawn in any order, lazily, while the file is written).
+
+    With ``precip_wind`` (z and t unchanged, bit for bit), also ``surface``: a dict with
+    ``truth`` (``tp``, ``si10``: ``(time, lat, lon)``), ``oracle`` (``tp_shape``, ``tp_scale``,
+    ``tp_shift``, ``si10_loc``, ``si10_scale``: ``(init, lead, lat, lon)``) and
+    ``member_spread (init, lead, 2, lat, lon)`` (tp, si10), all float32; ``member_block`` then
+    returns a pair: the z/t members and the tp/si10 members ``(2, init, lead, member, lat, lon)``.
     """
     lat, lon = lat_lon_grid(n_lat, n_lon)
     times, ki, kv, hours, doy = _state_times(inits, leads)
     vs = VerticalStructure.anomalies(levels)
     scale = vs.amp[:, :, None, None] * anomaly_envelope(lat)  # (v, k, lat, 1)
-    truth, known, act, u_base, phi = _atmosphere(seed, levels, lat, lon, hours, doy, vs, scale)
+    truth, known, act, u_base, phi, flow = _atmosphere(
+        seed, levels, lat, lon, hours, doy, vs, scale, flow=precip_wind
+    )
     # The oracle: the truth at valid time given what a forecast from init knows; then the storms.
     mean, var_nostorm = _oracle_without_storms(known, u_base, act, phi, ki, kv, vs, scale)
+    if precip_wind:
+        flow["u_rot"] = _rotate(u_base, 3)
     del known, u_base
     var = var_nostorm.copy()
     storms, storm_known, event = _add_storms(
@@ -121,20 +122,51 @@ def generate(
     mean += storm_known
     std = np.sqrt(var)
     # The ensemble: biased, under-dispersive, imperfect spread, damped storms, coherent members.
-    spread32 = _member_spread(seed, lat, n_lon, var_nostorm)
+    factor = _spread_factor(seed, lat, n_lon, len(inits))
+    spread32 = _member_spread(factor, var_nostorm)
     centre = _member_centre(lat, levels, leads, scale, mean, storm_known)
-    return {
+    surface, drawer = None, None
+    if precip_wind:
+        surface = _precip_wind(seed, lat, lon, hours, doy, ki, kv, leads, act, phi, flow, storms, factor)
+        drawer = surface.pop("drawer")
+    out = {
         "latitude": lat,
         "longitude": lon,
         "times": times,
         "truth": {"z": truth[:, 0], "t": truth[:, 1]},
         "mean": {"z": mean[:, :, 0], "t": mean[:, :, 1]},
         "std": {"z": std[:, :, 0], "t": std[:, :, 1]},
-        "member_block": _member_drawer(seed, members, leads, lat, n_lon, vs, spread32, centre),
+        "member_block": _member_drawer(seed, members, leads, lat, n_lon, vs, spread32, centre, drawer),
         "member_spread": spread32,
         "member_centre": centre,
         "event_mask": event.astype(np.uint8),
         "storms": _storm_table(storms, times[0]),
+    }
+    if surface is not None:
+        out["surface"] = surface
+    return out
+
+
+def _rotate(base: np.ndarray, rows: int) -> np.ndarray:
+    """Unit fields ``base (time, 3, lat, lon)`` in the first ``rows`` directions of
+    :data:`.precip_wind.BASIS` (row 0: the low index ``-z'`` at 850 hPa), ``(time, rows, lat, lon)``."""
+    return np.einsum("dj,tjyx->tdyx", pw.BASIS[:rows].astype(base.dtype), base)
+
+
+def _precip_wind(seed, lat, lon, hours, doy, ki, kv, leads, act, phi, flow, storms, factor) -> dict:
+    """tp and si10 (:mod:`.precip_wind`): truth, oracle, the members' spread and their drawer."""
+    storm_sum = pw.storm_sum(storms, hours, lat, lon)
+    known = pw.known_fields(lat, doy, act, flow["gain"], flow["p_low"], storm_sum)
+    incr = pw.Increments(flow["u_rot"], S_U * act, phi)
+    drawn = pw.draw(seed, lat, lon, hours, ki, kv, leads, known, incr, flow["n_rot"])
+    params = pw.member_parameters(drawn, lat, leads, _storm_keep(leads))
+    coher = np.exp(-np.diff(leads / np.timedelta64(1, "h"), prepend=0.0) / TAU_ETA_H)
+    gf = GaussianFields(len(lat), len(lon), LEN_ETA)
+    return {
+        "truth": drawn.truth,
+        "oracle": drawn.oracle,
+        "member_spread": pw.member_spread(params, factor, leads),
+        "drawer": pw.surface_drawer(seed, params, factor, leads, gf, coher),
     }
 
 
@@ -154,23 +186,29 @@ def _state_times(inits: np.ndarray, leads: np.ndarray) -> tuple:
     return times, ki, kv, hours, doy
 
 
-def _atmosphere(seed: int, levels, lat, lon, hours, doy, vs: VerticalStructure, scale) -> tuple:
+def _atmosphere(
+    seed: int, levels, lat, lon, hours, doy, vs: VerticalStructure, scale, *, flow: bool = False
+) -> tuple:
     """The true atmosphere without storms, ``clim + s (g P + U + n)``, and its known part.
 
     Draws the flow activity ``act``, the predictable weather ``P``, the unpredictable error
     process ``U`` and the analysis noise ``n`` (random streams 0 to 3). Returns ``truth (time,
     v, k, lat, lon)`` float32 (the files are float32), ``known`` (same shape, float64) = clim +
     s g P, ``act (time, lat, lon)``, ``u_base (time, 3, lat, lon)``, the unit fields of ``U``,
-    and ``phi (time,)``, its AR(1) factors between state times.
+    and ``phi (time,)``, its AR(1) factors between state times; with ``flow``, a dict of P's unit
+    low index (``-z'`` at 850 hPa) ``p_low (time, lat, lon)``, n's unit fields in the first two
+    directions of :data:`.precip_wind.BASIS` ``n_rot (time, 2, lat, lon)`` and P's seasonal
+    factor ``gain (time, lat, 1)``, else None.
     """
     n_lat, n_lon, nt = len(lat), len(lon), len(hours)
     act_clim = activity_climatology(doy, lat)  # (time, lat, 1)
-    r, _ = _ou(_stream(seed, 0), GaussianFields(n_lat, n_lon, LEN_ACTIVITY), hours, TAU_ACTIVITY_H, 1, 1.0)
+    r, _ = _ou(stream(seed, 0), GaussianFields(n_lat, n_lon, LEN_ACTIVITY), hours, TAU_ACTIVITY_H, 1, 1.0)
     act = act_clim * np.exp(STD_ACTIVITY * r[:, 0] - STD_ACTIVITY**2 / 2)  # (time, lat, lon)
-    p_base, _ = _ou(_stream(seed, 1), GaussianFields(n_lat, n_lon, LEN_P), hours, TAU_P_H, 3, 1.0)
+    p_base, _ = _ou(stream(seed, 1), GaussianFields(n_lat, n_lon, LEN_P), hours, TAU_P_H, 3, 1.0)
     g_p = 1.0 + 0.2 * season(doy, lat) * (np.abs(lat) > 20)[None, :, None]  # (time, lat, 1)
-    u_base, phi = _ou(_stream(seed, 2), GaussianFields(n_lat, n_lon, LEN_U), hours, TAU_U_H, 3, S_U * act)
-    n_base = _fields(_stream(seed, 3), GaussianFields(n_lat, n_lon, LEN_NOISE), nt, 3)
+    u_base, phi = _ou(stream(seed, 2), GaussianFields(n_lat, n_lon, LEN_U), hours, TAU_U_H, 3, S_U * act)
+    n_base = sample_fields(stream(seed, 3), GaussianFields(n_lat, n_lon, LEN_NOISE), nt, 3)
+    lows = {"p_low": _rotate(p_base, 1)[:, 0], "n_rot": _rotate(n_base, 2), "gain": g_p} if flow else None
 
     z_clim, t_clim = climatology(levels, lat, lon, doy)
     known = np.stack([z_clim, t_clim], axis=1)  # (time, v, k, lat, lon): climatology + P
@@ -182,7 +220,7 @@ def _atmosphere(seed: int, levels, lat, lon, hours, doy, vs: VerticalStructure, 
     truth += vs.combine(u_base)
     truth *= scale.astype(np.float32)
     truth += known
-    return truth, known, act, u_base, phi
+    return truth, known, act, u_base, phi, lows
 
 
 def _u_given_init(phi: np.ndarray, act: np.ndarray, ki: np.ndarray, kv: np.ndarray) -> tuple:
@@ -225,7 +263,7 @@ def _add_storms(seed: int, storms_per_year: float, levels, lat, lon, hours, ki, 
     forecast knows (the intensity with ``B`` at init), and ``event (init, lead, lat, lon)``
     (bool), where a storm's envelope at valid time is above ``STORM_MASK``.
     """
-    srng = _stream(seed, 4)
+    srng = stream(seed, 4)
     span_years = (hours[-1] + 3 * DAY_HOURS) / (DAY_HOURS * YEAR_DAYS)
     storms = draw_storms(srng, int(srng.poisson(storms_per_year * span_years)), 0.0, float(hours[-1]))
     prof = storm_profile(levels)[:, :, None, None]  # (v, k, 1, 1)
@@ -266,17 +304,27 @@ def _storm_oracle(s: Storm, idx, es, b, prof, hours, ki, kv, storm_known, var, e
         event[i, j] |= es[n] > STORM_MASK
 
 
-def _member_spread(seed: int, lat: np.ndarray, n_lon: int, var_nostorm: np.ndarray) -> np.ndarray:
-    """The members' designed spread ``(init, lead, v, k, lat, lon)`` float32.
+def _spread_factor(seed: int, lat: np.ndarray, n_lon: int, n_init: int) -> np.ndarray:
+    """The members' spread relative to the oracle's, ``(init, lat, lon)``.
 
     Under-dispersive (``alpha(lat)``) and imperfect: a smooth random log-factor ``delta`` per
-    init (random stream 5) times the oracle's spread without the storm term.
+    init (random stream 5).
     """
     alpha = 0.7 - 0.15 * np.exp(-(((np.abs(lat) - 45.0) / 20.0) ** 2))[:, None]  # (lat, 1)
-    delta = STD_DELTA * GaussianFields(len(lat), n_lon, LEN_DELTA).sample(_stream(seed, 5), len(var_nostorm))
-    return (alpha * np.exp(delta - STD_DELTA**2 / 2)[:, None, None, None] * np.sqrt(var_nostorm)).astype(
-        np.float32
-    )
+    delta = STD_DELTA * GaussianFields(len(lat), n_lon, LEN_DELTA).sample(stream(seed, 5), n_init)
+    return alpha * np.exp(delta - STD_DELTA**2 / 2)
+
+
+def _member_spread(factor: np.ndarray, var_nostorm: np.ndarray) -> np.ndarray:
+    """The members' designed spread ``(init, lead, v, k, lat, lon)`` float32: the
+    :func:`_spread_factor` times the oracle's spread without the storm term."""
+    return (factor[:, None, None, None] * np.sqrt(var_nostorm)).astype(np.float32)
+
+
+def _storm_keep(leads: np.ndarray) -> np.ndarray:
+    """The fraction of the known storms the members hold, ``(lead,)``."""
+    lead_days = (leads / np.timedelta64(1, "h")) / DAY_HOURS
+    return np.maximum(STORM_KEEP_MIN, 1.0 - STORM_KEEP_PER_DAY * lead_days)
 
 
 def _member_centre(lat, levels, leads, scale, mean, storm_known) -> np.ndarray:
@@ -288,15 +336,19 @@ def _member_centre(lat, levels, leads, scale, mean, storm_known) -> np.ndarray:
     lead_days = (leads / np.timedelta64(1, "h")) / DAY_HOURS
     track = activity_climatology(np.array([15.0 + YEAR_DAYS / 4]), lat)[0]  # (lat, 1), no season
     bias = scale * track * _bias_pattern(lat, levels) * (0.02 + 0.05 * lead_days)[:, None, None, None, None]
-    keep = np.maximum(STORM_KEEP_MIN, 1.0 - STORM_KEEP_PER_DAY * lead_days)[None, :, None, None, None, None]
+    keep = _storm_keep(leads)[None, :, None, None, None, None]
     return mean - (1 - keep) * storm_known + bias[None]
 
 
-def _member_drawer(seed: int, members: int, leads, lat, n_lon: int, vs: VerticalStructure, spread32, centre):
+def _member_drawer(
+    seed: int, members: int, leads, lat, n_lon: int, vs: VerticalStructure, spread32, centre, surface=None
+):
     """``member_block(i0, i1)`` of :func:`generate`: coherent perturbations around ``centre``.
 
     The perturbations are unit z/t-coherent fields (one random stream per init), an AR(1)
-    across leads (e-folding ``TAU_ETA_H``), scaled by ``spread32``.
+    across leads (e-folding ``TAU_ETA_H``), scaled by ``spread32``. With ``surface`` (the
+    drawer of :func:`.precip_wind.surface_drawer`), the tp/si10 members drawn from the same
+    perturbations too (a pair).
     """
     nl = len(leads)
     coher = np.exp(-np.diff(leads / np.timedelta64(1, "h"), prepend=0.0) / TAU_ETA_H)  # (lead,)
@@ -306,13 +358,14 @@ def _member_drawer(seed: int, members: int, leads, lat, n_lon: int, vs: Vertical
         """Members of inits ``i0:i1`` as float32 ``(v, init, lead, member, k, lat, lon)``."""
         white = np.empty((i1 - i0, *gf_eta.white_shape(members, nl, 3)), dtype=np.float32)
         for n, i in enumerate(range(i0, i1)):
-            _stream(seed, 6, i).standard_normal(out=white[n], dtype=np.float32)
+            stream(seed, 6, i).standard_normal(out=white[n], dtype=np.float32)
         xi = gf_eta.filter(white)  # (init, M, lead, 3, lat, lon)
         for j in range(1, nl):  # AR(1) across leads, in place
             xi[:, :, j] = coher[j] * xi[:, :, j - 1] + np.sqrt(1 - coher[j] ** 2) * xi[:, :, j]
         x = vs.combine(xi) * spread32[i0:i1, None]  # (init, M, lead, v, k, lat, lon)
         x += centre[i0:i1, None]
-        return np.ascontiguousarray(x.transpose(3, 0, 2, 1, 4, 5, 6))
+        x = np.ascontiguousarray(x.transpose(3, 0, 2, 1, 4, 5, 6))
+        return x if surface is None else (x, surface(i0, i1, xi))
 
     return member_block
 
