@@ -251,6 +251,13 @@ class Family:
 def _apply_xr(family: Family, fn: Callable, params: Mapping[str, Any], y: Any) -> xr.DataArray:
     names = list(family.params)
     args = [params[k] for k in names] + [y]
+    for name, a in zip([*names, "the observation"], args):
+        # an unnamed array would get its own dimension (dim_0) and broadcast as an outer product
+        if not isinstance(a, xr.DataArray) and np.ndim(a) > 0:
+            raise EnsmlError(
+                f"{family.name} score: {name} is an array of shape {np.shape(a)} beside DataArray "
+                "inputs; give it as a DataArray with named dimensions (or a scalar)"
+            )
     das = [a if isinstance(a, xr.DataArray) else xr.DataArray(np.asarray(a)) for a in args]
 
     def kernel(*arrays: np.ndarray) -> np.ndarray:
@@ -322,7 +329,7 @@ class LocationScale(Family):
             log_cdf_l = torch.special.log_ndtr(-mu / s)  # log P(X ≤ 0)
             log_sf_l = torch.special.log_ndtr(mu / s)  # log P(X ≥ 0)
         else:
-            sp = torch.nn.functional.softplus
+            sp = closed._softplus
             log_pdf = -z - 2.0 * sp(-z) - torch.log(s)
             log_cdf_l, log_sf_l = -sp(mu / s), -sp(-mu / s)
         if self.bound == "none":
