@@ -233,10 +233,49 @@ def _families(text: str, variables: tuple[str, ...]) -> tuple[str, ...]:
     """``"z:normal tp:csg0"`` as the family of each variable in order (empty when not written)."""
     if not text.strip():
         return ()
-    pairs = dict(item.split(":", 1) for item in text.split())
+    pairs = parse_distribution(text)
     if set(pairs) != set(variables):
         raise ValueError(f"{PREFIX}distribution names {sorted(pairs)}, the variables are {list(variables)}")
     return tuple(pairs[v] for v in variables)
+
+
+def parse_distribution(text: str) -> dict[str, str]:
+    """``"z:normal tp:csg0 si10:bqn:12"`` as ``{"z": "normal", "tp": "csg0", "si10": "bqn:12"}``."""
+    out = {}
+    for item in str(text).split():
+        var, sep, name = item.partition(":")
+        if not sep or not var or not name:
+            raise ValueError(
+                f"{PREFIX}distribution {text!r} is not a list of variable:family (e.g. 'z:normal tp:csg0')"
+            )
+        out[var] = name
+    return out
+
+
+def distribution_of(attrs: Mapping[str, Any], variables: Sequence[str], source: str) -> dict[str, str]:
+    """The family of each of ``variables`` that a file's ``ensml_distribution`` attribute names.
+
+    The attribute is written into predictions, products and the synthetic oracle; a file without
+    it (written before families existed) is Gaussian throughout.
+
+    Raises
+    ------
+    EnsmlError
+        Naming ``source``: the attribute cannot be read or names no family for a variable.
+    """
+    text = attrs.get(f"{PREFIX}distribution")
+    if text is None:
+        return dict.fromkeys(variables, "normal")
+    try:
+        names = parse_distribution(str(text))
+    except ValueError as exc:
+        raise EnsmlError(f"{source}: {exc}") from None
+    missing = [v for v in variables if v not in names]
+    if missing:
+        raise EnsmlError(
+            f"{source}: {PREFIX}distribution names no family for {', '.join(missing)} (it says {text!r})"
+        )
+    return {v: names[v] for v in variables}
 
 
 def _shas(meta: RunMeta) -> str:
@@ -257,4 +296,12 @@ def leads_of(metas: Sequence[RunMeta]) -> np.ndarray:
     return np.unique(np.concatenate([np.asarray(m.leads, dtype="timedelta64[ns]") for m in metas]))
 
 
-__all__ = ["RunMeta", "check_k", "file_sha256", "leads_of", "one_run"]
+__all__ = [
+    "RunMeta",
+    "check_k",
+    "distribution_of",
+    "file_sha256",
+    "leads_of",
+    "one_run",
+    "parse_distribution",
+]

@@ -13,7 +13,8 @@ score, once:
   without it is refused), the task that made it must be the one its option scores, and the
   files of one option must come from one run (:func:`ensml.predictions.one_run`, naming two
   checkpoints that differ);
-* optionally the generator's oracle (``<var>_mean``/``<var>_std`` by init and lead);
+* optionally the generator's oracle (each variable's family parameters by init and lead:
+  ``<var>_mean``/``<var>_std`` for the normal, ``tp_shape``, … as its ``ensml_distribution`` says);
 * the init times that every source holds and whose valid time the analysis holds at every lead;
 * the area weights of the grid (:func:`ensml.data.weights.area_weights`, the one weighting).
 
@@ -54,11 +55,12 @@ from ensml.names import (
     LEVEL,
     TIME,
     LeadLike,
+    family_params,
     format_leads,
     parse_lead,
     parse_leads,
 )
-from ensml.predictions import check_k
+from ensml.predictions import check_k, distribution_of
 
 #: The subset size when neither a run nor the user gives one.
 DEFAULT_K = 5
@@ -195,7 +197,7 @@ def build_frame(
         Files of ``ensml predict`` / ``ensml postprocess`` (:data:`ROLES`), checked by
         :func:`scan_run`; their init times bound the frame's.
     oracle
-        The generator's oracle; ``<var>_mean``/``<var>_std`` and ``oracle_vars`` are read.
+        The generator's oracle; each variable's family parameters and ``oracle_vars`` are read.
     inits
         Score at most these init times (e.g. a test split).
     partial
@@ -242,9 +244,9 @@ def build_frame(
             check_levels(run.coords, levels, str(run))
         candidates = np.intersect1d(candidates, run.coords[INIT_TIME].values)
     orc, names = None, {"forecast": fc_name, "analysis": an_name, "oracle": f"oracle {oracle}"}
-    needed = [f"{v}_{s}" for v in variables for s in ("mean", "std")] + list(oracle_vars)
+    needed = list(oracle_vars)
     if oracle:
-        orc = _open_oracle(oracle, needed, lead_list, partial, fc, fc_name)
+        orc, needed = _open_oracle(oracle, variables, oracle_vars, lead_list, partial, fc, fc_name)
         if orc is not None:
             candidates = np.intersect1d(candidates, orc[INIT_TIME].values)
     if inits is not None:
@@ -279,10 +281,21 @@ def _with_level(ds: xr.Dataset) -> xr.Dataset:
     return out.assign_coords({LEVEL: out[LEVEL].assign_attrs(level.attrs)})
 
 
-def _open_oracle(path: Paths, needed: list[str], leads: np.ndarray, partial: bool, fc: xr.Dataset,
-                 fc_name: str) -> xr.Dataset | None:  # fmt: skip
-    """The oracle, lazily; ``None`` for a partial frame when it lacks a variable or every lead."""
+def _open_oracle(
+    path: Paths,
+    variables: Sequence[str],
+    extra: Sequence[str],
+    leads: np.ndarray,
+    partial: bool,
+    fc: xr.Dataset,
+    fc_name: str,
+) -> tuple[xr.Dataset | None, list[str]]:
+    """The oracle, lazily, and what is read of it: each variable's family parameters (the
+    family its ``ensml_distribution`` names; normal without it) and ``extra``. The oracle is
+    ``None`` for a partial frame when it lacks a variable or every lead."""
     orc = open_dataset(path, "oracle")
+    families = distribution_of(orc.attrs, variables, f"oracle {path}")
+    needed = [f"{v}_{p}" for v, name in families.items() for p in family_params(name)] + list(extra)
     absent = [v for v in needed if v not in orc.data_vars]
     if absent and not partial:
         found = ", ".join(map(str, orc.data_vars))
@@ -290,11 +303,11 @@ def _open_oracle(path: Paths, needed: list[str], leads: np.ndarray, partial: boo
     if LEAD_TIME not in orc.dims:
         raise EnsmlError(f"oracle {path} has no lead_time dim (found dims: {', '.join(map(str, orc.dims))})")
     if partial and (absent or not np.isin(leads, orc[LEAD_TIME].values).any()):
-        return None
+        return None, needed
     if not partial:
         check_lead_times(orc, leads, f"oracle {path}")
     check_same_grid(fc, orc, fc_name, f"oracle {path}")
-    return orc
+    return orc, needed
 
 
 __all__ = [

@@ -1,6 +1,10 @@
 """Ensemble calibration: spread-skill ratio, rank and PIT histograms and their flatness;
 ensemble-mean bias and RMSE.
 
+PIT histograms: of Gaussian forecasts (:func:`pit_histogram`, as a rank histogram among their
+quantiles), or of PIT values of any forecast (:func:`pit_value_histogram`, e.g. the randomised
+PIT of a censored distribution, :func:`ensml.scores.predictive.pit_family`).
+
 NaN/Inf as every ensml score (:mod:`ensml.scores`): NaN members are dropped from means and
 variances; the rank histogram, which ranks among all M members, leaves out a point with any
 NaN member; ±Inf is an error.
@@ -23,6 +27,7 @@ __all__ = [
     "ensemble_mean_rmse",
     "histogram_flatness",
     "pit_histogram",
+    "pit_value_histogram",
     "rank_histogram",
     "spread_skill_ratio",
     "spread_skill_terms",
@@ -240,6 +245,48 @@ def pit_histogram(
         preserve_dims=preserve_dims, weights=weights,
     )  # fmt: skip
     return out.rename("pit_histogram").assign_attrs(long_name="PIT histogram count")
+
+
+def pit_value_histogram(
+    pit: xr.DataArray,
+    *,
+    bins: int,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> xr.DataArray:
+    r"""PIT histogram of PIT values: counts of ``pit`` in ``bins`` equal bins of [0, 1].
+
+    Bin r (0 … B − 1) holds :math:`r/B \le \mathrm{PIT} < (r + 1)/B`, the last one closed at 1.
+    For any forecast whose PIT is uniform when it is calibrated: a continuous one's
+    :math:`F(y)`, or the randomised PIT of a forecast with a point mass (Czado, Gneiting & Held
+    2009; :func:`ensml.scores.predictive.pit_family`), where :math:`F(y)` alone would pile up
+    dry days in the lowest bins. With B = M + 1 it is comparable bin for bin with the rank
+    histogram of an M-member ensemble (:func:`rank_histogram`), and :func:`histogram_flatness`
+    measures it alike. NaN values are left out; a reduced slice with none valid gives NaN in
+    every bin.
+
+    Returns
+    -------
+    xr.DataArray
+        float64 counts (weighted sums with ``weights``) with a ``rank`` dim of length ``bins``,
+        as :func:`pit_histogram`.
+    """
+    func = "pit_value_histogram"
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 2:
+        raise EnsmlError(f"{func}: needs an integer number of bins >= 2, got {bins!r}")
+    if not isinstance(pit, xr.DataArray):
+        raise EnsmlError(f"{func}: pit must be a DataArray")
+    if pit.chunks is None and bool(((pit < 0) | (pit > 1)).any()):
+        raise EnsmlError(f"{func}: PIT values must lie in [0, 1]")
+    index = np.minimum(np.floor(pit * bins), bins - 1)
+    ranks = xr.DataArray(np.arange(bins), dims=[RANK], coords={RANK: np.arange(bins)})
+    hit = (index == ranks).astype(np.float64)
+    if weights is not None:
+        hit = hit * check_weights(weights, pit, func)
+    dims = resolve_reduce_dims(pit.dims, reduce_dims, preserve_dims, func)
+    out = hit.sum(dims).where(pit.notnull().any(dims))
+    return out.rename("pit_histogram").assign_attrs(units="1", long_name="PIT histogram count")
 
 
 def histogram_flatness(counts: xr.DataArray | np.ndarray, dim: str = RANK) -> xr.DataArray | np.ndarray:

@@ -1,5 +1,10 @@
 """Threshold-exceedance probabilities: Brier score and binned reliability.
 
+Of an ensemble (:func:`brier_score`, :func:`reliability`: the probability is the fraction of
+its members above the threshold) or of any probability forecast of the events ``y > t``
+(:func:`probability_brier_score`, :func:`probability_reliability`: e.g. P(Y > t) of a predictive
+distribution, :func:`ensml.scores.predictive.exceedance_family`), binned and scored alike.
+
 NaN/Inf as every ensml score (:mod:`ensml.scores`): the probability is over the valid (non-NaN)
 members; a point with none, or a NaN observation, is missing; ±Inf is an error.
 """
@@ -23,7 +28,13 @@ from ensml.scores.reduce import (
     resolve_reduce_dims,
 )
 
-__all__ = ["brier_score", "exceedance_probability", "reliability"]
+__all__ = [
+    "brier_score",
+    "exceedance_probability",
+    "probability_brier_score",
+    "probability_reliability",
+    "reliability",
+]
 
 THRESHOLD = "threshold"
 
@@ -144,24 +155,113 @@ def reliability(
     thr = float(t.values[0])
     p = exceedance_probability(fcst, thr, member_dim=member_dim)
     o = (obs > thr).astype(np.float64).where(obs.notnull())
+    dims = resolve_reduce_dims(obs.dims, reduce_dims, preserve_dims, "reliability")
+    return _binned(p, o, n_bins, dims, weights, "reliability").assign_attrs(threshold=thr)
+
+
+def _binned(
+    p: xr.DataArray, o: xr.DataArray, n_bins: int, dims: list[Hashable], weights: Any, func: str
+) -> xr.Dataset:
+    """The reliability table of probabilities ``p`` and events ``o`` (0/1, NaN missing) in
+    ``n_bins`` equal bins of [0, 1], reduced over ``dims`` (see :func:`reliability`)."""
     valid = p.notnull() & o.notnull()
     k = np.minimum(np.floor(p * n_bins + 1e-9), n_bins - 1)  # p = j/M exactly on an edge
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     bins = xr.DataArray(np.arange(n_bins), dims=["bin"])
     in_bin = (k == bins) & valid
-    dims = resolve_reduce_dims(obs.dims, reduce_dims, preserve_dims, "reliability")
     keep = [d for d in in_bin.dims if d not in dims]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        fp = reduce_score(p.where(in_bin), preserve_dims=keep, weights=weights, func="reliability")
-        of = reduce_score(o.where(in_bin), preserve_dims=keep, weights=weights, func="reliability")
+        fp = reduce_score(p.where(in_bin), preserve_dims=keep, weights=weights, func=func)
+        of = reduce_score(o.where(in_bin), preserve_dims=keep, weights=weights, func=func)
     count = in_bin.sum(dims).astype(np.float64).where(valid.any(dims))
     coords = {"bin": np.arange(n_bins), "bin_lower": ("bin", edges[:-1]), "bin_upper": ("bin", edges[1:])}
-    ds = xr.Dataset(
+    return xr.Dataset(
         {
             "forecast_probability": fp.assign_attrs(units="1"),
             "observed_frequency": of.assign_attrs(units="1"),
             "count": count.assign_attrs(units="1"),
         }
     ).assign_coords(coords)
-    return ds.assign_attrs(threshold=thr)
+
+
+def _events(prob: xr.DataArray, obs: xr.DataArray, func: str) -> tuple[xr.DataArray, xr.DataArray]:
+    """``prob`` checked (a ``threshold`` dim with its coordinate, values in [0, 1] or NaN) and
+    the observed events ``1{y > t}`` at its thresholds (NaN where ``obs`` is)."""
+    require_dataarray(prob, func, "probability")
+    require_dataarray(obs, func, "observation")
+    if THRESHOLD not in prob.dims or THRESHOLD not in prob.coords:
+        raise EnsmlError(
+            f"{func}: the probability needs a '{THRESHOLD}' dim with the thresholds as coordinate"
+        )
+    if THRESHOLD in obs.dims:
+        raise EnsmlError(f"{func}: the observation must not have a '{THRESHOLD}' dim")
+    extra = [d for d in prob.dims if d != THRESHOLD and d not in obs.dims]
+    if extra:
+        raise EnsmlError(
+            f"{func}: the probability has dims the observation lacks: {', '.join(map(str, extra))}"
+        )
+    prob = check_no_inf(prob, func, "probability")
+    obs = check_no_inf(obs, func, "observation")
+    if prob.chunks is None and bool(((prob < 0) | (prob > 1)).any()):
+        raise EnsmlError(f"{func}: probabilities must lie in [0, 1]")
+    o = (obs > prob[THRESHOLD]).astype(np.float64).where(obs.notnull())
+    return prob, o
+
+
+def probability_brier_score(
+    prob: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> xr.DataArray:
+    r"""Brier score of forecast probabilities of the events ``y > t`` (Brier 1950).
+
+    .. math:: \mathrm{BS} = (p - o)^2, \qquad o = 1\{y > t\}
+
+    with ``p`` any forecast probability of the event, e.g. P(Y > t) of a predictive distribution
+    (:func:`ensml.scores.predictive.exceedance_family`); :func:`brier_score` is the same score
+    of an ensemble's member fraction.
+
+    Parameters
+    ----------
+    prob
+        Probabilities in [0, 1] with a ``threshold`` dim whose coordinate holds each event's
+        threshold ``t`` (in the units of ``obs``), and otherwise dims among the observation's.
+    obs
+        The observations. NaN in either is a missing point (left out of means).
+    reduce_dims, preserve_dims, weights
+        As :func:`brier_score` (the ``threshold`` dim is always kept).
+    """
+    func = "probability_brier_score"
+    prob, o = _events(prob, obs, func)
+    bs = (prob - o) ** 2
+    dims = resolve_reduce_dims(obs.dims, reduce_dims, preserve_dims, func)
+    keep = [d for d in bs.dims if d not in dims]
+    out = reduce_score(bs, preserve_dims=keep, weights=weights, func=func)
+    return out.rename("brier_score").assign_attrs(units="1", long_name="Brier score of exceedance")
+
+
+def probability_reliability(
+    prob: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    n_bins: int = 10,
+    reduce_dims: str | Iterable[Hashable] | None = None,
+    preserve_dims: str | Iterable[Hashable] | None = None,
+    weights: xr.DataArray | None = None,
+) -> xr.Dataset:
+    """Binned reliability of forecast probabilities of ``y > t`` (a reliability diagram's data).
+
+    As :func:`reliability` (the same bins, means and counts; Wilks 2019, §9.4.4), for any
+    probability forecast ``prob`` with a ``threshold`` dim (see :func:`probability_brier_score`),
+    which is kept: one table per threshold.
+    """
+    func = "probability_reliability"
+    if not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise EnsmlError(f"{func}: n_bins must be a positive integer, got {n_bins!r}")
+    prob, o = _events(prob, obs, func)
+    dims = resolve_reduce_dims(obs.dims, reduce_dims, preserve_dims, func)
+    return _binned(prob, o, int(n_bins), dims, weights, func)

@@ -1,8 +1,14 @@
 """``ensml evaluate``: score raw ensembles, post-processed and spread predictions, and the oracle.
 
 Estimators, stated in every table: raw ensembles get the empirical (standard) ensemble CRPS
-(the fair CRPS with ``fair``);
-Gaussian predictions (post-processing model, oracle) the closed-form Gaussian CRPS. All means
+(the fair CRPS with ``fair``); predictive distributions (post-processing model, oracle) the
+CRPS of their family (:mod:`ensml.verify.families`: the predictions' run metadata, the oracle's
+``ensml_distribution``), the closed-form Gaussian CRPS for the normal family, whose rows keep
+their names (``post-processed (Gaussian)``) while the others say their family
+(``post-processed (csg0)``). Variables with a family bounded below (precipitation, wind speed)
+get Brier scores, reliability, the threshold-weighted CRPS, PIT histograms and, for
+precipitation, SEEPS and the fractions skill score at event thresholds
+(:mod:`ensml.verify.events`, :mod:`ensml.verify.thresholds`), in tables of their own. All means
 are weighted by cell area (:func:`ensml.data.weights.area_weights`: exact over latitude on a
 regular grid, from the 2-D latitude/longitude on a projected grid, uniform with a note where
 the coordinates define no cells) and averaged over the test init times.
@@ -51,18 +57,29 @@ from ensml.names import (
     lead_hours,
     raw_ensemble_name,
     raw_subset_name,
+    units_of,
 )
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
-from ensml.scores.gaussian import crps_gaussian_xr
+from ensml.scores.distributions import Family
 from ensml.scores.hersbach import crps_decomposition
 from ensml.scores.significance import skill_tests
 from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
+from ensml.verify.event_tables import event_files
+from ensml.verify.events import EventTables, crps_as_event_row, event_setups, score_events
+from ensml.verify.families import (
+    distribution_crps,
+    distributions,
+    estimator,
+    frame_families,
+    reading_families,
+)
 from ensml.verify.inputs import check_complete, check_observed, count_observed, missing_as_unobserved
 from ensml.verify.rows import by_lead, crps_rows, decomposition_rows, on_grid, slug, spread_scores
 from ensml.verify.stations import StationScores, evaluate_stations, gridded_options, station_options
 from ensml.verify.tables import Content, score_files, write_files
+from ensml.verify.thresholds import EventThresholds
 
 
 @dataclass
@@ -81,10 +98,12 @@ class Scores:
     cases: list[CaseResult] = field(default_factory=list)
     out_dir: Path | None = None  # where :func:`evaluate` wrote them
     decomposition: pd.DataFrame | None = None  # Hersbach's terms of each ensemble's CRPS
+    events: EventTables | None = None  # the threshold scores of the bounded variables
 
     def files(self) -> dict[str, Content]:
         """The files of ``evaluate`` by name (``scores.*``, ``spread.*``, ``decomposition.*``,
-        ``cases/*``)."""
+        ``cases/*``; with bounded variables ``scores_<var>.*``, ``reliability_<var>.csv``,
+        ``reliability_<var>_gt<threshold>.png`` and ``pit_<var>.csv``)."""
         files = score_files(
             self.table,
             self.spread,
@@ -94,6 +113,8 @@ class Scores:
             self.leads_note,
             decomposition=self.decomposition,
         )
+        if self.events is not None:
+            files.update(event_files(self.events, self.n_inits, self.weighting, self.leads_note))
         if self.cases:
             files.update({f"cases/{name}": data for name, data in case_files(self.cases).items()})
         return files
@@ -127,6 +148,7 @@ def evaluate(
     model_height: str | None = None,
     lapse_rate: float = STANDARD_LAPSE_RATE,
     missing_forecast: bool = False,
+    thresholds: dict[str, list[float]] | None = None,
 ) -> Scores | StationScores:
     """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
 
@@ -138,16 +160,21 @@ def evaluate(
         The verifying analysis (paths or globs). Give it or ``observations``, not both.
     predictions
         netCDF written by ``ensml predict`` with a post-processing model, or ``ensml postprocess``
-        outputs of a mixed model (files or a glob) (``<var>_mean``, ``<var>_std``): scored with
-        the Gaussian CRPS. Every file must hold ensml's run metadata (``ensml_*`` attributes),
-        all from one run (one checkpoint); a spread model's file here is an error.
+        outputs of a mixed model (files or a glob): each variable's predictive distribution, its
+        family named by the run metadata (``ensml_distribution``; Gaussian without it) and its
+        parameters ``<var>_<param>`` (``<var>_mean``, ``<var>_std`` for a normal;
+        ``tp_shape``, ``tp_scale``, ``tp_shift`` for a censored shifted gamma), scored with the
+        family's CRPS. Every file must hold ensml's run metadata (``ensml_*`` attributes), all
+        from one run (one checkpoint); a spread model's file here is an error.
     spread_predictions
         The same from a spread model (``<var>_std``): scored by RMSE and correlation against the
         M-member spread (std, ddof 0), beside the K-member sample std. A post-processing
         model's file here is an error.
     oracle
-        The generator's true predictive distribution (``<var>_mean``/``<var>_std`` by init and
-        lead, from ``ensml data synth``): the best CRPS any forecast could reach.
+        The generator's true predictive distribution by init and lead, from ``ensml data
+        synth``: the best CRPS any forecast could reach. Its family per variable is its
+        ``ensml_distribution`` attribute (``"z:normal tp:csg0"``; Gaussian without it), its
+        parameters ``<var>_<param>`` as in predictions.
     members
         Calibrated members, e.g. the ECC members of ``ensml postprocess`` outputs (files or a
         glob, with run metadata; variables named as in the forecast, with a member dim): scored
@@ -225,6 +252,18 @@ def evaluate(
         instead of refusing it: an init time and point where any member is NaN is left out of
         every forecast's score alike, as an unobserved analysis value is, and counted out of
         ``n_scored``. NaN in predictions, calibrated members or the oracle is still an error.
+    thresholds
+        Event thresholds of variables, in the analysis' units, e.g. ``{tp: [1, 10, 50]}``: the
+        Brier scores, reliability diagrams, fractions skill scores and threshold-weighted CRPS of
+        those variables are at these. Default: precipitation (``tp``) 0.1, 1, 5, 10 and 25 mm
+        (twCRPS at 10 and 25 mm), 10 m wind speed (``si10``) 10, 15 and 20 m s-1 (twCRPS at 15
+        and 20), converted to the analysis' units (:mod:`ensml.verify.thresholds`). A variable named
+        here gets these scores even with a Gaussian family. Written, per variable ``<var>``
+        with a family bounded below or thresholds, to ``scores_<var>.csv``/``.md`` (CRPS, Brier
+        score per threshold, twCRPS, PIT flatness, SEEPS and FSS for precipitation: one row per
+        lead, forecast, score and threshold, with skill, interval and Diebold-Mariano test as
+        the CRPS rows), ``reliability_<var>.csv`` and one ``reliability_<var>_gt<t>.png`` per
+        threshold, and ``pit_<var>.csv`` (PIT and rank histograms).
 
     Returns
     -------
@@ -250,7 +289,7 @@ def evaluate(
         station_options(
             analysis, observations, predictions=predictions, spread_predictions=spread_predictions,
             oracle=oracle, members=members, cases=cases, analysis_reader=analysis_reader,
-            missing_forecast=missing_forecast,
+            missing_forecast=missing_forecast, thresholds=thresholds,
         )  # fmt: skip
         return evaluate_stations(
             forecast, observations, variables=variables, levels=levels, leads=leads, k=k, fair=fair,
@@ -280,14 +319,18 @@ def evaluate(
         spread_predictions=spread_predictions, members=members, oracle=oracle, **readers,
     )  # fmt: skip
     k = frame.subset_size(k)
+    families = frame_families(frame)
+    frame = reading_families(frame, families)  # each distribution's parameter variables
     if frame.dropped.size:
         note(f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
              f"{format_leads(frame.dropped)}")  # fmt: skip
-    table, spread, per_point, decomposition = score_frame(frame, k, fair, missing_forecast)
+    table, spread, per_point, decomposition, events = score_frame(
+        frame, k, fair, missing_forecast, families=families, thresholds=thresholds
+    )
     scores = Scores(
         table, spread, n_inits=frame.inits.size, weighting=frame.weights.attrs["weighting"],
         leads=frame.leads, dropped=frame.dropped, variables=frame.variables, levels=frame.levels,
-        per_point=per_point, cases=studies, decomposition=decomposition,
+        per_point=per_point, cases=studies, decomposition=decomposition, events=events,
     )  # fmt: skip
     if out_dir is not None:
         note(f"evaluate: writing the tables and per-point scores to {out_dir}")
@@ -298,17 +341,30 @@ def evaluate(
 
 
 def score_frame(
-    frame: EnsembleFrame, k: int, fair: bool = False, missing_forecast: bool = False
-) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset, pd.DataFrame]:
-    """The CRPS table, the spread table (or ``None``), the per-point scores of ``frame`` and the
-    CRPS decomposition of its ensembles.
+    frame: EnsembleFrame,
+    k: int,
+    fair: bool = False,
+    missing_forecast: bool = False,
+    *,
+    families: dict[str, dict[str, Family]] | None = None,
+    thresholds: dict[str, list[float]] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset, pd.DataFrame, EventTables | None]:
+    """The CRPS table, the spread table (or ``None``), the per-point scores of ``frame``, the
+    CRPS decomposition of its ensembles and the event scores of its bounded variables (``None``
+    without any).
 
     Reads one lead at a time (each value checked complete); a subset of the first ``k`` members
     is scored beside the full ensemble; ``fair``: ensembles with the fair CRPS;
-    ``missing_forecast``: NaN in the raw forecast is "not observed" (see :func:`evaluate`).
+    ``missing_forecast``: NaN in the raw forecast is "not observed" (see :func:`evaluate`);
+    ``families``: of each distribution source (:func:`ensml.verify.families.frame_families`,
+    whose parameters ``frame`` reads: :func:`~ensml.verify.families.reading_families`);
+    ``thresholds``: as :func:`evaluate`'s.
     """
     for lead in frame.leads:  # a lead of no whole hours has no row in the tables: fail before the work
         lead_hours(lead)
+    families = frame_families(frame) if families is None else families
+    setups = event_setups(frame, families, thresholds)
+    events = EventTables() if setups else None
     rows, spread_rows, parts, per_lead = [], [], [], []
     progress = Progress("evaluate", len(frame.leads) * len(frame.variables), "fields")
     for lead in frame.leads:
@@ -318,7 +374,9 @@ def score_frame(
             at_lead = missing_as_unobserved(at_lead)
         fields: dict[str, xr.DataArray] = {}
         for var in frame.variables:
-            crps, spread, decomposition = score_variable(frame, at_lead, var, k, fields, fair)
+            crps, spread, decomposition = score_variable(
+                frame, at_lead, var, k, fields, fair, families=families, events=events, setup=setups.get(var)
+            )
             rows += crps
             spread_rows += spread
             parts += decomposition
@@ -327,21 +385,32 @@ def score_frame(
     progress.close()
     spread_table = pd.DataFrame(spread_rows) if spread_rows else None
     per_point = on_grid(by_lead(per_lead, frame.leads), frame.forecast)
-    return pd.DataFrame(rows), spread_table, per_point, pd.DataFrame(parts)
+    return pd.DataFrame(rows), spread_table, per_point, pd.DataFrame(parts), events
 
 
 def score_variable(
-    frame: EnsembleFrame, lf: LeadFrame, var: str, k: int, fields: dict[str, xr.DataArray], fair: bool = False
+    frame: EnsembleFrame,
+    lf: LeadFrame,
+    var: str,
+    k: int,
+    fields: dict[str, xr.DataArray],
+    fair: bool = False,
+    *,
+    families: dict[str, dict[str, Family]] | None = None,
+    events: EventTables | None = None,
+    setup: tuple[EventThresholds, xr.Dataset | None] | None = None,
 ) -> tuple[list[dict], list[dict], list[dict]]:
     """CRPS rows, spread rows and CRPS decomposition rows of ``var`` at one lead; its per-point
-    fields are added to ``fields``."""
+    fields are added to ``fields``; with ``setup`` (its thresholds and climatology), its event
+    scores are added to ``events``."""
     x, y, m = lf.forecast[var], lf.analysis[var], lf.forecast.sizes[MEMBER]
     raw_key = raw_ensemble_name(m)
     ensembles = {raw_key: x, raw_subset_name(k): x.isel({MEMBER: slice(0, k)})}
     if "members" in lf.runs:
         calibrated = lf.runs["members"][var]
         ensembles[f"post-processed members ({calibrated.sizes[MEMBER]})"] = calibrated
-    sources = _crps_fields(frame, lf, var, ensembles, fair)
+    dists = distributions(lf, families if families is not None else frame_families(frame), var)
+    sources = _crps_fields(frame, lf, var, ensembles, fair, dists)
     for name, crps in sources.items():  # the mean over the init times that observe each point
         fields[f"crps_{slug(name)}_{var}"] = crps.mean(INIT_TIME)
     count_observed(y, var, lf.lead, fields)
@@ -349,8 +418,39 @@ def score_variable(
     units = y.attrs.get("units") or None  # the data's own units, else ensml's table (names.py)
     ensemble = "fair ensemble" if fair else "empirical ensemble"
     tests = skill_tests(sources, weights, raw_key, lf.lead)
-    rows = crps_rows(sources, weights, var, levels, h, raw_key, units=units, ensemble=ensemble,
-                     init_first=True, tests=tests)  # fmt: skip
+    oracle = next((name for name in dists if name.startswith("oracle")), "oracle (Gaussian)")
+    estimators = {name: estimator(family) for name, (_, family) in dists.items()}
+    rows = crps_rows(
+        sources,
+        weights,
+        var,
+        levels,
+        h,
+        raw_key,
+        units=units,
+        ensemble=ensemble,
+        init_first=True,
+        tests=tests,
+        oracle_key=oracle,
+        estimators=estimators,
+    )
+    if events is not None and setup is not None:
+        events.rows += [crps_as_event_row(row) for row in rows]
+        thr, clim = setup
+        score_events(
+            frame,
+            y,
+            var,
+            lf.lead,
+            ensembles,
+            dists,
+            thr,
+            raw_key,
+            events,
+            fair=fair,
+            climate=clim,
+            units=units or units_of(var),
+        )
     parts = decomposition_rows(_decomposed(ensembles, y, weights), var, levels, h, units=units)
     if "spread predictions" not in lf.runs:
         return rows, [], parts
@@ -365,18 +465,23 @@ def score_variable(
 
 
 def _crps_fields(
-    frame: EnsembleFrame, lf: LeadFrame, var: str, ensembles: dict[str, xr.DataArray], fair: bool
+    frame: EnsembleFrame,
+    lf: LeadFrame,
+    var: str,
+    ensembles: dict[str, xr.DataArray],
+    fair: bool,
+    dists: dict[str, tuple[xr.Dataset, Family]],
 ) -> dict[str, xr.DataArray]:
-    """The CRPS of every ensemble and Gaussian forecast of ``var`` by init time and point (NaN
-    where the analysis is not observed): the intervals of the tables resample init times."""
+    """The CRPS of every ensemble and predictive distribution of ``var`` by init time and point
+    (NaN where the analysis is not observed): the intervals of the tables resample init times."""
     y = lf.analysis[var]
     dims = [d for d in [INIT_TIME, LEVEL, *horizontal_dims(frame.forecast)] if d in y.dims]
     sources = {name: crps_ensemble(x, y, preserve_dims=dims, fair=fair) for name, x in ensembles.items()}
-    gaussian = {"post-processed (Gaussian)": lf.runs.get("predictions"), "oracle (Gaussian)": lf.oracle}
-    for name, ds in gaussian.items():
-        if ds is not None:
-            sources[name] = crps_gaussian_xr(ds[f"{var}_mean"], ds[f"{var}_std"], y, preserve_dims=dims)
-    order = [*list(ensembles)[:2], "post-processed (Gaussian)", *list(ensembles)[2:], "oracle (Gaussian)"]
+    for name, (ds, family) in dists.items():
+        sources[name] = distribution_crps(ds, var, family, y, dims, source=f"{name} {var}")
+    post = [name for name in dists if name.startswith("post-processed")]
+    oracle = [name for name in dists if name.startswith("oracle")]
+    order = [*list(ensembles)[:2], *post, *list(ensembles)[2:], *oracle]
     return {name: sources[name] for name in order if name in sources}  # the tables' row order
 
 

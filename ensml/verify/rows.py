@@ -64,6 +64,7 @@ def crps_rows(
     ensemble: str = "empirical ensemble",
     init_first: bool = False,
     tests: dict[tuple[str, float | None], SkillTest] | None = None,
+    estimators: dict[str, str] | None = None,
 ) -> list[dict]:
     """Table rows of area-weighted mean CRPS, one per source and level.
 
@@ -98,6 +99,9 @@ def crps_rows(
     ensemble
         The ``estimator`` of the sources that are not Gaussian (``fair ensemble`` when scored
         with the fair CRPS).
+    estimators
+        The ``estimator`` of sources by name, where given (a predictive family's CRPS:
+        ``csg0 closed form``); the others as above.
     units
         The units column: the data's own (its ``units`` attribute) where it has them, else those
         ensml knows for ``var`` (:func:`ensml.names.units_of`).
@@ -120,7 +124,7 @@ def crps_rows(
             row = {
                 "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
                 "forecast": name,
-                "estimator": "Gaussian closed form" if "Gaussian" in name else ensemble,
+                "estimator": _estimator(name, ensemble, estimators),
                 "crps": value, "units": units or units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
             }  # fmt: skip
             if tests is not None:
@@ -132,6 +136,66 @@ def crps_rows(
                 value_ev, raw_ev = (float(at(ev[key], lev)) for key in (name, raw_key))
                 row["crps_events"] = value_ev
                 row["events_skill_vs_raw"] = 1.0 - value_ev / raw_ev
+            row["n_scored"] = int(at(counts[name], lev))
+            rows.append(row)
+    return rows
+
+
+def _estimator(name: str, ensemble: str, estimators: dict[str, str] | None) -> str:
+    if estimators and name in estimators:
+        return estimators[name]
+    return "Gaussian closed form" if "Gaussian" in name else ensemble
+
+
+def score_rows(
+    sources: dict[str, xr.DataArray],
+    weights: xr.DataArray,
+    *,
+    var: str,
+    levels: Sequence[float],
+    lead_h: int,
+    raw_key: str,
+    score: str,
+    threshold: float | None,
+    units: str,
+    estimators: dict[str, str],
+    oracle_key: str | None = None,
+    tests: dict[tuple[str, float | None], SkillTest] | None = None,
+    event_frequency: xr.DataArray | None = None,
+) -> list[dict]:
+    """Rows of any negatively oriented per-point score (a Brier score, a twCRPS, SEEPS), as
+    :func:`crps_rows` makes those of the CRPS: one per source and level, the area-weighted mean
+    over init times and points (init times first) in ``value``, the skill over ``raw_key``
+    (NaN where its score is 0), the interval and Diebold-Mariano test of ``tests``, the gap
+    closed towards ``oracle_key`` and ``n_scored``; ``score`` and ``threshold`` (NaN: none)
+    say what is scored, ``event_frequency`` (0/1 events, NaN not observed) how often the
+    event was observed (area-weighted, as the scores)."""
+    means = {name: _pooled_mean(field, weights) for name, field in sources.items()}
+    counts = {name: f.notnull().sum([d for d in f.dims if d != LEVEL]) for name, f in sources.items()}
+    freq = None if event_frequency is None else _pooled_mean(event_frequency, weights)
+    rows = []
+    for name, mean in means.items():
+        for lev in levels_of(mean, levels):
+            value, raw = float(at(mean, lev)), float(at(means[raw_key], lev))
+            row = {
+                "variable": var,
+                "level_hPa": table_level(lev),
+                "lead_h": lead_h,
+                "forecast": name,
+                "score": score,
+                "threshold": np.nan if threshold is None else float(threshold),
+                "value": value,
+                "units": units,
+                "estimator": estimators.get(name, ""),
+                "skill_vs_raw_ensemble": 1.0 - value / raw if raw > 0 else np.nan,
+            }
+            test = None if tests is None or name == raw_key else tests.get((name, lev))
+            row.update(_NO_TEST if test is None else _test_columns(test))
+            if oracle_key is not None and oracle_key in means:
+                best = float(at(means[oracle_key], lev))
+                row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
+            if freq is not None:
+                row["event_frequency"] = float(at(freq, lev))
             row["n_scored"] = int(at(counts[name], lev))
             rows.append(row)
     return rows
@@ -223,4 +287,13 @@ def slug(name: str) -> str:
     return name.split(" (")[0].replace(" ", "_").replace("-", "_")
 
 
-__all__ = ["DECOMPOSITION", "by_lead", "crps_rows", "decomposition_rows", "on_grid", "slug", "spread_scores"]
+__all__ = [
+    "DECOMPOSITION",
+    "by_lead",
+    "crps_rows",
+    "decomposition_rows",
+    "on_grid",
+    "score_rows",
+    "slug",
+    "spread_scores",
+]

@@ -29,6 +29,10 @@ FLOAT_FORMATS = {
     "uncertainty": "{:.4g}",
     "crps_potential": "{:.4g}",
     "block_length": "{:g}",
+    "value": "{:.4g}",
+    "value_low": "{:.4g}",
+    "value_high": "{:.4g}",
+    "event_frequency": "{:.3g}",
 }
 #: Interval ends, shown together as one ``skill_95%`` column in Markdown.
 INTERVAL = ("skill_low", "skill_high")
