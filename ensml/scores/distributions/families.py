@@ -44,6 +44,8 @@ from ensml.scores.reduce import infinite_error
 LOGISTIC_SCALE = math.sqrt(3.0) / math.pi
 #: softplus⁻¹(0.1): a model's zero output gives a censored shifted gamma a shift of 0.1 units.
 SHIFT_OFFSET = math.log(math.expm1(0.1))
+#: How sharply the censored shifted gamma's link makes its mean positive (see ``CSG0.from_moments``).
+MEAN_SHARPNESS = 10.0
 
 
 def _is_torch(x: Any) -> bool:
@@ -533,15 +535,18 @@ class CSG0(Family):
         return k * theta * (1 - special.gammainc(k + 1, d / theta)) - d * (1 - special.gammainc(k, d / theta))
 
     def from_moments(self, mu: Any, sigma: Any, extra: Any = None, unit: Any = 1.0) -> dict[str, Any]:
-        """``mu`` and ``sigma`` are the mean and standard deviation of X (mu made > 0 by a
-        softplus at the scale ``unit``); the shift is ``unit·softplus(extra + SHIFT_OFFSET)``, a
-        tenth of ``unit`` at ``extra = 0``."""
+        """``mu`` and ``sigma`` are the mean and standard deviation of X, ``mu`` made > 0 by a
+        sharp softplus, ``m = (unit/k) softplus(k mu/unit)`` with ``k = MEAN_SHARPNESS``: ``m ≈ mu``
+        once ``mu`` is a tenth of ``unit`` or more, and a fourteenth of ``unit`` at ``mu = 0``, below
+        the shift ``unit·softplus(extra + SHIFT_OFFSET)`` (a tenth of ``unit`` at ``extra = 0``).
+        So a model's first guess from an all-dry subset (mean and spread 0) is dry: P(Y = 0) ≈ 1."""
+        k = MEAN_SHARPNESS
         if _is_torch(mu):
             softplus = torch.nn.functional.softplus
-            m = unit * softplus(mu / unit)
+            m = unit / k * softplus(k * mu / unit)
             shift = unit * softplus(extra + SHIFT_OFFSET) if extra is not None else torch.zeros_like(mu)
         else:
-            m = unit * _softplus_np(np.asarray(mu) / unit)
+            m = unit / k * _softplus_np(k * np.asarray(mu) / unit)
             shift = (
                 unit * _softplus_np(np.asarray(extra) + SHIFT_OFFSET)
                 if extra is not None
