@@ -6,11 +6,15 @@ maps of the per-point CRPS skill at the report's lead (by default the last lead 
 case studies (from YAML files, the stored storms of the synthetic data and/or found
 automatically). The scores by lead time are read through the one frame builder
 (:func:`ensml.data.frame.build_frame`), so they cover the init times and weights of
-``evaluate``. ``out_dir`` is checked before any work (:class:`ensml.data.outputs.OutputFolder`:
-new, empty or a folder whose ledger ensml keeps); everything is computed in memory, then
-written through the folder's staging and committed whole: a failure leaves the folder as it
-was, and only files that an earlier report's ledger records are replaced or removed (a user's
-own ``figures/`` or notes beside them are never touched).
+``evaluate``, and each predictive distribution (post-processed, oracle) is scored and drawn in
+its own family, through the functions of ``evaluate`` (:mod:`ensml.verify.families`);
+precipitation and wind speed get reliability diagrams at ``evaluate``'s event thresholds
+(:mod:`ensml.report.scores`). ``out_dir`` is checked before any work
+(:class:`ensml.data.outputs.OutputFolder`: new, empty or a folder whose ledger ensml keeps);
+everything is computed in memory, then written through the folder's staging and committed
+whole: a failure leaves the folder as it was, and only files that an earlier report's ledger
+records are replaced or removed (a user's own ``figures/`` or notes beside them are never
+touched).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from ensml.data.open import check_lead_times, open_forecast
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
 from ensml.errors import EnsmlError
-from ensml.names import LEVEL, LeadLike, as_list, parse_lead
+from ensml.names import LEVEL, LeadLike, as_list, lead_hours, parse_lead
 from ensml.progress import Progress, note, seconds
 from ensml.report.page import Content, blocks
 from ensml.report.render import render
@@ -38,6 +42,7 @@ from ensml.verify.casefind import find_extreme_cases, storm_cases
 from ensml.verify.cases import Case, load_cases
 from ensml.verify.casestudy import score_case
 from ensml.verify.evaluate import Scores, evaluate
+from ensml.verify.families import frame_families
 from ensml.verify.tables import write_files
 
 
@@ -82,11 +87,15 @@ def report(
     analysis
         The verifying analysis (paths or globs).
     predictions
-        Mixed-model predictions (``<var>_mean``, ``<var>_std``), as for ``ensml evaluate``.
+        Mixed-model predictions or products (each variable's predictive distribution, its family
+        named by the run metadata, its parameters ``<var>_<param>``: ``<var>_mean``,
+        ``<var>_std`` for a normal, ``tp_shape``, ``tp_scale``, ``tp_shift`` for a censored
+        shifted gamma), as for ``ensml evaluate``: scored and drawn in their family.
     spread_predictions
         Spread-model predictions (``<var>_std``), as for ``ensml evaluate``.
     oracle
-        The generator's true predictive distribution (``ensml data synth``'s ``oracle.nc``).
+        The generator's true predictive distribution (``ensml data synth``'s ``oracle.nc``), in
+        the family its ``ensml_distribution`` names (Gaussian without it).
     k
         Size of the raw subset scored beside the full ensemble (members 0 … k-1), as for
         ``ensml evaluate``: the predictions' run metadata gives it.
@@ -145,20 +154,39 @@ def report(
     stage("global scores")
     lead = scores.leads[-1] if lead is None else lead
     frame = build_frame(
-        forecast, analysis, variables=scores.variables, levels=scores.levels, predictions=predictions,
-        oracle=oracle, partial=True, note=False,  # the global scores have noted uniform weights already
-    )  # fmt: skip
-    by_lead, hists, rel = scores_by_lead(frame, frame.subset_size(k))
+        forecast,
+        analysis,
+        variables=scores.variables,
+        levels=scores.levels,
+        predictions=predictions,
+        oracle=oracle,
+        partial=True,
+        note=False,  # the global scores have noted uniform weights already
+    )
+    families = frame_families(frame)  # of each distribution source, as evaluate's
+    by_lead, hists, rel, events = scores_by_lead(frame, frame.subset_size(k), families)
     reliable = {(v, lev): s for (at, v, lev), s in rel.items() if at == lead}
+    if len(events):
+        events = events[events["lead_h"] == lead_hours(lead)]
     stage("scores by lead time, rank histograms and reliability")
     found = _automatic_cases(frame, lead, n_storm_cases, n_extreme_cases, case_variable, case_level)
     for c in _new_cases(found, case_list, n_storm_cases):
         studies.append(score_case(c, forecast, analysis, predictions, oracle, k))
     stage(f"{len(studies)} case studies")
     content = Content(
-        title, str(forecast), str(analysis), scores, frame, lead, skill_by_lead(by_lead), hists[lead],
-        reliable, studies,
-    )  # fmt: skip
+        title,
+        str(forecast),
+        str(analysis),
+        scores,
+        frame,
+        lead,
+        skill_by_lead(by_lead),
+        hists[lead],
+        reliable,
+        studies,
+        families=families,
+        events=events,
+    )
     pages = render(blocks(content), title)
     with OutputFolder.open(out_dir, "report", whole=True) as folder:  # committed whole at the end
         write_files(folder, scores.files(), prefix="tables/")

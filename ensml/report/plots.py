@@ -170,10 +170,21 @@ def spread_skill(df: pd.DataFrame) -> bytes:
         ax.set_ylabel(f"{label} ({units})")
         ax.set_xticks(sorted(sub["lead_h"].unique()))
         ax.grid(alpha=0.3)
-    names = list(dict.fromkeys(df["forecast"]))
-    handles = [Line2D([], [], color=_colour(n), marker="o", label=n) for n in names]
+    by_colour: dict[str, list[str]] = {}
+    for name in dict.fromkeys(df["forecast"]):
+        by_colour.setdefault(_colour(str(name)), []).append(str(name))
+    handles = [Line2D([], [], color=c, marker="o", label=_one_label(ns)) for c, ns in by_colour.items()]
     axes[-1].legend(handles=handles, fontsize=7, loc="lower right")
     return _png(fig)
+
+
+def _one_label(names: list[str]) -> str:
+    """One legend entry for the forecasts of one colour: a source in several families (one per
+    variable) as ``post-processed (csg0, truncnormal, Gaussian)``."""
+    source = names[0].split(" (")[0]
+    if len(names) == 1 or not all(n.startswith(f"{source} (") and n.endswith(")") for n in names):
+        return ", ".join(names)
+    return f"{source} ({', '.join(n[len(source) + 2 : -1] for n in names)})"
 
 
 def rank_histograms(hists: dict[tuple[str, float], xr.DataArray], lead: LeadLike) -> bytes:

@@ -1,8 +1,21 @@
 """Scores of the report by lead time: CRPS, spread, RMSE, SSR, rank histograms and reliability.
 
-Ensembles are scored with the empirical ensemble CRPS, Gaussian forecasts with the closed form;
-reliability is of the event "analysis above its monthly climatological mean + 1 std" at each
-point (Gaussians through 100 quantiles, :func:`ensml.verify.casestudy.gaussian_members`).
+Ensembles are scored with the empirical ensemble CRPS; the predictive distributions (the
+post-processed predictions, the oracle) each in its own family, through the functions
+``evaluate`` uses (:mod:`ensml.verify.families`: the family from the predictions' run metadata
+or the oracle's ``ensml_distribution``, the CRPS of the family, the closed form for the normal,
+whose rows keep their names, ``post-processed (Gaussian)``, while the others say their family,
+``post-processed (csg0)``). A distribution's spread and the error of its mean are those of its
+mean and standard deviation (:func:`ensml.verify.casestudy.family_moments`: the normal's
+parameters; another family's by quadrature of its quantile function).
+
+Reliability: of the event "analysis above its monthly climatological mean + 1 std" at each
+point (distributions through 100 quantiles, :func:`ensml.verify.casestudy.family_members`); for
+a variable that gets ``evaluate``'s event scores (a family bounded below, or the name of
+precipitation or wind speed: :func:`ensml.verify.thresholds.bounded_variables`), of the events
+``y > t`` at evaluate's thresholds (:func:`ensml.verify.thresholds.thresholds_for`) instead,
+with P(Y > t) of each distribution from its family and the fraction of members above ``t`` of
+the raw ensemble, in evaluate's bins (:data:`ensml.verify.events.RELIABILITY_BINS`).
 """
 
 from __future__ import annotations
@@ -25,31 +38,53 @@ from ensml.names import (
 )
 from ensml.scores.calibration import ensemble_mean_rmse, rank_histogram, spread_skill_ratio
 from ensml.scores.crps import crps_ensemble
-from ensml.scores.gaussian import crps_gaussian_xr
-from ensml.scores.probability import reliability
-from ensml.verify.casestudy import gaussian_members
+from ensml.scores.distributions import Family
+from ensml.scores.predictive import exceedance_family
+from ensml.scores.probability import THRESHOLD, exceedance_probability, probability_reliability, reliability
+from ensml.scores.reduce import reduce_score
+from ensml.verify.casestudy import family_members, family_moments
+from ensml.verify.events import RELIABILITY_BINS, RELIABILITY_COLUMNS
+from ensml.verify.families import (
+    distribution_crps,
+    distributions,
+    family_params,
+    frame_families,
+    reading_families,
+)
 from ensml.verify.levels import at, levels_of, per_level, table_level
+from ensml.verify.thresholds import EventThresholds, bounded_variables, thresholds_for
+
+Families = dict[str, dict[str, Family]]
 
 
-def scores_by_lead(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, dict, dict]:
+def scores_by_lead(
+    frame: EnsembleFrame, k: int, families: Families | None = None
+) -> tuple[pd.DataFrame, dict, dict, pd.DataFrame]:
     """CRPS / spread / RMSE / SSR rows by lead, rank histograms and reliability at each lead.
 
-    ``frame`` (:func:`ensml.data.frame.build_frame`, a partial frame: the Gaussian sources, the
-    post-processed predictions and the oracle, where they hold a lead) is read one lead at a
-    time; means are weighted by its area weights over the init times and the horizontal dims.
-    Rows come variable by variable, each at every lead. A surface variable (no level dimension)
-    has one level, ``None`` (``level_hPa`` NaN).
+    ``frame`` (:func:`ensml.data.frame.build_frame`, a partial frame: the post-processed
+    predictions and the oracle, where they hold a lead) is read one lead at a time; means are
+    weighted by its area weights over the init times and the horizontal dims. Rows come
+    variable by variable, each at every lead. A surface variable (no level dimension) has one
+    level, ``None`` (``level_hPa`` NaN). ``families``: of each distribution source
+    (:func:`ensml.verify.families.frame_families`, computed here when not given).
 
     Returns
     -------
     tuple
-        The rows (a DataFrame), the rank histograms ``{lead: {(var, level): counts}}`` and the
-        reliability ``{(lead, var, level): {forecast: table}}``.
+        The rows (a DataFrame), the rank histograms ``{lead: {(var, level): counts}}``, the
+        reliability of the climatological event ``{(lead, var, level): {forecast: table}}`` and
+        that of the threshold events of the bounded variables (a DataFrame: the columns of
+        ``evaluate``'s ``reliability_<var>.csv``; empty without such variables).
     """
-    climates = {var: _monthly_climate(frame.analysis[var]) for var in frame.variables}
+    families = frame_families(frame) if families is None else families
+    frame = reading_families(frame, families)  # each distribution's parameter variables
+    events = event_thresholds(frame, families)
+    climates = {var: _monthly_climate(frame.analysis[var]) for var in frame.variables if var not in events}
     rows: dict[str, list[dict]] = {var: [] for var in frame.variables}
     hists: dict = {}
     rel: dict = {}
+    event_rel: list[dict] = []
     for lead in frame.leads:
         lf = frame.at(lead)
         month = xr.DataArray(pd.DatetimeIndex(frame.inits + lead).month, dims=[INIT_TIME])
@@ -60,8 +95,25 @@ def scores_by_lead(frame: EnsembleFrame, k: int) -> tuple[pd.DataFrame, dict, di
             for var, cs in climates.items()
         }
         for var in frame.variables:
-            rows[var] += _rows_at(frame, lf, var, climate[var], k, hists, rel)
-    return pd.DataFrame([row for var in frame.variables for row in rows[var]]), hists, rel
+            dists = distributions(lf, families, var)
+            rows[var] += _rows_at(frame, lf, var, dists, k, hists)
+            if var in events:
+                event_rel += _event_reliability(frame, lf, var, dists, events[var])
+            else:
+                _climate_reliability(frame, lf, var, dists, climate[var], rel)
+    by_lead = pd.DataFrame([row for var in frame.variables for row in rows[var]])
+    return by_lead, hists, rel, pd.DataFrame(event_rel)
+
+
+def event_thresholds(frame: EnsembleFrame, families: Families) -> dict[str, EventThresholds]:
+    """The thresholds of ``evaluate``'s event scores (:mod:`ensml.verify.thresholds`) of each
+    variable that gets them and has them: their reliability replaces the climatological event's."""
+    out = {}
+    for var in bounded_variables(frame, families, None):
+        thr = thresholds_for(var, frame.analysis[var].attrs)
+        if thr is not None:
+            out[var] = thr
+    return out
 
 
 def _monthly_climate(an: xr.DataArray) -> tuple[xr.DataArray, xr.DataArray]:
@@ -76,17 +128,26 @@ def _monthly_climate(an: xr.DataArray) -> tuple[xr.DataArray, xr.DataArray]:
     return clim.mean(TIME), std.where(std > 0)
 
 
+def _fields(ds: xr.Dataset) -> xr.Dataset:
+    """A source's fields at one lead without their lead-time coordinates."""
+    return ds.drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
+
+
 def _rows_at(
-    frame: EnsembleFrame, lf: LeadFrame, var: str, climate, k: int, hists: dict, rel: dict
+    frame: EnsembleFrame,
+    lf: LeadFrame,
+    var: str,
+    dists: dict[str, tuple[xr.Dataset, Family]],
+    k: int,
+    hists: dict,
 ) -> list[dict]:
-    """The rows of ``var`` at one lead; its rank histograms and reliability go into ``hists``, ``rel``."""
+    """The rows of ``var`` at one lead (``dists``: its distributions, by label); its rank
+    histograms go into ``hists``."""
     lead, w = lf.lead, frame.weights
     over = [INIT_TIME, *horizontal_dims(frame.forecast)]
     levels = levels_of(frame.forecast[var], frame.levels)  # [None] for a surface variable
     x = lf.forecast[var].drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
     y = lf.analysis[var]
-    m0, s0 = climate
-    ystd = (y - m0) / s0  # standardised anomaly w.r.t. the monthly climatology
     m = x.sizes[MEMBER]
     h = lead_hours(lead)
     rows = []
@@ -102,32 +163,100 @@ def _rows_at(
         rows += [
             _row(var, lev, h, name, {key: float(at(v, lev)) for key, v in scores.items()}) for lev in levels
         ]
-    gaussians = (("post-processed (Gaussian)", lf.runs.get("predictions")), ("oracle (Gaussian)", lf.oracle))
-    for name, ds in gaussians:
-        if ds is None or f"{var}_mean" not in ds:
-            continue
-        mu, sd = (
-            ds[f"{var}_{p}"].drop_vars([LEAD_TIME, VALID_TIME], errors="ignore") for p in ("mean", "std")
-        )
-        crps = crps_gaussian_xr(mu, sd, y, preserve_dims=per_level(y), weights=w)
+    for name, (ds, family) in dists.items():
+        ds = _fields(ds)
+        source = f"{name} {var}"
+        per_point = distribution_crps(ds, var, family, y, list(y.dims), source=source)
+        crps = reduce_score(per_point, preserve_dims=per_level(y), weights=w)
+        mu, sd = family_moments(family, family_params(ds, var, family, source))
         spread = np.sqrt((sd**2).weighted(w).mean(over))
         rmse = np.sqrt(((mu - y) ** 2).weighted(w).mean(over))
         for lev in levels:
             s_, r_ = float(at(spread, lev)), float(at(rmse, lev))
-            rows.append(_row(var, lev, h, name, {"crps": float(at(crps, lev)), "spread": s_, "rmse": r_,
-                                                 "ssr": s_ / r_}))  # fmt: skip
-        for lev in levels:
-            q = gaussian_members(at((mu - m0) / s0, lev), at(sd / s0, lev))
-            rel.setdefault((lead, var, lev), {})[name] = reliability(q, at(ystd, lev), 1.0, weights=w)
+            scores = {"crps": float(at(crps, lev)), "spread": s_, "rmse": r_, "ssr": s_ / r_}
+            rows.append(_row(var, lev, h, name, scores))
     hists.setdefault(lead, {}).update(
         {(var, lev): rank_histogram(at(x, lev), at(y, lev), weights=w) for lev in levels}
     )
+    return rows
+
+
+def _climate_reliability(
+    frame: EnsembleFrame,
+    lf: LeadFrame,
+    var: str,
+    dists: dict[str, tuple[xr.Dataset, Family]],
+    climate,
+    rel: dict,
+) -> None:
+    """The reliability of "analysis > monthly mean + 1 std" of the raw ensemble and of each
+    distribution (its 100 quantiles) of ``var`` at one lead, into ``rel``."""
+    lead, w = lf.lead, frame.weights
+    levels = levels_of(frame.forecast[var], frame.levels)
+    x = lf.forecast[var].drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
+    m0, s0 = climate
+    ystd = (lf.analysis[var] - m0) / s0  # standardised anomaly w.r.t. the monthly climatology
+    for name, (ds, family) in dists.items():
+        params = family_params(_fields(ds), var, family, f"{name} {var}")
+        for lev in levels:
+            q = _standardised_members(
+                family, {p: at(f, lev) for p, f in params.items()}, at(m0, lev), at(s0, lev)
+            )
+            rel.setdefault((lead, var, lev), {})[name] = reliability(q, at(ystd, lev), 1.0, weights=w)
     for lev in levels:
         xs = at((x - m0) / s0, lev)
-        rel.setdefault((lead, var, lev), {})[raw_ensemble_name(m)] = reliability(
+        rel.setdefault((lead, var, lev), {})[raw_ensemble_name(x.sizes[MEMBER])] = reliability(
             xs, at(ystd, lev), 1.0, weights=w
         )
-    return rows
+
+
+def _standardised_members(
+    family: Family, params: dict[str, xr.DataArray], m0: xr.DataArray, s0: xr.DataArray
+) -> xr.DataArray:
+    """The 100 quantiles of ``family(params)`` as anomalies ``(Q − m0)/s0``: for a normal, the
+    quantiles of N((mean − m0)/s0, (std/s0)²), as the report drew them before the families."""
+    if family.name == "normal":
+        return family_members(family, {"mean": (params["mean"] - m0) / s0, "std": params["std"] / s0})
+    return (family_members(family, params) - m0) / s0
+
+
+def _event_reliability(
+    frame: EnsembleFrame,
+    lf: LeadFrame,
+    var: str,
+    dists: dict[str, tuple[xr.Dataset, Family]],
+    thresholds: EventThresholds,
+) -> list[dict]:
+    """Reliability rows of the events ``y > t`` at ``thresholds.events`` for the raw ensemble
+    (fraction of members above t) and each distribution (its family's P(Y > t)) at one lead."""
+    x = lf.forecast[var].drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
+    y = lf.analysis[var]
+    events = list(thresholds.events)
+    t = xr.DataArray(np.asarray(events, dtype=np.float64), dims=[THRESHOLD], coords={THRESHOLD: events})
+    probs = {raw_ensemble_name(x.sizes[MEMBER]): exceedance_probability(x, t)}
+    for name, (ds, family) in dists.items():
+        params = family_params(_fields(ds), var, family, f"{name} {var}")
+        probs[name] = exceedance_family(family, params, events)
+    units = y.attrs.get("units") or thresholds.units
+    out = []
+    for name, p in probs.items():
+        table = probability_reliability(
+            p.transpose(THRESHOLD, *y.dims),
+            y,
+            n_bins=RELIABILITY_BINS,
+            preserve_dims=per_level(y),
+            weights=frame.weights,
+        )
+        for lev in levels_of(table["count"], frame.levels):
+            recs = at(table, lev).to_dataframe().reset_index()[RELIABILITY_COLUMNS].to_dict("records")
+            head = {
+                "variable": var,
+                "level_hPa": table_level(lev),
+                "lead_h": lead_hours(lf.lead),
+                "forecast": name,
+            }
+            out += [{**head, **rec, "units": units} for rec in recs]
+    return out
 
 
 def _row(var: str, level: float | None, lead_h: int, forecast: str, scores: dict[str, float]) -> dict:
@@ -160,4 +289,4 @@ def skill_by_lead(by_lead: pd.DataFrame) -> pd.DataFrame:
     return by_lead.assign(skill_vs_raw_ensemble=skill)
 
 
-__all__ = ["scores_by_lead", "skill_by_lead"]
+__all__ = ["event_thresholds", "scores_by_lead", "skill_by_lead"]

@@ -5,7 +5,7 @@ A case file holds one case (a mapping) or several (``cases: [...]``)::
     name: Southern Ocean storm, February 2020
     description: the strongest stored storm of the test year   # optional
     variable: z
-    level: 500                  # hPa
+    level: 500                  # hPa; left out for a surface variable (tp, si10, t2m)
     lead: 48h                   # hours (48) or a duration (48h, 2d, P2D)
     region: {lat: [-75, -40], lon: [340, 45]}   # degrees; lon west > east crosses 0°
     window: [2020-01-30, 2020-02-05]            # valid dates, inclusive
@@ -115,7 +115,7 @@ class Case:
 
     name: str
     variable: str
-    level: float
+    level: float | None  # hPa; None for a surface variable
     lead: np.timedelta64  # timedelta64[ns]
     region: Region
     start: np.datetime64  # first valid time
@@ -131,12 +131,12 @@ class Case:
 
     def to_dict(self) -> dict[str, Any]:
         """The case as YAML-ready plain data (the format :func:`load_cases` reads)."""
-        out: dict[str, Any] = {
-            "name": self.name, "description": self.description, "variable": self.variable,
-            "level": float(self.level), "lead": format_lead(self.lead),
-            "region": {"lat": list(map(float, self.region.lat)), "lon": list(map(float, self.region.lon))},
-            "window": [str(self.start.astype("datetime64[D]")), str(self.end.astype("datetime64[D]"))],
-        }  # fmt: skip
+        out: dict[str, Any] = {"name": self.name, "description": self.description, "variable": self.variable}
+        if self.level is not None:
+            out["level"] = float(self.level)
+        out["lead"] = format_lead(self.lead)
+        out["region"] = {"lat": list(map(float, self.region.lat)), "lon": list(map(float, self.region.lon))}
+        out["window"] = [str(self.start.astype("datetime64[D]")), str(self.end.astype("datetime64[D]"))]
         if self.threshold is not None:
             t = self.threshold
             key = ("value", t.value) if t.value is not None else ("quantile", t.quantile)
@@ -166,6 +166,19 @@ def _time(x: Any, where: str) -> np.datetime64:
     return t
 
 
+def _level(x: Any, where: str) -> float | None:
+    """A case's level in hPa, or None (a surface variable: no level given)."""
+    if x is None:
+        return None
+    try:
+        level = float(x)
+    except (TypeError, ValueError):
+        raise EnsmlError(f"{where}: level must be a number (hPa), got {x!r}") from None
+    if not (np.isfinite(level) and level > 0):
+        raise EnsmlError(f"{where}: level must be a pressure > 0 (hPa), got {x!r}")
+    return level
+
+
 def case_from_dict(d: Any, where: str = "case") -> Case:
     """Validate a case given as a mapping (from YAML) and build it; one-line errors name ``where``."""
     if not isinstance(d, dict):
@@ -173,7 +186,7 @@ def case_from_dict(d: Any, where: str = "case") -> Case:
     unknown = sorted(set(map(str, d)) - KEYS)
     if unknown:
         raise EnsmlError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(KEYS))})")
-    missing = sorted(k for k in KEYS - {"description", "threshold"} if k not in d)
+    missing = sorted(k for k in KEYS - {"description", "threshold", "level"} if k not in d)
     if missing:
         raise EnsmlError(f"{where}: missing key(s) {', '.join(missing)}")
     name = str(d["name"])
@@ -195,10 +208,7 @@ def case_from_dict(d: Any, where: str = "case") -> Case:
         end = end + DAY - np.timedelta64(1, "ns")  # a date means the whole day
     if end < start:
         raise EnsmlError(f"{where}: window ends ({window[1]}) before it starts ({window[0]})")
-    try:
-        level = float(d["level"])
-    except (TypeError, ValueError):
-        raise EnsmlError(f"{where}: level must be a number (hPa), got {d['level']!r}") from None
+    level = _level(d.get("level"), where)
     try:
         lead = parse_lead(d["lead"])
     except EnsmlError as exc:
