@@ -43,7 +43,7 @@ from ensml.scores.predictive import exceedance_family
 from ensml.scores.probability import THRESHOLD, exceedance_probability, probability_reliability, reliability
 from ensml.scores.reduce import reduce_score
 from ensml.verify.casestudy import family_members, family_moments
-from ensml.verify.events import RELIABILITY_BINS, RELIABILITY_COLUMNS
+from ensml.verify.events import RELIABILITY_BINS, reliability_rows
 from ensml.verify.families import (
     distribution_crps,
     distributions,
@@ -247,15 +247,7 @@ def _event_reliability(
             preserve_dims=per_level(y),
             weights=frame.weights,
         )
-        for lev in levels_of(table["count"], frame.levels):
-            recs = at(table, lev).to_dataframe().reset_index()[RELIABILITY_COLUMNS].to_dict("records")
-            head = {
-                "variable": var,
-                "level_hPa": table_level(lev),
-                "lead_h": lead_hours(lf.lead),
-                "forecast": name,
-            }
-            out += [{**head, **rec, "units": units} for rec in recs]
+        out += reliability_rows(table, var, frame.levels, lead_hours(lf.lead), name, units)
     return out
 
 

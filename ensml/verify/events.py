@@ -211,7 +211,7 @@ def score_events(
     keep = per_level(y)
     for name, p in probs.items():
         rel = probability_reliability(p, y, n_bins=RELIABILITY_BINS, preserve_dims=keep, weights=weights)
-        out.reliability += _reliability_rows(rel, var, levels, h, name, units or "")
+        out.reliability += reliability_rows(rel, var, levels, h, name, units or "")
     # threshold-weighted CRPS of the tail
     unit = units or ""
     ens = "fair ensemble" if fair else "empirical ensemble"
@@ -302,9 +302,10 @@ def _head(var: str, lev: float | None, h: int, name: str) -> dict:
     return {"variable": var, "level_hPa": table_level(lev), "lead_h": h, "forecast": name}
 
 
-def _reliability_rows(
+def reliability_rows(
     rel: xr.Dataset, var: str, levels: Sequence[float], h: int, name: str, units: str
 ) -> list[dict]:
+    """The rows of one forecast's reliability table (``probability_reliability``), per level."""
     out = []
     for lev in levels_of(rel["count"], levels):
         table = at(rel, lev).to_dataframe().reset_index()[RELIABILITY_COLUMNS]
@@ -413,5 +414,6 @@ __all__ = [
     "climatology",
     "crps_as_event_row",
     "event_setups",
+    "reliability_rows",
     "score_events",
 ]
