@@ -24,7 +24,7 @@ import torch
 
 from ensml.errors import EnsmlError
 from ensml.names import BQN_DEFAULT_DEGREE, bqn_degree, family_params
-from ensml.scores.distributions.families import Family, _is_lazy
+from ensml.scores.distributions.base import Family, _is_lazy
 
 #: Degree when a config says just ``bqn``.
 DEFAULT_DEGREE = BQN_DEFAULT_DEGREE
