@@ -19,11 +19,11 @@ from ensml.names import LEAD_TIME, format_lead, units_of
 from ensml.report import plots
 from ensml.report.render import Figure
 from ensml.scores.distributions import Family
-from ensml.verify.casestudy import N_QUANTILES, CaseResult, cases_table, formatted
+from ensml.verify.casestudy import CaseResult, cases_table, formatted
 from ensml.verify.charts import reliability_diagram
 from ensml.verify.evaluate import Scores
 from ensml.verify.event_tables import threshold_text
-from ensml.verify.families import DEFAULT, estimator
+from ensml.verify.families import DEFAULT, N_QUANTILES, estimator
 from ensml.verify.levels import at, field_name, is_surface, levels_of
 from ensml.verify.maps import Panel, draw_maps, unmappable
 from ensml.verify.tables import to_markdown, weighting_phrase

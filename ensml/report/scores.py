@@ -6,11 +6,11 @@ post-processed predictions, the oracle) each in its own family, through the func
 or the oracle's ``ensml_distribution``, the CRPS of the family, the closed form for the normal,
 whose rows keep their names, ``post-processed (Gaussian)``, while the others say their family,
 ``post-processed (csg0)``). A distribution's spread and the error of its mean are those of its
-mean and standard deviation (:func:`ensml.verify.casestudy.family_moments`: the normal's
+mean and standard deviation (:func:`ensml.verify.families.family_moments`: the normal's
 parameters; another family's by quadrature of its quantile function).
 
 Reliability: of the event "analysis above its monthly climatological mean + 1 std" at each
-point (distributions through 100 quantiles, :func:`ensml.verify.casestudy.family_members`); for
+point (distributions through 100 quantiles, :func:`ensml.verify.families.family_members`); for
 a variable that gets ``evaluate``'s event scores (a family bounded below, or the name of
 precipitation or wind speed: :func:`ensml.verify.thresholds.bounded_variables`), of the events
 ``y > t`` at evaluate's thresholds (:func:`ensml.verify.thresholds.thresholds_for`) instead,
@@ -42,11 +42,12 @@ from ensml.scores.distributions import Family
 from ensml.scores.predictive import exceedance_family
 from ensml.scores.probability import THRESHOLD, exceedance_probability, probability_reliability, reliability
 from ensml.scores.reduce import reduce_score
-from ensml.verify.casestudy import family_members, family_moments
 from ensml.verify.events import RELIABILITY_BINS, reliability_rows
 from ensml.verify.families import (
     distribution_crps,
     distributions,
+    family_members,
+    family_moments,
     family_params,
     frame_families,
     reading_families,

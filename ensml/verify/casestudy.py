@@ -11,7 +11,7 @@ cell area):
   (``post-processed (csg0)``);
 * twCRPS above (``tail: upper``) or below (``lower``) the case threshold: ensembles directly,
   distributions through their ``N_QUANTILES`` equally spaced quantiles ``Q((i - ½)/N)`` as an
-  ensemble (:func:`family_members`; for the normal ``mu + sd Φ⁻¹((i - ½)/N)``, within 0.1% of
+  ensemble (:func:`~ensml.verify.families.family_members`; for the normal ``mu + sd Φ⁻¹((i - ½)/N)``, within 0.1% of
   the exact Gaussian CRPS for N = 100);
 * the relative improvement ``1 - score / score(raw ensemble)``.
 
@@ -19,13 +19,12 @@ A case of a surface variable (``tp``, ``si10``, ``t2m``) has no ``level``.
 
 The figure shows the analysis (event area hatched), the mean and spread of each forecast at
 the case's peak valid time (of a distribution: its mean and standard deviation,
-:func:`family_moments`), and per-point CRPS (raw) and CRPS differences (others − raw) averaged
+:func:`~ensml.verify.families.family_moments`), and per-point CRPS (raw) and CRPS differences (others − raw) averaged
 over the window; blue is better than the raw ensemble.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,25 +50,21 @@ from ensml.names import (
     units_of,
 )
 from ensml.scores.crps import crps_ensemble
-from ensml.scores.distributions import Family, get_family
+from ensml.scores.distributions import Family
 from ensml.scores.twcrps import twcrps_ensemble
 from ensml.verify.cases import Case, climatological_threshold
 from ensml.verify.families import (
     distribution_crps,
     distributions,
     estimator,
+    family_members,
+    family_moments,
     family_params,
     frame_families,
     reading_families,
 )
 from ensml.verify.levels import field_name, table_level
 from ensml.verify.maps import Panel, display_units, draw_maps
-
-#: Quantiles that stand for a predictive distribution as an ensemble (:func:`family_members`).
-N_QUANTILES = 100
-#: Nodes and half-width in logit(τ) of the quadrature of a distribution's moments (:func:`family_moments`).
-MOMENT_NODES = 100
-MOMENT_LOGIT = 14.0
 
 
 @dataclass
@@ -80,71 +75,6 @@ class CaseResult:
     table: pd.DataFrame
     figure: bytes
     n_inits: int
-
-
-def quantile_levels(n: int = N_QUANTILES) -> np.ndarray:
-    """The ``n`` equally spaced levels ``(i + ½)/n``, i = 0 … n − 1, float64."""
-    return (np.arange(n) + 0.5) / n
-
-
-def _as_numpy(family: Family, params: Mapping[str, xr.DataArray]) -> tuple[xr.DataArray, dict, np.dtype]:
-    """The parameters broadcast together: one of them (their dims and coords), their values, dtype."""
-    fields = xr.broadcast(*(params[k] for k in family.params))
-    dtype = np.result_type(*(f.dtype for f in fields))
-    return fields[0], {k: f.values for k, f in zip(family.params, fields)}, dtype
-
-
-def family_members(family: Family, params: Mapping[str, xr.DataArray], n: int = N_QUANTILES) -> xr.DataArray:
-    """The ``n`` equally spaced quantiles ``Q((i + ½)/n)`` of ``family(params)`` as an ensemble
-    along ``member`` (first), in the dtype of the parameters (float32 stays float32).
-
-    ``params``: each of ``family.params`` as a DataArray (:func:`ensml.verify.families.family_params`),
-    broadcast together. The quantiles are :meth:`Family.quantiles` (float64), so that a normal's
-    are ``mu + sd Φ⁻¹((i + ½)/n)``, bit for bit as before the families. NaN where a parameter is.
-    """
-    like, values, dtype = _as_numpy(family, params)
-    with np.errstate(invalid="ignore"):
-        q = family.quantiles(values, quantile_levels(n), axis=0)
-    return xr.DataArray(q.astype(dtype, copy=False), dims=(MEMBER, *like.dims), coords=like.coords)
-
-
-def gaussian_members(mu: xr.DataArray, sd: xr.DataArray, n: int = N_QUANTILES) -> xr.DataArray:
-    """The ``n`` equally spaced quantiles of N(mu, sd²) as an ensemble along ``member``
-    (:func:`family_members` of the normal), in ``mu``'s dtype."""
-    return family_members(get_family("normal"), {"mean": mu, "std": sd}, n).astype(mu.dtype, copy=False)
-
-
-def family_moments(family: Family, params: Mapping[str, xr.DataArray]) -> tuple[xr.DataArray, xr.DataArray]:
-    """The predictive mean and standard deviation of ``family(params)``.
-
-    The normal's are its parameters ``mean`` and ``std``, as they are. Another family's are
-    ``E Y = ∫ Q(τ) dτ`` and ``Var Y = ∫ (Q(τ) − E Y)² dτ`` of its quantile function by the
-    trapezoid rule in ``u = logit τ`` (:data:`MOMENT_NODES` nodes over ``|u| ≤``
-    :data:`MOMENT_LOGIT`, i.e. τ within 1e-6 of 0 and 1, where the tails are), summed node by
-    node in float64 about the median (the memory of a few fields); within 0.2 % of the standard
-    deviation of a censored shifted gamma that is wet at least 5 % of the time, and 1e-4 of a
-    truncated normal's, against their closed forms. In the parameters' dtype; NaN where a
-    parameter is.
-    """
-    if family.name == "normal":
-        return params["mean"], params["std"]
-    like, values, dtype = _as_numpy(family, params)
-    p = {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
-    u = np.linspace(-MOMENT_LOGIT, MOMENT_LOGIT, MOMENT_NODES)
-    tau = 1.0 / (1.0 + np.exp(-u))
-    weights = tau * (1.0 - tau)  # dτ/du
-    weights[[0, -1]] /= 2.0
-    weights /= weights.sum()
-    with np.errstate(invalid="ignore"):
-        centre = np.broadcast_to(family.ppf(p, np.float64(0.5)), like.shape)
-        s1, s2 = np.zeros(like.shape), np.zeros(like.shape)
-        for w, t in zip(weights, tau):
-            d = family.ppf(p, np.float64(t)) - centre
-            s1 += w * d
-            s2 += w * d * d
-    mean, std = centre + s1, np.sqrt(np.maximum(s2 - s1 * s1, 0.0))
-    mean_da, std_da = (xr.DataArray(a.astype(dtype), dims=like.dims, coords=like.coords) for a in (mean, std))
-    return mean_da, std_da
 
 
 def score_case(
@@ -238,11 +168,11 @@ class Distribution:
         return family_params(self.ds, self.var, self.family, self.source)
 
     def members(self) -> xr.DataArray:
-        """The distribution as its :data:`N_QUANTILES` quantiles (:func:`family_members`)."""
+        """The distribution as its :data:`~ensml.verify.families.N_QUANTILES` quantiles (:func:`~ensml.verify.families.family_members`)."""
         return family_members(self.family, self.params)
 
     def moments(self, at: dict | None = None) -> tuple[xr.DataArray, xr.DataArray]:
-        """Its mean and standard deviation (:func:`family_moments`), where ``at`` selects (isel)."""
+        """Its mean and standard deviation (:func:`~ensml.verify.families.family_moments`), where ``at`` selects (isel)."""
         params = {k: v.isel(at or {}) for k, v in self.params.items()}
         return family_moments(self.family, params)
 
@@ -394,14 +324,9 @@ def case_files(results: list[CaseResult]) -> dict[str, str | bytes]:
 
 
 __all__ = [
-    "N_QUANTILES",
     "CaseResult",
     "case_files",
     "cases_table",
-    "family_members",
-    "family_moments",
     "formatted",
-    "gaussian_members",
-    "quantile_levels",
     "score_case",
 ]

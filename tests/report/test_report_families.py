@@ -34,9 +34,9 @@ from ensml.scores.distributions import get_family
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.scores.twcrps import twcrps_ensemble
 from ensml.verify.cases import case_from_dict, load_cases
-from ensml.verify.casestudy import family_members, family_moments, gaussian_members, score_case
+from ensml.verify.casestudy import score_case
 from ensml.verify.events import RELIABILITY_BINS
-from ensml.verify.families import label
+from ensml.verify.families import family_members, family_moments, gaussian_members, label
 from ensml.verify.thresholds import PRECIPITATION, WIND_SPEED
 from tests.verify.family_inputs import FAMILIES, MEMBERS, VARIABLES, make_inputs
 from tests.verify.test_cases import CASE

@@ -15,7 +15,8 @@ from ensml.scores.crps import crps_ensemble
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.verify.casefind import find_extreme_cases, lon_span, storm_cases
 from ensml.verify.cases import Region, case_from_dict, load_cases
-from ensml.verify.casestudy import gaussian_members, score_case
+from ensml.verify.casestudy import score_case
+from ensml.verify.families import gaussian_members
 from tests.conftest import CONFIGS
 
 CASE = {
