@@ -95,7 +95,7 @@ BAD_OPTIONS: dict[str, tuple[Callable[[dict, Path], list[str]], str]] = {
     "quantile out of range": (lambda c, t: ["--products.quantiles=[0.1, 1.5]"], "probabilities in (0, 1)"),
     "repeated quantile": (lambda c, t: ["--products.quantiles=[0.5, 0.5]"], "repeated levels"),
     "unknown threshold key": (lambda c, t: ["--products.thresholds={q700: [1.0]}"], "key 'q700' is neither"),
-    "empty thresholds": (lambda c, t: ["--products.thresholds={t: []}"], "non-empty list"),
+    "empty thresholds": (lambda c, t: ["--products.thresholds={t: []}"], "has no values"),
     "negative members": (lambda c, t: ["--products.members=-2"], "products.members must be"),
     "two checkpoints, one lead": (
         lambda c, t: [f"--checkpoints=[{c['mixed48']}, {c['mixed48']}]"],

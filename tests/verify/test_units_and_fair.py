@@ -34,7 +34,7 @@ def test_without_units_a_known_name_gets_ensmls_and_an_unknown_one_1(tiny_data, 
     fc, an = _renamed(tiny_data, tmp_path, None)
     scores = evaluate(str(fc), str(an), leads=24, levels=500, out_dir=None)
     assert set(scores.table["units"]) == {"1"}
-    assert units_of("tp") == "m" and units_of("t") == "K"
+    assert units_of("tp") == "kg m-2" and units_of("t") == "K"
 
 
 def test_fair_crps_scores_the_ensembles_with_the_fair_estimator(tiny_data: dict[str, Path]) -> None:
