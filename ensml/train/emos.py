@@ -84,6 +84,12 @@ def fit_emos(
         return loss
 
     opt.step(closure)
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise EnsmlError(
+            f"the {mode} EMOS fit of family {family.name} diverged: non-finite coefficients "
+            f"{', '.join(bad)}; check the training data for constant or extreme fields"
+        )
     return model.requires_grad_(False)
 
 

@@ -11,16 +11,16 @@ cell area):
   (``post-processed (csg0)``);
 * twCRPS above (``tail: upper``) or below (``lower``) the case threshold: ensembles directly,
   distributions through their ``N_QUANTILES`` equally spaced quantiles ``Q((i - ½)/N)`` as an
-  ensemble (:func:`~ensml.verify.families.family_members`; for the normal ``mu + sd Φ⁻¹((i - ½)/N)``, within 0.1% of
-  the exact Gaussian CRPS for N = 100);
+  ensemble (:func:`~ensml.verify.families.family_members`; for the normal
+  ``mu + sd Φ⁻¹((i - ½)/N)``, within 0.1% of the exact Gaussian CRPS for N = 100);
 * the relative improvement ``1 - score / score(raw ensemble)``.
 
 A case of a surface variable (``tp``, ``si10``, ``t2m``) has no ``level``.
 
 The figure shows the analysis (event area hatched), the mean and spread of each forecast at
 the case's peak valid time (of a distribution: its mean and standard deviation,
-:func:`~ensml.verify.families.family_moments`), and per-point CRPS (raw) and CRPS differences (others − raw) averaged
-over the window; blue is better than the raw ensemble.
+:func:`~ensml.verify.families.family_moments`), and per-point CRPS (raw) and CRPS differences
+(others − raw) averaged over the window; blue is better than the raw ensemble.
 """
 
 from __future__ import annotations
@@ -168,11 +168,13 @@ class Distribution:
         return family_params(self.ds, self.var, self.family, self.source)
 
     def members(self) -> xr.DataArray:
-        """The distribution as its :data:`~ensml.verify.families.N_QUANTILES` quantiles (:func:`~ensml.verify.families.family_members`)."""
+        """The distribution as its :data:`~ensml.verify.families.N_QUANTILES` quantiles
+        (:func:`~ensml.verify.families.family_members`)."""
         return family_members(self.family, self.params)
 
     def moments(self, at: dict | None = None) -> tuple[xr.DataArray, xr.DataArray]:
-        """Its mean and standard deviation (:func:`~ensml.verify.families.family_moments`), where ``at`` selects (isel)."""
+        """Its mean and standard deviation (:func:`~ensml.verify.families.family_moments`), where
+        ``at`` selects (isel)."""
         params = {k: v.isel(at or {}) for k, v in self.params.items()}
         return family_moments(self.family, params)
 

@@ -66,3 +66,23 @@ def test_emos_refuses_data_outside_the_support_and_bqn() -> None:
         fit_emos(*t, family="csg0")
     with pytest.raises(EnsmlError, match="EMOS fits parametric families"):
         fit_emos(*t, family="bqn")
+
+
+def test_local_csg0_emos_stays_finite_where_it_never_rains() -> None:
+    """Points that are always dry drive a local csg0 fit's mean far below zero; its softplus
+    underflowed in float32 and the fit went NaN (or L-BFGS overflowed) before the moments had a
+    floor (``MOMENT_FLOOR``). Now every coefficient and parameter stays finite, and the fitted
+    distributions say dry where it is always dry."""
+    torch.manual_seed(0)
+    n, h, w = 60, 8, 8
+    wet = (torch.rand(1, 1, 1, h, w) < 0.5).float()
+    gamma = torch.distributions.Gamma(0.5, 0.1)
+    obs = gamma.sample((n, 1, 1, h, w)) * (torch.rand(n, 1, 1, h, w) < 0.2) * wet
+    members = gamma.sample((10, n, 1, 1, h, w)) * (torch.rand(10, n, 1, 1, h, w) < 0.1)
+    model = fit_emos(members.mean(0), members.std(0), obs, mode="local", family="csg0", max_iter=100)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    params = emos_distribution(model, "csg0", members.mean(0), members.std(0))
+    assert all(torch.isfinite(v).all() for v in params.values())
+    dry = (obs == 0).all(0, keepdim=True).expand_as(obs)
+    p_zero = get_family("csg0").cdf({k: v.numpy() for k, v in params.items()}, np.zeros(obs.shape))
+    assert np.median(p_zero[dry.numpy()]) > 0.9

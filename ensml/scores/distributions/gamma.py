@@ -17,6 +17,10 @@ from ensml.scores.distributions.base import Family, _is_torch, _softplus_np
 SHIFT_OFFSET = math.log(math.expm1(0.1))
 #: How sharply the censored shifted gamma's link makes its mean positive (see ``CSG0.from_moments``).
 MEAN_SHARPNESS = 10.0
+#: The least mean and standard deviation of X that ``CSG0.from_moments`` passes on, in ``unit``s: a
+#: softplus of a very negative mean underflows to 0 in float32, and a gamma of mean or spread 0
+#: has no finite shape or scale (so a fit's gradient would turn NaN at a point that is always dry).
+MOMENT_FLOOR = 1e-6
 
 
 @dataclass(frozen=True)
@@ -82,14 +86,19 @@ class CSG0(Family):
         sharp softplus, ``m = (unit/k) softplus(k mu/unit)`` with ``k = MEAN_SHARPNESS``: ``m ≈ mu``
         once ``mu`` is a tenth of ``unit`` or more, and a fourteenth of ``unit`` at ``mu = 0``, below
         the shift ``unit·softplus(extra + SHIFT_OFFSET)`` (a tenth of ``unit`` at ``extra = 0``).
-        So a model's first guess from an all-dry subset (mean and spread 0) is dry: P(Y = 0) ≈ 1."""
+        So a model's first guess from an all-dry subset (mean and spread 0) is dry: P(Y = 0) ≈ 1.
+        Both moments are at least ``MOMENT_FLOOR·unit``, where their gradient is 0."""
         k = MEAN_SHARPNESS
         if _is_torch(mu):
             softplus = torch.nn.functional.softplus
-            m = unit / k * softplus(k * mu / unit)
+            floor = torch.as_tensor(MOMENT_FLOOR * unit, dtype=mu.dtype, device=mu.device)
+            m = torch.maximum(unit / k * softplus(k * mu / unit), floor)
+            sigma = torch.maximum(sigma, floor)
             shift = unit * softplus(extra + SHIFT_OFFSET) if extra is not None else torch.zeros_like(mu)
         else:
-            m = unit / k * _softplus_np(k * np.asarray(mu) / unit)
+            floor = MOMENT_FLOOR * np.asarray(unit)
+            m = np.maximum(unit / k * _softplus_np(k * np.asarray(mu) / unit), floor)
+            sigma = np.maximum(sigma, floor)
             shift = (
                 unit * _softplus_np(np.asarray(extra) + SHIFT_OFFSET)
                 if extra is not None
