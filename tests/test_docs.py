@@ -74,7 +74,7 @@ def test_pages_exist(site: Path) -> None:
     assert len(guides) >= 12
     pages = ["index", "cli", "api", *(f"guide/{g}" for g in guides)]
     pages += ["notebooks/explore_ensemble", "notebooks/postprocess", "notebooks/train_and_compare"]
-    pages += ["notebooks/physics_testbed"]
+    pages += ["notebooks/physics_testbed", "notebooks/precipitation_wind"]
     missing = [p for p in pages if not (site / f"{p}.html").is_file()]
     assert not missing
 
@@ -101,7 +101,9 @@ def test_readme_links_point_at_the_guide_pages(site: Path) -> None:
     assert "<h2>Manual route" in page  # README's ### subsections are the page's second level
 
 
-@pytest.mark.parametrize("name", ["explore_ensemble", "postprocess", "train_and_compare", "physics_testbed"])
+@pytest.mark.parametrize(
+    "name", ["explore_ensemble", "postprocess", "train_and_compare", "physics_testbed", "precipitation_wind"]
+)
 def test_notebooks_are_rendered_with_outputs(site: Path, name: str) -> None:
     page = (site / f"notebooks/{name}.html").read_text(encoding="utf-8")
     assert "cell_output" in page

@@ -13,7 +13,13 @@ normalisation statistics; each is seeded with ``seed`` before it is built and be
 trained, so the same configuration gives the same table on CPU (apart from the wall-clock
 column ``train_s``). Scoring goes through :func:`ensml.verify.evaluate.crps_rows` and
 :func:`~ensml.verify.evaluate.spread_scores`, the code behind ``ensml evaluate``; see
-:mod:`ensml.experiments.benchmark_score`.
+:mod:`ensml.experiments.benchmark_score`. Each model predicts, and is scored in, each variable's
+family (:mod:`ensml.experiments.benchmark_predictions`): a mixed model's ``options.distribution``,
+an EMOS variant's ``distribution`` (:mod:`ensml.experiments.benchmark_emos`; plain ``global`` and
+``local`` are the variables' default families, Gaussian for z and t). Variables bounded below
+(``tp`` and ``si10`` of ``synth.precip_wind`` or the physics testbed's ``si10``) add the share of
+negative quantiles, the reliability diagrams and the verdicts of the precipitation-and-wind
+targets (:mod:`ensml.experiments.benchmark_events`; ``configs/benchmark/precip_wind.yaml``).
 """
 
 from __future__ import annotations
@@ -34,23 +40,25 @@ from lightning.pytorch.callbacks import EarlyStopping
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.open import open_forecast
 from ensml.data.outputs import OutputFolder
-from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
-from ensml.experiments.benchmark_calibration import LOCAL_EMOS
+from ensml.experiments import benchmark_emos
 from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
+from ensml.experiments.benchmark_emos import EMOS_NAMES, EmosVariant
+from ensml.experiments.benchmark_events import verdicts
+from ensml.experiments.benchmark_files import BENCHMARK_NAMES, benchmark_files
 from ensml.experiments.benchmark_maps import MAP_NAME, best_network, crps_difference_map
-from ensml.experiments.benchmark_score import BENCHMARK_NAMES, Scored, benchmark_files, score_all, summarise
+from ensml.experiments.benchmark_predictions import from_fields, from_task, gaussian, model_label
+from ensml.experiments.benchmark_score import Scored, score_all, summarise
 from ensml.experiments.bound import BOUND_NAME, SPREAD_BOUND_NAME, spread_bound, subset_bound
-from ensml.experiments.options import DEFAULT_MODELS, ModelSpec, PhysicsOptions, SynthOptions
+from ensml.experiments.options import DEFAULT_MODELS, EmosSpec, ModelSpec, PhysicsOptions, SynthOptions
 from ensml.experiments.quality import QualityLog
 from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note, seconds
-from ensml.scores.gaussian import crps_gaussian
-from ensml.train.emos import fit_emos
 from ensml.train.lightning_cli import quiet_lightning
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
-EMOS_NAMES = {"global": "global EMOS", "local": "local EMOS"}
+#: The variables the per-point bounds know (:mod:`ensml.experiments.bound`).
+BOUND_VARIABLES = ("z", "t")
 
 
 def _build(spec: ModelSpec, dm: EnsembleDataModule, seed: int) -> EnsembleTask:
@@ -61,17 +69,29 @@ def _build(spec: ModelSpec, dm: EnsembleDataModule, seed: int) -> EnsembleTask:
         )
     L.seed_everything(seed, verbose=False)
     try:
-        return cls.from_data(
+        task = cls.from_data(
             dm, arch=spec.arch, width=spec.width, depth=spec.depth, lr=spec.lr,
             arch_options=spec.arch_options, **(spec.options or {}),
         )  # fmt: skip
+        check = getattr(task, "check_data", None)
+        if check is not None:  # e.g. a family bounded at 0 for data below 0
+            check(dm)
     except TypeError as exc:  # an option the task does not take
         raise EnsmlError(f"benchmark model {spec.name!r}: {exc}") from None
+    except EnsmlError as exc:
+        raise EnsmlError(f"benchmark model {spec.name!r}: {exc}") from None
+    return task
+
+
+def label(spec: ModelSpec, task: EnsembleTask) -> str:
+    """A model's row label: a mixed model's name and family (``U-Net (Gaussian)``), a spread
+    model's name."""
+    return model_label(spec.name, task.families) if isinstance(task, MixedTask) else spec.name
 
 
 def _train_predict(
     task: EnsembleTask, spec: ModelSpec, dm: EnsembleDataModule, seed: int, limit: int | None
-) -> tuple[dict[str, np.ndarray], float, QualityLog]:
+) -> tuple[dict, float, QualityLog]:
     log = QualityLog()
     callbacks: list[L.Callback] = [log]
     if spec.patience is not None:
@@ -89,87 +109,32 @@ def _train_predict(
     log.restore_best(task)
     out = trainer.predict(task, dataloaders=dm.predict_dataloader())
     pred = {key: torch.cat([o[key] for o in out]).numpy() for key in out[0]}
-    return _as_fields(task, pred), took, log
-
-
-def _as_fields(task: EnsembleTask, pred: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A Gaussian mixed model's per-variable ``<var>_mean``/``<var>_std`` (N, T, D, H, W) as the
-    (N, T·V, D, H, W) lead-major fields ``mean``/``std`` that the tables score."""
-    if not isinstance(task, MixedTask) or not task.all_normal:
-        return pred
-    out = {"index": pred["index"]}
-    for param in ("mean", "std"):
-        stacked = np.stack([pred[f"{v}_{param}"] for v in task.hparams.variables], axis=2)  # (N, T, V, …)
-        out[param] = stacked.reshape(len(stacked), -1, *stacked.shape[3:])
-    return out
-
-
-def _at_targets(x: torch.Tensor, indices: list[int]) -> torch.Tensor:
-    """(B, V, L, D, H, W) → (B, T·V, D, H, W) at the target leads, lead-major (as the tasks)."""
-    return x[:, :, indices].transpose(1, 2).flatten(1, 2)
-
-
-def _collect(loader, indices: list[int]) -> dict[str, torch.Tensor]:
-    parts: dict[str, list] = {"mean": [], "std": [], "obs": [], "std_m": [], "index": []}
-    for b in loader:
-        parts["mean"].append(_at_targets(b["mean_k"], indices))
-        parts["std"].append(_at_targets(b["std_k"], indices))
-        for key in ("obs", "std_m", "index"):
-            parts[key].append(b[key])
-    return {k: torch.cat(v) for k, v in parts.items()}
-
-
-def _emos(dm: EnsembleDataModule, modes: list[str], seed: int) -> tuple[dict, dict, dict[str, float], dict]:
-    """Fit global/local EMOS on the training split's K-member mean/std; predict the test split.
-
-    Every target lead has its own coefficients (the fields ``F = T × V`` are fitted as separate
-    variables). Also returns the validation baselines of time-to-quality, in the tasks' normalised
-    ``val/loss`` units: local EMOS's Gaussian CRPS (``mixed``) and the K-member sample std's
-    squared error against the M-member spread (``spread``); and the test split's inputs.
-    """
-    indices = dm.spec.target_indices
-    L.seed_everything(seed, verbose=False)
-    train, val, test = (_collect(loader(), indices) for loader in (dm.train_dataloader, dm.val_dataloader,
-                                                                   dm.predict_dataloader))  # fmt: skip
-    weights = torch.tensor(np.cos(np.deg2rad(dm.coords["latitude"])), dtype=torch.float32)
-    preds, info = {}, {}
-    for mode in dict.fromkeys([*modes, "local"]):
-        start = time.perf_counter()
-        model = fit_emos(train["mean"], train["std"], train["obs"], mode=mode, weights=weights)
-        took = time.perf_counter() - start
-        if mode == "local":
-            local = model
-        if mode not in modes:
-            continue
-        mu, sigma = model(test["mean"], test["std"])
-        name = EMOS_NAMES[mode]
-        preds[name] = {"index": test["index"].numpy(), "mean": mu.numpy(), "std": sigma.numpy()}
-        info[name] = {"params": sum(p.numel() for p in model.parameters()), "train_s": took}
-    # The tasks' val/loss: area-weighted (cell area, mean 1) means of fields scaled by the spread.
-    scale = torch.as_tensor(dm.stats["target_scale"]).flatten(0, 1)[None, :, :, None, None]
-    w = torch.as_tensor(latitude_weights(dm.coords["latitude"]).values, dtype=torch.float32)[:, None]
-    mu, sigma = local(val["mean"], val["std"])
-    crps = crps_gaussian(mu / scale, sigma / scale, val["obs"] / scale, check=False)
-    baselines = {
-        "mixed": float((crps * w).mean()),
-        "spread": float((((val["std"] - val["std_m"]) / scale) ** 2 * w).mean()),
-    }
-    return preds, info, baselines, test
+    return from_task(task, pred), took, log
 
 
 def _bounds(dm: EnsembleDataModule, paths: dict[str, Path], synth: SynthOptions, test: dict) -> dict:
-    """The per-point bounds (:mod:`ensml.experiments.bound`) on the test split."""
+    """The per-point bounds (:mod:`ensml.experiments.bound`) on the test split, of the variables
+    they know (z and t; none of the others: their rows have no bound)."""
     spec, index = dm.spec, test["index"].numpy()
+    variables = [v for v in spec.variables if v in BOUND_VARIABLES]
+    if not variables:
+        note(f"benchmark: no per-point bounds (they know {', '.join(BOUND_VARIABLES)} only)")
+        return {}
+    n_var, n_leads = len(spec.variables), len(spec.target_leads)
+    fields = [t * n_var + spec.variables.index(v) for t in range(n_leads) for v in variables]
     inits = dm.test_set.init_times
-    args = (spec.variables, spec.levels, spec.target_leads)
-    gauss = subset_bound(synth, inits, index, test["mean"], *args, spec.k)
-    fc = open_forecast(str(paths["forecast"]), list(spec.variables))
+    args = (variables, spec.levels, spec.target_leads)
+    gauss = subset_bound(synth, inits, index, test["mean"][:, fields], *args, spec.k)
+    fc = open_forecast(str(paths["forecast"]), variables)
     fc = fc.sel({INIT_TIME: inits[index], LEAD_TIME: list(spec.target_leads), LEVEL: list(spec.levels)})
     fc = fc.isel({MEMBER: slice(0, spec.k)}).transpose(INIT_TIME, LEAD_TIME, MEMBER, LEVEL, ...)
-    shown = np.stack([fc[v].values for v in spec.variables], axis=2)  # (N, T, V, K, D, H, W)
+    shown = np.stack([fc[v].values for v in variables], axis=2)  # (N, T, V, K, D, H, W)
     shown = shown.reshape(len(index), -1, *shown.shape[3:])
     spread = spread_bound(synth, inits, index, shown, *args, spec.members)
-    return {BOUND_NAME: gauss, SPREAD_BOUND_NAME: {"kind": "spread", **spread}}
+    return {
+        model_label(BOUND_NAME, ["normal"]): gaussian(gauss["index"], gauss["mean"], gauss["std"], variables),
+        SPREAD_BOUND_NAME: from_fields(spread["index"], {"std": spread["std"]}, variables),
+    }
 
 
 def time_to_quality(log: QualityLog, target: float) -> dict[str, float]:
@@ -200,7 +165,7 @@ def benchmark(
     test_period: tuple[str, str] = ("2020-01-01", "2020-12-31"),
     batch_size: PositiveInt = 8,
     models: list[ModelSpec] | None = None,
-    emos: list[Literal["global", "local"]] = ("global", "local"),  # type: ignore[assignment]
+    emos: list[Literal["global", "local"] | EmosSpec] = ("global", "local"),  # type: ignore[assignment]
     limit_train_batches: PositiveInt | None = None,
     seed: NonNegativeInt = 0,
     threads: PositiveInt = 1,
@@ -244,7 +209,12 @@ def benchmark(
     models
         Neural models (:class:`ModelSpec`); default: U-Net and temporal U-Net, mixed and spread.
     emos
-        EMOS variants fitted beside them (``global``, ``local``).
+        EMOS variants fitted beside them: ``global`` and ``local`` (every variable in its default
+        family: Gaussian for z and t, csg0 for ``tp``, truncated normal for ``si10``), or
+        :class:`EmosSpec` entries such as ``{mode: local, distribution: {tp: normal, si10:
+        normal}}`` (a Gaussian EMOS of every variable); see :mod:`ensml.experiments.benchmark_emos`.
+        The skill against local EMOS refers to the local one in the default families, else the
+        first local one.
     limit_train_batches
         Cap on training batches per epoch (smoke runs).
     seed
@@ -277,9 +247,8 @@ def benchmark(
         raise EnsmlError(f"benchmark: threads {threads} must be between 1 and this machine's {cores} cores")
     torch.set_num_threads(int(threads))
     models = list(DEFAULT_MODELS if models is None else models)
-    names = [m.name for m in models] + [EMOS_NAMES[e] for e in emos]
-    if len(set(names)) != len(names):
-        raise EnsmlError(f"benchmark model names must be distinct, got {names}")
+    emos_variants = benchmark_emos.variants(list(emos), list(variables))
+    _distinct([m.name for m in models] + [v.label for v in emos_variants])
     if k > source.members:
         kind = kind_of(source)
         raise EnsmlError(f"cannot take a subset of k={k} members: {kind} makes {source.members} members")
@@ -293,20 +262,27 @@ def benchmark(
     dm.setup("fit")
     # Build every model now: a model that does not fit the data fails before any training.
     tasks = [_build(spec, dm, seed) for spec in models]
+    labels = [label(spec, task) for spec, task in zip(models, tasks)]
+    _distinct(labels + [v.label for v in emos_variants])
     plural = "" if len(models) == 1 else "s"
     note(f"benchmark: {len(emos)} EMOS variants and {len(models)} network{plural} to train on {data_dir}")
 
     quiet_lightning()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     extra = (paths, source) if bound else None
-    preds, info = _train_all(dm, models, tasks, list(emos), seed, limit_train_batches, extra)
-    networks = [f"{m.name} (Gaussian)" for m in models if m.task == "mixed"]
-    scored = score_all(dm, paths, preds, info, keep=[*networks, LOCAL_EMOS])
+    preds, info = _train_all(dm, models, tasks, labels, emos_variants, seed, limit_train_batches, extra)
+    networks = [name for name, task in zip(labels, tasks) if isinstance(task, MixedTask)]
+    reference = benchmark_emos.reference(emos_variants, list(variables)).label
+    scored = score_all(dm, paths, preds, info, keep=[*networks, reference], reference=reference)
     summary = summarise(scored.table)
-    files = benchmark_files(scored.table, summary, len(dm.init_times("test")), oracle="oracle" in paths)
-    picture = _difference_map(
-        scored, summary, networks, list(levels), coastlines=kind_of(source) != "physics"
-    )
+    best = best_network(summary, networks)
+    targets = verdicts(scored.table, summary, scored.reliability, best, reference)
+    if not scored.reliability.empty:
+        for line in targets:
+            note(f"benchmark: {line}")
+    n_inits, oracle = len(dm.init_times("test")), "oracle" in paths
+    files = benchmark_files(scored.table, summary, n_inits, oracle, scored.reliability, targets)
+    picture = _difference_map(scored, best, reference, list(levels), coastlines=kind_of(source) != "physics")
     with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:  # tables and map, whole
         for name, text in files.items():
             folder.write_text(name, text)
@@ -315,44 +291,54 @@ def benchmark(
     return scored.table
 
 
+def _distinct(names: list[str]) -> None:
+    if len(set(names)) != len(names):
+        raise EnsmlError(f"benchmark model names must be distinct, got {names}")
+
+
 def _difference_map(
-    scored: Scored, summary: pd.DataFrame, networks: list[str], levels: list[float], coastlines: bool = True
+    scored: Scored, best: str | None, reference: str, levels: list[float], coastlines: bool = True
 ) -> bytes | None:
     """The map of where the best network loses to local EMOS; None (and a note) without both."""
-    best = best_network(summary, networks)
     if best is None:
         note("benchmark: no crps_difference.png (it needs local EMOS and a mixed network)")
         return None
-    return crps_difference_map(scored.fields, best, LOCAL_EMOS, levels, scored.lead_h, coastlines)
+    return crps_difference_map(scored.fields, best, reference, levels, scored.lead_h, coastlines)
+
+
+def _listing(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "".join(names)
 
 
 def _train_all(
     dm: EnsembleDataModule,
     models: list[ModelSpec],
     tasks: list,
-    emos: list[str],
+    labels: list[str],
+    emos: list[EmosVariant],
     seed: int,
     limit_train_batches: int | None,
     bound: tuple | None,
 ) -> tuple[dict[str, dict], dict[str, dict]]:
     """Fit the EMOS variants (and the bounds: ``bound`` = (paths, synth options)), train every
-    model; their test predictions and information (parameters, time to quality), by name."""
+    model; their test predictions and information (parameters, time to quality), by row label."""
     preds: dict[str, dict] = {}
     info: dict[str, dict] = {}
     with Progress("benchmark", len(models) + 1, "models") as progress:
         progress.describe("EMOS")
-        emos_preds, emos_info, baselines, test = _emos(dm, emos, seed)
+        emos_preds, emos_info, baselines, test = benchmark_emos.fit_all(dm, emos, seed)
         preds.update(emos_preds)
         info.update(emos_info)
         if bound is not None:
             preds.update(_bounds(dm, *bound, test))
-        progress.advance(f"{' and '.join(emos_info)} fitted in {seconds(progress.lap)}")
-        for spec, task in zip(models, tasks):
+        fitted = _listing([name.removesuffix(" (Gaussian)") for name in emos_info])
+        progress.advance(f"{fitted} fitted in {seconds(progress.lap)}")
+        for spec, task, name in zip(models, tasks, labels):
             progress.describe(spec.name)
             n_params = sum(p.numel() for p in task.parameters())
-            pred, took, log = _train_predict(task, spec, dm, seed, limit_train_batches)
-            preds[spec.name] = {"kind": spec.task, **pred}
-            info[spec.name] = {
+            preds[name], took, log = _train_predict(task, spec, dm, seed, limit_train_batches)
+            info[name] = {
                 "params": n_params,
                 "train_s": took,
                 **time_to_quality(log, baselines[spec.task]),
@@ -361,4 +347,4 @@ def _train_all(
     return preds, info
 
 
-__all__ = ["ModelSpec", "PhysicsOptions", "SynthOptions", "benchmark"]
+__all__ = ["EMOS_NAMES", "EmosSpec", "ModelSpec", "PhysicsOptions", "SynthOptions", "benchmark", "label"]

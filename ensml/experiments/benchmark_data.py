@@ -7,7 +7,7 @@ reused while the generator options stored in the forecast's global attributes
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,8 @@ def ensure_data(data_dir: Path, opts: Source) -> dict[str, Path]:
 
     The generator's options are read back from the forecast's global attributes
     ``synth_<option>`` or ``physics_<option>``; the synthetic data's files include the oracle.
-    A folder holding the other generator's data is refused, never overwritten.
+    An option the files do not record (data made before the generator had it) matches its
+    default value only. A folder holding the other generator's data is refused, never overwritten.
     """
     kind = kind_of(opts)
     names = ("forecast", "analysis", "oracle") if kind == "synth" else ("forecast", "analysis")
@@ -44,10 +45,13 @@ def ensure_data(data_dir: Path, opts: Source) -> dict[str, Path]:
             )
     if not all(p.is_file() for p in paths.values()):
         return generate(kind, data_dir, opts)
+    defaults = {f.name: f.default for f in fields(opts) if f.default is not MISSING}
     for key, want in asdict(opts).items():
-        have = attrs.get(f"{kind}_{key}")
+        have = attrs.get(f"{kind}_{key}", defaults.get(key))
         if key == "leads" and have is not None:  # ISO durations in the file, hours in the config
             have, want = format_leads(str(have).split()), format_leads(want)
+        if isinstance(want, bool) and have is not None:  # netCDF keeps a flag as "True"/"False" or 0/1
+            have = str(have).strip().lower() in ("true", "1")
         same = np.array_equal(np.atleast_1d(have), np.atleast_1d(want)) if have is not None else False
         if not same:
             have = np.asarray(have).tolist() if have is not None else "unknown"

@@ -16,7 +16,6 @@ are no oracle rows and no :data:`ORACLE_COLUMNS`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,15 +28,23 @@ from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame
 from ensml.experiments.benchmark_calibration import (
     CALIBRATION_COLUMNS,
-    CALIBRATION_NOTE,
     EMOS_COLUMNS,
+    LOCAL_EMOS,
+    FamilyForecast,
     Forecast,
     add_emos_skill,
     calibration_columns,
     emos_intervals,
     row_level,
 )
-from ensml.experiments.benchmark_maps import MAP_NAME
+from ensml.experiments.benchmark_events import (
+    EVENT_COLUMNS,
+    RELIABILITY_COLUMNS,
+    add_reliability_dev,
+    negative_share,
+    reliability_rows,
+)
+from ensml.experiments.benchmark_predictions import model_label
 from ensml.names import (
     INIT_TIME,
     LATITUDE,
@@ -49,10 +56,12 @@ from ensml.names import (
     raw_subset_name,
 )
 from ensml.scores.crps import crps_ensemble
+from ensml.scores.distributions import Family
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.scores.significance import skill_tests
+from ensml.verify.families import distribution_crps, estimator, oracle_families
 from ensml.verify.rows import crps_rows, spread_scores
-from ensml.verify.tables import to_markdown
+from ensml.verify.thresholds import thresholds_for
 
 FIELD_DIMS = [INIT_TIME, LEVEL, LATITUDE, LONGITUDE]
 #: Per-model columns (from ``info``): size, training time, and time to the baseline's quality.
@@ -66,7 +75,7 @@ COLUMNS = [
     "model", "variable", "level_hPa", "lead_h", "estimator", "crps", "units", "skill_vs_raw_ensemble",
     "skill_low", "skill_high", "dm_stat", "dm_p", "block_length",
     "gap_closed", "crps_events", "events_skill_vs_raw", "spread_rmse", "spread_corr", *INFO_COLUMNS,
-    *EMOS_COLUMNS, *CALIBRATION_COLUMNS,
+    *EMOS_COLUMNS, *CALIBRATION_COLUMNS, *EVENT_COLUMNS,
 ]  # fmt: skip
 
 
@@ -78,6 +87,9 @@ class Scored:
     table: pd.DataFrame
     fields: dict[str, dict[str, xr.DataArray]]
     lead_h: int
+    #: The reliability diagrams of the variables with event thresholds, one row per bin
+    #: (:data:`~ensml.experiments.benchmark_events.RELIABILITY_COLUMNS`; empty without such variables).
+    reliability: pd.DataFrame
 
 
 def score_all(
@@ -86,15 +98,21 @@ def score_all(
     preds: dict[str, dict],
     info: dict[str, dict],
     keep: Collection[str] = (),
+    reference: str = LOCAL_EMOS,
 ) -> Scored:
     """One table of CRPS, calibration and spread scores on the test split for every prediction.
 
-    ``preds[name]`` holds ``index`` (N,) into the test split and ``mean``/``std`` (N, T·V, D, H, W),
-    fields lead-major over the T target leads; ``kind == "spread"`` marks spread estimates
-    (``std`` only). ``info[name]`` gives ``params``, ``train_s`` and the time-to-quality columns.
-    Every target lead is scored (rows per lead, ``lead_h``). With ``paths["oracle"]`` the oracle
-    is scored too and the :data:`ORACLE_COLUMNS` filled; without one they are left out.
-    ``keep``: sources (table names) whose per-point CRPS at the last lead is returned.
+    ``preds[label]`` is a prediction (:mod:`ensml.experiments.benchmark_predictions`) by its row
+    label: ``index`` (N,) into the test split and each variable's family parameters
+    ``{var}_{param}`` (N, T, D, H, W) over the T target leads (``families`` says which family);
+    ``kind == "spread"`` marks spread estimates (``{var}_std`` only). ``info[label]`` gives
+    ``params``, ``train_s`` and the time-to-quality columns. Every target lead is scored (rows per
+    lead, ``lead_h``). With ``paths["oracle"]`` the oracle is scored too, in the families its
+    ``ensml_distribution`` names, and the :data:`ORACLE_COLUMNS` filled; without one they are
+    left out. Variables with event thresholds (``tp``, ``si10``) add the
+    :data:`~ensml.experiments.benchmark_events.EVENT_COLUMNS` and the reliability diagrams; a
+    table without them has neither. ``keep``: sources (table names) whose per-point CRPS at the
+    last lead is returned; ``reference``: the local EMOS of ``skill_vs_local_emos``.
     """
     spec, oracle = dm.spec, paths.get("oracle")
     frame = build_frame(
@@ -102,53 +120,102 @@ def score_all(
         levels=list(spec.levels), leads=list(spec.target_leads), oracle=str(oracle) if oracle else None,
         oracle_vars=["event_mask"] if oracle else [], inits=dm.test_set.init_times,
     )  # fmt: skip
-    rows, fields = [], {}
+    rows, fields, reliability = [], {}, []
     for t, lead in enumerate(spec.target_leads):
         last = t == len(spec.target_leads) - 1
-        part, fields = _score_lead(dm, frame, preds, t, lead, keep if last else ())
+        part, fields, rel = _score_lead(dm, frame, preds, t, lead, keep if last else (), reference)
         rows.append(part)
-    table = add_emos_skill(pd.concat(rows, ignore_index=True))
-    base = table["model"].str.replace(" (Gaussian)", "", regex=False)
+        reliability += rel
+    rel_table = pd.DataFrame(reliability, columns=RELIABILITY_COLUMNS)
+    table = add_reliability_dev(add_emos_skill(pd.concat(rows, ignore_index=True), reference), rel_table)
     for col in INFO_COLUMNS:
-        table[col] = [info.get(b, {}).get(col, np.nan) for b in base]
-    columns = [c for c in COLUMNS if oracle or c not in ORACLE_COLUMNS]
-    return Scored(table.reindex(columns=columns), fields, lead_hours(spec.target_leads[-1]))
+        table[col] = [info.get(name, {}).get(col, np.nan) for name in table["model"]]
+    columns = [
+        c for c in COLUMNS if (oracle or c not in ORACLE_COLUMNS) and (c not in EVENT_COLUMNS or c in table)
+    ]
+    return Scored(table.reindex(columns=columns), fields, lead_hours(spec.target_leads[-1]), rel_table)
+
+
+def oracle_label(frame: EnsembleFrame) -> str | None:
+    """The oracle's row label (``oracle (Gaussian)`` for z and t); None without an oracle."""
+    if frame.oracle is None:
+        return None
+    return model_label("oracle", _oracle_families(frame).values())
+
+
+def _oracle_families(frame: EnsembleFrame) -> dict:
+    assert frame.oracle is not None
+    return oracle_families(frame.oracle.attrs, frame.variables, frame.names["oracle"])
 
 
 def _forecasts(
     dm: EnsembleDataModule, frame: EnsembleFrame, lf: LeadFrame, preds: dict[str, dict], t: int, var: str
 ) -> tuple[dict[str, Forecast], dict[str, xr.DataArray]]:
     """Every probabilistic forecast of ``var`` at lead ``t`` by its table name, in table order:
-    members (raw ensemble, raw subset) or Gaussian (mean, std) (the rest); and the spread
-    models' std fields."""
+    members (raw ensemble, raw subset), Gaussian (mean, std) or another family's distribution
+    (the rest, each in its family for ``var``); and the spread models' std fields. A surface
+    variable's fields have no level (its D equal levels taken once)."""
     spec, fc, orc = dm.spec, lf.forecast, lf.oracle
-    k, m, i = spec.k, spec.members, frame.variables.index(var)
+    k, m = spec.k, spec.members
+    dims = [d for d in FIELD_DIMS if d in lf.analysis[var].dims]
 
-    def field(name: str, key: str) -> xr.DataArray:
-        p = preds[name]
+    def field(p: dict, key: str) -> xr.DataArray:
         coords = {INIT_TIME: dm.test_set.init_times[p["index"]], LEVEL: frame.levels}
         coords.update({LATITUDE: fc[LATITUDE].values, LONGITUDE: fc[LONGITUDE].values})
-        values = p[key][:, t * len(frame.variables) + i]
-        return xr.DataArray(values, dims=FIELD_DIMS, coords=coords).sel({INIT_TIME: frame.inits})
+        values = p[key][:, t]  # (N, D, H, W)
+        if LEVEL not in dims:
+            values, coords = values[:, 0], {d: c for d, c in coords.items() if d != LEVEL}
+        return xr.DataArray(values, dims=dims, coords=coords).sel({INIT_TIME: frame.inits})
 
-    ens = fc[var].transpose(INIT_TIME, MEMBER, *FIELD_DIMS[1:])
+    def distribution(p: dict, family: Family) -> Forecast:
+        return _as_forecast(
+            xr.Dataset({f"{var}_{q}": field(p, f"{var}_{q}") for q in family.params}), var, family
+        )
+
+    ens = fc[var].transpose(INIT_TIME, MEMBER, *dims[1:])
     sub = ens.isel({MEMBER: slice(0, k)})
     out: dict[str, Forecast] = {raw_ensemble_name(m): ens, raw_subset_name(k): sub}
     for name, e in ((f"raw ensemble ({m} members", ens), (f"raw subset ({k} members", sub)):
         out[f"{name}, Gaussian of mean/std)"] = (e.mean(MEMBER), e.std(MEMBER, ddof=1))
     for name, p in preds.items():
-        if p.get("kind") != "spread":
-            out[f"{name} (Gaussian)"] = (field(name, "mean"), field(name, "std"))
+        if p["kind"] == "mixed" and var in p["families"]:
+            out[name] = distribution(p, p["families"][var])
     if orc is not None:
-        out["oracle (Gaussian)"] = (orc[f"{var}_mean"], orc[f"{var}_std"])
-    spread = {name: field(name, "std") for name, p in preds.items() if p.get("kind") == "spread"}
+        out[str(oracle_label(frame))] = _as_forecast(orc, var, _oracle_families(frame)[var])
+    spread = {
+        name: field(p, f"{var}_std")
+        for name, p in preds.items()
+        if p["kind"] == "spread" and f"{var}_std" in p
+    }
     return out, spread
 
 
+def _as_forecast(ds: xr.Dataset, var: str, family: Family) -> Forecast:
+    """``var``'s distribution in ``ds``: Gaussian (mean, std) for the normal family (scored as
+    always), else a :class:`FamilyForecast`."""
+    if family.name == "normal":
+        return ds[f"{var}_mean"], ds[f"{var}_std"]
+    return FamilyForecast(ds, var, family)
+
+
 def _crps(fc: Forecast, y: xr.DataArray) -> xr.DataArray:
+    dims = [d for d in FIELD_DIMS if d in y.dims]
+    if isinstance(fc, FamilyForecast):
+        return distribution_crps(fc.ds, fc.var, fc.family, y, preserve_dims=dims)
     if isinstance(fc, tuple):
-        return crps_gaussian_xr(fc[0], fc[1], y, preserve_dims=FIELD_DIMS)
-    return crps_ensemble(fc, y, preserve_dims=FIELD_DIMS)
+        return crps_gaussian_xr(fc[0], fc[1], y, preserve_dims=dims)
+    return crps_ensemble(fc, y, preserve_dims=dims)
+
+
+def _estimators(forecasts: dict[str, Forecast]) -> dict[str, str]:
+    """The ``estimator`` of every distribution's rows: its family's CRPS (ensembles: empirical)."""
+    out = {}
+    for name, fc in forecasts.items():
+        if isinstance(fc, FamilyForecast):
+            out[name] = estimator(fc.family)
+        elif isinstance(fc, tuple):
+            out[name] = "Gaussian closed form"
+    return out
 
 
 def _score_lead(
@@ -158,14 +225,16 @@ def _score_lead(
     t: int,
     lead: np.timedelta64,
     keep: Collection[str],
-) -> tuple[pd.DataFrame, dict[str, dict[str, xr.DataArray]]]:
+    reference: str,
+) -> tuple[pd.DataFrame, dict[str, dict[str, xr.DataArray]], list[dict]]:
     """The rows of target lead ``t`` (``lead``): CRPS and calibration of every source, spread
-    scores of the spread models; and the per-point CRPS of the sources in ``keep``, by variable."""
+    scores of the spread models; the per-point CRPS of the sources in ``keep``, by variable; and
+    the reliability rows of the variables with event thresholds."""
     spec = dm.spec
     levels, k, m, weights, lead_h = frame.levels, spec.k, spec.members, frame.weights, lead_hours(lead)
     lf = frame.at(lead)
-    raw_key = raw_ensemble_name(m)
-    rows, spread_rows, kept = [], [], {}
+    raw_key, orc_key = raw_ensemble_name(m), oracle_label(frame)
+    rows, spread_rows, kept, reliability = [], [], {}, []
     for var in frame.variables:
         y = lf.analysis[var]
         forecasts, spread_models = _forecasts(dm, frame, lf, preds, t, var)
@@ -173,10 +242,19 @@ def _score_lead(
         kept[var] = {name: sources[name] for name in keep if name in sources}
         tests = skill_tests(sources, weights, raw_key, lead)
         extra = calibration_columns(forecasts, y, weights, levels, bins=m + 1)
-        for key, cols in emos_intervals(sources, weights, levels, lead).items():
+        for key, cols in emos_intervals(sources, weights, levels, lead, reference).items():
             extra[key].update(cols)
+        thresholds = thresholds_for(var, y.attrs)
+        if thresholds is not None:
+            for name, fc in forecasts.items():
+                for lev, share in negative_share(fc, weights, levels).items():
+                    extra[name, lev]["neg_quantile_share"] = share
+            reliability += reliability_rows(forecasts, y, weights, thresholds, var, levels, lead_h)
         events = lf.oracle["event_mask"] if lf.oracle is not None else None
-        var_rows = crps_rows(sources, weights, var, levels, lead_h, raw_key, events=events, tests=tests)
+        keys = {"oracle_key": orc_key or "oracle (Gaussian)", "estimators": _estimators(forecasts)}
+        var_rows = crps_rows(
+            sources, weights, var, levels, lead_h, raw_key, events=events, tests=tests, **keys
+        )
         rows += [{**row, **extra[row["forecast"], row_level(row)]} for row in var_rows]
         ens = forecasts[raw_key]
         sub = forecasts[raw_subset_name(k)]
@@ -191,7 +269,7 @@ def _score_lead(
     spread = pd.DataFrame(spread_rows).rename(columns={"rmse": "spread_rmse", "correlation": "spread_corr"})
     spread["model"] = spread["estimator"]
     spread["estimator"] = "spread vs " + spread.pop("target")
-    return pd.concat([crps, spread], ignore_index=True), kept
+    return pd.concat([crps, spread], ignore_index=True), kept, reliability
 
 
 def summarise(table: pd.DataFrame) -> pd.DataFrame:
@@ -203,8 +281,10 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
     estimates ``spread_rmse_reduction`` (1 − RMSE / RMSE of the K-member sample std, ddof 1, at the
     last lead); the per-model :data:`INFO_COLUMNS`; then, at the last lead,
     ``mean_skill_vs_local_emos``, ``better_than_emos_95`` (as ``better_95``, against local EMOS),
-    ``mean_spread_skill_ratio`` and ``mean_flatness``. A table without the oracle's columns has no
-    ``mean_gap_closed`` or ``mean_events_skill_vs_raw``.
+    ``mean_spread_skill_ratio`` and ``mean_flatness``; with variables that have event thresholds,
+    ``neg_quantile_share`` (mean over them) and ``reliability_dev`` (the worst of them) at the last
+    lead. A table without the oracle's columns has no ``mean_gap_closed`` or
+    ``mean_events_skill_vs_raw``.
     """
     last = table["lead_h"].max()
     at_last = table[table["lead_h"] == last]
@@ -249,61 +329,8 @@ def _calibration_summary(out: pd.DataFrame, at_last: pd.DataFrame) -> pd.DataFra
     for col in ("spread_skill_ratio", "flatness"):
         if col in at_last:
             out[f"mean_{col}"] = by_model[col].mean()
+    if "neg_quantile_share" in at_last:
+        out["neg_quantile_share"] = by_model["neg_quantile_share"].mean()
+    if "reliability_dev" in at_last:
+        out["reliability_dev"] = by_model["reliability_dev"].max()
     return out
-
-
-def _format(df: pd.DataFrame) -> pd.DataFrame:
-    out = df.copy()
-    fmts = {
-        "spread_rmse": "{:.4g}", "spread_corr": "{:.3f}", "mean_spread_corr": "{:.3f}", "params": "{:,.0f}",
-        "train_s": "{:.0f}", "mean_skill_vs_raw_ensemble": "{:+.1%}", "mean_gap_closed": "{:.1%}",
-        "mean_events_skill_vs_raw": "{:+.1%}", "spread_rmse_reduction": "{:+.1%}", "val_score": "{:.4g}",
-        "baseline_val_score": "{:.4g}", "time_to_baseline_s": "{:.0f}", "samples_to_baseline": "{:,.0f}",
-        "epochs": "{:.0f}", "best_epoch": "{:.0f}",
-        "skill_vs_local_emos": "{:+.1%}", "emos_skill_low": "{:+.1%}", "emos_skill_high": "{:+.1%}",
-        "mean_skill_vs_local_emos": "{:+.1%}", "spread_skill_ratio": "{:.3f}", "ssr_low": "{:.3f}",
-        "ssr_high": "{:.3f}", "mean_spread_skill_ratio": "{:.3f}", "flatness": "{:.3f}",
-        "flatness_low": "{:.3f}", "flatness_high": "{:.3f}", "mean_flatness": "{:.3f}",
-    }  # fmt: skip
-    fmts.update({c: "{:+.1%}" for c in out.columns if re.fullmatch(r"skill_\d+h", str(c))})
-    for col, fmt in fmts.items():
-        if col in out:
-            out[col] = [fmt.format(v) if pd.notna(v) else "" for v in out[col]]
-    return out
-
-
-#: The files of a benchmark folder.
-BENCHMARK_NAMES = ("benchmark.csv", "benchmark_summary.csv", "benchmark.md", MAP_NAME)
-
-
-def benchmark_files(
-    table: pd.DataFrame, summary: pd.DataFrame, n_inits: int, oracle: bool = True
-) -> dict[str, str]:
-    """``benchmark.csv``, ``benchmark_summary.csv`` and ``benchmark.md`` (both tables) by name;
-    ``oracle``: whether the table was scored against the generator's oracle (the note says so)."""
-    if oracle:
-        refs = (
-            "skill and gap_closed refer to the raw ensemble (all members, empirical) and the "
-            "oracle; crps_events: mean over the oracle's event_mask points. "
-        )
-    else:
-        refs = "skill refers to the raw ensemble (all members, empirical). "
-    note = (
-        f"Test split: {n_inits} init times; area-weighted means (exact cell area). CRPS estimator per "
-        "row: empirical ensemble CRPS for raw ensembles, closed-form Gaussian CRPS for rows marked "
-        "Gaussian. " + refs + "train_s is wall-clock time "
-        "(with time_to_baseline_s, the only columns that differ between runs with the same seed). "
-        "Time to quality: the first validation epoch whose score (val_score: the normalised CRPS of "
-        "a mixed model, the normalised squared spread error of a spread model) reaches the baseline's "
-        "(local EMOS for mixed models, the K-member sample std for spread models), its wall time "
-        "from the start of training and the training samples seen by then. " + CALIBRATION_NOTE + "\n\n"
-    )
-    md = "## Summary (means over variables and levels; skill columns per lead)\n\n" + to_markdown(
-        _format(summary)
-    )
-    md += "\n## All scores\n\n" + note + to_markdown(_format(table)).replace("| nan |", "|  |")
-    return {
-        "benchmark.csv": table.to_csv(index=False),
-        "benchmark_summary.csv": summary.to_csv(index=False),
-        "benchmark.md": md,
-    }

@@ -24,6 +24,7 @@ class SynthOptions:
     every_days: int = 2
     storms_per_year: float = 6.0
     seed: int = 0
+    precip_wind: bool = False
 
 
 @dataclass
@@ -48,9 +49,10 @@ class ModelSpec:
 
     ``options`` are further arguments of the task (:class:`~ensml.train.tasks.MixedTask` or
     :class:`~ensml.train.tasks.SpreadTask`), e.g. ``{location_inputs: true, local_affine: true,
-    scheme: two_stage}`` or ``{loss: l1_msssim}``. ``patience``: stop when the validation loss has
-    not improved for this many epochs (None: train ``max_epochs``); the weights of the best
-    validation epoch are the ones scored.
+    scheme: two_stage}``, ``{loss: l1_msssim}`` or a mixed model's families ``{distribution:
+    {tp: csg0, si10: truncnormal}}`` (a variable not named takes its default family).
+    ``patience``: stop when the validation loss has not improved for this many epochs (None:
+    train ``max_epochs``); the weights of the best validation epoch are the ones scored.
     """
 
     name: str
@@ -65,6 +67,23 @@ class ModelSpec:
     options: dict | None = None
 
 
+@dataclass
+class EmosSpec:
+    """One EMOS variant of the benchmark: ``global`` or ``local`` coefficients, in each variable's family.
+
+    ``distribution`` maps variables to families as a mixed model's option does (e.g. ``{tp:
+    normal, si10: normal}`` for a Gaussian EMOS of precipitation and wind); a variable not named
+    takes its default family (:data:`ensml.names.DEFAULT_FAMILIES`: ``tp`` csg0, ``si10``
+    truncnormal, the rest normal), so the plain entries ``global`` and ``local`` are EMOS in the
+    right family of every variable (Gaussian for z and t). ``name`` is the table's name before
+    the family (default ``global EMOS`` or ``local EMOS``).
+    """
+
+    mode: Literal["global", "local"] = "local"
+    distribution: dict[str, str] | None = None
+    name: str | None = None
+
+
 DEFAULT_MODELS = [
     ModelSpec("U-Net mixed", "mixed", "unet3d"),
     ModelSpec("temporal U-Net mixed", "mixed", "unet3d_time"),
@@ -73,4 +92,4 @@ DEFAULT_MODELS = [
 ]
 
 
-__all__ = ["DEFAULT_MODELS", "ModelSpec", "PhysicsOptions", "SynthOptions"]
+__all__ = ["DEFAULT_MODELS", "EmosSpec", "ModelSpec", "PhysicsOptions", "SynthOptions"]
