@@ -7,7 +7,6 @@ siblings, and on a reader in ``data/layouts`` importing the entry point above it
 
 from __future__ import annotations
 
-import inspect
 import re
 import sys
 from collections.abc import Callable
@@ -77,7 +76,12 @@ def _traced_events(run: Callable[[], object], verb: str) -> set[frozenset[str]]:
         computing = network or module.startswith("ensml.scores")
         if not (reading or computing):
             return
-        names = [o.frame.f_globals.get("__name__", "") for o in inspect.getouterframes(frame, context=0)]
+        names, outer = [], frame  # the stack's modules (inspect.getouterframes reads every source file)
+        while outer is not None:
+            names.append(outer.f_globals.get("__name__", ""))
+            if outer.f_code.co_name == "<module>" and names[-1].startswith("ensml."):
+                return  # a module being imported (a lazy import in a verb), not a sample on its way
+            outer = outer.f_back
         steps = {_step(n) for n in names if n.startswith("ensml.") and not n.startswith(skip)}
         if steps - {_step(module)}:  # called by another ensml module: a sample on its way, not an import
             seen.add(frozenset(steps))
