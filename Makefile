@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 DATA ?= data/synth
 RUNS ?= runs
 
-.PHONY: demo test lint env clean docs
+.PHONY: demo test check lint env clean docs
 
 env: $(VENV)/.installed
 
@@ -37,6 +37,13 @@ demo: env
 test: env
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests
+
+# The fast tier for everyday work: everything but the tests marked slow (the docs build and its
+# notebooks, killed-and-resumed training, torch.compile, whole benchmarks) or distributed (process
+# groups, dask and SLURM clusters). `make test` (the full suite, what CI runs) stays the gate.
+check: env
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=10 -m "not slow and not distributed" tests
 
 # The documentation site: the README's sections as guides, both notebooks executed and rendered with
 # their outputs, the command-line and API references generated; warnings are errors (about 1 min).

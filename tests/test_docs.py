@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the docs build executes every notebook (minutes)
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # Packages whose __all__ is the public API: every name must have its own documented entry.

@@ -20,6 +20,7 @@ def run(data: dict[str, Path], out: Path, *extra: str) -> int:
     return main(["benchmark", "--config", BENCH_SMOKE, f"--data_dir={data_dir}", f"--out_dir={out}", *extra])
 
 
+@pytest.mark.slow  # two benchmark runs end to end
 def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: Path, capfd) -> None:
     assert run(tiny_data, tmp_path / "a") == 0
     # Without a terminal: a line per model, with the time it took and what remains.

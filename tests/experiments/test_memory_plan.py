@@ -34,6 +34,7 @@ def _tree(root: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # measures every memory policy
 def test_plan_prints_every_policy_and_writes_the_config(config, tmp_path, capsys) -> None:
     args = ["plan-memory", "--config", str(config), "--memory_budget", "2GiB", "--steps", "1"]
     assert main([*args, "--out", "planned/fit.yaml"]) == 0

@@ -96,6 +96,7 @@ def test_switches_match_on_a_grid_that_needs_padding() -> None:
     assert_same_step(run_step(net, SpeedOptions(channels_last=True, fused_norm_act=True), shape), plain)
 
 
+@pytest.mark.slow  # torch.compile
 def test_compile_matches_the_plain_step() -> None:
     # One conv block (conv, norm, GELU twice): its forward and backward compile in ~15 s cold on
     # 2 cores (a depth-1 U-Net takes ~45 s); later runs hit inductor's on-disk cache.

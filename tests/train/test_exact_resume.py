@@ -113,6 +113,8 @@ import os, signal, sys, torch
 from ensml.train.checkpoints import AtomicCheckpointIO
 from ensml.train.run_folder import RunFolder
 
+pytestmark = pytest.mark.slow  # killed and resumed training runs (minutes)
+
 class Bomb:  # SIGKILLs the process while torch.save is writing the checkpoint
     def __reduce__(self):
         os.kill(os.getpid(), signal.SIGKILL)

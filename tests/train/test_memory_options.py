@@ -99,6 +99,7 @@ def tiny_batch(tiny_data):
     return dm, next(iter(dm.train_dataloader()))
 
 
+@pytest.mark.slow  # torch.compile
 @pytest.mark.parametrize(
     ("options", "rtol", "depth"),
     [

@@ -16,6 +16,8 @@ from ensml.models.spatial import H100_NCCL, MachineModel, ShardStep, measure_mac
 from ensml.models.spatial.calibrate import cache_bytes, compute_rates
 from ensml.models.unet3d import UNet3d
 
+pytestmark = pytest.mark.slow  # measures the machine with process groups
+
 #: Round numbers: 1 GFLOP/s, 1 Gelem/s, 1 GB/s halo bandwidth, 100 us latency, no traffic term.
 UNIT = MachineModel("unit", 1e9, 1e9, 1e9, 1e-4, 1e-5, cores=2)
 
