@@ -82,7 +82,7 @@ class LogProgress(L.Callback):
 
 class TrainingClock(L.Callback):
     """Log ``time/train_s``, the wall time spent training so far (validation excluded), with each
-    validation, so a metric's curve can be read against time (``benchmarks/distributed.py``).
+    validation, so a metric's curve can be read against time (``benchmarks/decentralised.py``).
 
     Under eager-SGD or WAGMA (:mod:`ensml.train.decentralised`) it logs their counts too:
     ``dist/fresh`` and ``dist/stale`` contributions in the rounds rank 0 took part in, and

@@ -1,6 +1,6 @@
 """Synchronous DDP against WAGMA-SGD and eager-SGD (solo, majority, quorum 3), with and without a straggler.
 
-Run by hand:  python benchmarks/distributed.py [--epochs 6] [--batches 24] [--slowdown 2] [--seeds 0 1 2]
+Run by hand:  python benchmarks/decentralised.py [--epochs 6] [--batches 24] [--slowdown 2] [--seeds 0 1 2]
               [--budget 1.25] [--strategies ...] [--scenarios balanced straggler] [--plot curves.png]
 
 Every run is ``ensml fit --config configs/distributed.yaml`` on the embedded data: 4 gloo ranks
