@@ -27,6 +27,25 @@ def _period(period: Sequence[str], name: str) -> tuple[np.datetime64, np.datetim
     return start, end
 
 
+def check_periods(periods: dict[str, Sequence[str] | None]) -> dict[str, tuple[np.datetime64, np.datetime64]]:
+    """Each named period's ``(start, end)`` (an end given as a date includes its day), checked
+    before any data is read or made: a pair of dates, not reversed, not overlapping another.
+
+    Raises
+    ------
+    EnsmlError
+        Naming the period (``test_period ends before it starts: [...]``).
+    """
+    bounds = {name: _period(p, name) for name, p in periods.items() if p is not None}
+    names = list(bounds)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            (a0, a1), (b0, b1) = bounds[a], bounds[b]
+            if a0 <= b1 and b0 <= a1:
+                raise EnsmlError(f"{a}_period {list(periods[a])} overlaps {b}_period {list(periods[b])}")
+    return bounds
+
+
 def _rank(name: str) -> int:
     return SPLITS.index(name) if name in SPLITS else len(SPLITS)
 
@@ -49,13 +68,8 @@ def split_init_times(
         If periods overlap, or a split ends up empty.
     """
     init_times = np.asarray(init_times, dtype="datetime64[ns]")
-    bounds = {name: _period(p, name) for name, p in periods.items() if p is not None}
+    bounds = check_periods(periods)
     names = list(bounds)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            (a0, a1), (b0, b1) = bounds[a], bounds[b]
-            if a0 <= b1 and b0 <= a1:
-                raise EnsmlError(f"{a}_period {list(periods[a])} overlaps {b}_period {list(periods[b])}")
     out: dict[str, np.ndarray] = {}
     for name, (start, end) in bounds.items():
         sel = init_times[(init_times >= start) & (init_times <= end)]

@@ -40,6 +40,7 @@ from lightning.pytorch.callbacks import EarlyStopping
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.open import open_forecast
 from ensml.data.outputs import OutputFolder
+from ensml.data.splits import check_periods
 from ensml.errors import EnsmlError
 from ensml.experiments import benchmark_emos
 from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
@@ -252,6 +253,7 @@ def benchmark(
     if k > source.members:
         kind = kind_of(source)
         raise EnsmlError(f"cannot take a subset of k={k} members: {kind} makes {source.members} members")
+    check_periods({"train": train_period, "val": val_period, "test": test_period})  # before making data
     paths = ensure_data(Path(data_dir), source)
     dm = EnsembleDataModule(
         str(paths["forecast"]), str(paths["analysis"]), variables=list(variables), levels=list(levels),

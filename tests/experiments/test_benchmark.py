@@ -149,3 +149,23 @@ def test_shipped_configs_build_every_model(name: str, tiny_data: dict[str, Path]
         task = _build(spec, dm, cfg.seed)
         wanted = (spec.options or {}).get("location_inputs", False)
         assert task.hparams.get("location_inputs", False) == wanted
+
+
+@pytest.mark.parametrize(
+    ("period", "message"),
+    [
+        ('--test_period=["2020-12-31", "2020-01-01"]', "test_period ends before it starts"),
+        ('--val_period=["2017-08-01", "2017-10-31"]', "overlaps"),
+    ],
+)
+def test_bad_periods_are_refused_before_any_data_is_made(tmp_path: Path, capsys, period, message) -> None:
+    """The dataset (tens of seconds, megabytes) is made only for a run that can go on."""
+    user = tmp_path / "mine.txt"
+    user.write_text("a user's file\n")
+    data_dir, out = tmp_path / "data", tmp_path / "out"
+    args = ["benchmark", "--config", BENCH_SMOKE, f"--data_dir={data_dir}", f"--out_dir={out}", period]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ensml: ") and message in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+    assert user.read_text() == "a user's file\n"
