@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import lightning as L
 import numpy as np
@@ -33,6 +34,19 @@ def cpu_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _check_distinct(**options: Sequence[object]) -> None:
+    """Each of ``options`` names its values once, and ``variables`` at least one: a repeated
+    level or variable would be read, trained on and scored twice."""
+    for name, values in options.items():
+        values = list(values)
+        if name == "variables" and not values:
+            raise EnsmlError("variables is empty: name at least one variable, e.g. [z, t]")
+        seen = [v for i, v in enumerate(values) if v in values[:i]]
+        if seen:
+            again = ", ".join(str(v) for v in dict.fromkeys(seen))
+            raise EnsmlError(f"{name} {values} repeats {again}: give each once")
 
 
 def _check_machine(num_workers: int, prefetch_workers: int, seed: int) -> None:
@@ -169,6 +183,7 @@ class EnsembleDataModule(L.LightningDataModule):
         self.input_lead_values, self.target_lead_values = check_leads(input_leads, target_leads)
         if batch_size < 1:
             raise EnsmlError(f"batch_size must be at least 1, got {batch_size}")
+        _check_distinct(variables=variables, levels=levels, static_variables=static_variables)
         _check_machine(num_workers, prefetch_workers, seed)
         if list(static_variables) and static is None:
             raise EnsmlError(
