@@ -138,7 +138,7 @@ def report(
     OutputFolder.check(out_dir, "report", names=["report.md", "report.html"])  # before hours of work
     leads, lead = leads_option(leads), (parse_lead(lead) if lead is not None else None)  # fail at once
     variables, levels = as_list(variables), as_list(levels)  # one name or several
-    _check_grid(forecast, variables, lead, n_storm_cases, n_extreme_cases)
+    _check_grid(forecast, variables, lead, n_storm_cases, n_extreme_cases, case_variable)
     case_list = load_cases(cases) if cases else []
     # the YAML cases first: a bad case fails in seconds, before the global scores
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
@@ -196,13 +196,21 @@ def report(
     return Report(Path(out_dir), scores)
 
 
-def _check_grid(forecast, variables, lead: np.timedelta64 | None, n_storm: int, n_extreme: int) -> None:
-    """The forecast holds the report's ``lead``, and automatic cases have a regular grid to search."""
-    if lead is None and not (n_storm or n_extreme):
+def _check_grid(
+    forecast, variables, lead: np.timedelta64 | None, n_storm: int, n_extreme: int, case_variable: str | None
+) -> None:
+    """The forecast holds the report's ``lead`` and the automatic cases' variable, and automatic
+    cases have a regular grid to search."""
+    if lead is None and not (n_storm or n_extreme) and case_variable is None:
         return
     grid = open_forecast(forecast, variables)
     if lead is not None:
         check_lead_times(grid, lead, f"forecast {forecast}")  # of the maps and histograms
+    if case_variable is not None and case_variable not in grid.data_vars:
+        held = ", ".join(map(str, grid.data_vars))
+        raise EnsmlError(
+            f"report: case_variable {case_variable!r} is not a variable of the report (it has {held})"
+        )
     if (n_storm or n_extreme) and is_projected(grid):
         option = "n_extreme_cases" if n_extreme else "n_storm_cases"
         raise EnsmlError(

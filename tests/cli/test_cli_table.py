@@ -156,6 +156,7 @@ ROWS: list[Row] = [
     ("evaluate: reader rename not a mapping", EVAL + ' --analysis_reader {{"rename":["t","u"]}}', 1, ("--analysis_reader", "rename", "expected dict")),
     ("evaluate: reader renames a missing variable", EVAL + ' --reader {{"rename":{{"q":"t"}}}}', 1, ("reader.rename names 'q'",)),
     ("report: lead not a number", REPORT + " --lead_hours soon", 1, ("--lead_hours", "soon")),
+    ("report: case variable unknown", REPORT + " --case_variable q", 1, ("case_variable 'q' is not a variable",)),
     ("report: out_dir is a file", "report --forecast {fc} --analysis {an} --out_dir benchmark.md", 1, ("benchmark.md",)),
     # -- postprocess ----------------------------------------------------------------------------------
     ("postprocess: workers huge", PP + " --workers 100000", 1, ("--workers 100000", "more than this machine")),
