@@ -123,12 +123,15 @@ def _check_index(ds: xr.Dataset, dims: Sequence[str], path: str, what: str) -> N
     """Raise naming the first repeated or out-of-order value of a time coordinate.
 
     A repeated init time (a date written twice) is ambiguous; times out of order are refused too,
-    as ensml's splits, leads and outputs assume increasing time.
+    as ensml's splits, leads and outputs assume increasing time; a file with no init time (or no
+    analysis time) has nothing any verb could use.
     """
     for dim in dims:
         index = ds.indexes.get(dim)
         if index is None:
             continue
+        if dim in (INIT_TIME, TIME) and len(index) == 0:
+            raise EnsmlError(f"{what} file {path} holds no {dim} (the dimension is empty): nothing to read")
         if not index.is_unique:
             repeated = index[index.duplicated()]
             first = str(repeated[0])

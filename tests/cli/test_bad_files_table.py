@@ -47,6 +47,14 @@ def _poison(var: str, value: float) -> Callable[[xr.Dataset], xr.Dataset]:
     return change
 
 
+def _no_init_times(ds: xr.Dataset) -> xr.Dataset:
+    """The file with its init_time dimension empty (the source's chunk sizes dropped: none fits 0)."""
+    empty = ds.isel(init_time=slice(0, 0))
+    for var in empty.variables.values():
+        var.encoding = {}
+    return empty
+
+
 @pytest.fixture(scope="module")
 def inputs(tiny_data: Inputs, fitted: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
     """The tiny dataset, a trained checkpoint and its predictions, and broken variants of them."""
@@ -75,6 +83,7 @@ def inputs(tiny_data: Inputs, fitted: Path, tmp_path_factory: pytest.TempPathFac
         "inf-analysis": _variant(an, d / "inf.nc", _poison("t", np.inf)),
         "repeated-init": _variant(fc, d / "repeated.nc", lambda ds: ds.isel(init_time=[0, 1, 1, 2, 3])),
         "unsorted-init": _variant(fc, d / "unsorted.nc", lambda ds: ds.isel(init_time=[0, 2, 1, 3])),
+        "no-init": _variant(fc, d / "no-init.nc", _no_init_times),
         "nan-predictions": _variant(preds, d / "nan-preds.nc", _poison("z_mean", np.nan)),
         "renamed-predictions": _variant(preds, d / "renamed-preds.nc", lambda ds: ds.rename(z_mean="zz")),
     }
@@ -124,6 +133,8 @@ CASES: dict[str, Case] = {
     "predict: checkpoint missing": Case(lambda i: lightning("predict", i, f"--ckpt_path={i['dir'] / 'no.ckpt'}"), ("no.ckpt", "does not exist")),
     "evaluate: predictions missing": Case(lambda i: evaluate(i, f"--predictions={i['dir'] / 'no.nc'}", "--out_dir=out"), ("no.nc", "does not exist")),
     "data archive: forecast missing": Case(lambda i: ["data", "archive", f"--forecast={i['dir'] / 'no.nc'}", "--out_dir=arch"], ("no.nc", "does not exist")),
+    "data archive: forecast with no init times": Case(lambda i: ["data", "archive", f"--forecast={i['no-init']}", "--out_dir=arch"], ("no-init.nc", "holds no init_time")),
+    "evaluate: forecast with no init times": Case(lambda i: ["evaluate", f"--forecast={i['no-init']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("no-init.nc", "holds no init_time")),
     "postprocess: checkpoint missing": Case(lambda i: ["postprocess", f"--checkpoints=[{i['dir'] / 'no.ckpt'}]", f"--forecasts={i['forecast']}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("no.ckpt",)),
     "postprocess: no forecast files": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'none-*.nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("none-*.nc",)),
     # -- wrong names and dims -----------------------------------------------------------------------
