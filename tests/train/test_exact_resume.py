@@ -22,6 +22,8 @@ from ensml.train.run_folder import RunFolder
 from tests.cli.process import cli_env, finish, kill_group, run_cli, start_cli
 from tests.conftest import SMOKE, tiny_data_args
 
+pytestmark = pytest.mark.slow  # killed and resumed training runs (minutes)
+
 EPOCHS, KILL_AT = 3, 2  # kill at the start of the last epoch: last.ckpt holds epochs 0 and 1
 LAST = Path("runs/smoke/checkpoints/last.ckpt")
 
@@ -112,8 +114,6 @@ KILL_DURING_SAVE = """
 import os, signal, sys, torch
 from ensml.train.checkpoints import AtomicCheckpointIO
 from ensml.train.run_folder import RunFolder
-
-pytestmark = pytest.mark.slow  # killed and resumed training runs (minutes)
 
 class Bomb:  # SIGKILLs the process while torch.save is writing the checkpoint
     def __reduce__(self):
