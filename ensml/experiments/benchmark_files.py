@@ -18,17 +18,36 @@ from ensml.verify.tables import to_markdown
 def _format(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     fmts = {
-        "spread_rmse": "{:.4g}", "spread_corr": "{:.3f}", "mean_spread_corr": "{:.3f}", "params": "{:,.0f}",
-        "train_s": "{:.0f}", "mean_skill_vs_raw_ensemble": "{:+.1%}", "mean_gap_closed": "{:.1%}",
-        "mean_events_skill_vs_raw": "{:+.1%}", "spread_rmse_reduction": "{:+.1%}", "val_score": "{:.4g}",
-        "baseline_val_score": "{:.4g}", "time_to_baseline_s": "{:.0f}", "samples_to_baseline": "{:,.0f}",
-        "epochs": "{:.0f}", "best_epoch": "{:.0f}",
-        "skill_vs_local_emos": "{:+.1%}", "emos_skill_low": "{:+.1%}", "emos_skill_high": "{:+.1%}",
-        "mean_skill_vs_local_emos": "{:+.1%}", "spread_skill_ratio": "{:.3f}", "ssr_low": "{:.3f}",
-        "ssr_high": "{:.3f}", "mean_spread_skill_ratio": "{:.3f}", "flatness": "{:.3f}",
-        "flatness_low": "{:.3f}", "flatness_high": "{:.3f}", "mean_flatness": "{:.3f}",
-        "neg_quantile_share": "{:.1%}", "reliability_dev": "{:.3f}",
-    }  # fmt: skip
+        "spread_rmse": "{:.4g}",
+        "spread_corr": "{:.3f}",
+        "mean_spread_corr": "{:.3f}",
+        "params": "{:,.0f}",
+        "train_s": "{:.0f}",
+        "mean_skill_vs_raw_ensemble": "{:+.1%}",
+        "mean_gap_closed": "{:.1%}",
+        "mean_events_skill_vs_raw": "{:+.1%}",
+        "spread_rmse_reduction": "{:+.1%}",
+        "val_score": "{:.4g}",
+        "baseline_val_score": "{:.4g}",
+        "time_to_baseline_s": "{:.0f}",
+        "samples_to_baseline": "{:,.0f}",
+        "epochs": "{:.0f}",
+        "best_epoch": "{:.0f}",
+        "skill_vs_local_emos": "{:+.1%}",
+        "emos_skill_low": "{:+.1%}",
+        "emos_skill_high": "{:+.1%}",
+        "mean_skill_vs_local_emos": "{:+.1%}",
+        "spread_skill_ratio": "{:.3f}",
+        "ssr_low": "{:.3f}",
+        "ssr_high": "{:.3f}",
+        "mean_spread_skill_ratio": "{:.3f}",
+        "flatness": "{:.3f}",
+        "flatness_low": "{:.3f}",
+        "flatness_high": "{:.3f}",
+        "mean_flatness": "{:.3f}",
+        "neg_quantile_share": "{:.1%}",
+        "reliability_dev": "{:.3f}",
+    }
     fmts.update({c: "{:+.1%}" for c in out.columns if re.fullmatch(r"skill_\d+h", str(c))})
     for col, fmt in fmts.items():
         if col in out:

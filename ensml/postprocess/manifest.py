@@ -137,7 +137,7 @@ def _append_whole(path: Path, line: bytes) -> None:
             os.fsync(fd)
         except BaseException:
             os.ftruncate(fd, size)
-            if created:
+            if created:  # safe: the manifest (postprocess's own record) did not exist before this call
                 os.unlink(path)
             raise
     finally:
