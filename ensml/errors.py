@@ -12,7 +12,10 @@ how much); 130 and 143 interrupted by SIGINT (Ctrl-C) or SIGTERM, after cleaning
 
 from __future__ import annotations
 
+import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 #: ``ensml``'s exit codes and what they mean.
 EXIT_CODES = {
@@ -56,10 +59,41 @@ class Interrupted(EnsmlError):
         self.exit_code = 128 + self.signum
 
 
+@contextmanager
+def signal_as_interrupted(signum: int, message: str) -> Iterator[None]:
+    """While inside, signal ``signum`` raises :class:`Interrupted` (``message``; exit 128 +
+    ``signum``) in this process, so cleanup runs on the way out as for any error. A forked child
+    (a data-loader worker) gets ``KeyboardInterrupt``, Python's own. Outside the main thread
+    (an embedding program), the handlers are left alone."""
+    owner = os.getpid()
+
+    def interrupt(signum: int, frame: object) -> None:
+        if os.getpid() != owner:
+            raise KeyboardInterrupt
+        raise Interrupted(message, signum)
+
+    try:
+        previous = signal.signal(signum, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
+
+
 def exception_reason(exc: BaseException) -> str:
     """The first line of a third-party exception's message (its type name if it has none)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-__all__ = ["EXIT_CODES", "EnsmlError", "Interrupted", "PartialFailure", "exception_reason"]
+__all__ = [
+    "EXIT_CODES",
+    "EnsmlError",
+    "Interrupted",
+    "PartialFailure",
+    "exception_reason",
+    "signal_as_interrupted",
+]

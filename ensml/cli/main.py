@@ -21,13 +21,12 @@ import signal
 import sys
 import traceback
 from argparse import ArgumentError
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from types import ModuleType
 
 from ensml import __version__
 from ensml.cli.parse_errors import check_config_files, describe
-from ensml.errors import EnsmlError, Interrupted
+from ensml.errors import EnsmlError, signal_as_interrupted
 from ensml.logs import GLOBAL_FLAGS, take_flags, verbose
 from ensml.provenance import set_command
 
@@ -70,6 +69,10 @@ def commands() -> list[tuple[str, str]]:
     return out
 
 
+#: SIGTERM (a batch system's kill, ``scancel``) unwinds like Ctrl-C: cleanup runs, exit 143.
+TERMINATED = "terminated (SIGTERM); complete outputs are kept, run again to finish"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ensml`` console script; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -82,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args == ["--version"]:
         return _print(f"ensml {__version__}")
     try:
-        with _terminate_as_interrupt():
+        with signal_as_interrupted(signal.SIGTERM, TERMINATED):
             args = take_flags(args)
             if not args:
                 raise EnsmlError("give a command (ensml --help lists them)")
@@ -121,24 +124,6 @@ def _print(text: str) -> int:
         sys.stdout = open(os.devnull, "w")
         return 141
     return 0
-
-
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a batch system's kill, ``scancel``) unwinds like Ctrl-C: cleanup runs, exit 143."""
-
-    def terminate(signum: int, frame: object) -> None:
-        raise Interrupted("terminated (SIGTERM); complete outputs are kept, run again to finish", signum)
-
-    try:
-        previous = signal.signal(signal.SIGTERM, terminate)
-    except ValueError:  # not the main thread (an embedding program): leave its handlers alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def overview() -> str:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +13,7 @@ import torch
 from lightning.pytorch.cli import LightningCLI
 
 from ensml.data.datamodule import EnsembleDataModule
-from ensml.errors import EnsmlError, Interrupted
+from ensml.errors import EnsmlError, signal_as_interrupted
 from ensml.logs import apply_levels, quiet
 from ensml.names import family_names
 from ensml.train import decentralised  # noqa: F401  (registers eager_solo, eager_majority, wagma)
@@ -245,38 +242,15 @@ def load_fit_config(config: str, overrides: list[str] = ()) -> EnsmlCLI:  # type
     )
 
 
-@contextmanager
-def ctrl_c_as_interrupted() -> Iterator[None]:
-    """Ctrl-C (SIGINT) raises :class:`~ensml.errors.Interrupted` (exit 130) instead of
-    ``KeyboardInterrupt``, which Lightning turns into ``sys.exit(1)`` after its own message; as
-    SIGTERM does (exit 143, :mod:`ensml.cli.main`), the run folder is closed on the way out and
-    the command ends with one ``ensml:`` line. Outside the main thread, handlers are left alone;
-    a forked data-loader worker gets ``KeyboardInterrupt`` as before."""
-
-    owner = os.getpid()
-
-    def interrupt(signum: int, frame: object) -> None:
-        if os.getpid() != owner:  # a forked data-loader worker: torch's own handling
-            raise KeyboardInterrupt
-        raise Interrupted(
-            "interrupted (Ctrl-C); complete outputs are kept, run the same command to finish", signum
-        )
-
-    try:
-        previous = signal.signal(signal.SIGINT, interrupt)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+#: Ctrl-C in a Lightning verb: ensml's Interrupted (exit 130, one ``ensml:`` line, the run folder
+#: closed) instead of ``KeyboardInterrupt``, which Lightning turns into ``sys.exit(1)``.
+INTERRUPTED = "interrupted (Ctrl-C); complete outputs are kept, run the same command to finish"
 
 
 def run_lightning(args: list[str]) -> None:
     """Run a Lightning verb (``fit``, ``validate``, ``test``, ``predict``) with ``args``."""
     quiet_lightning()
-    with ctrl_c_as_interrupted():
+    with signal_as_interrupted(signal.SIGINT, INTERRUPTED):
         EnsmlCLI(
             EnsembleTask,
             EnsembleDataModule,
