@@ -211,14 +211,29 @@ def family_names(
     return tuple(names)
 
 
-def as_list(value: Any) -> list | None:
+def as_list(value: Any, option: str) -> list | None:
     """An option that takes one item or several (``--variables tp``, ``--levels [500, 850]``) as a
-    list; None stays None."""
+    list; None (the option left out: all of them) stays None.
+
+    Raises :class:`EnsmlError` for an empty list (it would silently mean "all") or an item given
+    twice (it would be read and scored twice).
+    """
     if value is None:
         return None
-    if isinstance(value, str | int | float):
-        return [value]
-    return list(value)
+    values = [value] if isinstance(value, str | int | float) else list(value)
+    if not values:
+        raise EnsmlError(f"{option} is empty: leave the option out for all of them, or name at least one")
+    check_distinct(option, values)
+    return values
+
+
+def check_distinct(option: str, values: Sequence[object]) -> None:
+    """Raise :class:`EnsmlError` when ``values`` (of ``option``) names an item more than once."""
+    values = list(values)
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        again = ", ".join(str(v) for v in dict.fromkeys(seen))
+        raise EnsmlError(f"{option} {values} repeats {again}: give each once")
 
 
 def units_of(var: str, default: str = "1") -> str:

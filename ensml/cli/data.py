@@ -22,10 +22,12 @@ SUMMARIES = {
 
 def run(args: list[str]) -> None:
     """Run ``ensml data synth|physics|archive ARGS`` and say what was written."""
-    written = run_function({words.split()[1]: target for words, target in COMMANDS.items()}, args)
+    commands = {words.split()[1]: target for words, target in COMMANDS.items()}
+    written = run_function(commands, args)
     if isinstance(written, dict):  # synth, physics: {"forecast": path, …}
         folder = next(iter(written.values())).parent
-        print(f"ensml data {args[0]}: wrote {', '.join(p.name for p in written.values())} to {folder}")
+        command = next(arg for arg in args[1:] if arg in commands)
+        print(f"ensml data {command}: wrote {', '.join(p.name for p in written.values())} to {folder}")
     elif written:  # archive: the files, in init order
         folder = os.path.commonpath([p.parent for p in written])
         print(f"ensml data archive: wrote {len(written)} files to {folder}")

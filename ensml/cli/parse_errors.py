@@ -35,12 +35,28 @@ def check_config_files(args: Sequence[str]) -> None:
             _check_yaml(arg.split("=", 1)[1])
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that refuses a key repeated in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is repeated (ensml would keep only the last)", mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _check_yaml(name: str) -> None:
     path = Path(name)
     if not path.is_file():
         raise EnsmlError(f"config file {name} does not exist")
     try:
-        yaml.safe_load(path.read_text())
+        content = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError:
         raise EnsmlError(f"config file {name} is not a text (YAML) file") from None
     except yaml.YAMLError as exc:
@@ -48,6 +64,11 @@ def _check_yaml(name: str) -> None:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise EnsmlError(f"config file {name} is not valid YAML: {problem}{where}") from None
+    if content is None:
+        raise EnsmlError(f"config file {name} is empty (it should map options to values)")
+    if not isinstance(content, dict):
+        kind = type(content).__name__
+        raise EnsmlError(f"config file {name} holds a {kind}, not a mapping of options to values")
 
 
 def _type_name(text: str) -> str:

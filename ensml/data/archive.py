@@ -11,7 +11,7 @@ from ensml.data.open import open_forecast
 from ensml.data.outputs import OutputFolder, format_name
 from ensml.data.splits import split_init_times
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LEAD_TIME
+from ensml.names import INIT_TIME, LEAD_TIME, as_list
 from ensml.progress import EVERY_S, Progress
 from ensml.provenance import command
 
@@ -54,7 +54,7 @@ def archive(
         folder without its ledger), a file or read-only; a name that is a user's file; a write
         that fails (full disk: one line naming the file).
     """
-    fc = open_forecast(forecast, variables)
+    fc = open_forecast(forecast, as_list(variables, "variables"))
     inits = fc[INIT_TIME].values.astype("datetime64[ns]")
     if period is not None:
         max_lead = np.max(fc[LEAD_TIME].values) if fc.sizes.get(LEAD_TIME) else np.timedelta64(0, "ns")

@@ -22,7 +22,7 @@ from ensml.data.static import read_static
 from ensml.data.stats import compute_stats
 from ensml.data.surface import broadcast_levels, check_same_surface, surface_mask
 from ensml.errors import EnsmlError, exception_reason
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME, check_distinct
 
 #: Worker processes (or prefetch threads) per CPU core beyond which a run would only thrash.
 WORKERS_PER_CORE = 4
@@ -40,13 +40,9 @@ def _check_distinct(**options: Sequence[object]) -> None:
     """Each of ``options`` names its values once, and ``variables`` at least one: a repeated
     level or variable would be read, trained on and scored twice."""
     for name, values in options.items():
-        values = list(values)
-        if name == "variables" and not values:
+        if name == "variables" and not list(values):
             raise EnsmlError("variables is empty: name at least one variable, e.g. [z, t]")
-        seen = [v for i, v in enumerate(values) if v in values[:i]]
-        if seen:
-            again = ", ".join(str(v) for v in dict.fromkeys(seen))
-            raise EnsmlError(f"{name} {values} repeats {again}: give each once")
+        check_distinct(name, values)
 
 
 def _check_machine(num_workers: int, prefetch_workers: int, seed: int) -> None:

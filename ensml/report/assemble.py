@@ -137,7 +137,7 @@ def report(
     """
     OutputFolder.check(out_dir, "report", names=["report.md", "report.html"])  # before hours of work
     leads, lead = leads_option(leads), (parse_lead(lead) if lead is not None else None)  # fail at once
-    variables, levels = as_list(variables), as_list(levels)  # one name or several
+    variables, levels = as_list(variables, "variables"), as_list(levels, "levels")
     _check_grid(forecast, variables, lead, n_storm_cases, n_extreme_cases, case_variable)
     case_list = load_cases(cases) if cases else []
     # the YAML cases first: a bad case fails in seconds, before the global scores

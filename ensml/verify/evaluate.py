@@ -284,7 +284,7 @@ def evaluate(
         naming the path; the folder is then as it was. Only files that ``evaluate``'s ledger
         records are replaced or removed (:mod:`ensml.data.outputs`).
     """
-    variables, levels = as_list(variables), as_list(levels)  # one name or several
+    variables, levels = as_list(variables, "variables"), as_list(levels, "levels")
     if observations is not None or analysis is None:  # station observations: ensml.verify.stations
         station_options(
             analysis, observations, predictions=predictions, spread_predictions=spread_predictions,

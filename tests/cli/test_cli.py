@@ -198,3 +198,10 @@ def test_one_variable_and_level_need_no_list(option, tiny_data: dict[str, Path],
     table = pd.read_csv(out / "scores.csv")
     assert set(table["variable"]) == {"t"} and set(table["level_hPa"]) == {500.0}
     assert len(table) == 2  # the raw ensemble and its subset, at +24 h
+
+
+def test_data_synth_says_which_command_wrote_what(tmp_path: Path, capsys) -> None:
+    args = ["data", "synth", f"--out_dir={tmp_path / 'out'}", "--n_lat=4", "--n_lon=8"]
+    assert main([*args, "--start=2017-01-01", "--end=2017-01-07", "--every_days=3"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"ensml data synth: wrote forecast.nc, analysis.nc, oracle.nc to {tmp_path / 'out'}"

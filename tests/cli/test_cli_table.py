@@ -193,6 +193,18 @@ ROWS: list[Row] = [
     ("no command", "", 1, ("give a command",)),
     ("unknown command", "forecast", 1, ("unknown command 'forecast'",)),
     ("quiet and verbose", "-q -v data synth --out_dir out", 1, ("--quiet and --verbose",)),
+    ("fit: config empty", "fit --config {dir}/empty.yaml", 1, ("empty.yaml is empty",)),
+    ("fit: config repeats a key", "fit --config {smoke} --config {dir}/repeated.yaml", 1, ("repeated.yaml", "key 'k' is repeated", "line 2")),
+    ("evaluate: config repeats a nested key", "evaluate --config {dir}/nested.yaml", 1, ("key 'rename' is repeated", "line 3")),
+    ("report: config a list", "report --config {dir}/list.yaml", 1, ("list.yaml holds a list",)),
+    # -- a list option that names nothing (it would mean "all") or an item twice -----------------------
+    ("evaluate: variables empty", EVAL + " --variables []", 1, ("variables is empty",)),
+    ("evaluate: variables repeated", EVAL + " --variables [z,t,z]", 1, ("repeats z",)),
+    ("evaluate: levels repeated", EVAL + " --levels [500,500]", 1, ("levels", "repeats 500")),
+    ("report: variables empty", REPORT + " --variables []", 1, ("variables is empty",)),
+    ("report: levels empty", REPORT + " --levels []", 1, ("levels is empty",)),
+    ("data archive: variables empty", ARCHIVE + " --variables []", 1, ("variables is empty",)),
+    ("data archive: variables repeated", ARCHIVE + " --variables [t,t]", 1, ("repeats t",)),
     # -- evaluate --observations (station observations) ---------------------------------------------------
     ("evaluate: analysis and observations", EVAL + " --observations {dir}/obs.csv", 1, ("--analysis", "--observations", "not both")),
     ("evaluate: observations missing", "evaluate --forecast {fc} --observations {dir}/nope.csv --out_dir out", 1, ("nope.csv", "does not exist")),
@@ -244,6 +256,10 @@ def inputs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     """Placeholders of the rows: the tiny dataset, a folder of inputs, the smoke config."""
     folder = tmp_path_factory.mktemp("table-inputs")
     (folder / "readme.txt").write_text("inputs\n")
+    (folder / "empty.yaml").write_text("# nothing yet\n")
+    (folder / "repeated.yaml").write_text("k: 3\nk: 5\n")
+    (folder / "nested.yaml").write_text("reader:\n  rename: {a: b}\n  rename: {c: d}\n")
+    (folder / "list.yaml").write_text("- forecast.nc\n- analysis.nc\n")
     data = "\n".join(tiny_data_args(tiny_data))
     return {"fc": str(tiny_data["forecast"]), "an": str(tiny_data["analysis"]), "dir": str(folder),
             "smoke": SMOKE, "data": data, "inputs": str(Path(tiny_data["forecast"]).parent)}  # fmt: skip
