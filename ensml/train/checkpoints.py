@@ -10,7 +10,6 @@ depends only on seed and epoch, see :mod:`ensml.data.sampling`.)
 from __future__ import annotations
 
 import csv
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,9 +103,7 @@ class KeepLoggedMetrics(Callback):
             if path is None or not path.is_file():
                 continue
             rows, _ = _read_rows(path)
-            with warnings.catch_warnings():  # "Previous log files ... will be deleted": not here
-                warnings.filterwarnings("ignore", message="Experiment logs directory")
-                writer = logger.experiment  # deletes metrics.csv
+            writer = logger.experiment  # deletes metrics.csv (its warning: quiet_lightning)
             for row in rows:
                 step = row.pop("step")
                 writer.log_metrics(row, step=int(float(step)))

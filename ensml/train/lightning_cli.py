@@ -218,11 +218,15 @@ def quiet_lightning() -> None:
     apply_levels()  # importing Lightning set its loggers to INFO: --quiet / --verbose decide
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoTips())
     # Raised by Lightning itself, not actionable for ensml users (ensml's checkpoints hold weights
-    # and hyperparameters; a predict or test run needs no checkpoint callback state).
+    # and hyperparameters; a predict or test run needs no checkpoint callback state). "Experiment
+    # logs directory ... will be deleted": the run folder is ensml's (its ledger, checked before
+    # the run) and already holds ``.ensml`` on a fresh fit; a resume keeps its logged rows
+    # (checkpoints.KeepLoggedMetrics).
     for message in (
         "LightningCLI's args parameter",
         r"`isinstance\(treespec, LeafSpec\)`",
         "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
+        "Experiment logs directory",
     ):
         warnings.filterwarnings("ignore", message=message)
 

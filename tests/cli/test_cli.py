@@ -205,3 +205,13 @@ def test_data_synth_says_which_command_wrote_what(tmp_path: Path, capsys) -> Non
     assert main([*args, "--start=2017-01-01", "--end=2017-01-07", "--every_days=3"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"ensml data synth: wrote forecast.nc, analysis.nc, oracle.nc to {tmp_path / 'out'}"
+
+
+def test_a_fresh_fit_warns_of_no_log_deletion(tiny_data, tmp_path, monkeypatch, recwarn) -> None:
+    # The run folder holds .ensml before Lightning's CSV logger starts: no "Previous log files in
+    # this directory will be deleted" for a folder that holds no logs.
+    monkeypatch.chdir(tmp_path)
+    short = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1"]
+    assert main(["fit", "--config", SMOKE, *tiny_data_args(tiny_data), *short]) == 0
+    assert (tmp_path / "runs/smoke/metrics.csv").is_file()
+    assert not [w for w in recwarn if "Experiment logs directory" in str(w.message)]
