@@ -122,7 +122,7 @@ class RunFolder:
             if not failed:
                 raise
         finally:
-            folder.close()
+            folder.close(failed=failed)
 
     def name(self, path: str | os.PathLike[str]) -> str:
         """The name of ``path`` (a file Lightning asks for) relative to the run folder."""

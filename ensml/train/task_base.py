@@ -170,6 +170,11 @@ class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
         self.save_hyperparameters()
         plain_hparams(self)
         self.input_lead_values, self.target_lead_values = check_leads(input_leads, target_leads)
+        if norm_groups and width % norm_groups:
+            raise EnsmlError(
+                f"model norm_groups={norm_groups} must divide width={width}: a block of width·2^i channels "
+                "is normalised in norm_groups groups of equal size"
+            )
         n_lead = len(self.input_lead_values)
         self.sequence_input = is_sequence_arch(arch)
         if self.sequence_input and n_lead < 2:

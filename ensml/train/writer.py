@@ -83,12 +83,12 @@ class PredictionWriter(BasePredictionWriter):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        self._release()
+        self._release(failed=True)
 
-    def _release(self) -> None:
+    def _release(self, failed: bool = False) -> None:
         folder, self._folder = self._folder, None
         if folder is not None:
-            folder.close()
+            folder.close(failed=failed)
 
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any

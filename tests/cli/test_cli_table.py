@@ -45,6 +45,7 @@ ROWS: list[Row] = [
     ("fit: depth negative", FIT + " --model.init_args.depth -1", 1, ("--model.init_args.depth", RANGE)),
     ("fit: depth huge", FIT + " --model.init_args.depth 99", 1, ("--model.init_args.depth", RANGE)),
     ("fit: kernel size zero", FIT + " --model.init_args.kernel_size 0", 1, ("--model.init_args.kernel_size", RANGE)),
+    ("fit: norm groups not dividing the width", FIT + " --model.init_args.width 6 --model.init_args.norm_groups 4", 1, ("norm_groups=4 must divide width=6",)),
     ("fit: norm groups negative", FIT + " --model.init_args.norm_groups -2", 1, ("--model.init_args.norm_groups", RANGE)),
     ("fit: learning rate negative", FIT + " --model.init_args.lr -1", 1, ("--model.init_args.lr", RANGE)),
     ("fit: learning rate zero", FIT + " --model.init_args.lr 0", 1, ("--model.init_args.lr", RANGE)),

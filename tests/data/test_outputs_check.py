@@ -239,3 +239,32 @@ def test_ledger_format_on_disk(home: Path) -> None:
         "size": 5,
     }
     assert entry["run"] == folder.run_id and len(entry["sha256"]) == 64
+
+
+class _Refused(Exception):
+    """A refusal found after the folder was opened (a bad checkpoint, Ctrl-C)."""
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_run_that_fails_before_writing_leaves_no_folder(home: Path, whole: bool) -> None:
+    before = snapshot(home.parent)
+    with pytest.raises(_Refused), OutputFolder.open("new/out", "evaluate", whole=whole):
+        assert (home / "new/out/.ensml").is_dir()
+        raise _Refused
+    assert snapshot(home.parent) == before  # new/ and new/out/ gone too: this run made them
+
+
+def test_a_failed_run_keeps_an_existing_folder_and_what_was_written(home: Path) -> None:
+    (home / "mine").mkdir()
+    with pytest.raises(_Refused), OutputFolder.open("mine", "archive") as folder:
+        raise _Refused
+    assert sorted(os.listdir(home / "mine")) == []  # the user's empty folder stays, without .ensml
+    with pytest.raises(_Refused), OutputFolder.open("fresh", "archive") as folder:
+        folder.write_text("a.txt", "complete\n")  # renamed into place and recorded at once
+        raise _Refused
+    assert (home / "fresh/a.txt").read_text() == "complete\n" and (home / "fresh/.ensml").is_dir()
+    with OutputFolder.open("done", "evaluate", whole=True) as folder:
+        folder.write_text("scores.csv", "a\n")
+    with pytest.raises(_Refused), OutputFolder.open("done", "evaluate", whole=True):
+        raise _Refused  # an earlier run's folder: nothing of it is removed
+    assert sorted(os.listdir(home / "done")) == [".ensml", "scores.csv"]

@@ -59,6 +59,7 @@ class OutputFolder(Reservations):
         self._fds = fds  # the folder lock, then the mark on this run's staging folder
         self._pending: dict[str, Path] = {}  # whole: staged temporaries by name
         self._closed = False
+        self.created: list[Path] = []  # the folders open() created: a failed run removes them
 
     @staticmethod
     def check(path: str | os.PathLike[str], command: str, *, names: Iterable[str] = (),
@@ -109,6 +110,7 @@ class OutputFolder(Reservations):
             here.mkdir()
             fds.append(lock_staging(here))
             folder = cls(real, display, command, run_id, ledger, whole, fds)
+            folder.created = created
             folder._start(names)
         except BaseException as exc:
             shutil.rmtree(run_dir(real, run_id), ignore_errors=True)
@@ -144,12 +146,15 @@ class OutputFolder(Reservations):
             if kind is None and self.whole and not self._closed:
                 self.commit(remove_stale=True)
         finally:
-            self.close()
+            self.close(failed=kind is not None)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         """Discard what is staged and not committed, save the ledger, release the locks.
 
         A staging folder whose commit could not be undone keeps its journal, for the next run.
+        ``failed``: the run stopped with an error (a refusal found after the folder was opened,
+        Ctrl-C): if :meth:`open` created the folder and it holds nothing but ``.ensml``, the
+        folders it created are removed, so a failed first run leaves no trace.
         """
         if self._closed:
             return
@@ -164,6 +169,8 @@ class OutputFolder(Reservations):
                 pass  # the log still holds every change
             if not (self.run_dir / JOURNAL).exists():
                 shutil.rmtree(self.run_dir, ignore_errors=True)
+            if failed and self.created and os.listdir(self.root) == [STATE_DIR]:
+                undo_folders(self.created)  # still locked: no other run is inside
         finally:
             for fd in reversed(self._fds):
                 os.close(fd)
