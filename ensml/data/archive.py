@@ -10,7 +10,7 @@ import pandas as pd
 from ensml.data.open import open_forecast
 from ensml.data.outputs import OutputFolder, format_name
 from ensml.data.splits import split_init_times
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, PartialFailure
 from ensml.names import INIT_TIME, LEAD_TIME, as_list
 from ensml.progress import EVERY_S, Progress
 from ensml.provenance import command
@@ -67,7 +67,15 @@ def archive(
             for init, file_name in zip(inits, names):
                 one = fc.sel({INIT_TIME: [init]}).load()
                 # Each file is renamed into place (and recorded) as soon as it is complete.
-                folder.write_netcdf(one, file_name, history=command())
+                try:
+                    folder.write_netcdf(one, file_name, history=command())
+                except EnsmlError as exc:  # a full disk: the files written so far are complete
+                    if not written:
+                        raise
+                    raise PartialFailure(
+                        f"{exc}; {len(written)} of {len(names)} files written and recorded; run the same "
+                        f"command again for the other {len(names) - len(written)}"
+                    ) from None
                 written.append(Path(out_dir) / file_name)
                 progress.advance()
     return written

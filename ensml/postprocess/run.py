@@ -173,6 +173,16 @@ def postprocess(
                 raise interrupted(
                     f" after {n} of {len(todo)} units{conn.jobs_note()}; run the same command again to finish"
                 ) from None
+            except PartialFailure:
+                raise
+            except EnsmlError as exc:  # e.g. the manifest cannot be written (a full disk)
+                if not progress.done:
+                    raise
+                left = len(todo) - progress.done
+                raise PartialFailure(
+                    f"{exc}; {progress.done} of {len(todo)} units done and recorded; run the same command "
+                    f"again for the other {left}"
+                ) from None
             finally:
                 progress.close()
             _close(folder, manifest, todo)  # after an error: the records appended so far are durable

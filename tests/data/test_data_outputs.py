@@ -207,13 +207,16 @@ def test_archive_on_a_full_disk_keeps_the_complete_files(tiny_data, tmp_path) ->
     if report is None:
         pytest.skip("cannot mount a size-limited tmpfs here")
     status, err, files = report
-    assert status == 1 and not any("Traceback" in line for line in err)
+    assert status == 2 and not any("Traceback" in line for line in err)  # 2: part of the work done
     failed = re.fullmatch(
-        r"ensml: archive: cannot write (arch/fc_201703\d\d\.nc): no space left on device", err[-1]
+        r"ensml: archive: cannot write (arch/fc_201703\d\d\.nc): no space left on device; (\d+) of 10 "
+        r"files written and recorded; run the same command again for the other (\d+)",
+        err[-1],
     )
     assert failed, err[-1]
     written = sorted(p for p in files if p.startswith("arch/fc_"))
     assert 0 < len(written) < 10 and failed.group(1) not in written  # the complete files, only
+    assert int(failed.group(2)) == len(written) and int(failed.group(3)) == 10 - len(written)
     _no_partial_files(files, "arch")
 
 

@@ -230,3 +230,41 @@ def test_a_bug_is_not_disguised(tmp_path: Path) -> None:
                 pass
         assert [p.name for p in folder.run_dir.iterdir()] == ["lock"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".ensml"]
+
+
+def test_a_library_saying_permission_denied_on_a_full_disk_is_told_the_cause(tmp_path: Path) -> None:
+    # HDF5 reports a file it cannot create on a full disk as EACCES: the manifest of postprocess
+    # recorded "permission denied" for units that failed for lack of space.
+    skip_unless_mounts()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    result = run_python(
+        f"""
+import subprocess, sys
+from pathlib import Path
+from ensml.data.outputs import OutputFolder
+from ensml.errors import EnsmlError
+disk = Path({str(disk)!r})
+if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)]).returncode:
+    sys.exit(77)
+with OutputFolder.open(disk / "out", "postprocess") as folder:
+    with open(disk / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"x" * 4096)
+        except OSError:
+            pass
+    for code in (13, 1):
+        try:
+            with folder.write("fc.nc"):
+                raise OSError(code, "Permission denied")
+        except EnsmlError as exc:
+            print(exc)
+""",
+        namespace=True,
+    )
+    if result.returncode == 77:
+        pytest.skip("cannot mount a size-limited tmpfs here")
+    assert result.returncode == 0, result.stderr
+    full = f"postprocess: cannot write {disk}/out/fc.nc: no space left on device"
+    assert result.stdout.splitlines() == [full, full]

@@ -128,3 +128,28 @@ def test_a_second_run_on_the_same_folder_is_refused(
     assert sorted(p.name for p in out.iterdir()) == [".ensml"]
     with OutputFolder.open(out, "postprocess"):  # released by the first holder: can be taken again
         pass
+
+
+def test_a_full_disk_ends_in_status_2_with_the_done_units_recorded(
+    fitted: Path, tiny_data, archive_dir: Path, tmp_path: Path
+) -> None:
+    from tests.data.outputs_sandbox import run_cli_on_small_disk, skip_unless_mounts
+    from tests.postprocess.conftest import pp_args
+
+    skip_unless_mounts()
+    ckpt = fitted / "runs/smoke/checkpoints/best.ckpt"
+    args = pp_args([ckpt], archive_dir / "*.nc", Path("pp"), analysis=tiny_data["analysis"])
+    report = run_cli_on_small_disk(tmp_path / "disk", args, "600k")
+    if report is None:
+        pytest.skip("cannot mount a size-limited tmpfs here")
+    status, err, files = report
+    total = len(list(archive_dir.glob("*.nc")))
+    assert status == 2 and not any("Traceback" in line for line in err), err[-5:]
+    done = sorted(p for p in files if p.startswith("pp/") and p.endswith(".nc"))
+    assert 0 < len(done) < total, files
+    expected = (
+        f"; {len(done)} of {total} units done and recorded; run the same command again for the other "
+        f"{total - len(done)}"
+    )
+    assert err[-1].startswith("ensml: postprocess: cannot write") and err[-1].endswith(expected), err[-1]
+    assert "no space left on device" in err[-1] and "permission denied" not in err[-1]

@@ -12,6 +12,7 @@ stages and renames one output. The run reserves the names before and records the
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import uuid
@@ -87,12 +88,17 @@ def fsync_tree(path: Path) -> None:
 def _mapped(exc: BaseException, command: str, final: Path, where: Path, tmp: Path) -> EnsmlError | None:
     """The one-line error for a failed write of ``final``, or None to let ``exc`` through.
 
-    An OSError is named by its errno. Another exception from a library (netCDF4 reports a full
-    disk as ``RuntimeError('NetCDF: HDF error')``) becomes one line when :func:`diagnose` finds
-    a cause on the file system; ensml's own errors, bugs without such a cause, and
-    ``KeyboardInterrupt`` pass unchanged.
+    An OSError is named by its errno, except "permission denied" in a folder this process may
+    write: HDF5 reports a file it could not create on a full disk so, and :func:`diagnose` finds
+    the cause. Another exception from a library (netCDF4 reports a full disk as
+    ``RuntimeError('NetCDF: HDF error')``) becomes one line when :func:`diagnose` finds a cause
+    on the file system; ensml's own errors, bugs without such a cause, and ``KeyboardInterrupt``
+    pass unchanged.
     """
     if isinstance(exc, OSError):
+        if exc.errno in (errno.EACCES, errno.EPERM) and os.access(where, os.W_OK):
+            code = diagnose(where, tmp if os.path.lexists(tmp) else None)
+            exc = exc if code is None else OSError(code, os.strerror(code))
         return write_error(command, final, exc)
     if isinstance(exc, EnsmlError) or not isinstance(exc, Exception):
         return None
