@@ -50,6 +50,17 @@ class PartialFailure(EnsmlError):
     exit_code = 2
 
 
+#: How the line of a run stopped by a signal begins, in every verb.
+SIGNAL_WORDS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}
+#: What it says by default after those words.
+KEPT = "; complete outputs are kept, run the same command to finish"
+
+
+def interrupted_line(signum: int, detail: str = KEPT) -> str:
+    """``interrupted (Ctrl-C)`` or ``terminated (SIGTERM)`` (:data:`SIGNAL_WORDS`), then ``detail``."""
+    return SIGNAL_WORDS.get(signal.Signals(signum), f"stopped by {signal.Signals(signum).name}") + detail
+
+
 class Interrupted(EnsmlError):
     """The run was stopped by a signal and cleaned up: exit status 128 + the signal's number."""
 
@@ -60,12 +71,13 @@ class Interrupted(EnsmlError):
 
 
 @contextmanager
-def signal_as_interrupted(signum: int, message: str) -> Iterator[None]:
-    """While inside, signal ``signum`` raises :class:`Interrupted` (``message``; exit 128 +
-    ``signum``) in this process, so cleanup runs on the way out as for any error. A forked child
-    (a data-loader worker) gets ``KeyboardInterrupt``, Python's own. Outside the main thread
-    (an embedding program), the handlers are left alone."""
+def signal_as_interrupted(signum: int, message: str | None = None) -> Iterator[None]:
+    """While inside, signal ``signum`` raises :class:`Interrupted` (``message``, by default
+    :func:`interrupted_line`; exit 128 + ``signum``) in this process, so cleanup runs on the
+    way out as for any error. A forked child (a data-loader worker) gets ``KeyboardInterrupt``,
+    Python's own. Outside the main thread (an embedding program), the handlers are left alone."""
     owner = os.getpid()
+    message = interrupted_line(signum) if message is None else message
 
     def interrupt(signum: int, frame: object) -> None:
         if os.getpid() != owner:
@@ -91,9 +103,11 @@ def exception_reason(exc: BaseException) -> str:
 
 __all__ = [
     "EXIT_CODES",
+    "SIGNAL_WORDS",
     "EnsmlError",
     "Interrupted",
     "PartialFailure",
     "exception_reason",
+    "interrupted_line",
     "signal_as_interrupted",
 ]

@@ -26,7 +26,7 @@ from types import ModuleType
 
 from ensml import __version__
 from ensml.cli.parse_errors import check_config_files, describe
-from ensml.errors import EnsmlError, signal_as_interrupted
+from ensml.errors import EnsmlError, interrupted_line, signal_as_interrupted
 from ensml.logs import GLOBAL_FLAGS, take_flags, verbose
 from ensml.provenance import set_command
 
@@ -69,10 +69,6 @@ def commands() -> list[tuple[str, str]]:
     return out
 
 
-#: SIGTERM (a batch system's kill, ``scancel``) unwinds like Ctrl-C: cleanup runs, exit 143.
-TERMINATED = "terminated (SIGTERM); complete outputs are kept, run again to finish"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ensml`` console script; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -85,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args == ["--version"]:
         return _print(f"ensml {__version__}")
     try:
-        with signal_as_interrupted(signal.SIGTERM, TERMINATED):
+        # SIGTERM (a batch system's kill, scancel) unwinds like Ctrl-C: cleanup runs, exit 143.
+        with signal_as_interrupted(signal.SIGTERM):
             args = take_flags(args)
             if not args:
                 raise EnsmlError("give a command (ensml --help lists them)")
@@ -98,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verb = _verb(args)
         return _fail(f"{verb + ': ' if verb else ''}{describe(str(exc), verb)}", 1)
     except KeyboardInterrupt:
-        return _fail("interrupted (Ctrl-C); complete outputs are kept, run the same command to finish", 130)
+        return _fail(interrupted_line(signal.SIGINT), 130)
     except BrokenPipeError:  # the reader of our output went away (ensml … | head)
         sys.stdout = open(os.devnull, "w")
         return 141

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ensml.errors import Interrupted
+from ensml.errors import Interrupted, interrupted_line
 from ensml.logs import quiet
 
 
@@ -138,6 +138,7 @@ def poll() -> None:
 
 
 def interrupted(detail: str) -> Interrupted:
-    """The error that ends an interrupted run: ``interrupted by SIGINT`` + ``detail``."""
+    """The error that ends an interrupted run: ``interrupted (Ctrl-C)`` + ``detail``
+    (:func:`~ensml.errors.interrupted_line`, as in every verb)."""
     signum = next((g.signum for g in reversed(_ACTIVE) if g.signum), None) or signal.SIGINT
-    return Interrupted(f"interrupted by {signal.Signals(signum).name}{detail}", signum)
+    return Interrupted(interrupted_line(signum, detail), signum)

@@ -246,15 +246,12 @@ def load_fit_config(config: str, overrides: list[str] = ()) -> EnsmlCLI:  # type
     )
 
 
-#: Ctrl-C in a Lightning verb: ensml's Interrupted (exit 130, one ``ensml:`` line, the run folder
-#: closed) instead of ``KeyboardInterrupt``, which Lightning turns into ``sys.exit(1)``.
-INTERRUPTED = "interrupted (Ctrl-C); complete outputs are kept, run the same command to finish"
-
-
 def run_lightning(args: list[str]) -> None:
     """Run a Lightning verb (``fit``, ``validate``, ``test``, ``predict``) with ``args``."""
     quiet_lightning()
-    with signal_as_interrupted(signal.SIGINT, INTERRUPTED):
+    # Ctrl-C: ensml's Interrupted (exit 130, one ensml: line, the run folder closed) instead of
+    # KeyboardInterrupt, which Lightning turns into sys.exit(1).
+    with signal_as_interrupted(signal.SIGINT):
         EnsmlCLI(
             EnsembleTask,
             EnsembleDataModule,

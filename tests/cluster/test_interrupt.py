@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from ensml.errors import Interrupted
+from ensml.errors import SIGNAL_WORDS, Interrupted
 from ensml.postprocess.interrupt import SignalGuard, critical, poll, stopping_on_signals
 
 pytestmark = pytest.mark.timeout(30)
@@ -60,9 +60,7 @@ def test_a_guarded_run_ends_with_interrupted(sig: int, code: int) -> None:
         poll()
         raise AssertionError("not stopped")
     assert err.value.exit_code == code
-    assert (
-        str(err.value) == f"interrupted by {signal.Signals(sig).name}; run the same command again to finish"
-    )
+    assert str(err.value) == f"{SIGNAL_WORDS[sig]}; run the same command again to finish"
 
 
 def test_a_signal_during_a_run_with_nothing_to_poll_still_interrupts() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ensml.errors import interrupted_line
 from ensml.postprocess.manifest import MANIFEST
 from tests.cluster.runs import finish, last_line, start, wait_for_records
 from tests.cluster.slurm import Slurm
@@ -156,6 +157,6 @@ def test_a_signal_cancels_the_jobs(sig, slurm, fitted, year_archive, tiny_data, 
     code, stdout, stderr = finish(proc, timeout=60)
     assert code == 128 + sig, stderr
     line = last_line(stdout, stderr)
-    assert line.startswith(f"ensml: interrupted by {sig.name} after "), line
+    assert line.startswith(f"ensml: {interrupted_line(sig, ' after ')}"), line
     assert f"SLURM job {job} cancelled; run the same command again to finish" in line, line
     _assert_no_job_left(slurm)

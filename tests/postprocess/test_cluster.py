@@ -177,7 +177,7 @@ def test_ctrl_c_stops_the_run_in_one_line(cluster, ckpt, year_archive, tiny_data
     code, stdout, stderr = finish(proc)
     assert code == 130, stderr
     line = last_line(stdout, stderr)
-    assert line.startswith("ensml: interrupted by SIGINT after ") and line.endswith(
+    assert line.startswith("ensml: interrupted (Ctrl-C) after ") and line.endswith(
         " of 122 units; run the same command again to finish"
     ), line
     wait_session_gone(proc.pid)
