@@ -13,7 +13,11 @@ Lead times are one type inside ensml: ``numpy.timedelta64`` in nanoseconds. Hour
 the edges (command line, YAML, table headers, file attributes) and are converted here, by
 :func:`parse_lead` / :func:`parse_leads` (``24``, ``"24"``, ``"24h"``, ``"90min"``, ``"P1D"``,
 ``"PT36H"``) and :func:`lead_hours` / :func:`format_lead` / :func:`iso_lead` back; nothing else
-converts hours.
+converts hours. A lead is at most :data:`MAX_LEAD_HOURS` (ten years).
+
+Dates are ``numpy.datetime64`` in nanoseconds, which holds 1677-09-22 … 2262-04-11: every date an
+option gives is read by :func:`parse_date`, which refuses one outside that span (numpy and
+pandas would otherwise wrap it around into another century, or overflow later).
 """
 
 from __future__ import annotations
@@ -250,6 +254,10 @@ HOUR = np.timedelta64(1, "h").astype(LEAD_DTYPE)
 #: Something a user may write for a lead time: hours as a number, or a string (see :func:`parse_lead`).
 LeadLike = int | float | str | np.timedelta64 | _dt.timedelta
 
+#: The longest lead time ensml takes, in hours (3650 days: a decadal forecast's; a lead must also
+#: fit in ``timedelta64[ns]``, about 292 years, and keep valid times within :data:`LAST_DATE`).
+MAX_LEAD_HOURS = 87_600
+
 _UNITS = {"d": 86400, "h": 3600, "min": 60, "s": 1}
 _PLAIN = re.compile(r"^\+?\s*(\d+(?:\.\d*)?)\s*(d|h|min|s)?$", re.IGNORECASE)
 _NUM = r"(\d+(?:\.\d+)?)"
@@ -266,7 +274,9 @@ def _seconds(value: LeadLike) -> float:
         return float(value / np.timedelta64(1, "s"))
     if isinstance(value, _dt.timedelta):
         return value.total_seconds()
-    if isinstance(value, int | float | np.integer | np.floating):
+    if isinstance(value, int | np.integer):  # clamped: float() of 10**400 overflows, and past 10**18 h
+        return float(max(-(10**18), min(int(value), 10**18))) * 3600.0  # only the range matters
+    if isinstance(value, float | np.floating):
         if not np.isfinite(value):
             raise EnsmlError(f"lead time {value!r} is not finite")
         return float(value) * 3600.0
@@ -297,11 +307,16 @@ def parse_lead(value: LeadLike) -> np.timedelta64:
     Raises
     ------
     EnsmlError
-        One line, for anything else, a negative lead, or a lead that is not whole seconds.
+        One line, for anything else, a negative lead, a lead over :data:`MAX_LEAD_HOURS` or a
+        lead that is not whole seconds.
     """
     seconds = _seconds(value)
     if seconds < 0:
         raise EnsmlError(f"lead time {value!r} is negative; lead times are >= 0")
+    if seconds > MAX_LEAD_HOURS * 3600:
+        raise EnsmlError(
+            f"lead time {value!r} is out of range (must be >= 0 and <= {MAX_LEAD_HOURS} h, ten years)"
+        )
     if seconds != round(seconds):
         raise EnsmlError(f"lead time {value!r} is not a whole number of seconds")
     return np.timedelta64(round(seconds), "s").astype(LEAD_DTYPE)
@@ -358,6 +373,73 @@ def format_leads(leads: LeadLike | Iterable[LeadLike]) -> str:
     if values.size and not (values % HOUR).any():
         return ", ".join(str(int(v // HOUR)) for v in values) + " h"
     return ", ".join(format_lead(v) for v in values) or "none"
+
+
+# -- dates: one type inside (datetime64[ns]), checked where an option gives one --------------------
+#: The dtype of init and valid times everywhere inside ensml.
+TIME_DTYPE = "datetime64[ns]"
+#: The first and the last whole day ``datetime64[ns]`` holds (it runs from 1677-09-21 00:12:43 to
+#: 2262-04-11 23:47:16): the span of every date ensml takes.
+FIRST_DATE = np.datetime64("1677-09-22", "ns")
+LAST_DATE = np.datetime64("2262-04-11", "ns")
+# (the days as text: numpy 2.4 turns 1677-09-22 in ns into 2262-04-11 when cast to days)
+_DATES = "must be a date in 1677-09-22 … 2262-04-11, the span datetime64[ns] holds"
+
+#: Something a user may write for a date: ISO text (``"2017-01-01"``, ``"2017-01-01T12"``), a
+#: ``datetime.date``/``datetime`` (YAML reads bare dates as these) or a ``numpy.datetime64``.
+DateLike = str | _dt.date | np.datetime64
+
+
+def parse_date(value: DateLike, option: str) -> np.datetime64:
+    """One date as ``datetime64[ns]``, or a one-line error naming ``option``.
+
+    Parameters
+    ----------
+    value
+        The date as given (see :data:`DateLike`); a time zone is converted to UTC.
+    option
+        What gave it, for the message (``"option --start"``, ``"train_period"``).
+
+    Raises
+    ------
+    EnsmlError
+        ``<option>: <value> is not a date …`` or ``<option>: <value> is out of range (must be a
+        date in 1677-09-22 … 2262-04-11, …)``.
+    """
+    import pandas as pd  # here, not at import: names is read by every module, pandas is slow to load
+
+    try:
+        # no digits: not a date, nor "now" or "today" (pandas reads them as the clock's date)
+        if (
+            isinstance(value, bool)
+            or value is None
+            or (isinstance(value, str) and not any(map(str.isdigit, value)))
+        ):
+            raise ValueError(value)
+        stamp = pd.Timestamp(value.isoformat() if isinstance(value, _dt.date) else value)
+    except (ValueError, TypeError, OverflowError) as err:
+        if "out of range" in str(err) or "Out of bounds" in str(err):
+            raise EnsmlError(f"{option}: {value} is out of range ({_DATES})") from None
+        raise EnsmlError(f"{option}: {value!r} is not a date (e.g. 2017-01-01 or 2017-01-01T12:00)") from None
+    if stamp is pd.NaT:
+        raise EnsmlError(f"{option}: {value!r} is not a date (e.g. 2017-01-01 or 2017-01-01T12:00)")
+    if stamp.tzinfo is not None:
+        stamp = stamp.tz_convert("UTC").tz_localize(None)
+    if not pd.Timestamp(FIRST_DATE) <= stamp <= pd.Timestamp(LAST_DATE):
+        raise EnsmlError(f"{option}: {value} is out of range ({_DATES})")
+    return stamp.as_unit("ns").to_datetime64()
+
+
+def date_after(date: np.datetime64, seconds: int, what: str) -> np.datetime64:
+    """``date + seconds`` (a date of :func:`parse_date`, ``seconds`` >= 0), or a one-line error
+    naming ``what`` when that passes :data:`LAST_DATE` (``datetime64[ns]`` would wrap around)."""
+    room = int((LAST_DATE.astype("datetime64[s]") - np.datetime64(date, "s")).astype(np.int64))
+    if int(seconds) > room:
+        raise EnsmlError(
+            f"{what}: {np.datetime64(date, 's')} + {int(seconds) / 86400:g} days runs past "
+            "2262-04-11, the last date datetime64[ns] holds"
+        )
+    return np.datetime64(date, "ns") + np.timedelta64(int(seconds), "s").astype("timedelta64[ns]")
 
 
 def members_text(n: int) -> str:

@@ -17,10 +17,6 @@ SUMMARIES = {
 }
 
 
-#: The seeds numpy (and so Lightning's ``seed_everything``) accepts.
-SEED_RANGE = (0, 2**32 - 1)
-
-
 def run(args: list[str]) -> None:
     """Run ``ensml VERB ARGS`` (``VERB`` one of :data:`SUMMARIES`) through LightningCLI.
 
@@ -35,6 +31,7 @@ def run(args: list[str]) -> None:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from ensml.errors import EnsmlError
+    from ensml.seeds import out_of_range
     from ensml.train.lightning_cli import run_lightning
 
     try:
@@ -44,11 +41,7 @@ def run(args: list[str]) -> None:
     except ValueError as exc:
         if "is not in bounds, numpy accepts" not in str(exc):  # seed_everything's own check
             raise
-        seed = str(exc).split()[0]
-        low, high = SEED_RANGE
-        raise EnsmlError(
-            f"option --seed_everything: {seed} is out of range (must be >= {low} and <= {high})"
-        ) from None
+        raise EnsmlError(out_of_range("option --seed_everything", str(exc).split()[0])) from None
 
 
 def trainer_problem(exc: Exception) -> str:

@@ -23,6 +23,7 @@ from ensml.data.stats import compute_stats
 from ensml.data.surface import broadcast_levels, check_same_surface, surface_mask
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME, check_distinct
+from ensml.seeds import Seed, check_seed
 
 #: Worker processes (or prefetch threads) per CPU core beyond which a run would only thrash.
 WORKERS_PER_CORE = 4
@@ -55,8 +56,7 @@ def _check_machine(num_workers: int, prefetch_workers: int, seed: int) -> None:
                 f"data.{key}={value} is more than this machine can run ({cap}: {WORKERS_PER_CORE} per "
                 f"CPU core, {cores} cores)"
             )
-    if seed > 2**32 - 1:
-        raise EnsmlError(f"data.seed={seed} is out of range (must be >= 0 and <= {2**32 - 1})")
+    check_seed(seed, "data.seed")  # parsed as a Seed on the command line; this for Python callers
 
 
 def _plain_hparams(module: L.LightningDataModule) -> None:
@@ -164,7 +164,7 @@ class EnsembleDataModule(L.LightningDataModule):
         test_period: tuple[str, str] = ("2020-01-01", "2020-12-31"),
         batch_size: PositiveInt = 8,
         num_workers: NonNegativeInt = 0,
-        seed: NonNegativeInt = 0,
+        seed: Seed = 0,
         check_finite: bool = True,
         cache_mb: NonNegativeFloat = 2048.0,
         reader: ReaderOptions | None = None,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 
 from ensml.errors import EnsmlError
+from ensml.names import LAST_DATE, parse_date
 
 SPLITS = ("train", "val", "test")
 
@@ -15,15 +15,13 @@ SPLITS = ("train", "val", "test")
 def _period(period: Sequence[str], name: str) -> tuple[np.datetime64, np.datetime64]:
     if len(period) != 2:
         raise EnsmlError(f"{name}_period must be [start, end], got {list(period)}")
-    try:
-        start, end = (np.datetime64(pd.Timestamp(p), "ns") for p in period)
-    except (ValueError, TypeError) as exc:
-        raise EnsmlError(f"{name}_period {list(period)} is not a pair of dates ({exc})") from None
+    start, end = (parse_date(p, f"{name}_period {list(period)}") for p in period)
     if end < start:
         raise EnsmlError(f"{name}_period ends before it starts: {list(period)}")
-    # An end given as a bare date includes that whole day.
+    # An end given as a bare date includes that whole day (to the last instant datetime64[ns] holds).
     if len(str(period[1])) <= 10:
-        end = end + np.timedelta64(1, "D") - np.timedelta64(1, "ns")
+        last = np.datetime64(np.iinfo(np.int64).max, "ns")  # 2262-04-11T23:47:16.854775807
+        end = end + np.timedelta64(1, "D") - np.timedelta64(1, "ns") if end < LAST_DATE else last
     return start, end
 
 

@@ -34,7 +34,7 @@ import lightning as L
 import numpy as np
 import pandas as pd
 import torch
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import PositiveInt
 from lightning.pytorch.callbacks import EarlyStopping
 
 from ensml.data.datamodule import EnsembleDataModule
@@ -55,6 +55,7 @@ from ensml.experiments.options import DEFAULT_MODELS, EmosSpec, ModelSpec, Physi
 from ensml.experiments.quality import QualityLog
 from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note, seconds
+from ensml.seeds import Seed
 from ensml.train.lightning_cli import quiet_lightning
 from ensml.train.tasks import EnsembleTask, MixedTask, SpreadTask
 
@@ -168,7 +169,7 @@ def benchmark(
     models: list[ModelSpec] | None = None,
     emos: list[Literal["global", "local"] | EmosSpec] = ("global", "local"),  # type: ignore[assignment]
     limit_train_batches: PositiveInt | None = None,
-    seed: NonNegativeInt = 0,
+    seed: Seed = 0,
     threads: PositiveInt = 1,
     out_dir: str = "runs/benchmark",
     bound: bool = True,

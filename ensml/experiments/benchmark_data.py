@@ -16,7 +16,7 @@ import xarray as xr
 from ensml.data.synth.generate import synth as make_synth
 from ensml.errors import EnsmlError
 from ensml.experiments.options import PhysicsOptions, SynthOptions
-from ensml.names import format_leads
+from ensml.names import format_leads, parse_date, parse_leads
 
 #: The options of either source.
 Source = SynthOptions | PhysicsOptions
@@ -77,7 +77,10 @@ def generate(kind: str, data_dir: Path, opts: Source) -> dict[str, Path]:
 
 
 def choose_source(synth: SynthOptions | None, physics: PhysicsOptions | None, bound: bool) -> Source:
-    """The one data source's options: the physics testbed's when given, else the synthetic data's."""
+    """The one data source's options: the physics testbed's when given, else the synthetic data's.
+
+    Its dates and leads are checked here, before any data is made, in the words of the options.
+    """
     if synth is not None and physics is not None:
         raise EnsmlError(
             "benchmark: give synth or physics options, not both (the synthetic data or the physics testbed)"
@@ -87,7 +90,12 @@ def choose_source(synth: SynthOptions | None, physics: PhysicsOptions | None, bo
             "benchmark: bound: true needs the synthetic data's oracle and the physics testbed has "
             "none (no per-point bound): set bound: false"
         )
-    return physics if physics is not None else (synth or SynthOptions())
+    source = physics if physics is not None else (synth or SynthOptions())
+    kind = kind_of(source)
+    for key in ("start", "end") if kind == "synth" else ("start",):
+        parse_date(getattr(source, key), f"option --{kind}.{key}")
+    parse_leads(source.leads)
+    return source
 
 
 __all__ = ["Source", "choose_source", "ensure_data", "generate", "kind_of"]

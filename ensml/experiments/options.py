@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ensml.seeds import Seed
+
 
 @dataclass
 class SynthOptions:
@@ -23,7 +25,7 @@ class SynthOptions:
     end: str = "2020-12-31"
     every_days: int = 2
     storms_per_year: float = 6.0
-    seed: int = 0
+    seed: Seed = 0
     precip_wind: bool = False
 
 
@@ -40,7 +42,7 @@ class PhysicsOptions:
     inits: int = 360
     every_hours: int = 24
     spinup_days: int = 120
-    seed: int = 0
+    seed: Seed = 0
 
 
 @dataclass

@@ -19,6 +19,7 @@ import lightning as L
 import numpy as np
 
 from ensml.errors import EnsmlError
+from ensml.seeds import Seed
 
 DELAYS = ("none", "fixed", "exponential", "lognormal", "pareto")
 
@@ -40,7 +41,7 @@ class Stragglers(L.Callback):
     shape
         Pareto's shape (smaller: heavier tail; the mean is finite above 1).
     seed
-        Seed of the random draws (the same on every rank).
+        Seed of the random draws (the same on every rank), 0 … 2**32 - 1.
     """
 
     def __init__(
@@ -50,7 +51,7 @@ class Stragglers(L.Callback):
         delay: Literal["none", "fixed", "exponential", "lognormal", "pareto"] = "none",
         delay_s: float = 0.0,
         shape: float = 1.5,
-        seed: int = 0,
+        seed: Seed = 0,
     ) -> None:
         if slowdown < 1 or delay_s < 0 or shape <= 0:
             raise EnsmlError(
@@ -63,7 +64,7 @@ class Stragglers(L.Callback):
             raise EnsmlError(f"stragglers ranks must be >= 0, got {list(ranks)}")
         self.ranks = ranks if ranks == "random" else [int(r) for r in ranks]
         self.slowdown, self.delay, self.delay_s, self.shape = slowdown, delay, delay_s, shape
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(int(seed))
         self.slept_s = 0.0
         self._start = self._extra = 0.0  # this batch's start and random delay
         self._slow = False

@@ -24,7 +24,6 @@ data, by :func:`storm_cases` (the stored storms of ``oracle.nc``'s ``event_mask`
 
 from __future__ import annotations
 
-import datetime as dt
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ import yaml
 
 from ensml.data.grid import horizontal_dims
 from ensml.errors import EnsmlError
-from ensml.names import LATITUDE, LONGITUDE, TIME, format_lead, parse_lead
+from ensml.names import LATITUDE, LONGITUDE, TIME, format_lead, parse_date, parse_lead
 
 KEYS = {"name", "description", "variable", "level", "lead", "region", "window", "threshold"}
 DAY = np.timedelta64(1, "D")
@@ -157,13 +156,7 @@ def _pair(x: Any, key: str, where: str) -> tuple[float, float]:
 
 
 def _time(x: Any, where: str) -> np.datetime64:
-    try:
-        t = np.datetime64(x.isoformat() if isinstance(x, dt.date) else str(x), "ns")
-    except ValueError:
-        raise EnsmlError(f"{where}: window holds {x!r}, not a date") from None
-    if np.isnat(t):
-        raise EnsmlError(f"{where}: window holds {x!r}, not a date")
-    return t
+    return parse_date(x, f"{where}: window")
 
 
 def _level(x: Any, where: str) -> float | None:

@@ -34,6 +34,11 @@ REPORT = "report --forecast {fc} --analysis {an} --out_dir out"
 PP = "postprocess --checkpoints [{dir}/no.ckpt] --forecasts {fc} --out_dir out"
 PLAN = "plan-parallel --n_lat 16 --n_lon 32 --n_level 2"
 RANGE = "is out of range"
+DATES = "1677-09-22 … 2262-04-11"  # what datetime64[ns] holds
+SEEDS = "<= 4294967295"  # 2**32 - 1, numpy's legacy generator's largest seed
+LEADS = "<= 87600 h"  # ten years
+LONG_NAME = "a" * 300  # over NAME_MAX (255 bytes)
+LONG_PATH = ("b" * 200 + "/") * 21  # over PATH_MAX (4096 bytes), every name within NAME_MAX
 
 ROWS: list[Row] = [
     # -- fit / validate / test / predict: the task's, the data module's and Lightning's options ----
@@ -217,6 +222,44 @@ ROWS: list[Row] = [
     ("evaluate: model height with an analysis", EVAL + " --model_height {fc}", 1, ("--model_height applies with --observations only",)),
     ("evaluate: extraction with an analysis", EVAL + " --extraction bilinear", 1, ("--extraction applies with --observations only",)),
     ("evaluate: observations out_dir is a file", "evaluate --forecast {fc} --observations {dir}/readme.txt --out_dir benchmark.md", 1, ("benchmark.md",)),
+    # -- values at the edge of their type: dates datetime64[ns] cannot hold, seeds numpy refuses, leads ---
+    # -- past ten years, names and paths longer than the file system allows -------------------------------
+    ("data synth: start far before 1677", SYNTH + " --start 1600-01-01 --end 1600-02-01", 1, ("--start", "1600-01-01", RANGE, DATES)),
+    ("data synth: end far after 2262", SYNTH + " --start 2262-01-01 --end 2263-02-01", 1, ("--end", "2263-02-01", RANGE, DATES)),
+    ("data synth: valid times far after 2262", SYNTH + " --start 2262-04-01 --end 2262-04-11", 1, ("runs past 2262-04-11",)),
+    ("data physics: start far before 1677", PHYS + " --start 1600-01-01", 1, ("--start", "1600-01-01", RANGE, DATES)),
+    ("data physics: run far after 2262", PHYS + " --start 2262-03-01", 1, ("runs past 2262-04-11",)),
+    ("data archive: period far after 2262", ARCHIVE + " --period [2017-01-01,2263-01-01]", 1, ("period", "2263-01-01", RANGE, DATES)),
+    ("fit: period far before 1677", FIT + " --data.val_period [1600-01-01,1600-12-31]", 1, ("val_period", "1600-01-01", RANGE, DATES)),
+    ("fit: period far after 2262", FIT + " --data.test_period [2262-01-01,2300-01-01]", 1, ("test_period", "2300-01-01", RANGE)),
+    ("benchmark: period far before 1677", "benchmark --train_period [1500-01-01,2019-06-30]", 1, ("train_period", "1500-01-01", RANGE)),
+    ("benchmark: synth start far before 1677", "benchmark --synth.start 1600-01-01", 1, ("--synth.start", RANGE, DATES)),
+    ("benchmark: physics start far after 2262", "benchmark --physics.start 2300-01-01 --bound false", 1, ("--physics.start", RANGE, DATES)),
+    ("evaluate: case window far before 1677", EVAL + " --cases {dir}/far_case.yaml", 1, ("window", "1600-01-01", RANGE, DATES)),
+    ("report: case window far before 1677", REPORT + " --cases {dir}/far_case.yaml", 1, ("window", "1600-01-01", RANGE)),
+    ("data synth: seed 2**64", SYNTH + " --seed 18446744073709551616", 1, ("--seed", "18446744073709551616", RANGE, SEEDS)),
+    ("data synth: seed 2**32", SYNTH + " --seed 4294967296", 1, ("--seed", RANGE, SEEDS)),
+    ("data physics: seed 2**64", PHYS + " --seed 18446744073709551616", 1, ("--seed", RANGE, SEEDS)),
+    ("fit: data seed 2**64", FIT + " --data.seed 18446744073709551616", 1, ("--data.seed", RANGE, SEEDS)),
+    ("fit: seed_everything 2**64", FIT + " --seed_everything 18446744073709551616", 1, ("--seed_everything", RANGE, SEEDS)),
+    ("fit: straggler seed negative", FIT + ' --trainer.callbacks+ {{"class_path":"ensml.train.stragglers.Stragglers","init_args":{{"seed":-1}}}}', 1, ("seed", RANGE, SEEDS)),
+    ("benchmark: seed 2**64", "benchmark --seed 18446744073709551616", 1, ("--seed", RANGE, SEEDS)),
+    ("benchmark: synth seed 2**64", "benchmark --synth.seed 18446744073709551616", 1, ("--synth.", "seed: 18446744073709551616", RANGE, SEEDS)),
+    ("benchmark: physics seed negative", "benchmark --physics.seed -1 --bound false", 1, ("--physics.", "seed: -1", RANGE, SEEDS)),
+    ("data synth: lead 10**9 hours", SYNTH + " --leads [1000000000]", 1, ("lead time 1000000000", RANGE, LEADS)),
+    ("data synth: lead 99999 days", SYNTH + " --leads [0,P99999D]", 1, ("P99999D", RANGE, LEADS)),
+    ("data physics: lead 10**9 hours", PHYS + " --leads [0,1000000000]", 1, ("1000000000", RANGE, LEADS)),
+    ("fit: target lead 10**9 hours", FIT + " --data.target_leads 1000000000", 1, ("1000000000", RANGE, LEADS)),
+    ("evaluate: lead 10**9 hours", EVAL + " --leads 1000000000", 1, ("1000000000", RANGE, LEADS)),
+    ("report: lead 10**9 hours", REPORT + " --lead 1000000000", 1, ("1000000000", RANGE, LEADS)),
+    ("benchmark: synth lead 10**9 hours", "benchmark --synth.leads [0,1000000000]", 1, ("1000000000", RANGE, LEADS)),
+    ("data synth: out_dir name too long", "data synth --out_dir out/" + LONG_NAME, 1, ("300 bytes", "NAME_MAX: 255 bytes")),
+    ("data synth: out_dir path too long", "data synth --out_dir " + LONG_PATH, 1, ("PATH_MAX: 4096 bytes",)),
+    ("data physics: out_dir name too long", "data physics --out_dir " + LONG_NAME, 1, ("NAME_MAX",)),
+    ("data archive: out_dir name too long", "data archive --forecast {fc} --out_dir " + LONG_NAME, 1, ("NAME_MAX",)),
+    ("evaluate: out_dir name too long", "evaluate --forecast {fc} --analysis {an} --out_dir out/" + LONG_NAME, 1, ("NAME_MAX",)),
+    ("report: out_dir path too long", "report --forecast {fc} --analysis {an} --out_dir " + LONG_PATH, 1, ("PATH_MAX",)),
+    ("benchmark: out_dir name too long", "benchmark --out_dir " + LONG_NAME, 1, ("NAME_MAX",)),
 ]  # fmt: skip
 
 #: Rows run as the console script in a subprocess: ``-q`` must hide Lightning's notes ("Seed
@@ -261,6 +304,10 @@ def inputs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     (folder / "repeated.yaml").write_text("k: 3\nk: 5\n")
     (folder / "nested.yaml").write_text("reader:\n  rename: {a: b}\n  rename: {c: d}\n")
     (folder / "list.yaml").write_text("- forecast.nc\n- analysis.nc\n")
+    far = "name: far\nvariable: z\nlevel: 500\nlead: 48h\nregion: {lat: [-75, -35], lon: [350, 80]}\n"
+    (folder / "far_case.yaml").write_text(
+        far + "window: [1600-01-01, 1600-01-03]\nthreshold: {quantile: 0.1}\n"
+    )
     data = "\n".join(tiny_data_args(tiny_data))
     return {"fc": str(tiny_data["forecast"]), "an": str(tiny_data["analysis"]), "dir": str(folder),
             "smoke": SMOKE, "data": data, "inputs": str(Path(tiny_data["forecast"]).parent)}  # fmt: skip

@@ -23,13 +23,13 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def refused(home: Path, path: str, message: str, **kwargs) -> None:
-    """``check`` and ``open`` both refuse with exactly ``message``, and nothing changes."""
+def refused(home: Path, path: str, message: str | None, **kwargs) -> None:
+    """``check`` and ``open`` both refuse with exactly ``message`` (None: any), and nothing changes."""
     before = snapshot(home.parent)
     for call in (check_out_dir, OutputFolder.open):
         with pytest.raises(EnsmlError) as info:
             call(path, "evaluate", **kwargs)
-        assert str(info.value) == message
+        assert message is None or str(info.value) == message
         assert "\n" not in str(info.value)
         assert snapshot(home.parent) == before
 
@@ -268,3 +268,28 @@ def test_a_failed_run_keeps_an_existing_folder_and_what_was_written(home: Path) 
     with pytest.raises(_Refused), OutputFolder.open("done", "evaluate", whole=True):
         raise _Refused  # an earlier run's folder: nothing of it is removed
     assert sorted(os.listdir(home / "done")) == [".ensml", "scores.csv"]
+
+
+def test_a_name_longer_than_the_file_system_allows(home: Path) -> None:
+    name = "a" * 300
+    message = (
+        f"evaluate: out_dir new/{name[:36]}…{name[-16:]}: the name {name[:40]}…{name[-16:]} is 300 bytes, "
+        "longer than the file system allows (NAME_MAX: 255 bytes)"
+    )
+    refused(home, f"new/{name}", message)
+    assert not (home / "new").exists()
+
+
+def test_a_path_longer_than_the_file_system_allows(home: Path) -> None:
+    path = "/".join(["b" * 200] * 21)  # every name fits, the path does not
+    refused(home, path, None)
+    with pytest.raises(EnsmlError, match=r"the path is \d+ bytes, .* \(PATH_MAX: 4096 bytes, less 64\)"):
+        check_out_dir(path, "evaluate")
+    assert not (home / ("b" * 200)).exists()
+
+
+def test_an_output_path_longer_than_the_file_system_allows(home: Path) -> None:
+    names = ["/".join(["c" * 200] * 20) + "/scores.csv"]  # each name fits, the whole does not
+    with pytest.raises(EnsmlError, match=r"output c+…c+/scores.csv would have a path of \d+ bytes"):
+        check_out_dir("new", "evaluate", names=names)
+    assert not (home / "new").exists()

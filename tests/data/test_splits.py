@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ensml.data.splits import split_init_times
+from ensml.data.splits import check_periods, split_init_times
 from ensml.errors import EnsmlError
 
 INITS = pd.date_range("2017-01-01", "2017-12-31", freq="1D").values
@@ -42,7 +42,14 @@ def test_overlap_and_empty_and_malformed() -> None:
         )
     with pytest.raises(EnsmlError, match=r"the test split .* holds no init dates .* 2017-01-01 … 2017-12-31"):
         split_init_times(INITS, {"test": ["2030-01-01", "2030-12-31"]}, LEAD)
-    with pytest.raises(EnsmlError, match="not a pair of dates"):
+    with pytest.raises(EnsmlError, match="'yesterday' is not a date"):
         split_init_times(INITS, {"train": ["yesterday", "2017-01-01"]}, LEAD)
+    with pytest.raises(
+        EnsmlError, match=r"train_period .*: 1600-01-01 is out of range \(must be a date in 1677"
+    ):
+        split_init_times(INITS, {"train": ["1600-01-01", "2017-01-01"]}, LEAD)
+    # an end on the last day datetime64[ns] holds takes the day's instants it holds, no more
+    bounds = check_periods({"test": ["2262-04-01", "2262-04-11"]})["test"]
+    assert bounds[1] == np.datetime64(np.iinfo(np.int64).max, "ns")
     with pytest.raises(EnsmlError, match="ends before it starts"):
         split_init_times(INITS, {"train": ["2017-02-01", "2017-01-01"]}, LEAD)

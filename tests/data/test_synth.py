@@ -263,7 +263,7 @@ def test_sub_daily_leads_and_other_levels(tmp_path):
     [
         ({"members": 1}, "at least 2 members"),
         ({"start": "2017-02-01", "end": "2017-01-01"}, "date range is empty"),
-        ({"start": "not a date"}, "must be dates"),
+        ({"start": "not a date"}, "is not a date"),
         ({"leads": (24, 0)}, "strictly increasing"),
         ({"leads": (24, 24)}, "strictly increasing"),
         ({"leads": (-6, 0)}, ">= 0"),
@@ -277,6 +277,14 @@ def test_sub_daily_leads_and_other_levels(tmp_path):
         ({"every_days": 0}, "every_days"),
         ({"storms_per_year": -1}, "storms_per_year"),
         ({"seed": -1}, "seed"),
+        ({"seed": 2**64}, r"--seed: 18446744073709551616 is out of range \(must be >= 0 and <= 4294967295\)"),
+        (
+            {"start": "1600-01-01", "end": "1600-02-01"},
+            r"1600-01-01 is out of range \(must be a date in 1677-09-22 …",
+        ),
+        ({"start": "2262-01-01", "end": "2263-02-01"}, "2263-02-01 is out of range"),
+        ({"start": "2262-04-10", "end": "2262-04-11"}, "runs past 2262-04-11"),
+        ({"leads": (0, 1_000_000_000)}, r"out of range \(must be >= 0 and <= 87600 h"),
         ({"members": "ten"}, "invalid option"),
     ],
 )

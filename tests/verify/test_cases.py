@@ -78,6 +78,7 @@ def test_case_lead_in_hours_or_as_a_duration(lead: object) -> None:
         ({"region": {"lat": [0, 10]}}, "region must be"),
         ({"window": ["2017-02-01", "2017-01-01"]}, "ends"),
         ({"window": ["yesterday", "2017-01-01"]}, "not a date"),
+        ({"window": ["1600-01-01", "2017-01-01"]}, "1600-01-01 is out of range"),
         ({"threshold": {"quantile": 1.5}}, "quantile must be in (0, 1)"),
         ({"threshold": {"value": 1, "quantile": 0.5}}, "threshold must be"),
         ({"threshold": {"value": 1, "tail": "both"}}, "tail must be"),

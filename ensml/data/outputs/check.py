@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ensml.data.outputs.ledger import LEDGER, LOG, Ledger, unchanged
-from ensml.data.outputs.names import STATE_DIR, distinct, resolve
+from ensml.data.outputs.names import STATE_DIR, distinct, normalise, resolve
 from ensml.errors import EnsmlError
 
 
@@ -20,6 +20,47 @@ def _nearest_existing(path: Path) -> Path:
     while not os.path.lexists(path) and path != path.parent:
         path = path.parent
     return path
+
+
+#: Bytes kept free under PATH_MAX for what ensml writes inside an out_dir (``.ensml/`` and its
+#: staging names: a 12-character token and a folder or two).
+STATE_ROOM = 64
+
+
+def _limits(base: Path) -> tuple[int, int]:
+    """NAME_MAX and PATH_MAX (bytes; PATH_MAX counts the final NUL) of the file system of ``base``."""
+    limits = []
+    for key, default in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):  # Linux's, where unknown
+        try:
+            value = os.pathconf(base, key)
+        except (OSError, ValueError):
+            value = -1
+        limits.append(value if value > 0 else default)
+    return limits[0], limits[1]
+
+
+def _short(text: str) -> str:
+    """``text`` cut to about 60 characters for a message (the ends kept)."""
+    return text if len(text) <= 60 else f"{text[:40]}…{text[-16:]}"
+
+
+def _fits(real: Path, base: Path, command: str, display: str) -> None:
+    """Raise when a name in ``real`` is longer than the file system of ``base`` allows (NAME_MAX),
+    or the path, with room for ensml's own entries inside, longer than PATH_MAX."""
+    name_max, path_max = _limits(base)
+    for part in real.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise EnsmlError(
+                f"{command}: out_dir {_short(display)}: the name {_short(part)} is {size} bytes, longer "
+                f"than the file system allows (NAME_MAX: {name_max} bytes)"
+            )
+    size = len(os.fsencode(real))
+    if size + STATE_ROOM >= path_max:
+        raise EnsmlError(
+            f"{command}: out_dir {_short(display)}: the path is {size} bytes, longer than the file system "
+            f"allows with ensml's files inside (PATH_MAX: {path_max} bytes, less {STATE_ROOM})"
+        )
 
 
 def _writable(base: Path, command: str, display: str) -> None:
@@ -40,6 +81,7 @@ def _place(path: Path, command: str, display: str, shared: bool) -> Path:
     if os.path.islink(path) and not path.exists():
         raise EnsmlError(f"{command}: out_dir {display} is a broken symbolic link (to {os.readlink(path)})")
     real = Path(os.path.realpath(path))
+    _fits(real, _nearest_existing(real), command, display)  # first: a longer path cannot even be stat'ed
     if real == Path(real.anchor):
         raise EnsmlError(f"{command}: out_dir {display} is the root folder; name a new folder")
     if STATE_DIR in real.parts:
@@ -111,8 +153,17 @@ def check_names(
         output, a user's file, another command's output, or an output changed since.
     """
     out = []
+    path_max = _limits(_nearest_existing(root))[1]
     try:
-        resolved = [resolve(root, name) for name in distinct(names)]
+        keys = [normalise(name) for name in distinct(names)]
+        for key in keys:  # first: a longer path cannot even be stat'ed
+            size = len(os.fsencode(root / key))
+            if size >= path_max:
+                raise EnsmlError(
+                    f"out_dir {_short(display)}: output {_short(key)} would have a path of {size} bytes, "
+                    f"longer than the file system allows (PATH_MAX: {path_max} bytes)"
+                )
+        resolved = [resolve(root, key) for key in keys]
     except EnsmlError as exc:
         raise EnsmlError(f"{command}: {exc}") from None
     for key, path in resolved:
@@ -130,7 +181,9 @@ def check_out_dir(
 
     Only reads the file system; call it before any work. Refused, each in one line naming the
     command and the path: an empty path; a file; a folder under a file; the root folder; the
-    current folder or one above it (unless ``shared``); a folder inside ``.ensml``; a folder
+    current folder or one above it (unless ``shared``); a folder inside ``.ensml``; a name in
+    the path longer than the file system allows (NAME_MAX) or a path longer than PATH_MAX less
+    :data:`STATE_ROOM` (an output's longer than PATH_MAX); a folder
     (or its nearest existing ancestor) that is not writable or on a read-only mount; an
     existing non-empty folder without an ensml ledger, whatever it holds (unless ``shared``); a
     ledger that cannot be read; and any of ``names`` that is not a relative name inside the

@@ -28,8 +28,9 @@ from ensml.data.physics.core import TRUNCATIONS, dinosaur
 from ensml.data.physics.runs import VARIABLES, Plan, core_for, run_all
 from ensml.data.synth.build import encodings
 from ensml.errors import EnsmlError
-from ensml.names import HOUR, format_leads, iso_lead, parse_leads
+from ensml.names import HOUR, date_after, format_leads, iso_lead, parse_date, parse_leads
 from ensml.progress import EVERY_S, Progress, note, seconds
+from ensml.seeds import Seed, check_seed
 
 NAMES = ("forecast", "analysis")
 #: The single-level variables (no level dimension).
@@ -75,6 +76,7 @@ def _plan(
         )
     if members < 2:
         raise EnsmlError(f"physics needs at least 2 members, got members={members}")
+    check_seed(seed, "physics: option --seed")
     plan = Plan(
         tuple(int(p) for p in levels),
         tuple(int(h) for h in hours),
@@ -100,7 +102,7 @@ def physics(
     inits: PositiveInt = 360,
     every_hours: PositiveInt = 24,
     spinup_days: NonNegativeInt = 120,
-    seed: NonNegativeInt = 0,
+    seed: Seed = 0,
     workers: PositiveInt | None = None,
     overwrite: bool = False,
 ) -> dict[str, Path]:
@@ -129,7 +131,8 @@ def physics(
     members
         Ensemble size, at least 2.
     start
-        Date of the first init time (the model has no seasons: dates only label the times).
+        Date of the first init time (the model has no seasons: dates only label the times),
+        1677-09-22 … 2262-04-11 (what ``datetime64[ns]`` holds), the last valid time too.
     inits
         Number of init times.
     every_hours
@@ -137,7 +140,7 @@ def physics(
     spinup_days
         Days the truth runs from rest before the first init (about 100 reach its climate).
     seed
-        Seed of the spin-up noise and of every initial perturbation.
+        Seed of the spin-up noise and of every initial perturbation, 0 … 2**32 - 1.
     workers
         Processes for the forecasts (default: the cores, at most 8); the truth runs beside them.
     overwrite
@@ -157,10 +160,12 @@ def physics(
     """
     options = {k: v for k, v in locals().items() if k not in ("out_dir", "workers", "overwrite")}
     plan = _plan(truncation, layers, levels, leads, members, inits, every_hours, spinup_days, seed)
-    try:
-        t0 = pd.Timestamp(start)
-    except (ValueError, TypeError) as err:
-        raise EnsmlError(f"physics start must be a date like 2000-01-01, got {start!r}") from err
+    t0 = pd.Timestamp(parse_date(start, "physics: option --start"))
+    # the truth runs from the first init to the last init's longest lead: datetime64[ns] must hold it
+    span_s = (plan.records - 1) * plan.record_hours * 3600
+    date_after(
+        t0.to_datetime64(), span_s, "physics: the last valid time (start + the inits + the longest lead)"
+    )
     n_workers = int(workers) if workers else max(1, min(8, os.cpu_count() or 1))
     dinosaur()  # the extra is installed, before anything is written
     check_generated(out_dir, "physics", [f"{n}.nc" for n in NAMES], overwrite)

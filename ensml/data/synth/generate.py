@@ -123,14 +123,15 @@ import dask
 import numpy as np
 import pandas as pd
 import xarray as xr
-from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt, restricted_number_type
+from jsonargparse.typing import NonNegativeFloat, PositiveInt, restricted_number_type
 
 from ensml.data.outputs import OutputFolder
 from ensml.data.outputs.generated import check_generated
 from ensml.data.synth.build import SynthConfig, build_datasets, encodings
 from ensml.errors import EnsmlError
-from ensml.names import format_leads, iso_lead, parse_leads
+from ensml.names import date_after, format_leads, iso_lead, parse_date, parse_leads
 from ensml.progress import EVERY_S, Progress
+from ensml.seeds import Seed, check_seed
 
 NAMES = ("forecast", "analysis", "oracle")
 SUFFIXES = {"netcdf": ".nc", "zarr": ".zarr"}
@@ -157,17 +158,15 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
         raise EnsmlError(f"synth every_days must be >= 1, got {cfg.every_days}")
     if not (np.isfinite(cfg.storms_per_year) and 0 <= cfg.storms_per_year <= 365):
         raise EnsmlError(f"synth storms_per_year must be in 0..365, got {cfg.storms_per_year}")
-    if cfg.seed < 0:
-        raise EnsmlError(f"synth seed must be >= 0, got {cfg.seed}")
-    try:
-        t0, t1 = pd.Timestamp(cfg.start), pd.Timestamp(cfg.end)
-    except (ValueError, TypeError) as err:
-        raise EnsmlError(
-            f"synth start/end must be dates like 2017-01-01, got {cfg.start!r}, {cfg.end!r}"
-        ) from err
+    check_seed(cfg.seed, "synth: option --seed")
+    t0, t1 = parse_date(cfg.start, "synth: option --start"), parse_date(cfg.end, "synth: option --end")
     if t1 < t0:
         raise EnsmlError(f"synth date range is empty: end {cfg.end} is before start {cfg.start}")
-    inits = pd.date_range(t0, t1, freq=f"{cfg.every_days}D").to_numpy().astype("datetime64[ns]")
+    inits = pd.date_range(t0, t1, freq=f"{cfg.every_days}D", unit="ns").to_numpy()
+    # the analysis runs to the last init's longest lead: a valid time datetime64[ns] must hold
+    date_after(
+        inits[-1], int(leads[-1] // np.timedelta64(1, "s")), "synth: the last init plus the longest lead"
+    )
     return inits, leads
 
 
@@ -188,7 +187,7 @@ def synth(
     end: str = "2020-12-31",
     every_days: PositiveInt = 2,
     storms_per_year: NonNegativeFloat = 6.0,
-    seed: NonNegativeInt = 0,
+    seed: Seed = 0,
     surface: bool = False,
     precip_wind: bool = False,
     format: Literal["netcdf", "zarr"] = "netcdf",
@@ -223,15 +222,15 @@ def synth(
     members
         Ensemble size, 2 … 1000.
     start
-        First initialisation date (00 UTC).
+        First initialisation date (00 UTC), 1677-09-22 … 2262-04-11 (what ``datetime64[ns]`` holds).
     end
-        Last possible initialisation date (inclusive).
+        Last possible initialisation date (inclusive); its longest lead must end by 2262-04-11.
     every_days
         Days between initialisations.
     storms_per_year
         Mean number of storms (intense compact warm-core lows) per year, Poisson; at most 365.
     seed
-        Random seed; the same options and seed give the same data.
+        Random seed, 0 … 2**32 - 1; the same options and seed give the same data.
     surface
         Also write the surface (single-level) variable ``t2m``: the synthetic atmosphere's
         temperature at 1000 hPa, drawn as one more level (its oracle too). ``z`` and ``t`` are
