@@ -159,6 +159,24 @@ def _check_vars(
             )
 
 
+def _check_kind(ds: xr.Dataset, path: str, what: str) -> None:
+    """Raise if a forecast is an analysis (no lead time) or an analysis a forecast (init and
+    lead times): the file given in the other's place."""
+    dims = ", ".join(map(str, ds.dims)) or "none"
+    if what == "forecast" and LEAD_TIME not in ds.dims:
+        if TIME in ds.dims and INIT_TIME not in ds.dims:
+            raise EnsmlError(
+                f"forecast file {path} is an analysis (dims {dims}: no {LEAD_TIME} or {MEMBER} "
+                f"dimension); give a forecast ensemble here ({', '.join(FORECAST_DIMS)})"
+            )
+        raise EnsmlError(f"forecast file {path} has no {LEAD_TIME} dimension (dims {dims}): not a forecast")
+    if what == "analysis" and (LEAD_TIME in ds.dims or INIT_TIME in ds.dims):
+        raise EnsmlError(
+            f"analysis file {path} is a forecast (dims {dims}); give the verifying analysis here "
+            f"({', '.join(ANALYSIS_DIMS)})"
+        )
+
+
 def _check_index(ds: xr.Dataset, dims: Sequence[str], path: str, what: str) -> None:
     """Raise naming the first repeated or out-of-order value of a time coordinate.
 
@@ -198,6 +216,7 @@ def _open_checked(
     ds, name = _open_sources(paths, what, chunks, as_reader(reader) if reader else None)
     ds = normalised(ds, name, what)
     ds = one_run_as_ensemble(ds) if what == "forecast" else ds
+    _check_kind(ds, str(name), what)
     check_grid(ds, variables or list(ds.data_vars), str(name), what)
     _check_vars(ds, variables, dims, str(name), what)
     _check_index(ds, dims, str(name), what)
