@@ -58,6 +58,9 @@ class OutputFolder(Reservations):
         self.disowned: list[str] = []
         self._fds = fds  # the folder lock, then the mark on this run's staging folder
         self._pending: dict[str, Path] = {}  # whole: staged temporaries by name
+        self._created: list[Path] = []  # folders open() made: undone if the run fails having written nothing
+        self._changed = False  # whether this run changed the ledger (reserved or placed an output)
+        self._failed = False
         self._closed = False
 
     @staticmethod
@@ -109,6 +112,7 @@ class OutputFolder(Reservations):
             here.mkdir()
             fds.append(lock_staging(here))
             folder = cls(real, display, command, run_id, ledger, whole, fds)
+            folder._created = created
             folder._start(names)
         except BaseException as exc:
             shutil.rmtree(run_dir(real, run_id), ignore_errors=True)
@@ -140,6 +144,7 @@ class OutputFolder(Reservations):
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:  # fmt: skip
+        self._failed = kind is not None
         try:
             if kind is None and self.whole and not self._closed:
                 self.commit(remove_stale=True)
@@ -149,7 +154,9 @@ class OutputFolder(Reservations):
     def close(self) -> None:
         """Discard what is staged and not committed, save the ledger, release the locks.
 
-        A staging folder whose commit could not be undone keeps its journal, for the next run.
+        A staging folder whose commit could not be undone keeps its journal, for the next run. A
+        run that ends in an error before its first output (a damaged input found by the first
+        read) removes the folders it created, as a failed start does: it leaves nothing.
         """
         if self._closed:
             return
@@ -165,6 +172,8 @@ class OutputFolder(Reservations):
             if not (self.run_dir / JOURNAL).exists():
                 shutil.rmtree(self.run_dir, ignore_errors=True)
         finally:
+            if self._failed and not self._changed:
+                undo_folders(self._created)  # the lock is still held: no other run is inside
             for fd in reversed(self._fds):
                 os.close(fd)
 
@@ -208,6 +217,7 @@ class OutputFolder(Reservations):
                      **sig)  # fmt: skip
 
     def _log(self, changes: list[tuple[str, Entry | None]], durable: bool = True) -> None:
+        self._changed = True
         try:
             self.ledger.change(changes, durable)
         except OSError as err:
