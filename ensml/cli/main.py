@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -110,6 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _fail(message: str, status: int) -> int:
     if verbose():
         traceback.print_exc()
+    # The line is the last word: reads still in flight on zarr's event loop when the error
+    # stopped the run (a damaged chunk among several read at once) would otherwise add "Task
+    # was destroyed but it is pending!" lines at exit.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     print(f"ensml: {message}", file=sys.stderr)
     return status
 

@@ -156,12 +156,22 @@ def _where(a: xr.DataArray, bad: np.ndarray) -> str:
 
 
 def check_grid(ds: xr.Dataset, variables, path: str, what: str) -> None:
-    """Raise one line naming the file if a 2-D latitude/longitude grid is malformed.
+    """Raise one line naming the file if its latitude/longitude grid is malformed.
 
-    Checked: latitude and longitude both 2-D on the same dims, those dims the horizontal dims
-    of every variable in ``variables``, every value finite, latitudes within ±90°.
+    Checked: every 1-D latitude and longitude value finite (a NaN one would otherwise surface as
+    "different grids" with ranges that look the same); for a 2-D grid, latitude and longitude
+    on the same dims, those dims the horizontal dims of every variable in ``variables``, every
+    value finite, latitudes within ±90°.
     """
     lat, lon = ds.coords.get(LATITUDE), ds.coords.get(LONGITUDE)
+    for name, c in ((LATITUDE, lat), (LONGITUDE, lon)):
+        if c is not None and c.ndim == 1:
+            bad = ~np.isfinite(np.asarray(c.values, dtype=np.float64))
+            if bad.any():
+                raise EnsmlError(
+                    f"{what} file {path}: {name} has {int(bad.sum())} NaN or infinite value(s) of "
+                    f"{bad.size}; every grid point needs a position (NaN coordinates)"
+                )
     if lat is None or lon is None or (lat.ndim != 2 and lon.ndim != 2):
         return
     if lat.ndim != 2 or lon.ndim != 2 or set(lat.dims) != set(lon.dims):

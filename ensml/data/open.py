@@ -9,7 +9,10 @@ coordinates, members in separate files, or files split by date), and the result 
 
 from __future__ import annotations
 
+import errno
 import glob
+import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -42,24 +45,61 @@ from ensml.names import (
 PathLike = str | Path
 
 
-def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[Path]:
+def expand_paths(paths: PathLike | Sequence[PathLike], what: str) -> list[Path]:
+    """The files named by ``paths`` (paths or globs), each checked to be a file or a zarr store.
+
+    A path names that file when it exists, even if its name holds glob characters (``fc[1].nc``);
+    otherwise a name with ``*``, ``?`` or ``[`` is a glob (``**`` spans folders), in sorted order.
+
+    Raises
+    ------
+    EnsmlError
+        No file matches, or a path is not a file ensml can read, saying what it is: missing, a
+        broken link or a link loop, a FIFO, a device or a socket, a folder that is no zarr store.
+    """
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     out: list[Path] = []
     for item in items:
         pattern = str(item)
-        matches = (
-            [Path(p) for p in sorted(glob.glob(pattern))]
-            if any(c in pattern for c in "*?[")
-            else [Path(item)]
-        )
-        out.extend(matches)
+        if any(c in pattern for c in "*?[") and not os.path.lexists(pattern):
+            out.extend(Path(p) for p in sorted(glob.glob(pattern, recursive=True)))
+        else:
+            out.append(Path(item))
     if not out:
         raise EnsmlError(f"no {what} files match {paths!r}")
     for p in out:
-        if not (p.is_file() or (p.is_dir() and detect_format(p) == "zarr")):
-            reason = unknown_format(p) if p.is_dir() else "does not exist"
+        reason = _not_readable(p)
+        if reason:
             raise EnsmlError(f"{what} file {p} {reason}")
     return out
+
+
+def _not_readable(path: Path) -> str | None:
+    """Why ``path`` is not a file or zarr store (None if it is one), without opening it: opening
+    a FIFO would wait for a writer, and a device would read forever."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "is a symbolic-link loop (a link that leads back to itself)"
+        if err.errno == errno.ENOENT and os.path.islink(path):
+            return f"is a broken symbolic link (to {os.readlink(path)}, which does not exist)"
+        if err.errno == errno.ENOENT:
+            return "does not exist"
+        return f"cannot be read ({err.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        if detect_format(path) == "zarr":
+            return None
+        return f"{unknown_format(path)}; give files or a glob such as {path}/*.nc"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO (named pipe), not a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, not a file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a file"
+    return "is not a regular file"
 
 
 def _open(
@@ -83,11 +123,11 @@ def _open_sources(
 ) -> tuple[xr.Dataset, Path | PathLike | Sequence[PathLike]]:
     """The dataset of ``paths`` (members in separate files when a path holds ``{member}``)."""
     if not has_member_field(paths):
-        files = _paths(paths, what)
+        files = expand_paths(paths, what)
         return _open(files, what, chunks, reader), files[0] if len(files) == 1 else paths
     if not isinstance(paths, str | Path):
         raise EnsmlError(f"{what}: a path with {{member}} must be given alone, got {list(paths)}")
-    by_member = member_files(str(paths), lambda pattern: _paths(pattern, what))
+    by_member = member_files(str(paths), lambda pattern: expand_paths(pattern, what))
     parts = {
         n: normalised(_open(files, what, chunks, reader), files[0], what) for n, files in by_member.items()
     }
@@ -117,6 +157,24 @@ def _check_vars(
                 f"{what} file {path}: variable {var!r} has dims {ds[var].dims}, {wrong} "
                 f"(expected {', '.join(dims)})"
             )
+
+
+def _check_kind(ds: xr.Dataset, path: str, what: str) -> None:
+    """Raise if a forecast is an analysis (no lead time) or an analysis a forecast (init and
+    lead times): the file given in the other's place."""
+    dims = ", ".join(map(str, ds.dims)) or "none"
+    if what == "forecast" and LEAD_TIME not in ds.dims:
+        if TIME in ds.dims and INIT_TIME not in ds.dims:
+            raise EnsmlError(
+                f"forecast file {path} is an analysis (dims {dims}: no {LEAD_TIME} or {MEMBER} "
+                f"dimension); give a forecast ensemble here ({', '.join(FORECAST_DIMS)})"
+            )
+        raise EnsmlError(f"forecast file {path} has no {LEAD_TIME} dimension (dims {dims}): not a forecast")
+    if what == "analysis" and (LEAD_TIME in ds.dims or INIT_TIME in ds.dims):
+        raise EnsmlError(
+            f"analysis file {path} is a forecast (dims {dims}); give the verifying analysis here "
+            f"({', '.join(ANALYSIS_DIMS)})"
+        )
 
 
 def _check_index(ds: xr.Dataset, dims: Sequence[str], path: str, what: str) -> None:
@@ -158,6 +216,7 @@ def _open_checked(
     ds, name = _open_sources(paths, what, chunks, as_reader(reader) if reader else None)
     ds = normalised(ds, name, what)
     ds = one_run_as_ensemble(ds) if what == "forecast" else ds
+    _check_kind(ds, str(name), what)
     check_grid(ds, variables or list(ds.data_vars), str(name), what)
     _check_vars(ds, variables, dims, str(name), what)
     _check_index(ds, dims, str(name), what)
@@ -192,7 +251,7 @@ def open_analysis(
 
 def open_dataset(paths: PathLike | Sequence[PathLike], what: str) -> xr.Dataset:
     """Open any other ensml file (predictions, oracle) lazily, in ensml's vocabulary."""
-    files = _paths(paths, what)
+    files = expand_paths(paths, what)
     return normalised(_open(files, what, None), files[0] if len(files) == 1 else paths, what)
 
 
@@ -205,7 +264,7 @@ def load_dataset(
     outputs): each file is opened once and closed, where a lazy multi-file dataset reopens files
     for every variable once there are more than xarray's file cache holds (128).
     """
-    files = _paths(paths, what)
+    files = expand_paths(paths, what)
     parts = []
     for path in files:
         with read_file(path, what, None) as ds:
@@ -254,6 +313,7 @@ __all__ = [
     "check_lead_times",
     "check_levels",
     "check_members",
+    "expand_paths",
     "load_dataset",
     "open_analysis",
     "open_dataset",

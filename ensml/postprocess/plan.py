@@ -9,14 +9,13 @@ different folders do not collide). zarr output: one unit per init time, each a r
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ensml.data.open import open_forecast
+from ensml.data.open import expand_paths, open_forecast
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME
 from ensml.postprocess.worker import Unit
@@ -25,25 +24,13 @@ ZARR_STORE = "products.zarr"
 
 
 def expand_inputs(patterns: str | Sequence[str], what: str = "forecast") -> list[Path]:
-    """Files named by ``patterns`` (paths or globs), each once, in sorted order."""
+    """Files named by ``patterns`` (paths or globs, :func:`~ensml.data.open.expand_paths`), each once."""
     items = [patterns] if isinstance(patterns, str | Path) else list(patterns)
     if not items:
         raise EnsmlError(f"no {what} files given")
     found: dict[Path, None] = {}
-    for item in items:
-        pattern = str(item)
-        if any(c in pattern for c in "*?["):
-            matches = sorted(glob.glob(pattern, recursive=True))
-            if not matches:
-                raise EnsmlError(f"no {what} files match {pattern!r}")
-        else:
-            matches = [pattern]
-        for m in matches:
-            p = Path(m)
-            if not p.exists():
-                raise EnsmlError(f"{what} file {p} does not exist")
-            if p.is_dir() and p.suffix != ".zarr":
-                raise EnsmlError(f"{what} path {p} is a folder; give files or a glob such as {p}/*.nc")
+    for item in items:  # each checked by the one reader's rules (a literal name before a glob)
+        for p in expand_paths(str(item), what):
             found.setdefault(p.resolve(), None)
     return list(found)
 

@@ -55,6 +55,35 @@ def _no_init_times(ds: xr.Dataset) -> xr.Dataset:
     return empty
 
 
+def _nan_latitude(ds: xr.Dataset) -> xr.Dataset:
+    lat = ds.latitude.values.copy()
+    lat[3] = np.nan
+    return ds.assign_coords(latitude=lat)
+
+
+def _zarr(src: Path, store: Path, damage: Callable[[Path], None]) -> Path:
+    """``src`` written as a zarr store (one chunk per init time), then damaged by ``damage``."""
+    with xr.open_dataset(src) as ds:
+        whole = ds.load()  # every init: fit needs its splits
+    for var in whole.variables.values():
+        var.encoding = {}
+    whole.chunk({"init_time": 1}).to_zarr(store, zarr_format=2, consolidated=True)
+    damage(store)
+    return store
+
+
+def _garble_chunks(store: Path) -> None:
+    """Overwrite every chunk of the data variables with bytes no codec decodes."""
+    for var in ("z", "t"):
+        for chunk in (store / var).iterdir():
+            if not chunk.name.startswith("."):
+                chunk.write_bytes(b"not a chunk " * 40)
+
+
+def _lose_metadata(store: Path) -> None:
+    (store / "t" / ".zarray").unlink()
+
+
 @pytest.fixture(scope="module")
 def inputs(tiny_data: Inputs, fitted: Path, tmp_path_factory: pytest.TempPathFactory) -> Inputs:
     """The tiny dataset, a trained checkpoint and its predictions, and broken variants of them."""
@@ -68,6 +97,11 @@ def inputs(tiny_data: Inputs, fitted: Path, tmp_path_factory: pytest.TempPathFac
     (d / "truncated.ckpt").write_bytes(ckpt.read_bytes()[:5000])
     (d / "a-file").write_text("not a folder\n")
     (d / "bad.yaml").write_text("data: [\n  forecast: x\n")
+    os.mkfifo(d / "fifo.nc")
+    os.mkfifo(d / "pipe[1].nc")
+    (d / "loop-a.nc").symlink_to("loop-b.nc")
+    (d / "loop-b.nc").symlink_to("loop-a.nc")
+    (d / "an[1].nc").write_bytes(an.read_bytes())  # an existing name that is also a glob
     shift = np.timedelta64(3650, "D")
     preds = fitted / "runs/smoke/predictions.nc"
     return {
@@ -86,6 +120,9 @@ def inputs(tiny_data: Inputs, fitted: Path, tmp_path_factory: pytest.TempPathFac
         "no-init": _variant(fc, d / "no-init.nc", _no_init_times),
         "nan-predictions": _variant(preds, d / "nan-preds.nc", _poison("z_mean", np.nan)),
         "renamed-predictions": _variant(preds, d / "renamed-preds.nc", lambda ds: ds.rename(z_mean="zz")),
+        "nan-latitude": _variant(an, d / "nan-lat.nc", _nan_latitude),
+        "corrupt-zarr": _zarr(fc, d / "corrupt.zarr", _garble_chunks),
+        "lost-zarr": _zarr(fc, d / "lost.zarr", _lose_metadata),
     }
 
 
@@ -137,6 +174,35 @@ CASES: dict[str, Case] = {
     "evaluate: forecast with no init times": Case(lambda i: ["evaluate", f"--forecast={i['no-init']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("no-init.nc", "holds no init_time")),
     "postprocess: checkpoint missing": Case(lambda i: ["postprocess", f"--checkpoints=[{i['dir'] / 'no.ckpt'}]", f"--forecasts={i['forecast']}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("no.ckpt",)),
     "postprocess: no forecast files": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'none-*.nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("none-*.nc",)),
+    # -- paths that are not files, names that look like globs --------------------------------------------
+    "evaluate: forecast is a FIFO": Case(lambda i: ["evaluate", f"--forecast={i['dir'] / 'fifo.nc'}", f"--analysis={i['analysis']}", "--out_dir=out"], ("fifo.nc", "is a FIFO")),
+    "evaluate: analysis is a symbolic-link loop": Case(lambda i: ["evaluate", f"--forecast={i['forecast']}", f"--analysis={i['dir'] / 'loop-a.nc'}", "--out_dir=out"], ("loop-a.nc", "symbolic-link loop")),
+    "evaluate: forecast is a device": Case(lambda i: ["evaluate", "--forecast=/dev/zero", f"--analysis={i['analysis']}", "--out_dir=out"], ("/dev/zero", "is a device")),
+    "report: forecast is a FIFO": Case(lambda i: ["report", f"--forecast={i['dir'] / 'fifo.nc'}", f"--analysis={i['analysis']}", "--out_dir=rep"], ("fifo.nc", "is a FIFO")),
+    "data archive: forecast is a symbolic-link loop": Case(lambda i: ["data", "archive", f"--forecast={i['dir'] / 'loop-a.nc'}", "--out_dir=arch"], ("loop-a.nc", "symbolic-link loop")),
+    "data archive: forecast is a device": Case(lambda i: ["data", "archive", "--forecast=/dev/zero", "--out_dir=arch"], ("/dev/zero", "is a device")),
+    "fit: forecast is a FIFO": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "fifo.nc"}), ("fifo.nc", "is a FIFO")),
+    "fit: analysis is a device": Case(lambda i: fit(i, **{"data.analysis": "/dev/zero"}), ("/dev/zero", "is a device")),
+    "postprocess: forecast is a FIFO": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'fifo.nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("fifo.nc", "is a FIFO")),
+    "postprocess: forecast is a symbolic-link loop": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'loop-a.nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("loop-a.nc", "symbolic-link loop")),
+    "evaluate: a file named an[1].nc is that file, not a glob": Case(lambda i: ["evaluate", f"--forecast={i['dir'] / 'an[1].nc'}", f"--analysis={i['analysis']}", "--out_dir=out"], ("an[1].nc", "is an analysis")),
+    "postprocess: a FIFO named pipe[1].nc is that FIFO, not a glob": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'pipe[1].nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("pipe[1].nc", "is a FIFO")),
+    # -- a file of the wrong kind -------------------------------------------------------------------------
+    "evaluate: analysis given as the forecast": Case(lambda i: ["evaluate", f"--forecast={i['analysis']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("analysis.nc", "is an analysis", "lead_time")),
+    "evaluate: forecast given as the analysis": Case(lambda i: ["evaluate", f"--forecast={i['forecast']}", f"--analysis={i['forecast']}", "--out_dir=out"], ("forecast.nc", "is a forecast")),
+    "report: analysis given as the forecast": Case(lambda i: ["report", f"--forecast={i['analysis']}", f"--analysis={i['analysis']}", "--out_dir=rep"], ("analysis.nc", "is an analysis")),
+    "data archive: analysis given as the forecast": Case(lambda i: ["data", "archive", f"--forecast={i['analysis']}", "--out_dir=arch"], ("analysis.nc", "is an analysis")),
+    "fit: analysis given as the forecast": Case(lambda i: fit(i, **{"data.forecast": i["analysis"]}), ("analysis.nc", "is an analysis")),
+    "fit: forecast given as the analysis": Case(lambda i: fit(i, **{"data.analysis": i["forecast"]}), ("forecast.nc", "is a forecast")),
+    # -- zarr stores damaged behind readable metadata -----------------------------------------------------
+    "evaluate: zarr chunks corrupt": Case(lambda i: ["evaluate", f"--forecast={i['corrupt-zarr']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("corrupt.zarr", "cannot be read", "variable")),
+    "report: zarr chunks corrupt": Case(lambda i: ["report", f"--forecast={i['corrupt-zarr']}", f"--analysis={i['analysis']}", "--out_dir=rep"], ("corrupt.zarr", "cannot be read", "variable")),
+    "data archive: zarr chunks corrupt": Case(lambda i: ["data", "archive", f"--forecast={i['corrupt-zarr']}", "--out_dir=arch"], ("corrupt.zarr", "cannot be read", "variable")),
+    "fit: zarr chunks corrupt": Case(lambda i: fit(i, **{"data.forecast": i["corrupt-zarr"]}), ("corrupt.zarr", "cannot be read", "variable")),
+    "evaluate: zarr variable lost its metadata": Case(lambda i: ["evaluate", f"--forecast={i['lost-zarr']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("lost.zarr", "'t'", "lost its metadata")),
+    "report: zarr variable lost its metadata": Case(lambda i: ["report", f"--forecast={i['lost-zarr']}", f"--analysis={i['analysis']}", "--out_dir=rep"], ("lost.zarr", "'t'", "lost its metadata")),
+    "data archive: zarr variable lost its metadata": Case(lambda i: ["data", "archive", f"--forecast={i['lost-zarr']}", "--out_dir=arch"], ("lost.zarr", "'t'", "lost its metadata")),
+    "fit: zarr variable lost its metadata": Case(lambda i: fit(i, **{"data.forecast": i["lost-zarr"]}), ("lost.zarr", "'t'", "lost its metadata")),
     # -- wrong names and dims -----------------------------------------------------------------------
     "fit: variable missing": Case(lambda i: fit(i, **{"data.variables": "[z, q]"}), ("has no variable 'q'",)),
     "fit: member dimension missing": Case(lambda i: fit(i, **{"data.forecast": i["no-member"]}), ("no-member.nc", "has 1 members")),  # one run: an ensemble of one
@@ -146,6 +212,9 @@ CASES: dict[str, Case] = {
     # -- grids and dates that do not match ----------------------------------------------------------
     "fit: analysis on another grid": Case(lambda i: fit(i, **{"data.analysis": i["coarse-analysis"]}), ("different grids",)),
     "fit: analysis with no common dates": Case(lambda i: fit(i, **{"data.analysis": i["later-analysis"]}), ("no dates in common",)),
+    "evaluate: NaN latitude in the analysis": Case(lambda i: ["evaluate", f"--forecast={i['forecast']}", f"--analysis={i['nan-latitude']}", "--out_dir=out"], ("nan-lat.nc", "latitude", "NaN")),
+    "fit: NaN latitude in the analysis": Case(lambda i: fit(i, **{"data.analysis": i["nan-latitude"]}), ("nan-lat.nc", "latitude", "NaN")),
+    "report: NaN latitude in the analysis": Case(lambda i: ["report", f"--forecast={i['forecast']}", f"--analysis={i['nan-latitude']}", "--out_dir=rep"], ("nan-lat.nc", "latitude", "NaN")),
     "report: analysis with no common dates": Case(lambda i: ["report", f"--forecast={i['forecast']}", f"--analysis={i['later-analysis']}", "--out_dir=rep"], ("later.nc",)),
     "fit: periods overlap": Case(lambda i: fit(i, **{"data.val_period": "[2017-08-01, 2017-10-31]"}), ("overlaps",)),
     # -- NaN / Inf ----------------------------------------------------------------------------------------

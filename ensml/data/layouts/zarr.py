@@ -1,4 +1,9 @@
-"""Completeness of a zarr store (v2 or v3): every chunk of every floating-point array is there.
+"""Completeness of a zarr store (v2 or v3): every array has its metadata, and every chunk of every
+floating-point array is there.
+
+An array whose ``.zarray``/``zarr.json`` is lost is left out by zarr without a word (or read
+through the consolidated metadata, unchecked); ensml compares the store's folders and consolidated
+metadata with the arrays' own metadata files first.
 
 Zarr reads a chunk that is not in the store as the array's fill value, silently: a store copied
 in part (an interrupted ``gsutil cp``, a lost object) looks whole. ensml lists the chunk keys
@@ -88,8 +93,77 @@ def check_chunks(store: str | Path) -> None:
             )
 
 
+def _kind(folder: Path) -> str | None:
+    """'array', 'group' or None (no zarr metadata) for a folder of a store, v2 or v3."""
+    if (folder / ".zarray").is_file():
+        return "array"
+    if (folder / ".zgroup").is_file():
+        return "group"
+    if (folder / "zarr.json").is_file():
+        return (
+            "array" if json.loads((folder / "zarr.json").read_text()).get("node_type") == "array" else "group"
+        )
+    return None
+
+
+def _lost(store: Path) -> list[tuple[str, str]]:
+    """(variable, missing metadata file) of every array the store holds data or a consolidated
+    entry for, but no metadata of its own: zarr skips such an array without a word."""
+    meta = ".zarray" if (store / ".zgroup").is_file() or (store / ".zmetadata").is_file() else "zarr.json"
+    lost, groups = [], [store]
+    while groups:
+        group = groups.pop()
+        for child in sorted(c for c in group.iterdir() if c.is_dir() and not c.name.startswith(".")):
+            kind = _kind(child)
+            if kind == "group":
+                groups.append(child)
+            elif kind is None and any(f.is_file() for f in child.rglob("*")):
+                name = child.relative_to(store).as_posix()
+                lost.append((name, f"{name}/{meta}"))
+    consolidated = store / ".zmetadata"
+    if consolidated.is_file():  # v2: keys such as "t/.zarray"
+        listed = [
+            k.removesuffix("/.zarray")
+            for k in json.loads(consolidated.read_text())["metadata"]
+            if k.endswith("/.zarray")
+        ]
+        lost += [(name, f"{name}/.zarray") for name in listed if not (store / name / ".zarray").is_file()]
+    elif (store / "zarr.json").is_file():  # v3: the root's consolidated_metadata
+        doc = json.loads((store / "zarr.json").read_text()).get("consolidated_metadata") or {}
+        listed = [k for k, v in (doc.get("metadata") or {}).items() if v.get("node_type") == "array"]
+        lost += [(name, f"{name}/zarr.json") for name in listed if not (store / name / "zarr.json").is_file()]
+    return sorted(set(lost))
+
+
+def check_metadata(store: str | Path) -> None:
+    """Raise if an array of the zarr ``store`` has lost its metadata (a folder of chunks, or an
+    entry of the consolidated metadata, without its ``.zarray``/``zarr.json``).
+
+    Without its metadata zarr leaves the variable out (or, through consolidated metadata, reads
+    it while no other check sees it): a variable silently missing from the scores.
+
+    Raises
+    ------
+    EnsmlError
+        One line naming the store, the variable and the missing file.
+    """
+    store = Path(store)
+    try:
+        lost = _lost(store)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON or Unicode errors too
+        raise EnsmlError(f"zarr store {store} has damaged metadata ({exception_reason(exc)})") from None
+    if lost:
+        name, file = lost[0]
+        more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
+        raise EnsmlError(
+            f"zarr store {store}: variable {name!r} has lost its metadata ({file} is missing){more}; "
+            "zarr would leave it out without a word: the store is damaged, copy it again"
+        )
+
+
 def read(path: Path, what: str, chunks: dict | str | None, options: ReaderOptions) -> xr.Dataset:
     """A zarr store (v2 or v3), lazily, after checking that no chunk is missing."""
+    check_metadata(path)  # an array without metadata would be left out silently
     check_chunks(path)  # a missing chunk would read silently as fill values
     with warnings.catch_warnings():  # zarr v2 stores without consolidated metadata are fine
         warnings.filterwarnings("ignore", message="Failed to open Zarr store with consolidated")
