@@ -19,7 +19,6 @@ on it would continue the source's training and let the zeros grow back.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,8 +31,9 @@ from ensml.data.outputs import OutputFolder
 from ensml.errors import EnsmlError
 from ensml.experiments.plan import Count
 from ensml.models import prune as pruning
-from ensml.postprocess.models import inspect_checkpoint
+from ensml.predictions import file_sha256
 from ensml.progress import note
+from ensml.train.checkpoint_file import Checkpoint, RunData, read_checkpoint
 
 COMMAND = "prune"
 #: The file ``ensml prune`` writes in its out_dir.
@@ -88,15 +88,14 @@ def prune_cli(
         raise EnsmlError(f"{COMMAND}: option --method: {method!r} is not one of {', '.join(pruning.MASKS)}")
     fit_config = _check_options(ckpt_path, sparsity, config, retrain_epochs, steps)
     try:
-        info = inspect_checkpoint(ckpt_path)
+        checkpoint = read_checkpoint(ckpt_path)
     except EnsmlError as exc:
         raise EnsmlError(f"{COMMAND}: {exc}") from None
     OutputFolder.check(out_dir, COMMAND, names=[OUTPUT])
     data = trainer_options = None
     if retrain_epochs:
-        data, trainer_options = _load_data(fit_config, info.hparams, ckpt_path)
-    saved = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    task = _build_task(info.class_path, info.hparams, saved["state_dict"], ckpt_path)
+        data, trainer_options = _load_data(fit_config, checkpoint)
+    task = checkpoint.build()
     nets = nn.ModuleDict({name: getattr(task, name) for name in ("net", "net_sigma") if hasattr(task, name)})
     targets = pruning.prune_schedule(sparsity, steps, schedule) if retrain_epochs else [float(sparsity)]
     for i, target in enumerate(targets):
@@ -113,10 +112,11 @@ def prune_cli(
         "method": method, "target_sparsity": float(sparsity), "sparsity": measured.overall,
         "nonzero_parameters": measured.nonzero, "parameters": measured.total,
         "networks": list(nets), "steps": len(targets), "schedule": schedule,
-        "retrain_epochs": int(retrain_epochs), "source": str(ckpt_path), "source_sha256": info.sha256,
+        "retrain_epochs": int(retrain_epochs), "source": str(ckpt_path),
+        "source_sha256": file_sha256(ckpt_path),
         "ensml_version": __version__, "layers": measured.layers,
     }  # fmt: skip
-    _write(saved, task, record, Path(out_dir))
+    _write(checkpoint.saved, task, record, Path(out_dir))
 
 
 def _check_options(ckpt_path: str, target: float, config: str | None, epochs: int, steps: int) -> Path | None:
@@ -140,31 +140,16 @@ def _check_options(ckpt_path: str, target: float, config: str | None, epochs: in
     return Path(config)
 
 
-def _load_data(config: Path, hparams: dict[str, Any], ckpt_path: str):
-    """The fit config's data module and the trainer options retraining keeps (nothing written)."""
-    from ensml.train.hparams import check_compatible
+def _load_data(config: Path, checkpoint: Checkpoint):
+    """The fit config's data module, checked against the checkpoint, and the trainer options
+    retraining keeps (nothing written)."""
     from ensml.train.lightning_cli import load_fit_config
 
     cli = load_fit_config(str(config))
     data = cli.datamodule
-    check_compatible(hparams, data.hparams, f"checkpoint {ckpt_path}")
-    grid = hparams.get("grid_shape")
-    if grid is not None and tuple(grid) != tuple(data.grid_shape):
-        raise EnsmlError(f"checkpoint {ckpt_path} was trained on a {tuple(grid)} grid, {config}'s data is "
-                         f"{tuple(data.grid_shape)}")  # fmt: skip
+    checkpoint.check_data(RunData.of(data, f"the data of {config}"))
     trainer = cli.config.trainer
     return data, {k: trainer[k] for k in TRAINER_KEYS if trainer.get(k) is not None}
-
-
-def _build_task(class_path: str, hparams: dict[str, Any], state: dict[str, torch.Tensor], path: str):
-    """The task of a checkpoint, with its weights and statistics."""
-    module, name = class_path.rsplit(".", 1)
-    task = getattr(importlib.import_module(module), name)(**hparams)
-    try:
-        task.load_state_dict(state)
-    except RuntimeError as exc:
-        raise EnsmlError(f"checkpoint {path} does not match its own model ({exc})") from None
-    return task
 
 
 def _retrain(task, data, options: dict[str, Any], epochs: int) -> None:

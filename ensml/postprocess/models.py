@@ -9,7 +9,6 @@ its own input leads and its own K first members.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,22 +21,10 @@ import torch
 from ensml.errors import EnsmlError
 from ensml.names import family_names, format_lead, parse_leads
 from ensml.predictions import RunMeta, file_sha256
-from ensml.train.tasks import GRID_KEY, EnsembleTask
+from ensml.train.checkpoint_file import check_same_grid, read_checkpoint
+from ensml.train.tasks import EnsembleTask
 
 TASKS = ("MixedTask", "SpreadTask")
-
-
-def _read(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise EnsmlError(f"checkpoint {path} does not exist")
-    try:
-        # weights_only: a checkpoint is data, never code to run.
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise EnsmlError(f"checkpoint {path} cannot be read ({type(exc).__name__})") from None
-    if not isinstance(saved, dict) or not {"hyper_parameters", "state_dict"} <= saved.keys():
-        raise EnsmlError(f"checkpoint {path} holds no ensml model (no hyper_parameters or state_dict)")
-    return saved
 
 
 @dataclass(frozen=True)
@@ -85,23 +72,21 @@ class CheckpointInfo:
 
 
 def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
-    """Read a checkpoint's hyperparameters and grid; raise a one-line error if it is not a task."""
-    path = Path(path)
-    saved = _read(path)
-    hp = dict(saved["hyper_parameters"])
-    class_path = str(hp.pop("_class_path", ""))
-    hp = {k: v for k, v in hp.items() if not k.startswith("_")}
-    if class_path.rsplit(".", 1)[-1] not in TASKS or not class_path.startswith("ensml."):
+    """Read and check a checkpoint (:func:`~ensml.train.checkpoint_file.read_checkpoint`); raise a
+    one-line error if it is not a mixed or spread task of this ensml."""
+    ckpt = read_checkpoint(path)
+    if ckpt.task_class.__name__ not in TASKS:
         raise EnsmlError(
-            f"checkpoint {path} is not an ensml MixedTask or SpreadTask (class {class_path or 'unknown'})"
+            f"checkpoint {path} is not an ensml MixedTask or SpreadTask (class {ckpt.class_path})"
         )
-    clim = saved["state_dict"].get("clim_mean")
-    shape = tuple(int(n) for n in clim.shape[-2:]) if clim is not None and clim.ndim >= 2 else ()
-    mask = saved["state_dict"].get("surface")
+    hp = ckpt.hparams
+    mask = ckpt.state_dict.get("surface")
     surface = tuple(
         str(v) for v, s in zip(hp.get("variables", ()), [] if mask is None else mask.tolist()) if s
     )
-    return CheckpointInfo(str(path), file_sha256(path), class_path, hp, saved.get(GRID_KEY), shape, surface)
+    return CheckpointInfo(
+        str(ckpt.path), file_sha256(ckpt.path), ckpt.class_path, hp, ckpt.grid, ckpt.grid_shape, surface
+    )
 
 
 @dataclass(frozen=True)
@@ -232,20 +217,8 @@ def _same_grid(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def check_grid(models: ModelSet, latitude: np.ndarray, longitude: np.ndarray, what: str) -> None:
     """Raise unless the forecast's grid is the checkpoints' training grid."""
-    grid = models.grid
-    if grid is None:  # a checkpoint from before grids were recorded: check the sizes only
-        shape = models.checkpoints[0].grid_shape
-        if shape and shape != (latitude.size, longitude.size):
-            raise EnsmlError(f"{what} has a {latitude.size} × {longitude.size} grid, the checkpoints {shape}")
-        return
-    for name, have in (("latitude", latitude), ("longitude", longitude)):
-        want = np.asarray(grid[name])
-        if have.shape != want.shape or not np.allclose(have, want, atol=1e-6):
-            raise EnsmlError(
-                f"{what} is on another grid than the checkpoints: {name} has {have.size} points "
-                f"[{have[0]:g} … {have[-1]:g}], the checkpoints were trained on {want.size} "
-                f"[{want[0]:g} … {want[-1]:g}]"
-            )
+    shape = models.checkpoints[0].grid_shape
+    check_same_grid(models.grid, shape, latitude, longitude, what, "the checkpoints")
 
 
 # -- loading, once per process ----------------------------------------------------------------
@@ -276,16 +249,7 @@ def load_models(models: ModelSet, device: str = "cpu") -> list[EnsembleTask]:
 
 
 def _build(info: CheckpointInfo, device: torch.device) -> EnsembleTask:
-    module, name = info.class_path.rsplit(".", 1)
-    cls = getattr(importlib.import_module(module), name)
-    if not (isinstance(cls, type) and issubclass(cls, EnsembleTask)):
-        raise EnsmlError(f"checkpoint {info.path}: {info.class_path} is not an ensml task")
-    saved = _read(Path(info.path))
+    checkpoint = read_checkpoint(info.path)  # checked again: the file is read again here
     if file_sha256(info.path) != info.sha256:
         raise EnsmlError(f"checkpoint {info.path} changed while post-processing ran")
-    task = cls(**info.hparams)
-    try:
-        task.load_state_dict(saved["state_dict"])
-    except RuntimeError as exc:
-        raise EnsmlError(f"checkpoint {info.path} does not match its own model ({exc})") from None
-    return task.eval().to(device)
+    return checkpoint.build().eval().to(device)

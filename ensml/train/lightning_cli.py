@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
+import yaml
 from lightning.pytorch.cli import LightningCLI
 
 from ensml.data.datamodule import EnsembleDataModule
@@ -17,11 +19,15 @@ from ensml.errors import EnsmlError, signal_as_interrupted
 from ensml.logs import apply_levels, quiet
 from ensml.names import family_names
 from ensml.train import decentralised  # noqa: F401  (registers eager_solo, eager_majority, wagma)
+from ensml.train.checkpoint_file import RUNNING_KEYS, Checkpoint, RunData, read_checkpoint
 from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
 from ensml.train.options import check_trainer_options  # [cli: option ranges]
 from ensml.train.progress import LogProgress, use_lightning_bar
 from ensml.train.run_folder import RunFolder, SaveConfigToRunFolder
-from ensml.train.tasks import DATA_KEYS, EnsembleTask, check_compatible
+from ensml.train.tasks import DATA_KEYS, EnsembleTask
+
+#: ``--ckpt_path`` values that Lightning resolves itself (no file named).
+CKPT_ALIASES = ("last", "best", "hpc", "registry")
 
 
 def _check_outputs(trainer: L.Trainer, run: RunFolder) -> None:
@@ -104,17 +110,32 @@ class EnsmlCLI(LightningCLI):
             raise
         self.run_folder.close()
 
+    def parse_arguments(self, parser, args) -> None:
+        # The command line is kept: which model options the user gave (not their defaults) is
+        # known only from it (see model_options_given).
+        self.args = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict) else []
+        self.checkpoint: Checkpoint | None = None
+        super().parse_arguments(parser, args)
+
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI reads the checkpoint's hyperparameters while parsing: report a broken
-        # file as a user error, not a traceback.
-        # It also replaces the configured model by the checkpoint's: a checkpoint of another
-        # task or network is an error, not a silent switch.
+        # LightningCLI replaces the configured model by the checkpoint's hyperparameters while
+        # parsing. The checkpoint is read and checked first (ensml.train.checkpoint_file: a file
+        # of this ensml, matching its own model), so that nothing of it is a traceback later;
+        # its data is checked once the data module has opened its files (_check_inputs).
+        sub = self.config.get("subcommand") if self.config is not None else None
+        path = self.config[sub].get("ckpt_path") if sub else None
+        if not path or path in CKPT_ALIASES:
+            return super()._parse_ckpt_path()
+        model = self.config[sub].get("model")
+        init_args = model.get("init_args") if model is not None else None
+        self.checkpoint = read_checkpoint(path, task_class=model.get("class_path") if model else None)
+        given = {k: init_args[k] for k in model_options_given(self.args) if init_args and k in init_args}
+        # A checkpoint of another task or network, or another family, is an error, not a silent switch.
         requested = self._model_identity()
         requested_families = self._families()
         try:
             super()._parse_ckpt_path()
         except Exception as exc:
-            path = self.config[self.config.subcommand].get("ckpt_path")
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise EnsmlError(
                 f"checkpoint {path} cannot be read, truncated or not a checkpoint "
@@ -122,7 +143,6 @@ class EnsmlCLI(LightningCLI):
             ) from None
         saved = self._model_identity()
         if requested and saved and requested != saved:
-            path = self.config[self.config.subcommand].get("ckpt_path")
             raise EnsmlError(
                 f"checkpoint {path} holds a {saved} model, the config asks for a {requested} model"
             )
@@ -130,12 +150,18 @@ class EnsmlCLI(LightningCLI):
         # from the one the checkpoint was trained in would be silently ignored, so refuse it.
         saved_families = self._families(explicit=False)
         if requested_families is not None and requested_families != saved_families:
-            path = self.config[self.config.subcommand].get("ckpt_path")
             raise EnsmlError(
                 f"checkpoint {path} was trained with distribution {_mapping(saved_families)}, the config "
                 f"asks for {_mapping(requested_families)}: a checkpoint is applied in the family it was "
                 "trained in"
             )
+        # So is any other model option given that differs (a resumed fit would train the
+        # checkpoint's width); how the network runs (memory, speed) is the config's to choose.
+        self.checkpoint.check_options(given)
+        merged = self.config[sub]["model"].get("init_args")
+        for key in RUNNING_KEYS:
+            if key in given and merged is not None:
+                merged[key] = given[key]
 
     def _families(self, explicit: bool = True) -> dict[str, str] | None:
         """The family of each variable of the parsed config's model; None where the config names
@@ -176,25 +202,8 @@ class EnsmlCLI(LightningCLI):
         check_trainer = getattr(self.trainer.strategy, "check_trainer", None)
         if check_trainer is not None:  # e.g. gradient accumulation under eager-SGD or WAGMA
             check_trainer(self.trainer)
-        ckpt = self.config[self.subcommand].get("ckpt_path")
-        if ckpt and ckpt not in ("last", "best", "hpc", "registry"):
-            path = Path(ckpt)
-            if not path.is_file():
-                raise EnsmlError(f"checkpoint {path} does not exist")
-            try:
-                saved = torch.load(path, map_location="cpu", weights_only=False)
-                hparams = saved["hyper_parameters"]
-            except Exception as exc:
-                raise EnsmlError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from None
-            check_compatible(hparams, self.model.hparams, f"checkpoint {path}")
-            if (
-                saved.get("hparams_name") is not None
-                and hparams.get("arch", "unet3d") != self.model.hparams.arch
-            ):
-                raise EnsmlError(
-                    f"checkpoint {path} holds a {hparams.get('arch')!r} model, the config asks for "
-                    f"{self.model.hparams.arch!r}"
-                )
+        if self.checkpoint is not None:  # read and checked while parsing; now against the data
+            self.checkpoint.check_data(RunData.of(self.datamodule))
 
     before_validate = before_test = before_predict = _check_inputs
 
@@ -211,6 +220,60 @@ class _NoTips(logging.Filter):
 
 def _mapping(families: dict[str, str]) -> str:
     return "{" + ", ".join(f"{v}: {f}" for v, f in families.items()) + "}"
+
+
+def model_options_given(args: Sequence[str]) -> set[str]:
+    """The model options (``init_args`` names) that ``args`` give in a config file or as an option.
+
+    jsonargparse's parsed config holds the defaults too; only the options a user gave can
+    disagree with a checkpoint. Read from ``--config FILE``, ``--model FILE|YAML`` and
+    ``--model[.init_args].NAME``.
+    """
+    given: set[str] = set()
+    args = list(args)
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        name, eq, value = arg.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if name == "--config":
+            config, base = _load_yaml(value, Path.cwd())
+            if isinstance(config, dict):
+                given |= _init_arg_names(config.get("model"), base)
+        elif name == "--model":
+            given |= _init_arg_names(value, Path.cwd())
+        elif name.startswith("--model."):
+            rest = name.removeprefix("--model.").removeprefix("init_args.")
+            if rest == "init_args":
+                loaded, _ = _load_yaml(value, Path.cwd())
+                given |= set(loaded) if isinstance(loaded, dict) else set()
+            elif rest not in ("class_path", "dict_kwargs"):
+                given.add(rest.split(".")[0])
+    return given
+
+
+def _load_yaml(value: Any, base: Path) -> tuple[Any, Path]:
+    """``value`` read as a YAML file (relative to ``base``) or as YAML text; its folder."""
+    if not isinstance(value, str):
+        return value, base
+    path = base / value
+    try:
+        if path.is_file():
+            return yaml.safe_load(path.read_text()), path.parent
+        return yaml.safe_load(value), base
+    except (OSError, yaml.YAMLError):  # the parser has reported what it could not read
+        return None, base
+
+
+def _init_arg_names(model: Any, base: Path) -> set[str]:
+    model, base = _load_yaml(model, base)
+    if not isinstance(model, dict):
+        return set()
+    if "class_path" not in model and "init_args" not in model:
+        return {str(k) for k in model}
+    sections = (model.get("init_args") or {}, model.get("dict_kwargs") or {})
+    return {str(k) for section in sections if isinstance(section, dict) for k in section}
 
 
 def quiet_lightning() -> None:

@@ -109,7 +109,7 @@ BAD_OPTIONS: dict[str, tuple[Callable[[dict, Path], list[str]], str]] = {
     "missing checkpoint": (lambda c, t: [f"--checkpoints=[{t / 'nope.ckpt'}]"], "does not exist"),
     "not a task": (
         lambda c, t: [f"--checkpoints=[{_not_a_task(t)}]"],
-        "not an ensml MixedTask or SpreadTask",
+        "not a checkpoint of an ensml task",
     ),
     "no forecast matches": (lambda c, t: [f"--forecasts={t}/none/*.nc"], "no forecast files match"),
     "analysis needed": (
