@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Literal
@@ -41,7 +42,7 @@ from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.open import open_forecast
 from ensml.data.outputs import OutputFolder
 from ensml.data.splits import check_periods
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, signal_as_interrupted
 from ensml.experiments import benchmark_emos
 from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
 from ensml.experiments.benchmark_emos import EMOS_NAMES, EmosVariant
@@ -106,10 +107,11 @@ def _train_predict(
     )  # fmt: skip
     L.seed_everything(seed, verbose=False)
     start = time.perf_counter()
-    trainer.fit(task, datamodule=dm)
-    took = time.perf_counter() - start
-    log.restore_best(task)
-    out = trainer.predict(task, dataloaders=dm.predict_dataloader())
+    with signal_as_interrupted(signal.SIGINT):  # not Lightning's "Detected KeyboardInterrupt", exit 1
+        trainer.fit(task, datamodule=dm)
+        took = time.perf_counter() - start
+        log.restore_best(task)
+        out = trainer.predict(task, dataloaders=dm.predict_dataloader())
     pred = {key: torch.cat([o[key] for o in out]).numpy() for key in out[0]}
     return from_task(task, pred), took, log
 

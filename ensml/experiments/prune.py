@@ -19,6 +19,7 @@ on it would continue the source's training and let the zeros grow back.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +29,7 @@ from torch import nn
 
 from ensml import __version__
 from ensml.data.outputs import OutputFolder
-from ensml.errors import EnsmlError
+from ensml.errors import EnsmlError, signal_as_interrupted
 from ensml.experiments.plan import Count
 from ensml.models import prune as pruning
 from ensml.predictions import file_sha256
@@ -164,7 +165,8 @@ def _retrain(task, data, options: dict[str, Any], epochs: int) -> None:
         limit_val_batches=0, num_sanity_val_steps=0, enable_progress_bar=bar,
         callbacks=[] if bar else [LogProgress()], **options,
     )  # fmt: skip
-    trainer.fit(task, datamodule=data)
+    with signal_as_interrupted(signal.SIGINT):  # not Lightning's "Detected KeyboardInterrupt", exit 1
+        trainer.fit(task, datamodule=data)
 
 
 def _write(saved: dict[str, Any], task, record: dict[str, Any], out_dir: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.process import cli_env, finish
-from tests.conftest import SMOKE, tiny_data_args
+from tests.conftest import SMOKE, tiny_data_args, write_smoke_config
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -31,11 +31,12 @@ SIGNALS = {
 }
 
 
-def _verbs(tiny: dict[str, Path], ckpt: Path) -> dict[str, tuple[list[str], str, str]]:
+def _verbs(tiny: dict[str, Path], ckpt: Path, work: Path) -> dict[str, tuple[list[str], str, str]]:
     """verb: (arguments, where it pauses, what its output folder keeps: nothing, or what was complete)."""
     data = [f"--forecast={tiny['forecast']}", f"--analysis={tiny['analysis']}", "--out_dir=out"]
     benchmark = Path(__file__).parents[2] / "configs/benchmark/smoke.yaml"
     pp, root = [*data[1:], "--cluster=none"], ["--trainer.default_root_dir=out"]
+    fit = ["--config", str(write_smoke_config(tiny, work / "fit.yaml"))]
     return {
         "data synth": (
             ["data", "synth", "--out_dir=out", "--n_lat=8", "--n_lon=16", "--end=2017-01-31"],
@@ -52,6 +53,11 @@ def _verbs(tiny: dict[str, Path], ckpt: Path) -> dict[str, tuple[list[str], str,
         ),
         "predict": (
             ["predict", "--config", SMOKE, *tiny_data_args(tiny), f"--ckpt_path={ckpt}", *root],
+            "advance",
+            "nothing",
+        ),
+        "prune": (  # paused after the first epoch of retraining (Lightning's fit)
+            ["prune", f"--ckpt_path={ckpt}", "--sparsity=0.5", "--out_dir=out", "--retrain_epochs=2", *fit],
             "advance",
             "nothing",
         ),
@@ -79,7 +85,7 @@ def _left(out: Path) -> tuple[list[str], set[str]]:
     return files, recorded
 
 
-VERBS = ["data synth", "data archive", "evaluate", "report", "postprocess", "predict", "benchmark"]
+VERBS = ["data synth", "data archive", "evaluate", "report", "postprocess", "predict", "prune", "benchmark"]
 
 
 @pytest.mark.parametrize("verb", VERBS)
@@ -89,7 +95,7 @@ VERBS = ["data synth", "data archive", "evaluate", "report", "postprocess", "pre
 def test_a_signal_ends_every_verb_in_one_line_and_keeps_what_was_complete(
     verb: str, name: str, tiny_data, fitted: Path, tmp_path: Path
 ) -> None:
-    args, where, keeps = _verbs(tiny_data, fitted / "runs/smoke/checkpoints/best.ckpt")[verb]
+    args, where, keeps = _verbs(tiny_data, fitted / "runs/smoke/checkpoints/best.ckpt", tmp_path)[verb]
     sig, code, words = SIGNALS[name]
     proc = _start(args, where, tmp_path)
     deadline = time.monotonic() + 200

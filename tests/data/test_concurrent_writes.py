@@ -48,3 +48,23 @@ def test_a_second_predict_into_the_same_folder_is_refused_while_the_first_runs(
     with xr.open_dataset(tmp_path / "runs/smoke/predictions.nc") as ours:
         with xr.open_dataset(fitted / "runs/smoke/predictions.nc") as single:
             xr.testing.assert_allclose(ours.load(), single.load())
+
+
+def test_two_evaluates_into_one_folder_leave_the_whole_results_of_one(tiny_data, tmp_path: Path) -> None:
+    # evaluate holds its folder only while it writes (a refused run creates nothing): two runs
+    # started together both finish, and the folder holds one run's results whole, never a mix.
+    fc, an = f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}"
+    runs = {k: ["evaluate", fc, an, f"--k={k}", "--leads=48"] for k in (3, 5)}
+    started = {k: start_cli([*args, "--out_dir=both"], tmp_path) for k, args in runs.items()}
+    for k, run in started.items():
+        assert finish(run, f"evaluate --k {k}").returncode == 0
+    for k, args in runs.items():  # each alone, for reference
+        assert (
+            finish(start_cli([*args, f"--out_dir=alone{k}"], tmp_path), f"evaluate --k {k} alone").returncode
+            == 0
+        )
+    names = ["scores.csv", "decomposition.csv", "scores.md"]
+    got = [(tmp_path / "both" / name).read_bytes() for name in names]
+    alone = {k: [(tmp_path / f"alone{k}" / name).read_bytes() for name in names] for k in runs}
+    assert got in alone.values()
+    assert not list((tmp_path / "both/.ensml/staging").iterdir())
