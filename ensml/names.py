@@ -53,6 +53,9 @@ STATION = "station"
 #: A station's height above mean sea level, metres (a coordinate along ``station``).
 ELEVATION = "elevation"
 
+#: The subset size K (members given to a model) when neither a run's metadata nor the user gives one.
+DEFAULT_K = 5
+
 #: The dimensions of an ensemble forecast variable, in their canonical order.
 FORECAST_DIMS = (INIT_TIME, LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE)
 #: The verifying analysis is indexed by valid time ("time" in files, renamed on open).

@@ -22,7 +22,7 @@ from ensml.data.static import read_static
 from ensml.data.stats import compute_stats
 from ensml.data.surface import broadcast_levels, check_same_surface, surface_mask
 from ensml.errors import EnsmlError, exception_reason
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME, check_distinct
+from ensml.names import DEFAULT_K, INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME, check_distinct
 from ensml.seeds import Seed, check_seed
 
 #: Worker processes (or prefetch threads) per CPU core beyond which a run would only thrash.
@@ -157,7 +157,7 @@ class EnsembleDataModule(L.LightningDataModule):
         levels: list[float] = (500, 850),  # type: ignore[assignment]
         input_leads: list[int | str] = (0, 24, 48),  # type: ignore[assignment]
         target_leads: int | str | list[int | str] = 48,
-        k: PositiveInt = 5,
+        k: PositiveInt = DEFAULT_K,
         member_sampling: MemberSampling = "first",
         train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
         val_period: tuple[str, str] = ("2019-07-01", "2019-12-31"),

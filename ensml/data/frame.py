@@ -49,6 +49,7 @@ from ensml.data.runfiles import Check, Paths, RunFiles, Select, choose_leads, sc
 from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
 from ensml.names import (
+    DEFAULT_K,
     INIT_TIME,
     LEAD_DTYPE,
     LEAD_TIME,
@@ -61,9 +62,6 @@ from ensml.names import (
     parse_leads,
 )
 from ensml.predictions import check_k, distribution_of
-
-#: The subset size when neither a run nor the user gives one.
-DEFAULT_K = 5
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from ensml.data.runfiles import choose_leads
 from ensml.data.stations import on_grid, read_observations
 from ensml.errors import EnsmlError
 from ensml.names import (
+    DEFAULT_K,
     ELEVATION,
     INIT_TIME,
     LEAD_TIME,
@@ -140,7 +141,7 @@ def build_station_frame(
     variables: Sequence[str] | None = None,
     levels: Sequence[float] | None = None,
     leads: LeadLike | Sequence[LeadLike] | None = None,
-    k: int = 5,
+    k: int = DEFAULT_K,
     extraction: str = "nearest",
     model_height: str | None = None,
     lapse_rate: float = STANDARD_LAPSE_RATE,

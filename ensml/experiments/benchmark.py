@@ -54,7 +54,7 @@ from ensml.experiments.benchmark_score import Scored, score_all, summarise
 from ensml.experiments.bound import BOUND_NAME, SPREAD_BOUND_NAME, spread_bound, subset_bound
 from ensml.experiments.options import DEFAULT_MODELS, EmosSpec, ModelSpec, PhysicsOptions, SynthOptions
 from ensml.experiments.quality import QualityLog
-from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, MEMBER
+from ensml.names import DEFAULT_K, INIT_TIME, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note, seconds
 from ensml.seeds import Seed
 from ensml.train.lightning_cli import quiet_lightning
@@ -162,7 +162,7 @@ def benchmark(
     levels: list[float] = (500, 850),  # type: ignore[assignment]
     input_leads: list[int | str] = (0, 12, 24, 36, 48),  # type: ignore[assignment]
     target_leads: int | str | list[int | str] = (24, 48),  # type: ignore[assignment]
-    k: PositiveInt = 5,
+    k: PositiveInt = DEFAULT_K,
     member_sampling: Literal["first", "random"] = "random",
     train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
     val_period: tuple[str, str] = ("2019-07-01", "2019-12-31"),

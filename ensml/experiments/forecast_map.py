@@ -18,7 +18,7 @@ import xarray as xr
 from ensml.data.frame import build_frame
 from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER, format_lead, parse_lead
+from ensml.names import DEFAULT_K, INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER, format_lead, parse_lead
 from ensml.train.emos import fit_emos
 from ensml.verify.maps import Panel, display_units, draw_maps
 
@@ -27,7 +27,7 @@ LOCAL_MIN_INITS = 30
 
 
 def forecast_map(forecast: str, analysis: str, *, variable: str = "z", level: float = 500,
-                 lead: int | str = 48, k: int = 5, coastlines: bool = True) -> bytes:  # fmt: skip
+                 lead: int | str = 48, k: int = DEFAULT_K, coastlines: bool = True) -> bytes:  # fmt: skip
     """PNG bytes of the figure (see the module docstring) for the last init of ``forecast``;
     ``coastlines`` False for a world without land (the physics testbed).
 

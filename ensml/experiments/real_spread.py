@@ -25,7 +25,7 @@ import torch
 from ensml.data.open import check_members, open_forecast
 from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, MEMBER
+from ensml.names import DEFAULT_K, INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note
 from ensml.train.tasks import SpreadTask
 from ensml.verify.tables import to_markdown
@@ -105,7 +105,7 @@ def real_spread_check(
     grib: str = "../shared/data/real/cfgrib/era5-levels-members.grib",
     variables: list[str] = ("z", "t"),  # type: ignore[assignment]
     levels: list[float] = (500, 850),  # type: ignore[assignment]
-    k: int = 5,
+    k: int = DEFAULT_K,
     test_times: int = 1,
     subsets_per_time: int = 64,
     epochs: int = 20,

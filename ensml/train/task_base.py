@@ -29,7 +29,7 @@ from ensml.models import build_network, is_sequence_arch
 from ensml.models.local import LocalAffine
 from ensml.models.memory import MemoryPolicy
 from ensml.models.speed import SpeedOptions
-from ensml.names import lead_hours
+from ensml.names import DEFAULT_K, lead_hours
 from ensml.train import schedule
 from ensml.train.checkpoints import FollowResumedEpoch
 from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible, plain_hparams
@@ -143,7 +143,7 @@ class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
         levels: list[float] = (500, 850),  # type: ignore[assignment]
         input_leads: list[int | str] = (0, 24, 48),  # type: ignore[assignment]
         target_leads: int | str | list[int | str] = 48,
-        k: PositiveInt = 5,
+        k: PositiveInt = DEFAULT_K,
         arch: str = "unet3d",
         width: Width = 16,
         depth: Depth = 3,

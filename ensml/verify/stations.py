@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ensml.data.frame import DEFAULT_K
 from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions
 from ensml.data.outputs import OutputFolder
@@ -40,6 +39,7 @@ from ensml.data.station_frame import StationFrame, StationLead, build_station_fr
 from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
+    DEFAULT_K,
     ELEVATION,
     INIT_TIME,
     LEAD_DTYPE,
