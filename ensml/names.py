@@ -351,6 +351,24 @@ def lead_hours(lead: LeadLike) -> int:
     return int(hours)
 
 
+def hours_of(durations: Any) -> np.ndarray:
+    """Lead times (or any ``timedelta64`` durations, an array or a Series) in hours, as floats: for
+    formulas, table columns and plots (the one place durations become hours)."""
+    return np.asarray(durations) / HOUR
+
+
+def from_hours(hours: Any) -> np.ndarray:
+    """Hours (numbers, whole or not) as ``timedelta64[ns]`` durations (exact to the nanosecond for
+    whole hours up to about 2·10⁷ h)."""
+    return (np.asarray(hours, dtype=float) * 3600e9).astype(LEAD_DTYPE)
+
+
+def truncated_hours(hours: Any) -> np.ndarray:
+    """Numbers read from a file as hours (a lead-time coordinate without units), whole hours
+    towards zero, as ``timedelta64[ns]``."""
+    return np.asarray(hours).astype("timedelta64[h]").astype(LEAD_DTYPE)
+
+
 def format_lead(lead: LeadLike) -> str:
     """A lead time as people read it: ``"24 h"``, ``"90 min"``, ``"36 s"``."""
     seconds = int(parse_lead(lead) / np.timedelta64(1, "s"))

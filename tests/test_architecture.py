@@ -130,3 +130,24 @@ def test_evaluate_spine_is_at_most_eight_documented_modules(
     # Eleven with the families, more than the eight of the other verbs: docs/architecture.md says
     # which steps came with them and which could go.
     assert traced <= documented and len(documented) <= EVALUATE_LIMIT
+
+
+#: Where a number of hours may still be written by hand outside ensml/names.py, and why: wall-clock
+#: seconds shown as hours, a span in seconds checked against the last date, a lifetime kept to whole
+#: seconds as the case windows were found with.
+HOURS_BY_HAND = {"progress.py": 1, "data/physics/generate.py": 1, "verify/casefind.py": 1}
+
+
+def test_nothing_but_names_converts_hours() -> None:
+    """docs/architecture.md: lead times are timedelta64[ns] inside; hours only through names.py."""
+    package = Path(__file__).parents[1] / "ensml"
+    pattern = re.compile(r"timedelta64\(1,\s*['\"]h['\"]\)|timedelta64\[h\]|\b3600(?:e9)?\b")
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel == "names.py":
+            continue
+        hits = [line for line in path.read_text().splitlines() if pattern.search(line)]
+        if hits:
+            found[rel] = len(hits)
+    assert found == HOURS_BY_HAND, found

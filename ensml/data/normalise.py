@@ -24,6 +24,7 @@ from ensml.names import (
     MEMBER,
     TIME,
     VALID_TIME,
+    truncated_hours,
 )
 
 
@@ -113,7 +114,7 @@ def normalise(ds: xr.Dataset) -> xr.Dataset:
     coords += [n for n in (LATITUDE, LONGITUDE) if n in ds.data_vars and ds[n].ndim == 2]
     ds = add_geographic(ds.set_coords(coords) if coords else ds)
     if LEAD_TIME in ds.coords and not np.issubdtype(ds[LEAD_TIME].dtype, np.timedelta64):
-        ds = ds.assign_coords({LEAD_TIME: ds[LEAD_TIME].values.astype("timedelta64[h]")})
+        ds = ds.assign_coords({LEAD_TIME: truncated_hours(ds[LEAD_TIME].values)})
     if LONGITUDE in ds.coords and ds[LONGITUDE].ndim == 2:
         lon = ds[LONGITUDE]
         ds = ds.assign_coords({LONGITUDE: (lon.dims, lon.values % 360.0, lon.attrs)})

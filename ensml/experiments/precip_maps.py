@@ -21,7 +21,7 @@ import pandas as pd
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, format_lead
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, format_lead, hours_of
 from ensml.scores.probability import THRESHOLD, probability_reliability
 from ensml.verify.maps import Panel, display_units, draw_maps
 
@@ -116,7 +116,7 @@ def reliability_rows(
             raise EnsmlError(f"reliability_rows: the probability of {name!r} needs {dims}")
         rel = probability_reliability(p, obs, n_bins=n_bins, preserve_dims=[LEAD_TIME], weights=weights)
         df = rel.to_dataframe().reset_index()
-        df["lead_h"] = df[LEAD_TIME] / np.timedelta64(1, "h")
+        df["lead_h"] = hours_of(df[LEAD_TIME])
         tables.append(df.drop(columns=[LEAD_TIME]).assign(forecast=name))
     columns = ["forecast", THRESHOLD, "lead_h", "bin", "bin_lower", "bin_upper"]
     columns += ["forecast_probability", "observed_frequency", "count"]

@@ -16,6 +16,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
+from ensml.names import hours_of
 
 __all__ = [
     "check_fcst_obs",
@@ -37,7 +38,7 @@ def _coord_text(v: Any) -> str:
     if np.issubdtype(v.dtype, np.datetime64):
         return str(v.astype("datetime64[m]")).replace("T", " ")
     if np.issubdtype(v.dtype, np.timedelta64):
-        return f"{v / np.timedelta64(1, 'h'):g} h"
+        return f"{hours_of(v):g} h"
     if np.issubdtype(v.dtype, np.number):
         return f"{float(v):g}"
     return str(v)

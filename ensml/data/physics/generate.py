@@ -28,7 +28,7 @@ from ensml.data.physics.core import TRUNCATIONS, dinosaur
 from ensml.data.physics.runs import VARIABLES, Plan, core_for, run_all
 from ensml.data.synth.build import encodings
 from ensml.errors import EnsmlError
-from ensml.names import HOUR, date_after, format_leads, iso_lead, parse_date, parse_leads
+from ensml.names import date_after, format_leads, from_hours, hours_of, iso_lead, parse_date, parse_leads
 from ensml.progress import EVERY_S, Progress, note, seconds
 from ensml.seeds import Seed, check_seed
 
@@ -64,7 +64,7 @@ def _plan(
     if not levels or len(set(levels)) != len(levels) or any(not 100 <= p <= 900 for p in levels):
         raise EnsmlError(f"physics levels must be distinct pressures in 100 … 900 hPa, got {list(levels)}")
     lead_ns = parse_leads(leads)
-    hours = lead_ns / HOUR
+    hours = hours_of(lead_ns)
     if not lead_ns.size or np.any(np.diff(hours) <= 0) or hours[0] < 0 or hours[-1] > 240:
         raise EnsmlError(f"physics leads must be increasing, within 0 … 240 h, got {format_leads(lead_ns)}")
     if np.any(hours != np.round(hours)):
@@ -188,10 +188,9 @@ def _datasets(
 ) -> dict[str, xr.Dataset]:
     """forecast and analysis as CF datasets in ensml's vocabulary."""
     core = core_for(plan.truth)  # the truth's model (built once per process): its grid's coordinates
-    hour = np.timedelta64(1, "h")
-    inits = np.datetime64(t0.to_datetime64(), "ns") + np.arange(plan.inits) * plan.every_hours * hour
-    leads = (np.asarray(plan.lead_hours) * hour).astype(names.LEAD_DTYPE)
-    times = inits[0] + np.arange(plan.records) * plan.record_hours * hour
+    inits = np.datetime64(t0.to_datetime64(), "ns") + from_hours(np.arange(plan.inits) * plan.every_hours)
+    leads = from_hours(plan.lead_hours)
+    times = inits[0] + from_hours(np.arange(plan.records) * plan.record_hours)
     space = {
         names.LEVEL: np.asarray(plan.levels, dtype="int32"),
         names.LATITUDE: core.latitude,

@@ -29,6 +29,7 @@ from ensml.data.synth.fields import (
     storm_profile,
     stream,
 )
+from ensml.names import from_hours, hours_of
 
 # Parameters of the generative model (documented in ensml.data.synth.generate).
 TAU_ACTIVITY_H, STD_ACTIVITY, LEN_ACTIVITY = 72.0, 0.4, 25.0
@@ -160,7 +161,7 @@ def _precip_wind(seed, lat, lon, hours, doy, ki, kv, leads, act, phi, flow, stor
     incr = pw.Increments(flow["u_rot"], S_U * act, phi)
     drawn = pw.draw(seed, lat, lon, hours, ki, kv, leads, known, incr, flow["n_rot"])
     params = pw.member_parameters(drawn, lat, leads, _storm_keep(leads))
-    coher = np.exp(-np.diff(leads / np.timedelta64(1, "h"), prepend=0.0) / TAU_ETA_H)
+    coher = np.exp(-np.diff(hours_of(leads), prepend=0.0) / TAU_ETA_H)
     gf = GaussianFields(len(lat), len(lon), LEN_ETA)
     return {
         "truth": drawn.truth,
@@ -180,7 +181,7 @@ def _state_times(inits: np.ndarray, leads: np.ndarray) -> tuple:
     valid = inits[:, None] + leads[None, :]
     times = np.unique(np.concatenate([inits, valid.ravel()]))
     ki, kv = np.searchsorted(times, inits), np.searchsorted(times, valid)
-    hours = (times - times[0]) / np.timedelta64(1, "h")
+    hours = hours_of(times - times[0])
     stamp = pd.DatetimeIndex(times)
     doy = np.asarray(stamp.day_of_year + stamp.hour / DAY_HOURS, dtype=float)
     return times, ki, kv, hours, doy
@@ -323,7 +324,7 @@ def _member_spread(factor: np.ndarray, var_nostorm: np.ndarray) -> np.ndarray:
 
 def _storm_keep(leads: np.ndarray) -> np.ndarray:
     """The fraction of the known storms the members hold, ``(lead,)``."""
-    lead_days = (leads / np.timedelta64(1, "h")) / DAY_HOURS
+    lead_days = hours_of(leads) / DAY_HOURS
     return np.maximum(STORM_KEEP_MIN, 1.0 - STORM_KEEP_PER_DAY * lead_days)
 
 
@@ -333,7 +334,7 @@ def _member_centre(lat, levels, leads, scale, mean, storm_known) -> np.ndarray:
     The oracle mean plus a bias growing with lead, less the share ``1 - keep(lead)`` of the
     known storms that the members miss.
     """
-    lead_days = (leads / np.timedelta64(1, "h")) / DAY_HOURS
+    lead_days = hours_of(leads) / DAY_HOURS
     track = activity_climatology(np.array([15.0 + YEAR_DAYS / 4]), lat)[0]  # (lat, 1), no season
     bias = scale * track * _bias_pattern(lat, levels) * (0.02 + 0.05 * lead_days)[:, None, None, None, None]
     keep = _storm_keep(leads)[None, :, None, None, None, None]
@@ -351,7 +352,7 @@ def _member_drawer(
     perturbations too (a pair).
     """
     nl = len(leads)
-    coher = np.exp(-np.diff(leads / np.timedelta64(1, "h"), prepend=0.0) / TAU_ETA_H)  # (lead,)
+    coher = np.exp(-np.diff(hours_of(leads), prepend=0.0) / TAU_ETA_H)  # (lead,)
     gf_eta = GaussianFields(len(lat), n_lon, LEN_ETA)
 
     def member_block(i0: int, i1: int) -> np.ndarray:
@@ -373,7 +374,7 @@ def _member_drawer(
 def _storm_table(storms: list[Storm], t0: np.datetime64) -> dict[str, np.ndarray]:
     """Per-storm arrays: genesis time (datetime64[ns]), position (degrees), lifetime (h), amplitude."""
     return {
-        "genesis_time": t0 + (np.array([s.genesis_hours for s in storms]) * 3600e9).astype("timedelta64[ns]"),
+        "genesis_time": t0 + from_hours([s.genesis_hours for s in storms]),
         "lat0": np.array([s.lat0 for s in storms]),
         "lon0": np.array([s.lon0 for s in storms]),
         "lifetime_hours": np.array([s.lifetime_hours for s in storms]),

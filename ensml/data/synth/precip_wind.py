@@ -44,6 +44,7 @@ from ensml.data.synth.fields import (
     stream,
 )
 from ensml.data.synth.quantiles import beta_quantile, gamma_quantile, truncnorm_quantile
+from ensml.names import hours_of
 
 #: CF attributes of the synthetic 24 h precipitation (1 kg m-2 of water is 1 mm).
 TP_ATTRS = {
@@ -231,7 +232,7 @@ def draw(seed: int, lat, lon, hours, ki, kv, leads, known: Known, incr: Incremen
     ``n_rot (time, 2, lat, lon)`` (rows 0, 1 of the :data:`BASIS`) and new noise ``λ(v)``.
     """
     nt, (ni, nl) = len(hours), kv.shape
-    lead_h = leads / np.timedelta64(1, "h")
+    lead_h = hours_of(leads)
     noise = sample_fields(stream(seed, 7), GaussianFields(len(lat), len(lon), LEN_NOISE_PW), nt, 2)
     theta = (known.m_flow + known.m_storm) / KAPPA_INF  # the latent tp's scale per state time
     mu, sig = known.mu0.copy(), known.s_inf.copy()  # si10's latent
@@ -289,7 +290,7 @@ def member_parameters(
     ``0.15 + 0.25/day`` m s-1.
     """
     k, kv = pw.known, pw.kv
-    days = (leads / np.timedelta64(1, "h"))[None, :, None, None] / DAY_HOURS
+    days = hours_of(leads)[None, :, None, None] / DAY_HOURS
     phi = np.deg2rad(lat)[:, None]
     keep = keep[None, :, None, None]
     m_flow, m_storm = k.m_flow[kv], k.m_storm[kv]
@@ -312,7 +313,7 @@ def member_spread(params: dict[str, np.ndarray], factor: np.ndarray, leads: np.n
     ``factor (init, lat, lon)`` is the members' under-dispersion (their ζ's std); tp's spread is
     that of its latent, ``factor · scale · sqrt(shape)``.
     """
-    root = np.sqrt(tp_shape(leads / np.timedelta64(1, "h")))[None, :, None, None]
+    root = np.sqrt(tp_shape(hours_of(leads)))[None, :, None, None]
     f = factor[:, None]
     return np.stack([f * params["tp_scale"] * root, f * params["si10_scale"]], axis=2).astype(np.float32)
 
@@ -330,7 +331,7 @@ def surface_drawer(
     scale_b · factor · η|`` (a folded normal: never negative, the truncated normal where
     ``loc_b`` is a few ``scale_b`` above 0).
     """
-    shapes = tp_shape(leads / np.timedelta64(1, "h"))
+    shapes = tp_shape(hours_of(leads))
     w = BASIS[:2].astype(np.float32)  # the low, and another direction
     mix_w = (np.float32(WIND_MIX[0]), np.float32(WIND_MIX[1]))
     rho, other = np.float32(RHO_TP), np.float32(np.sqrt(1 - RHO_TP**2))
