@@ -399,9 +399,10 @@ def format_leads(leads: LeadLike | Iterable[LeadLike]) -> str:
 # -- dates: one type inside (datetime64[ns]), checked where an option gives one --------------------
 #: The dtype of init and valid times everywhere inside ensml.
 TIME_DTYPE = "datetime64[ns]"
-#: The first and the last whole day ``datetime64[ns]`` holds (it runs from 1677-09-21 00:12:43 to
-#: 2262-04-11 23:47:16): the span of every date ensml takes.
+#: The first whole day ``datetime64[ns]`` holds (it runs from 1677-09-21 00:12:43 to
+#: 2262-04-11 23:47:16): the start of the span of every date ensml takes.
 FIRST_DATE = np.datetime64("1677-09-22", "ns")
+#: The last whole day ``datetime64[ns]`` holds: the end of the span of every date ensml takes.
 LAST_DATE = np.datetime64("2262-04-11", "ns")
 # (the days as text: numpy 2.4 turns 1677-09-22 in ns into 2262-04-11 when cast to days)
 _DATES = "must be a date in 1677-09-22 … 2262-04-11, the span datetime64[ns] holds"
