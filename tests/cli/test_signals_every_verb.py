@@ -61,6 +61,11 @@ def _verbs(tiny: dict[str, Path], ckpt: Path, work: Path) -> dict[str, tuple[lis
             "advance",
             "nothing",
         ),
+        "plan-memory": (  # paused after the first grid size is measured
+            ["plan-memory", *fit, "--memory_budget=2GiB", "--steps=1", "--out=out/fit.yaml"],
+            "advance",
+            "nothing",
+        ),
         "benchmark": (
             ["benchmark", f"--config={benchmark}", "--out_dir=out", "--data_dir=data"],
             "advance",
@@ -85,7 +90,17 @@ def _left(out: Path) -> tuple[list[str], set[str]]:
     return files, recorded
 
 
-VERBS = ["data synth", "data archive", "evaluate", "report", "postprocess", "predict", "prune", "benchmark"]
+VERBS = [
+    "data synth",
+    "data archive",
+    "evaluate",
+    "report",
+    "postprocess",
+    "predict",
+    "prune",
+    "plan-memory",
+    "benchmark",
+]
 
 
 @pytest.mark.parametrize("verb", VERBS)
