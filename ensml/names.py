@@ -397,8 +397,6 @@ def format_leads(leads: LeadLike | Iterable[LeadLike]) -> str:
 
 
 # -- dates: one type inside (datetime64[ns]), checked where an option gives one --------------------
-#: The dtype of init and valid times everywhere inside ensml.
-TIME_DTYPE = "datetime64[ns]"
 #: The first whole day ``datetime64[ns]`` holds (it runs from 1677-09-21 00:12:43 to
 #: 2262-04-11 23:47:16): the start of the span of every date ensml takes.
 FIRST_DATE = np.datetime64("1677-09-22", "ns")

@@ -26,8 +26,16 @@ from ensml.verify.maps import Panel, display_units, draw_maps
 LOCAL_MIN_INITS = 30
 
 
-def forecast_map(forecast: str, analysis: str, *, variable: str = "z", level: float = 500,
-                 lead: int | str = 48, k: int = DEFAULT_K, coastlines: bool = True) -> bytes:  # fmt: skip
+def forecast_map(
+    forecast: str,
+    analysis: str,
+    *,
+    variable: str = "z",
+    level: float = 500,
+    lead: int | str = 48,
+    k: int = DEFAULT_K,
+    coastlines: bool = True,
+) -> bytes:
     """PNG bytes of the figure (see the module docstring) for the last init of ``forecast``;
     ``coastlines`` False for a world without land (the physics testbed).
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +32,16 @@ import torch
 
 from ensml import __version__
 from ensml.errors import EnsmlError
+from ensml.models.memory import MemoryPolicy
+from ensml.models.speed import SpeedOptions
 from ensml.names import LATITUDE, LONGITUDE
 from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible
 from ensml.train.task_base import DATA_BUFFERS, EnsembleTask
 
-#: Hyperparameters of how a network runs (memory and speed): no weight depends on them, so the
-#: config's value may differ from the checkpoint's (:mod:`ensml.train.task_running`).
-RUNNING_KEYS = (
-    "checkpointing",
-    "offload",
-    "swap_levels",
-    "checkpoint_levels",
-    "channels_last",
-    "compile",
-    "bf16",
-    "fused_norm_act",
-)
+#: Hyperparameters of how a network runs (the memory policy's and the speed options' fields): no
+#: weight depends on them, so the config's value may differ from the checkpoint's
+#: (:mod:`ensml.train.task_running`).
+RUNNING_KEYS = tuple(f.name for f in (*fields(MemoryPolicy), *fields(SpeedOptions)))
 #: Hyperparameters linked from the data: compared with the data (:class:`RunData`), not as options.
 LINKED_KEYS = (*DATA_KEYS, "grid_shape")
 #: State keys a checkpoint may lack (older checkpoints; the task fills them in on loading).
@@ -136,24 +130,16 @@ class Checkpoint:
                 )
 
 
-def read_checkpoint(
-    path: str | Path,
-    *,
-    data: RunData | None = None,
-    options: Mapping[str, Any] | None = None,
-    task_class: type[EnsembleTask] | str | None = None,
-) -> Checkpoint:
-    """Read the checkpoint at ``path`` and check it; raise :class:`EnsmlError` (one line) if it is bad.
+def read_checkpoint(path: str | Path, *, task_class: type[EnsembleTask] | str | None = None) -> Checkpoint:
+    """Read the checkpoint at ``path`` and check it against this ensml and its own model; raise
+    :class:`EnsmlError` (one line) if it is bad. A run then checks its data
+    (:meth:`Checkpoint.check_data`) and the model options it was given
+    (:meth:`Checkpoint.check_options`) once it knows them.
 
     Parameters
     ----------
     path
         A checkpoint written by ``ensml fit`` or ``ensml prune``.
-    data
-        The data of this run: variables, levels, leads, k and grid must be the checkpoint's.
-    options
-        Model options given in the config or on the command line (``{hyperparameter: value}``):
-        each must be the checkpoint's value (see :meth:`Checkpoint.check_options`).
     task_class
         The task (or its class path) for a checkpoint that does not name its own.
     """
@@ -182,10 +168,6 @@ def read_checkpoint(
         )
     checkpoint = Checkpoint(path, saved, cls, hparams)
     _check_state(checkpoint)
-    if options:
-        checkpoint.check_options(options)
-    if data is not None:
-        checkpoint.check_data(data)
     return checkpoint
 
 

@@ -38,6 +38,16 @@ def make_sandbox(folder: Path, outside: Path) -> Path:
     return folder
 
 
+def fill_disk(filler: Path) -> None:
+    """Write ``filler`` until its file system has no byte left (a size-limited tmpfs in the tests)."""
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"x" * 4096)
+        except OSError:
+            pass
+
+
 def snapshot(*roots: Path, skip: tuple[Path, ...] = ()) -> dict[str, str]:
     """Every entry under ``roots`` (links not followed): sha256 of files, link targets, folders."""
     out: dict[str, str] = {}

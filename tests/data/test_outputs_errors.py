@@ -95,7 +95,7 @@ def test_a_full_disk(tmp_path: Path) -> None:
         PREVIOUS
         + f"""
 import json, os, subprocess, sys
-from tests.data.outputs_sandbox import make_sandbox, snapshot
+from tests.data.outputs_sandbox import fill_disk, make_sandbox, snapshot
 disk = Path({str(disk)!r})
 if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)]).returncode:
     sys.exit(77)
@@ -105,12 +105,7 @@ previous(out)
 before, user = snapshot(out), snapshot(disk, skip=(out,))
 attempt(out, WRITES)
 # then a disk without a byte left: where the issue found a 0-byte config.yaml
-with open(disk / "home" / "filler", "wb", buffering=0) as f:
-    try:
-        while True:
-            f.write(b"x" * 4096)
-    except OSError:
-        pass
+fill_disk(disk / "home" / "filler")
 attempt(out, [lambda f: f.write_text("config.yaml", "model: new\\n")])
 os.remove(disk / "home" / "filler")
 empty = [str(p) for p in out.rglob("*") if p.is_file() and p.stat().st_size == 0 and p.name != "lock"]
@@ -244,16 +239,12 @@ import subprocess, sys
 from pathlib import Path
 from ensml.data.outputs import OutputFolder
 from ensml.errors import EnsmlError
+from tests.data.outputs_sandbox import fill_disk
 disk = Path({str(disk)!r})
 if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)]).returncode:
     sys.exit(77)
 with OutputFolder.open(disk / "out", "postprocess") as folder:
-    with open(disk / "filler", "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"x" * 4096)
-        except OSError:
-            pass
+    fill_disk(disk / "filler")
     for code in (13, 1):
         try:
             with folder.write("fc.nc"):

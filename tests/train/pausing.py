@@ -9,6 +9,8 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from tests.data.outputs_sandbox import fill_disk
+
 
 class PauseAtEpoch(Callback):
     """At the start of ``epoch`` (earlier epochs checkpointed), write ``ready`` and wait.
@@ -56,9 +58,4 @@ class FillDisk(Callback):
         self.filler = Path(filler)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        with open(self.filler, "wb", buffering=0) as f:
-            try:
-                while True:
-                    f.write(b"x" * 4096)
-            except OSError:
-                pass
+        fill_disk(self.filler)

@@ -200,7 +200,8 @@ def test_postprocess_fails_each_file_on_another_grid(doctor, inputs, tmp_path, m
 
 
 def test_the_trained_checkpoint_passes_and_running_options_may_differ(inputs, tmp_path, monkeypatch) -> None:
-    ckpt = read_checkpoint(inputs["best"], options={"width": 4, "compile": True, "checkpointing": "levels"})
+    ckpt = read_checkpoint(inputs["best"])
+    ckpt.check_options({"width": 4, "compile": True, "checkpointing": "levels"})
     assert ckpt.task_class.__name__ == "MixedTask" and ckpt.grid_shape == (16, 32)
     torch.testing.assert_close(
         ckpt.build().state_dict()["net.head.conv.weight"], ckpt.state_dict["net.head.conv.weight"]
