@@ -25,7 +25,7 @@ import numpy as np
 
 from ensml import __version__
 from ensml.errors import EnsmlError
-from ensml.names import format_leads, iso_lead, parse_leads
+from ensml.times import format_leads, iso_lead, parse_leads
 
 PREFIX = "ensml_"
 #: The tasks whose outputs carry run metadata.

@@ -33,10 +33,10 @@ def test_import_layers_hold(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
 
 # -- The spines: which ensml modules a sample crosses (docs/architecture.md, "The spines") -----------
 # Counted: every ensml module on the call stack when xarray opens or reads a file, a network runs
-# or a score is computed. Not counted: the bottom layer that every room uses (vocabulary, run
-# metadata, errors, progress) and the verb's command-line front. A package of readers, networks,
+# or a score is computed. Not counted: the bottom layer that every room uses (vocabulary, times,
+# run metadata, errors, progress) and the verb's command-line front. A package of readers, networks,
 # scores or output files counts once, as the page lists it.
-SHARED = ("ensml.names", "ensml.predictions", "ensml.errors", "ensml.progress", "ensml.logs",
+SHARED = ("ensml.names", "ensml.times", "ensml.predictions", "ensml.errors", "ensml.progress", "ensml.logs",
           "ensml.provenance", "ensml.compat", "ensml.cli.")  # fmt: skip
 FRONT = {"fit": ("ensml.train.lightning_cli",)}
 GROUPS = ("ensml.data.layouts", "ensml.data.outputs", "ensml.models", "ensml.scores")
@@ -132,20 +132,20 @@ def test_evaluate_spine_is_at_most_eight_documented_modules(
     assert traced <= documented and len(documented) <= EVALUATE_LIMIT
 
 
-#: Where a number of hours may still be written by hand outside ensml/names.py, and why: wall-clock
+#: Where a number of hours may still be written by hand outside ensml/times.py, and why: wall-clock
 #: seconds shown as hours, a span in seconds checked against the last date, a lifetime kept to whole
 #: seconds as the case windows were found with.
 HOURS_BY_HAND = {"progress.py": 1, "data/physics/generate.py": 1, "verify/casefind.py": 1}
 
 
 def test_nothing_but_names_converts_hours() -> None:
-    """docs/architecture.md: lead times are timedelta64[ns] inside; hours only through names.py."""
+    """docs/architecture.md: lead times are timedelta64[ns] inside; hours only through times.py."""
     package = Path(__file__).parents[1] / "ensml"
     pattern = re.compile(r"timedelta64\(1,\s*['\"]h['\"]\)|timedelta64\[h\]|\b3600(?:e9)?\b")
     found = {}
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package).as_posix()
-        if rel == "names.py":
+        if rel == "times.py":
             continue
         hits = [line for line in path.read_text().splitlines() if pattern.search(line)]
         if hits:

@@ -11,16 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ensml.errors import EnsmlError
-from ensml.names import (
-    FIRST_DATE,
-    LAST_DATE,
-    MAX_LEAD_HOURS,
-    date_after,
-    parse_date,
-    parse_lead,
-    parse_leads,
-)
 from ensml.seeds import SEED_RANGE, Seed, check_seed
+from ensml.times import FIRST_DATE, LAST_DATE, MAX_LEAD_HOURS, date_after, parse_date, parse_lead, parse_leads
 
 FIRST_DAY, LAST_DAY = dt.date(1677, 9, 22), dt.date(2262, 4, 11)
 SPAN = "must be a date in 1677-09-22 … 2262-04-11, the span datetime64[ns] holds"

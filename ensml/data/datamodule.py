@@ -102,7 +102,7 @@ class EnsembleDataModule(L.LightningDataModule):
         Pressure levels (hPa) to use.
     input_leads
         Lead times fed to the model: hours (``[0, 24, 48]``) or durations (``["0h", "P1D"]``;
-        see :func:`ensml.names.parse_lead`).
+        see :func:`ensml.times.parse_lead`).
     target_leads
         Lead time, or list of lead times, whose spread or analysis is predicted (each one of
         ``input_leads``). Several target leads make one model predict all of them (its outputs

@@ -48,20 +48,9 @@ from ensml.data.open import (
 from ensml.data.runfiles import Check, Paths, RunFiles, Select, choose_leads, scan_run
 from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
-from ensml.names import (
-    DEFAULT_K,
-    INIT_TIME,
-    LEAD_DTYPE,
-    LEAD_TIME,
-    LEVEL,
-    TIME,
-    LeadLike,
-    family_params,
-    format_leads,
-    parse_lead,
-    parse_leads,
-)
+from ensml.names import DEFAULT_K, INIT_TIME, LEAD_TIME, LEVEL, TIME, family_params
 from ensml.predictions import check_k, distribution_of
+from ensml.times import LEAD_DTYPE, LeadLike, format_leads, parse_lead, parse_leads
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from ensml.names import (
     MEMBER,
     TIME,
     VALID_TIME,
-    truncated_hours,
 )
+from ensml.times import truncated_hours
 
 
 def normalised(ds: xr.Dataset, path: object, what: str) -> xr.Dataset:

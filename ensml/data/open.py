@@ -28,19 +28,8 @@ from ensml.data.layouts.members import has_member_field, member_files, stack_mem
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.normalise import normalised, one_run_as_ensemble
 from ensml.errors import EnsmlError, exception_reason
-from ensml.names import (
-    ANALYSIS_DIMS,
-    FORECAST_DIMS,
-    INIT_TIME,
-    LEAD_TIME,
-    LEVEL,
-    MEMBER,
-    SPATIAL_DIMS,
-    TIME,
-    LeadLike,
-    format_leads,
-    parse_leads,
-)
+from ensml.names import ANALYSIS_DIMS, FORECAST_DIMS, INIT_TIME, LEAD_TIME, LEVEL, MEMBER, SPATIAL_DIMS, TIME
+from ensml.times import LeadLike, format_leads, parse_leads
 
 PathLike = str | Path
 

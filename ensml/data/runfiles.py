@@ -21,18 +21,9 @@ import xarray as xr
 
 from ensml.data.open import load_dataset
 from ensml.errors import EnsmlError
-from ensml.names import (
-    INIT_TIME,
-    LEAD_DTYPE,
-    LEAD_TIME,
-    MEMBER,
-    VALID_TIME,
-    LeadLike,
-    family_params,
-    format_leads,
-    parse_leads,
-)
+from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, VALID_TIME, family_params
 from ensml.predictions import RunMeta, one_run
+from ensml.times import LEAD_DTYPE, LeadLike, format_leads, parse_leads
 
 Paths = str | Path | Sequence[str | Path]
 #: What a lead-by-lead reader does to each piece before loading it (e.g. a region's box).
@@ -155,7 +146,7 @@ def leads_option(value: LeadLike | Sequence[LeadLike] | None) -> str | np.ndarra
     Raises
     ------
     EnsmlError
-        One line for a value that is not a lead time (:func:`ensml.names.parse_leads`), or none.
+        One line for a value that is not a lead time (:func:`ensml.times.parse_leads`), or none.
     """
     if value is None or isinstance(value, np.ndarray):
         return value

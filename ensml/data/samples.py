@@ -23,7 +23,8 @@ from ensml.data.prefetch import Prefetcher
 from ensml.data.sampling import EpochPlan, SampleKey, split_key
 from ensml.data.surface import read_levels
 from ensml.errors import EnsmlError, exception_reason
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME, LeadLike, parse_leads
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
+from ensml.times import LeadLike, parse_leads
 
 MemberSampling = Literal["first", "random"]
 # Axis order of one sample's forecast block (after the variable axis) and analysis block.
@@ -36,7 +37,7 @@ FORECAST_TARGET_DIMS = FORECAST_SAMPLE_DIMS  # the spread target's read: the tar
 class SampleSpec:
     """What one sample holds. V variables, L input leads, T target leads, D levels, K of M members.
 
-    Lead times are ``timedelta64[ns]`` (:func:`ensml.names.parse_leads` makes them from hours or
+    Lead times are ``timedelta64[ns]`` (:func:`ensml.times.parse_leads` makes them from hours or
     durations); the target leads are among the input leads.
     """
 

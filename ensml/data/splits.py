@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ensml.errors import EnsmlError
-from ensml.names import LAST_DATE, parse_date
+from ensml.times import LAST_DATE, parse_date
 
 SPLITS = ("train", "val", "test")
 

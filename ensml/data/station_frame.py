@@ -31,18 +31,8 @@ from ensml.data.points import Points
 from ensml.data.runfiles import choose_leads
 from ensml.data.stations import on_grid, read_observations
 from ensml.errors import EnsmlError
-from ensml.names import (
-    DEFAULT_K,
-    ELEVATION,
-    INIT_TIME,
-    LEAD_TIME,
-    LEVEL,
-    STATION,
-    TIME,
-    LeadLike,
-    format_leads,
-    units_of,
-)
+from ensml.names import DEFAULT_K, ELEVATION, INIT_TIME, LEAD_TIME, LEVEL, STATION, TIME, units_of
+from ensml.times import LeadLike, format_leads
 
 
 @dataclass(frozen=True)

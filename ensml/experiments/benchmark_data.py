@@ -16,7 +16,7 @@ import xarray as xr
 from ensml.data.synth.generate import synth as make_synth
 from ensml.errors import EnsmlError
 from ensml.experiments.options import PhysicsOptions, SynthOptions
-from ensml.names import format_leads, parse_date, parse_leads
+from ensml.times import format_leads, parse_date, parse_leads
 
 #: The options of either source.
 Source = SynthOptions | PhysicsOptions

@@ -45,20 +45,12 @@ from ensml.experiments.benchmark_events import (
     reliability_rows,
 )
 from ensml.experiments.benchmark_predictions import model_label
-from ensml.names import (
-    INIT_TIME,
-    LATITUDE,
-    LEVEL,
-    LONGITUDE,
-    MEMBER,
-    lead_hours,
-    raw_ensemble_name,
-    raw_subset_name,
-)
+from ensml.names import INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER, raw_ensemble_name, raw_subset_name
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
 from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.scores.significance import skill_tests
+from ensml.times import lead_hours
 from ensml.verify.families import distribution_crps, estimator, oracle_families
 from ensml.verify.rows import crps_rows, spread_scores
 from ensml.verify.thresholds import thresholds_for

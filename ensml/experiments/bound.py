@@ -30,7 +30,7 @@ import torch
 from ensml.data.synth import model as synth_model
 from ensml.data.synth.generate import SynthConfig, _validate
 from ensml.errors import EnsmlError
-from ensml.names import parse_leads
+from ensml.times import parse_leads
 
 #: Names of the bounds' rows in the benchmark tables.
 BOUND_NAME = "per-point bound from K members"

@@ -18,7 +18,8 @@ import xarray as xr
 from ensml.data.frame import build_frame
 from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
-from ensml.names import DEFAULT_K, INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER, format_lead, parse_lead
+from ensml.names import DEFAULT_K, INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER
+from ensml.times import format_lead, parse_lead
 from ensml.train.emos import fit_emos
 from ensml.verify.maps import Panel, display_units, draw_maps
 

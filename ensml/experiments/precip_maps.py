@@ -21,8 +21,9 @@ import pandas as pd
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, format_lead, hours_of
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE
 from ensml.scores.probability import THRESHOLD, probability_reliability
+from ensml.times import format_lead, hours_of
 from ensml.verify.maps import Panel, display_units, draw_maps
 
 #: Equal bins of [0, 1] of the reliability diagrams (as ``evaluate``'s).

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from ensml.errors import EnsmlError
-from ensml.names import family_names, format_lead, parse_leads
+from ensml.names import family_names
 from ensml.predictions import RunMeta, file_sha256
+from ensml.times import format_lead, parse_leads
 from ensml.train.checkpoint_file import check_same_grid, read_checkpoint
 from ensml.train.tasks import EnsembleTask
 

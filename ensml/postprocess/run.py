@@ -19,7 +19,7 @@ from ensml import __version__
 from ensml.data.open import open_forecast
 from ensml.data.outputs import STATE_DIR, OutputFolder, create_zarr_store
 from ensml.errors import EnsmlError, PartialFailure
-from ensml.names import LATITUDE, LONGITUDE, MEMBER, format_leads
+from ensml.names import LATITUDE, LONGITUDE, MEMBER
 from ensml.postprocess.cluster import ClusterSpec, Connection, job_script
 from ensml.postprocess.execute import execute
 from ensml.postprocess.interrupt import interrupted, poll, stopping_on_signals
@@ -40,6 +40,7 @@ from ensml.postprocess.products import placeholder_params, product_dataset, prod
 from ensml.postprocess.progress import run_progress, summary
 from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
 from ensml.provenance import command
+from ensml.times import format_leads
 
 COMMAND = "postprocess"
 

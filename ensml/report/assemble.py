@@ -33,11 +33,12 @@ from ensml.data.open import check_lead_times, open_forecast
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
 from ensml.errors import EnsmlError
-from ensml.names import LEVEL, LeadLike, as_list, lead_hours, parse_lead
+from ensml.names import LEVEL, as_list
 from ensml.progress import Progress, note, seconds
 from ensml.report.page import Content, blocks
 from ensml.report.render import render
 from ensml.report.scores import scores_by_lead, skill_by_lead
+from ensml.times import LeadLike, lead_hours, parse_lead
 from ensml.verify.casefind import find_extreme_cases, storm_cases
 from ensml.verify.cases import Case, load_cases
 from ensml.verify.casestudy import score_case

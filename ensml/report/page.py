@@ -15,10 +15,11 @@ import xarray as xr
 
 from ensml.data.frame import EnsembleFrame
 from ensml.data.grid import describe
-from ensml.names import LEAD_TIME, format_lead, units_of
+from ensml.names import LEAD_TIME, units_of
 from ensml.report import plots
 from ensml.report.render import Figure
 from ensml.scores.distributions import Family
+from ensml.times import format_lead
 from ensml.verify.casestudy import CaseResult, cases_table, formatted
 from ensml.verify.charts import reliability_diagram
 from ensml.verify.evaluate import Scores

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ensml.names import LeadLike, format_lead
+from ensml.times import LeadLike, format_lead
 from ensml.verify.levels import field_name, is_surface, rows_of
 from ensml.verify.maps import display_units
 

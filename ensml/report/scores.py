@@ -26,22 +26,14 @@ import xarray as xr
 
 from ensml.data.frame import EnsembleFrame, LeadFrame
 from ensml.data.grid import horizontal_dims
-from ensml.names import (
-    INIT_TIME,
-    LEAD_TIME,
-    MEMBER,
-    TIME,
-    VALID_TIME,
-    lead_hours,
-    raw_ensemble_name,
-    raw_subset_name,
-)
+from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, TIME, VALID_TIME, raw_ensemble_name, raw_subset_name
 from ensml.scores.calibration import ensemble_mean_rmse, rank_histogram, spread_skill_ratio
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
 from ensml.scores.predictive import exceedance_family
 from ensml.scores.probability import THRESHOLD, exceedance_probability, probability_reliability, reliability
 from ensml.scores.reduce import reduce_score
+from ensml.times import lead_hours
 from ensml.verify.events import RELIABILITY_BINS, reliability_rows
 from ensml.verify.families import (
     distribution_crps,

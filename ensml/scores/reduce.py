@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.names import hours_of
+from ensml.times import hours_of
 
 __all__ = [
     "check_fcst_obs",

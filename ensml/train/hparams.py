@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ensml.errors import EnsmlError
-from ensml.names import format_leads, parse_leads
+from ensml.times import format_leads, parse_leads
 
 #: Hyperparameters a checkpoint must share with the data it is applied to.
 DATA_KEYS = ("variables", "levels", "input_leads", "target_leads", "k", "static_variables")

@@ -29,7 +29,8 @@ from ensml.models import build_network, is_sequence_arch
 from ensml.models.local import LocalAffine
 from ensml.models.memory import MemoryPolicy
 from ensml.models.speed import SpeedOptions
-from ensml.names import DEFAULT_K, lead_hours
+from ensml.names import DEFAULT_K
+from ensml.times import lead_hours
 from ensml.train import schedule
 from ensml.train.checkpoints import FollowResumedEpoch
 from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible, plain_hparams

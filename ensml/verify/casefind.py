@@ -17,7 +17,8 @@ import xarray as xr
 from ensml.data.grid import describe, is_projected
 from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, TIME, LeadLike, format_lead, parse_lead
+from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, TIME
+from ensml.times import LeadLike, format_lead, parse_lead
 from ensml.verify.cases import Case, Region, Threshold
 
 __all__ = ["find_extreme_cases", "lon_span", "storm_cases"]

@@ -36,7 +36,8 @@ import yaml
 
 from ensml.data.grid import horizontal_dims
 from ensml.errors import EnsmlError
-from ensml.names import LATITUDE, LONGITUDE, TIME, format_lead, parse_date, parse_lead
+from ensml.names import LATITUDE, LONGITUDE, TIME
+from ensml.times import format_lead, parse_date, parse_lead
 
 KEYS = {"name", "description", "variable", "level", "lead", "region", "window", "threshold"}
 DAY = np.timedelta64(1, "D")

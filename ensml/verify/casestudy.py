@@ -43,8 +43,6 @@ from ensml.names import (
     LEVEL,
     MEMBER,
     VALID_TIME,
-    format_lead,
-    lead_hours,
     raw_ensemble_name,
     raw_subset_name,
     units_of,
@@ -52,6 +50,7 @@ from ensml.names import (
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
 from ensml.scores.twcrps import twcrps_ensemble
+from ensml.times import format_lead, lead_hours
 from ensml.verify.cases import Case, climatological_threshold
 from ensml.verify.families import (
     distribution_crps,

@@ -46,24 +46,13 @@ from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
-from ensml.names import (
-    INIT_TIME,
-    LEVEL,
-    MEMBER,
-    LeadLike,
-    as_list,
-    format_lead,
-    format_leads,
-    lead_hours,
-    raw_ensemble_name,
-    raw_subset_name,
-    units_of,
-)
+from ensml.names import INIT_TIME, LEVEL, MEMBER, as_list, raw_ensemble_name, raw_subset_name, units_of
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
 from ensml.scores.hersbach import crps_decomposition
 from ensml.scores.significance import skill_tests
+from ensml.times import LeadLike, format_lead, format_leads, lead_hours
 from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
 from ensml.verify.event_tables import event_files

@@ -48,7 +48,7 @@ import xarray as xr
 from ensml.data.frame import EnsembleFrame
 from ensml.data.grid import horizontal_dims
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, LEVEL, MEMBER, TIME, format_lead, lead_hours
+from ensml.names import INIT_TIME, LEVEL, MEMBER, TIME
 from ensml.progress import note
 from ensml.scores.calibration import RANK, histogram_flatness, pit_value_histogram, rank_histogram
 from ensml.scores.distributions import Family
@@ -68,6 +68,7 @@ from ensml.scores.probability import (
 )
 from ensml.scores.significance import block_bootstrap, skill_tests
 from ensml.scores.twcrps import twcrps_ensemble
+from ensml.times import format_lead, lead_hours
 from ensml.verify.families import family_params
 from ensml.verify.levels import at, levels_of, per_level, table_level
 from ensml.verify.rows import score_rows

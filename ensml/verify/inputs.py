@@ -17,9 +17,10 @@ import xarray as xr
 
 from ensml.data.frame import LeadFrame
 from ensml.errors import EnsmlError
-from ensml.names import INIT_TIME, MEMBER, format_lead
+from ensml.names import INIT_TIME, MEMBER
 from ensml.progress import note
 from ensml.scores.reduce import describe_position
+from ensml.times import format_lead
 
 
 def check_complete(ds: xr.Dataset, name: str, *, nan_ok: bool = False) -> None:

@@ -42,20 +42,17 @@ from ensml.names import (
     DEFAULT_K,
     ELEVATION,
     INIT_TIME,
-    LEAD_DTYPE,
     LEAD_TIME,
     MEMBER,
     STATION,
     VALID_TIME,
-    LeadLike,
-    format_lead,
-    lead_hours,
     raw_ensemble_name,
     raw_subset_name,
     units_of,
 )
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
+from ensml.times import LEAD_DTYPE, LeadLike, format_lead, lead_hours
 from ensml.verify.levels import at, levels_of, table_level
 from ensml.verify.rows import slug
 from ensml.verify.tables import Content, to_markdown, write_files

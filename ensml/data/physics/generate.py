@@ -28,9 +28,9 @@ from ensml.data.physics.core import TRUNCATIONS, dinosaur
 from ensml.data.physics.runs import VARIABLES, Plan, core_for, run_all
 from ensml.data.synth.build import encodings
 from ensml.errors import EnsmlError
-from ensml.names import date_after, format_leads, from_hours, hours_of, iso_lead, parse_date, parse_leads
 from ensml.progress import EVERY_S, Progress, note, seconds
 from ensml.seeds import Seed, check_seed
+from ensml.times import date_after, format_leads, from_hours, hours_of, iso_lead, parse_date, parse_leads
 
 NAMES = ("forecast", "analysis")
 #: The single-level variables (no level dimension).

@@ -90,7 +90,7 @@ class SynthConfig:
     n_lat: int
     n_lon: int
     levels: tuple[int, ...]
-    leads: tuple[str, ...]  # ISO 8601 durations (ensml.names.iso_lead)
+    leads: tuple[str, ...]  # ISO 8601 durations (ensml.times.iso_lead)
     members: int
     start: str
     end: str

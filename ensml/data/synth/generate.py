@@ -129,9 +129,9 @@ from ensml.data.outputs import OutputFolder
 from ensml.data.outputs.generated import check_generated
 from ensml.data.synth.build import SynthConfig, build_datasets, encodings
 from ensml.errors import EnsmlError
-from ensml.names import date_after, format_leads, iso_lead, parse_date, parse_leads
 from ensml.progress import EVERY_S, Progress
 from ensml.seeds import Seed, check_seed
+from ensml.times import date_after, format_leads, iso_lead, parse_date, parse_leads
 
 NAMES = ("forecast", "analysis", "oracle")
 SUFFIXES = {"netcdf": ".nc", "zarr": ".zarr"}

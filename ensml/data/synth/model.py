@@ -29,7 +29,7 @@ from ensml.data.synth.fields import (
     storm_profile,
     stream,
 )
-from ensml.names import from_hours, hours_of
+from ensml.times import from_hours, hours_of
 
 # Parameters of the generative model (documented in ensml.data.synth.generate).
 TAU_ACTIVITY_H, STD_ACTIVITY, LEN_ACTIVITY = 72.0, 0.4, 25.0

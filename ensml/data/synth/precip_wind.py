@@ -44,7 +44,7 @@ from ensml.data.synth.fields import (
     stream,
 )
 from ensml.data.synth.quantiles import beta_quantile, gamma_quantile, truncnorm_quantile
-from ensml.names import hours_of
+from ensml.times import hours_of
 
 #: CF attributes of the synthetic 24 h precipitation (1 kg m-2 of water is 1 mm).
 TP_ATTRS = {
