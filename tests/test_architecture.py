@@ -138,7 +138,7 @@ def test_evaluate_spine_is_at_most_eight_documented_modules(
 HOURS_BY_HAND = {"progress.py": 1, "data/physics/generate.py": 1, "verify/casefind.py": 1}
 
 
-def test_nothing_but_names_converts_hours() -> None:
+def test_nothing_but_times_converts_hours() -> None:
     """docs/architecture.md: lead times are timedelta64[ns] inside; hours only through times.py."""
     package = Path(__file__).parents[1] / "ensml"
     pattern = re.compile(r"timedelta64\(1,\s*['\"]h['\"]\)|timedelta64\[h\]|\b3600(?:e9)?\b")
