@@ -68,14 +68,28 @@ def fit(work: Path, strategy: str, args: argparse.Namespace, slow: bool, seed: i
     work.mkdir(parents=True)
     (work / "data").symlink_to(REPO / "data")
     epochs = args.epochs if strategy == "ddp" else math.ceil(args.epochs * args.budget)  # ddp_budget too
-    cmd = [sys.executable, "-m", "ensml.cli.main", "-q", "fit", "--config", str(CONFIG),
-           f"--trainer.strategy={STRATEGIES[strategy]}", f"--trainer.max_epochs={epochs}",
-           f"--trainer.limit_train_batches={args.batches}", "--trainer.limit_val_batches=1.0",
-           f"--data.batch_size={BATCH}", "--data.check_finite=false",
-           f"--seed_everything={seed}", f"--data.seed={seed}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "ensml.cli.main",
+        "-q",
+        "fit",
+        "--config",
+        str(CONFIG),
+        f"--trainer.strategy={STRATEGIES[strategy]}",
+        f"--trainer.max_epochs={epochs}",
+        f"--trainer.limit_train_batches={args.batches}",
+        "--trainer.limit_val_batches=1.0",
+        f"--data.batch_size={BATCH}",
+        "--data.check_finite=false",
+        f"--seed_everything={seed}",
+        f"--data.seed={seed}",
+    ]
     if slow:
-        spec = {"class_path": "ensml.train.stragglers.Stragglers",
-                "init_args": {"ranks": [1], "slowdown": args.slowdown}}  # fmt: skip
+        spec = {
+            "class_path": "ensml.train.stragglers.Stragglers",
+            "init_args": {"ranks": [1], "slowdown": args.slowdown},
+        }
         cmd.append("--trainer.callbacks+=" + json.dumps(spec))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
@@ -139,8 +153,19 @@ def row(runs: list[dict], sync: list[dict]) -> tuple[list[str], float | None, fl
 
 
 def report(results: dict[tuple[str, str], list[dict]]) -> None:
-    columns = ("scenario", "strategy", "train s", "samples/s", "CRPS", "vs sync", "final", "to sync CRPS s",
-               "speed-up", "seeds reaching", "stale")  # fmt: skip
+    columns = (
+        "scenario",
+        "strategy",
+        "train s",
+        "samples/s",
+        "CRPS",
+        "vs sync",
+        "final",
+        "to sync CRPS s",
+        "speed-up",
+        "seeds reaching",
+        "stale",
+    )
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     verdict = []
@@ -168,8 +193,14 @@ def plot(results: dict[tuple[str, str], list[dict]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     scenarios = [s for s in ("balanced", "straggler") if (s, "ddp") in results]
-    fig, axes = plt.subplots(1, len(scenarios), figsize=(6 * len(scenarios), 4.2), sharey=True,
-                             constrained_layout=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1,
+        len(scenarios),
+        figsize=(6 * len(scenarios), 4.2),
+        sharey=True,
+        constrained_layout=True,
+        squeeze=False,
+    )
     for ax, scenario in zip(axes[0], scenarios, strict=True):
         target = statistics.median(r["crps"] for r in results[(scenario, "ddp")])
         ax.axhline(target, color="0.4", lw=0.8, ls="--", label="DDP's final CRPS")
@@ -215,8 +246,11 @@ def main() -> None:
                     slow = scenario == "straggler"
                     run = fit(Path(tmp) / f"{scenario}-{strategy}-{seed}", strategy, args, slow, seed)
                     results.setdefault((scenario, strategy), []).append(run)
-                    print(f"  seed {seed} {scenario} {strategy}: {run['train_s']:.1f} s, CRPS "
-                          + " ".join(f"{c:.4f}" for _, c in run["curve"]), flush=True)  # fmt: skip
+                    print(
+                        f"  seed {seed} {scenario} {strategy}: {run['train_s']:.1f} s, CRPS "
+                        + " ".join(f"{c:.4f}" for _, c in run["curve"]),
+                        flush=True,
+                    )
     report(results)
     if args.plot:
         plot(results, args.plot)

@@ -56,15 +56,25 @@ def periods(train_end: str) -> dict[str, list[str]]:
     """Training from 2017-01-01 to ``train_end``; 6 and then 10 more days for validation and test."""
     end = np.datetime64(train_end)
     day = np.timedelta64(1, "D")
-    return {"train_period": ["2017-01-01", train_end], "val_period": [str(end + day), str(end + 6 * day)],
-            "test_period": [str(end + 7 * day), str(end + 16 * day)]}  # fmt: skip
+    return {
+        "train_period": ["2017-01-01", train_end],
+        "val_period": [str(end + day), str(end + 6 * day)],
+        "test_period": [str(end + 7 * day), str(end + 16 * day)],
+    }
 
 
 def module(files: dict[str, Path], batch_size: int) -> EnsembleDataModule:
     with xr.open_dataset(files["forecast"]) as fc:
         train_end = str(fc["init_time"].values[-1] - np.timedelta64(16, "D"))[:10]
-    dm = EnsembleDataModule(files["forecast"], files["analysis"], batch_size=batch_size, cache_mb=8192,
-                            check_finite=False, prefetch_workers=1, **periods(train_end))  # fmt: skip
+    dm = EnsembleDataModule(
+        files["forecast"],
+        files["analysis"],
+        batch_size=batch_size,
+        cache_mb=8192,
+        check_finite=False,
+        prefetch_workers=1,
+        **periods(train_end),
+    )
     dm.setup("fit")
     return dm
 
@@ -142,8 +152,10 @@ def compare(
         inits = module(files, batch_size).train_set.init_times
         naive_s.append(len(inits) * epochs / naive_run(files, inits, epochs))
         model_r.append(model_rate(files, batch_size, steps))
-    med = {k: statistics.median(v) for k, v in
-           {"loader": loader_s, "first": first_s, "naive": naive_s, "model": model_r}.items()}  # fmt: skip
+    med = {
+        k: statistics.median(v)
+        for k, v in {"loader": loader_s, "first": first_s, "naive": naive_s, "model": model_r}.items()
+    }
     vs_naive, vs_model = med["loader"] / med["naive"], med["loader"] / med["model"]
     print(
         f"{name}: {n} samples x {epochs} epochs, batch {batch_size}, torch threads {torch.get_num_threads()}"
@@ -151,10 +163,14 @@ def compare(
     print(f"  ensml loader   samples/s {summary(loader_s)} (first epoch alone: {summary(first_s)})")
     print(f"  naive xarray   samples/s {summary(naive_s)}")
     print(f"  model fwd+bwd  samples/s {summary(model_r)}")
-    print(f"  loader / naive = {vs_naive:.1f}x (first epoch {med['first'] / med['naive']:.1f}x); "
-          f"target >= 3x: {'met' if vs_naive >= 3 else 'not met'}")  # fmt: skip
-    print(f"  loader / model = {vs_model:.1f}x (first epoch {med['first'] / med['model']:.1f}x); "
-          f"target >= 2x: {'met' if vs_model >= 2 else 'not met'}")  # fmt: skip
+    print(
+        f"  loader / naive = {vs_naive:.1f}x (first epoch {med['first'] / med['naive']:.1f}x); "
+        f"target >= 3x: {'met' if vs_naive >= 3 else 'not met'}"
+    )
+    print(
+        f"  loader / model = {vs_model:.1f}x (first epoch {med['first'] / med['model']:.1f}x); "
+        f"target >= 2x: {'met' if vs_model >= 2 else 'not met'}"
+    )
     return [vs_naive >= 3, vs_model >= 2]
 
 
@@ -166,8 +182,10 @@ def main() -> None:
     )
     parser.add_argument("--full-inits", type=int, default=8, help="init times of the 361 x 720 set")
     args = parser.parse_args()
-    print(f"env: {os.cpu_count()} cores, torch {torch.__version__} on {torch.get_num_threads()} threads, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")  # fmt: skip
+    print(
+        f"env: {os.cpu_count()} cores, torch {torch.__version__} on {torch.get_num_threads()} threads, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
+    )
     met = []
     with tempfile.TemporaryDirectory() as tmp:
         small = make_data(Path(tmp) / "small", 32, 64, "2018-01-16")

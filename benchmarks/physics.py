@@ -83,8 +83,10 @@ def main() -> None:
             start = time.perf_counter()
             physics(f"{tmp}/physics")
             took = time.perf_counter() - start
-        print(f"ensml data physics, defaults (360 inits x 10 members): {took:.0f} s = {took / 60:.1f} min "
-              f"(budget 15 min: {took / 900:.0%} of it)")  # fmt: skip
+        print(
+            f"ensml data physics, defaults (360 inits x 10 members): {took:.0f} s = {took / 60:.1f} min "
+            f"(budget 15 min: {took / 900:.0%} of it)"
+        )
 
 
 if __name__ == "__main__":

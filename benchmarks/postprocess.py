@@ -50,11 +50,21 @@ def prepare(work: Path, n_files: int) -> tuple[ModelSet, Job, list[Path], Path]:
     here = Path.cwd()
     os.chdir(work)  # the config's relative run folder goes under work/
     try:
-        args = ["fit", "--config", str(CONFIG), f"--data.forecast={files['forecast']}",
-                f"--data.analysis={files['analysis']}", "--data.train_period=[2019-01-01, 2019-12-31]",
-                "--data.val_period=[2020-01-01, 2020-01-31]", "--data.test_period=[2020-02-01, 2020-12-31]",
-                "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
-                "--trainer.enable_progress_bar=false", "--trainer.logger=false"]  # fmt: skip
+        args = [
+            "fit",
+            "--config",
+            str(CONFIG),
+            f"--data.forecast={files['forecast']}",
+            f"--data.analysis={files['analysis']}",
+            "--data.train_period=[2019-01-01, 2019-12-31]",
+            "--data.val_period=[2020-01-01, 2020-01-31]",
+            "--data.test_period=[2020-02-01, 2020-12-31]",
+            "--trainer.max_epochs=1",
+            "--trainer.limit_train_batches=2",
+            "--trainer.limit_val_batches=1",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.logger=false",
+        ]
         assert main(args) == 0
     finally:
         os.chdir(here)
@@ -79,8 +89,13 @@ class Local:
         from distributed import Client, LocalCluster
 
         with dask.config.set(WORKER_CONFIG):
-            self.cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                        dashboard_address=None, silence_logs=logging.ERROR)  # fmt: skip
+            self.cluster = LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
         self.client = Client(self.cluster)
         self.client.register_plugin(ModelPlugin(job.models, "cpu", 1), name=ModelPlugin.name)
         self.job, self.work, self.workers = job, work, workers
@@ -114,8 +129,10 @@ def serial(job: Job, inputs: list[Path], work: Path, tag: str) -> float:
 def report(label: str, times: list[float], n: int) -> float:
     rate = n / statistics.median(times)
     median = statistics.median(times)
-    print(f"  {label}: {rate:.2f} files/s (median of {len(times)}: {median:.2f} s for {n} files; "
-          f"fastest {n / min(times):.2f} files/s)")  # fmt: skip
+    print(
+        f"  {label}: {rate:.2f} files/s (median of {len(times)}: {median:.2f} s for {n} files; "
+        f"fastest {n / min(times):.2f} files/s)"
+    )
     return rate
 
 
@@ -134,26 +151,36 @@ def run(n_files: int, repeats: int) -> None:
             times["two"].append(two.run(inputs, str(r)))
         one.close()
         two.close()
-        print(f"postprocess benchmark: {n} files, 32x64 grid, z/t x 500/850 hPa, 10 members, lead 48 h, "
-              f"products as in configs/postprocess.yaml; 1 torch thread per worker and in the serial loop; "
-              f"{repeats} interleaved repeats")  # fmt: skip
+        print(
+            f"postprocess benchmark: {n} files, 32x64 grid, z/t x 500/850 hPa, 10 members, lead 48 h, "
+            f"products as in configs/postprocess.yaml; 1 torch thread per worker and in the serial loop; "
+            f"{repeats} interleaved repeats"
+        )
         s = report("serial loop (checkpoint loaded once)", times["serial"], n)
         w1 = report("dask, 1 worker", times["one"], n)
         w2 = report("dask, 2 workers", times["two"], n)
-        print(f"postprocess {n} files: dask 1 worker {w1:.2f} files/s vs serial loop {s:.2f} files/s "
-              f"-> overhead {100 * (1 - w1 / s):.1f}%")  # fmt: skip
-        print(f"postprocess {n} files: dask 2 workers {w2:.2f} files/s vs 1 worker {w1:.2f} files/s "
-              f"-> {w2 / w1:.2f}x (2 cores)")  # fmt: skip
-        print(f"postprocess {n} files: dask 2 workers {w2:.2f} files/s vs twice the serial loop "
-              f"{2 * s:.2f} files/s -> {100 * w2 / (2 * s):.0f}% of the 2-core limit")  # fmt: skip
+        print(
+            f"postprocess {n} files: dask 1 worker {w1:.2f} files/s vs serial loop {s:.2f} files/s "
+            f"-> overhead {100 * (1 - w1 / s):.1f}%"
+        )
+        print(
+            f"postprocess {n} files: dask 2 workers {w2:.2f} files/s vs 1 worker {w1:.2f} files/s "
+            f"-> {w2 / w1:.2f}x (2 cores)"
+        )
+        print(
+            f"postprocess {n} files: dask 2 workers {w2:.2f} files/s vs twice the serial loop "
+            f"{2 * s:.2f} files/s -> {100 * w2 / (2 * s):.0f}% of the 2-core limit"
+        )
         peaks = {}
         for count in (10, n):  # fresh workers: ru_maxrss is a peak since the process started
             local = Local(job, inputs, work, 2)
             local.run(inputs[:count], f"mem{count}")
             peaks[count] = local.peak_rss_mb()
             local.close()
-        print(f"postprocess peak memory per worker: 10 files {peaks[10]:.0f} MB, {n} files {peaks[n]:.0f} MB "
-              f"-> {peaks[n] / peaks[10]:.2f}x")  # fmt: skip
+        print(
+            f"postprocess peak memory per worker: 10 files {peaks[10]:.0f} MB, {n} files {peaks[n]:.0f} MB "
+            f"-> {peaks[n] / peaks[10]:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -114,15 +114,30 @@ def shifted_batches(data, work: Path) -> list[dict]:
         return []
     inits, spec = data.init_times("test"), data.spec
     with contextlib.redirect_stdout(io.StringIO()):
-        paths = synth(str(work / "shifted"), n_lat=int(opts["n_lat"]), n_lon=int(opts["n_lon"]),
-                      levels=[int(p) for p in np.atleast_1d(opts["levels"])], leads=opts["leads"].split(),
-                      members=int(opts["members"]), every_days=int(opts["every_days"]),
-                      start=str(inits[0])[:10], end=str(inits[-1])[:10], seed=SHIFT["seed"],
-                      storms_per_year=SHIFT["storms_per_year"], overwrite=True)  # fmt: skip
-    samples = EnsembleSamples(str(paths["forecast"]), str(paths["analysis"]), inits, spec, "first",
-                              slab=data.slab)  # fmt: skip
-    warm = torch.tensor([[SHIFT["warming_k"] * (287.05 * np.log(1000.0 / p) if v == "z" else 1.0)
-                          for p in spec.levels] for v in spec.variables], dtype=torch.float32)  # fmt: skip
+        paths = synth(
+            str(work / "shifted"),
+            n_lat=int(opts["n_lat"]),
+            n_lon=int(opts["n_lon"]),
+            levels=[int(p) for p in np.atleast_1d(opts["levels"])],
+            leads=opts["leads"].split(),
+            members=int(opts["members"]),
+            every_days=int(opts["every_days"]),
+            start=str(inits[0])[:10],
+            end=str(inits[-1])[:10],
+            seed=SHIFT["seed"],
+            storms_per_year=SHIFT["storms_per_year"],
+            overwrite=True,
+        )
+    samples = EnsembleSamples(
+        str(paths["forecast"]), str(paths["analysis"]), inits, spec, "first", slab=data.slab
+    )
+    warm = torch.tensor(
+        [
+            [SHIFT["warming_k"] * (287.05 * np.log(1000.0 / p) if v == "z" else 1.0) for p in spec.levels]
+            for v in spec.variables
+        ],
+        dtype=torch.float32,
+    )
     n_t = len(spec.target_leads)
     out = []
     for b in DataLoader(samples, batch_size=data.hparams.batch_size):
@@ -296,16 +311,24 @@ def run(args: argparse.Namespace, work: Path) -> None:
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     methods = args.methods.split(",")
     total = pruning.sparsity(dense_nets).total
-    print(f"# {origin}; {len(index)} test samples, grid {n_lat} x {n_lon}; {total:,} network parameters; "
-          f"{torch.get_num_threads()} threads")  # fmt: skip
-    print(f"# retraining: {args.steps} steps x {args.retrain_epochs} epoch(s) of "
-          f"{args.retrain_batches or 'all'} batches at {args.retrain_lr:g} x the fit's rate; "
-          f"{0 if storm is None else int(storm.sum())} storm values (points x fields); "
-          f"shifted year: synth seed {SHIFT['seed']}, {SHIFT['storms_per_year']:g} storms/yr, "
-          f"+{SHIFT['warming_k']:g} K; noise {', '.join(map(str, NOISE))} x anom. std on inputs")  # fmt: skip
+    print(
+        f"# {origin}; {len(index)} test samples, grid {n_lat} x {n_lon}; {total:,} network parameters; "
+        f"{torch.get_num_threads()} threads"
+    )
+    print(
+        f"# retraining: {args.steps} steps x {args.retrain_epochs} epoch(s) of "
+        f"{args.retrain_batches or 'all'} batches at {args.retrain_lr:g} x the fit's rate; "
+        f"{0 if storm is None else int(storm.sum())} storm values (points x fields); "
+        f"shifted year: synth seed {SHIFT['seed']}, {SHIFT['storms_per_year']:g} storms/yr, "
+        f"+{SHIFT['warming_k']:g} K; noise {', '.join(map(str, NOISE))} x anom. std on inputs"
+    )
     print(f"# time: batch {args.batch}, ms per sample min/median over {args.repeats} repeats")
-    ref = {"method": "dense", "sparsity": 0.0, **evaluate(dense, sets, ctx),
-           **size_and_speed(dense_nets, dense_nets, x, args.repeats)}  # fmt: skip
+    ref = {
+        "method": "dense",
+        "sparsity": 0.0,
+        **evaluate(dense, sets, ctx),
+        **size_and_speed(dense_nets, dense_nets, x, args.repeats),
+    }
     rows = [ref]
     plan = [("dense + retraining", "magnitude", 0.0)] if args.retrain_epochs else []
     plan += [(m, m, float(s)) for m in methods for s in args.sparsities.split(",") if float(s) > 0]
@@ -313,10 +336,19 @@ def run(args: argparse.Namespace, work: Path) -> None:
         t0 = time.perf_counter()
         task = prune_model(ckpt, work / f"{name.replace(' ', '')}-{s:g}", s, method, retrain_cfg, args)
         t1 = time.perf_counter()
-        rows.append({"method": name, "sparsity": s, **evaluate(task, sets, ctx),
-                     **size_and_speed(dense_nets, networks(task), x, args.repeats)})  # fmt: skip
-        print(f"{name} {s:.0%}: pruned+retrained {t1 - t0:.0f} s, scored {time.perf_counter() - t1:.0f} s",
-              file=sys.stderr, flush=True)  # fmt: skip
+        rows.append(
+            {
+                "method": name,
+                "sparsity": s,
+                **evaluate(task, sets, ctx),
+                **size_and_speed(dense_nets, networks(task), x, args.repeats),
+            }
+        )
+        print(
+            f"{name} {s:.0%}: pruned+retrained {t1 - t0:.0f} s, scored {time.perf_counter() - t1:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     print(table(rows, ref))
     controls = [r for r in rows if r["method"] == "dense + retraining"]
     print("\n".join(potentials(rows, r, methods) for r in [ref, *controls]))

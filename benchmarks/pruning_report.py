@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 NOISE = (0.1, 0.3)
-METRICS = {"crps": "CRPS", "storm": "CRPS storms", "ssr": "spread/skill", "flat": "PIT flatness",
-           "rel": "Brier REL q90", "shift": "CRPS shifted year",
-           **{f"noise{f}": f"CRPS noise {f}σ" for f in NOISE}}  # fmt: skip
+METRICS = {
+    "crps": "CRPS",
+    "storm": "CRPS storms",
+    "ssr": "spread/skill",
+    "flat": "PIT flatness",
+    "rel": "Brier REL q90",
+    "shift": "CRPS shifted year",
+    **{f"noise{f}": f"CRPS noise {f}σ" for f in NOISE},
+}
 
 
 def change(key: str, m: dict, ref: dict) -> float:
@@ -37,11 +43,18 @@ def potentials(rows: list[dict], ref: dict, methods: list[str]) -> str:
     ]
     differ = []
     for method in methods:
-        pot = {k: max([0.0] + [r["sparsity"] for r in rows if r["method"] == method
-                               and change(k, r, ref) <= 0.01]) for k in METRICS}  # fmt: skip
+        pot = {
+            k: max(
+                [0.0] + [r["sparsity"] for r in rows if r["method"] == method and change(k, r, ref) <= 0.01]
+            )
+            for k in METRICS
+        }
         lines.append(f"  {method}: " + ", ".join(f"{METRICS[k]} {v:.0%}" for k, v in pot.items()))
-        differ += [f"{method} {METRICS[k]} {v:.0%} (CRPS {pot['crps']:.0%})" for k, v in pot.items()
-                   if v != pot["crps"]]  # fmt: skip
+        differ += [
+            f"{method} {METRICS[k]} {v:.0%} (CRPS {pot['crps']:.0%})"
+            for k, v in pot.items()
+            if v != pot["crps"]
+        ]
     lines.append("differ from the mean CRPS's: " + ("; ".join(differ) or "none"))
     return "\n".join(lines)
 
@@ -58,8 +71,12 @@ def plot(rows: list[dict], ref: dict, methods: list[str], path: str) -> None:
         ax.axhline(0, color="0.4", lw=0.8)
         for method in methods:
             rs = [r for r in rows if r["method"] == method]
-            ax.plot([0] + [100 * r["sparsity"] for r in rs], [0] + [100 * change(k, r, ref) for r in rs],
-                    marker="o", label=method)  # fmt: skip
+            ax.plot(
+                [0] + [100 * r["sparsity"] for r in rs],
+                [0] + [100 * change(k, r, ref) for r in rs],
+                marker="o",
+                label=method,
+            )
         for r in [r for r in rows if r["method"] == "dense + retraining"]:
             ax.plot(0, 100 * change(k, r, ref), "k*", ms=9, label=r["method"])
         ax.set_title(label)

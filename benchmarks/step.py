@@ -166,8 +166,11 @@ def run_size(name: str, size: tuple[int, ...], variants: list[str], args, device
 
 def report(name: str, size: tuple[int, ...], runners: list[Runner], args, device) -> None:
     b, cin, cout, lev, lat, lon = size
-    print(f"{name}: batch {b}, {cin}->{cout} channels, {lev}x{lat}x{lon}, {device.type}, "
-          f"{args.repeats} timed steps after {args.warmup} warm-up", flush=True)  # fmt: skip
+    print(
+        f"{name}: batch {b}, {cin}->{cout} channels, {lev}x{lat}x{lon}, {device.type}, "
+        f"{args.repeats} timed steps after {args.warmup} warm-up",
+        flush=True,
+    )
     base = {r.groups: r for r in runners if not any(vars(r.options).values())}
     for r in runners:
         ref = base.get(r.groups)
@@ -176,9 +179,12 @@ def report(name: str, size: tuple[int, ...], runners: list[Runner], args, device
         dloss = abs(r.first_loss - ref.first_loss) / abs(ref.first_loss) if ref else math.nan
         comp = f", compile {r.compile_s:.1f} s" if r.options.compile else ""
         saved = "n/a" if math.isnan(r.saved) else f"{r.saved / 2**20:.0f} MiB"
-        print(f"  {name} {r.name:<27s} min {min(r.times):.4f} / median {med:.4f} s -> {ratio:.2f}x "
-              f"plain{comp}; allocated {r.mem / 2**20:.0f} MiB/step, saved for backward {saved}; "
-              f"first loss rel diff {dloss:.1e}", flush=True)  # fmt: skip
+        print(
+            f"  {name} {r.name:<27s} min {min(r.times):.4f} / median {med:.4f} s -> {ratio:.2f}x "
+            f"plain{comp}; allocated {r.mem / 2**20:.0f} MiB/step, saved for backward {saved}; "
+            f"first loss rel diff {dloss:.1e}",
+            flush=True,
+        )
 
 
 def best(runners: list[Runner]) -> tuple[str, float]:
@@ -212,8 +218,11 @@ def main(argv: list[str] | None = None) -> None:
     if not bf16_supported(device.type):
         variants = [v for v in variants if "bf16" not in v]
     gpu = f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
-    print(f"torch {torch.__version__}, {device.type}{gpu}, {torch.get_num_threads()} threads, "
-          f"bf16 {'supported' if bf16_supported(device.type) else 'not supported'}", flush=True)  # fmt: skip
+    print(
+        f"torch {torch.__version__}, {device.type}{gpu}, {torch.get_num_threads()} threads, "
+        f"bf16 {'supported' if bf16_supported(device.type) else 'not supported'}",
+        flush=True,
+    )
     for name in args.sizes.split(","):
         size_args = argparse.Namespace(**{**vars(args), "repeats": args.repeats})
         chosen = variants

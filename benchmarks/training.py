@@ -92,9 +92,16 @@ class Timer(L.Callback):
 def lightning_rate(dm: EnsembleDataModule, task: MixedTask, batches: int) -> float:
     timer = Timer()
     trainer = L.Trainer(
-        accelerator="cpu", max_epochs=1, limit_train_batches=batches + 2, limit_val_batches=0, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[timer],
-    )  # fmt: skip
+        accelerator="cpu",
+        max_epochs=1,
+        limit_train_batches=batches + 2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+    )
     trainer.fit(task, datamodule=dm)
     return timer.rate
 
@@ -115,16 +122,22 @@ def main() -> None:
     for workers in (0, 1):
         dmw, _ = make(args.data, args.batch_size, workers)
         rate = loader_rate(dmw, args.batches)
-        print(f"loader {shape} workers={workers}: {rate:.1f} samples/s vs model consumption "
-              f"{model:.1f} samples/s -> {rate / model:.1f}x headroom")  # fmt: skip
+        print(
+            f"loader {shape} workers={workers}: {rate:.1f} samples/s vs model consumption "
+            f"{model:.1f} samples/s -> {rate / model:.1f}x headroom"
+        )
     dm, task = make(args.data, args.batch_size, 0)
     plain = plain_rate(dm, task, args.batches)
     dm, task = make(args.data, args.batch_size, 0)
     light = lightning_rate(dm, task, args.batches)
-    print(f"train {shape} batch {args.batch_size}: lightning {light:.1f} samples/s, plain torch {plain:.1f} "
-          f"samples/s -> {light / plain:.2f}x")  # fmt: skip
-    print(f"train {shape}: plain torch loop {plain:.1f} samples/s vs model alone (no loader) {model:.1f} "
-          f"samples/s -> {plain / model:.0%} of the model-bound rate")  # fmt: skip
+    print(
+        f"train {shape} batch {args.batch_size}: lightning {light:.1f} samples/s, plain torch {plain:.1f} "
+        f"samples/s -> {light / plain:.2f}x"
+    )
+    print(
+        f"train {shape}: plain torch loop {plain:.1f} samples/s vs model alone (no loader) {model:.1f} "
+        f"samples/s -> {plain / model:.0%} of the model-bound rate"
+    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,17 @@ def test_import_layers_hold(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
 # or a score is computed. Not counted: the bottom layer that every room uses (vocabulary, times,
 # run metadata, errors, progress) and the verb's command-line front. A package of readers, networks,
 # scores or output files counts once, as the page lists it.
-SHARED = ("ensml.names", "ensml.times", "ensml.predictions", "ensml.errors", "ensml.progress", "ensml.logs",
-          "ensml.provenance", "ensml.compat", "ensml.cli.")  # fmt: skip
+SHARED = (
+    "ensml.names",
+    "ensml.times",
+    "ensml.predictions",
+    "ensml.errors",
+    "ensml.progress",
+    "ensml.logs",
+    "ensml.provenance",
+    "ensml.compat",
+    "ensml.cli.",
+)
 FRONT = {"fit": ("ensml.train.lightning_cli",)}
 GROUPS = ("ensml.data.layouts", "ensml.data.outputs", "ensml.models", "ensml.scores")
 READS = {"open_dataset", "open_mfdataset", "open_zarr", "__getitem__", "_getitem"}
@@ -121,8 +130,13 @@ def test_evaluate_spine_is_at_most_eight_documented_modules(
     from ensml.cli.main import main
 
     documented = _documented_spine("evaluate")
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            f"--oracle={tiny_data['oracle']}", f"--out_dir={tmp_path / 'eval'}"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        f"--oracle={tiny_data['oracle']}",
+        f"--out_dir={tmp_path / 'eval'}",
+    ]
     traced = _traced_spine(lambda: main(args), "evaluate")
     # The run files' metadata (data/runfiles.py) is read only with --predictions, the threshold
     # scores (verify/events.py) only for a bounded variable; the rest always.

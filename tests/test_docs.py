@@ -83,8 +83,11 @@ def test_pages_exist(site: Path) -> None:
 
 def test_guides_cover_every_readme_section(site: Path) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    sections = [line[3:] for line in re.sub(r"```.*?```", "", readme, flags=re.S).splitlines()
-                if line.startswith("## ")]  # fmt: skip
+    sections = [
+        line[3:]
+        for line in re.sub(r"```.*?```", "", readme, flags=re.S).splitlines()
+        if line.startswith("## ")
+    ]
     included = {}
     for page in (DOCS / "guide").glob("*.md"):
         for marker in re.findall(r'^:start-after: "## (.+)"$', page.read_text(encoding="utf-8"), re.M):
@@ -118,11 +121,25 @@ def test_cli_reference_lists_every_command(site: Path) -> None:
 
     commands = [words.split() for words, _ in ensml_commands()]
     named = {" ".join(words) for words in commands}
-    assert {"fit", "validate", "test", "predict", "data synth", "data archive", "evaluate", "report",
-            "postprocess", "plan-parallel", "plan-memory", "benchmark"} <= named  # fmt: skip
+    assert {
+        "fit",
+        "validate",
+        "test",
+        "predict",
+        "data synth",
+        "data archive",
+        "evaluate",
+        "report",
+        "postprocess",
+        "plan-parallel",
+        "plan-memory",
+        "benchmark",
+    } <= named
     page = (site / "cli.html").read_text(encoding="utf-8")
-    headings = {" ".join(html.unescape(re.sub(r"<[^>]+>", "", h)).replace("¶", "").split())
-                for h in re.findall(r"<h2>(.*?)</h2>", page, re.S)}  # fmt: skip
+    headings = {
+        " ".join(html.unescape(re.sub(r"<[^>]+>", "", h)).replace("¶", "").split())
+        for h in re.findall(r"<h2>(.*?)</h2>", page, re.S)
+    }
     assert {f"ensml {c}" for c in named} | {"ensml"} == headings
     text = _text(site / "cli.html")
     for words in commands:  # each command's own usage line and options

@@ -133,19 +133,21 @@ def overview() -> str:
     rows = commands()
     width = max(len(words) for words, _ in rows)
     lines = [f"  {words:<{width}}  {summary}" for words, summary in rows]
-    return "\n".join([
-        f"ensml {__version__}: machine learning on weather ensembles.",
-        "",
-        "usage: ensml COMMAND [--config FILE.yaml] [--option value ...]",
-        "",
-        "commands:",
-        *lines,
-        "",
-        "options of every command (before or after its name):",
-        *[f"  {short}, {flag:<{width - 4}}  {text}" for flag, (short, text) in GLOBAL_FLAGS.items()],
-        "",
-        "ensml COMMAND --help lists a command's options; ensml --version prints the version.",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"ensml {__version__}: machine learning on weather ensembles.",
+            "",
+            "usage: ensml COMMAND [--config FILE.yaml] [--option value ...]",
+            "",
+            "commands:",
+            *lines,
+            "",
+            "options of every command (before or after its name):",
+            *[f"  {short}, {flag:<{width - 4}}  {text}" for flag, (short, text) in GLOBAL_FLAGS.items()],
+            "",
+            "ensml COMMAND --help lists a command's options; ensml --version prints the version.",
+        ]
+    )
 
 
 def _verb(args: Sequence[str]) -> str:

@@ -244,9 +244,13 @@ class EnsembleDataModule(L.LightningDataModule):
                 valid = np.unique(np.concatenate([used, *(used + lead for lead in self._spec.target_leads)]))
                 _check_finite(an.sel({**sel, TIME: valid}), TIME, f"analysis {hp.analysis}")
         self._stats = compute_stats(
-            fc, splits["train"], self._spec.variables, self._spec.levels, self._spec.input_leads,
+            fc,
+            splits["train"],
+            self._spec.variables,
+            self._spec.levels,
+            self._spec.input_leads,
             self._spec.target_leads,
-        )  # fmt: skip
+        )
         self._stats["surface"] = surface
         self.coords = {LATITUDE: fc[LATITUDE].values, LONGITUDE: fc[LONGITUDE].values}
         if hp.static is not None:
@@ -285,10 +289,17 @@ class EnsembleDataModule(L.LightningDataModule):
 
         def make(split: str, sampling: MemberSampling) -> EnsembleSamples:
             return EnsembleSamples(
-                hp.forecast, hp.analysis, self.init_times(split), self.spec, sampling, slab=self.slab,
-                cache_mb=hp.cache_mb if split != "test" else 0.0, seed=hp.seed,
-                reader=hp.reader, analysis_reader=hp.analysis_reader,
-            )  # fmt: skip
+                hp.forecast,
+                hp.analysis,
+                self.init_times(split),
+                self.spec,
+                sampling,
+                slab=self.slab,
+                cache_mb=hp.cache_mb if split != "test" else 0.0,
+                seed=hp.seed,
+                reader=hp.reader,
+                analysis_reader=hp.analysis_reader,
+            )
 
         self.train_set = make("train", hp.member_sampling)
         self.val_set = make("val", "first")

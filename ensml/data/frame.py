@@ -244,10 +244,20 @@ def build_frame(
         at = format_leads(lead_list)
         raise EnsmlError(f"{fc_name}, {an_name} and the predictions have no init dates in common at {at}")
     return EnsembleFrame(
-        forecast=fc, analysis=an, variables=variables, levels=levels, leads=lead_list, inits=candidates,
-        weights=area_weights(fc, what=fc_name, note=note), names=names, runs=runs,
-        scanned=scanned, oracle=orc, oracle_vars=needed, dropped=dropped,
-    )  # fmt: skip
+        forecast=fc,
+        analysis=an,
+        variables=variables,
+        levels=levels,
+        leads=lead_list,
+        inits=candidates,
+        weights=area_weights(fc, what=fc_name, note=note),
+        names=names,
+        runs=runs,
+        scanned=scanned,
+        oracle=orc,
+        oracle_vars=needed,
+        dropped=dropped,
+    )
 
 
 def _level_as_dim(fc: xr.Dataset, an: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:

@@ -27,9 +27,18 @@ from ensml.names import LATITUDE, LONGITUDE, SPATIAL_DIMS
 PROJECTION_X = ("projection_x_coordinate", "grid_longitude")
 PROJECTION_Y = ("projection_y_coordinate", "grid_latitude")
 #: Metres per unit of projection coordinates (CF ``units``).
-LENGTH_UNITS = {"m": 1.0, "metre": 1.0, "meter": 1.0, "metres": 1.0, "meters": 1.0,
-                "km": 1000.0, "kilometre": 1000.0, "kilometer": 1000.0, "kilometres": 1000.0,
-                "kilometers": 1000.0}  # fmt: skip
+LENGTH_UNITS = {
+    "m": 1.0,
+    "metre": 1.0,
+    "meter": 1.0,
+    "metres": 1.0,
+    "meters": 1.0,
+    "km": 1000.0,
+    "kilometre": 1000.0,
+    "kilometer": 1000.0,
+    "kilometres": 1000.0,
+    "kilometers": 1000.0,
+}
 #: Tolerance (degrees) when comparing the 2-D coordinates of two files (float32 storage: ~1e-5°).
 COORD_ATOL_DEG = 1e-4
 

@@ -76,8 +76,9 @@ class RunFiles:
         """Whether every file holds ``lead``."""
         return all(lead in leads for leads in self.leads.values())
 
-    def read(self, lead: np.timedelta64, inits: np.ndarray, levels: dict, where: Select | None,
-             check: Check | None) -> xr.Dataset:  # fmt: skip
+    def read(
+        self, lead: np.timedelta64, inits: np.ndarray, levels: dict, where: Select | None, check: Check | None
+    ) -> xr.Dataset:
         """The needed variables at ``lead``, ``inits`` and ``levels``, read file by file into memory."""
 
         def select(ds: xr.Dataset) -> xr.Dataset:
@@ -117,8 +118,11 @@ def scan_run(paths: Paths, what: str, variables: Sequence[str], partial: bool = 
         name = _file(ds, what, paths)
         meta = metas[str(ds.encoding.get("source") or paths)] = RunMeta.from_attrs(ds.attrs, name)
         if role.task and meta.task != role.task:
-            kind, other = ("a spread model's", "spread predictions") if meta.is_spread else (
-                "Gaussian (post-processing)", "predictions")  # fmt: skip
+            kind, other = (
+                ("a spread model's", "spread predictions")
+                if meta.is_spread
+                else ("Gaussian (post-processing)", "predictions")
+            )
             raise EnsmlError(
                 f"{name} holds {kind} predictions (ensml_task {meta.task}): pass it as {ROLES[other].option}"
             )
@@ -158,8 +162,9 @@ def leads_option(value: LeadLike | Sequence[LeadLike] | None) -> str | np.ndarra
     return np.unique(leads)
 
 
-def choose_leads(asked: LeadLike | Sequence[LeadLike] | None, runs: Sequence[RunFiles],
-                 forecast_leads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def choose_leads(
+    asked: LeadLike | Sequence[LeadLike] | None, runs: Sequence[RunFiles], forecast_leads: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The lead times to score and those dropped (both ``timedelta64[ns]``, increasing).
 
     ``asked`` (:func:`leads_option`): ``None`` for the leads of the runs (their files' union;

@@ -183,9 +183,16 @@ def build_station_frame(
     if not any(var.chunks for var in fc.data_vars.values()):  # a selection of points reads one init at a time
         fc = fc.chunk({INIT_TIME: 1, LEAD_TIME: 1})
     return StationFrame(
-        forecast=fc, observations=obs, points=points, variables=variables, levels=levels,
-        leads=lead_list, names=names, model_height=heights, lapse_rate=float(lapse_rate),
-    )  # fmt: skip
+        forecast=fc,
+        observations=obs,
+        points=points,
+        variables=variables,
+        levels=levels,
+        leads=lead_list,
+        names=names,
+        model_height=heights,
+        lapse_rate=float(lapse_rate),
+    )
 
 
 __all__ = ["StationFrame", "StationLead", "build_station_frame"]

@@ -115,8 +115,10 @@ def _read_csv(path: Path, name: str) -> pd.DataFrame:
     rows = list(csv.reader([s for _, s in numbered], delimiter=sep))
     header = [h.strip() for h in rows[0]]
     lower = [h.lower() for h in header]
-    found = {role: next((header[lower.index(a)] for a in aliases if a in lower), None)
-             for role, aliases in COLUMNS.items()}  # fmt: skip
+    found = {
+        role: next((header[lower.index(a)] for a in aliases if a in lower), None)
+        for role, aliases in COLUMNS.items()
+    }
     for role in REQUIRED:
         if found[role] is None:
             names = ", ".join(COLUMNS[role])
@@ -265,12 +267,19 @@ def _from_netcdf(path: Path, name: str) -> xr.Dataset:
         if role not in ds.variables or ds[role].dims != (STATION,):
             raise EnsmlError(f"{name} has no {role} along {STATION} (one value per station)")
         meta[role] = ds[role].values.astype(np.float64)
-    elev = _variable_along(ds, COLUMNS[ELEVATION] + ("station_elevation",), ("surface_altitude",
-                           "height_above_mean_sea_level"))  # fmt: skip
+    elev = _variable_along(
+        ds, COLUMNS[ELEVATION] + ("station_elevation",), ("surface_altitude", "height_above_mean_sea_level")
+    )
     if elev is not None:
         meta[ELEVATION] = ds[elev].values.astype(np.float64)
-    ids_var = next((str(n) for n, v in ds.variables.items()
-                    if v.dims == (STATION,) and v.attrs.get("cf_role") == "timeseries_id"), None)  # fmt: skip
+    ids_var = next(
+        (
+            str(n)
+            for n, v in ds.variables.items()
+            if v.dims == (STATION,) and v.attrs.get("cf_role") == "timeseries_id"
+        ),
+        None,
+    )
     if ids_var is None:
         ids_var = STATION if STATION in ds.coords else _variable_along(ds, ("station_id", "id", "name"))
     raw = ds[ids_var].values if ids_var else np.arange(ds.sizes[STATION])
@@ -281,8 +290,10 @@ def _from_netcdf(path: Path, name: str) -> xr.Dataset:
             continue
         allowed = {STATION, TIME, LEVEL}
         if not set(da.dims) <= allowed or STATION not in da.dims or TIME not in da.dims:
-            raise EnsmlError(f"{name}: variable {var!r} has dims ({', '.join(map(str, da.dims))}); "
-                             "observations are on (station, time) or (station, time, level)")  # fmt: skip
+            raise EnsmlError(
+                f"{name}: variable {var!r} has dims ({', '.join(map(str, da.dims))}); "
+                "observations are on (station, time) or (station, time, level)"
+            )
         if not np.issubdtype(da.dtype, np.number):
             raise EnsmlError(f"{name}: variable {var!r} holds {da.dtype} values, not numbers")
         order = [STATION, TIME, *([LEVEL] if LEVEL in da.dims else [])]
@@ -295,9 +306,12 @@ def _from_netcdf(path: Path, name: str) -> xr.Dataset:
             raise EnsmlError(
                 f"{name}: {dim} {uniq[counts > 1][0]} appears {counts.max()} times; each must appear once"
             )
-    coords = {STATION: ids, TIME: ds[TIME].values.astype("datetime64[ns]"),
-              **({LEVEL: ds[LEVEL].values} if LEVEL in ds.dims else {}),
-              **{k: (STATION, v) for k, v in meta.items()}}  # fmt: skip
+    coords = {
+        STATION: ids,
+        TIME: ds[TIME].values.astype("datetime64[ns]"),
+        **({LEVEL: ds[LEVEL].values} if LEVEL in ds.dims else {}),
+        **{k: (STATION, v) for k, v in meta.items()},
+    }
     out = xr.Dataset({k: (v.dims, v.values, v.attrs) for k, v in data.items()}, coords=coords)
     return out.sortby(TIME)
 
@@ -339,8 +353,10 @@ def on_grid(
     where = f"the {names[1]} ({describe(grid)})"
     if outside.size == points.inside.size:
         raise EnsmlError(f"{names[0]}: none of its {outside.size} stations lies inside {where}: {listed}")
-    note(f"evaluate: {outside.size} of {points.inside.size} stations of {names[0]} lie outside {where} "
-         f"and are left out: {listed}")  # fmt: skip
+    note(
+        f"evaluate: {outside.size} of {points.inside.size} stations of {names[0]} lie outside {where} "
+        f"and are left out: {listed}"
+    )
     keep = np.flatnonzero(points.inside)
     return obs.isel({STATION: keep}), points.subset(keep)
 

@@ -73,9 +73,14 @@ def _build(spec: ModelSpec, dm: EnsembleDataModule, seed: int) -> EnsembleTask:
     L.seed_everything(seed, verbose=False)
     try:
         task = cls.from_data(
-            dm, arch=spec.arch, width=spec.width, depth=spec.depth, lr=spec.lr,
-            arch_options=spec.arch_options, **(spec.options or {}),
-        )  # fmt: skip
+            dm,
+            arch=spec.arch,
+            width=spec.width,
+            depth=spec.depth,
+            lr=spec.lr,
+            arch_options=spec.arch_options,
+            **(spec.options or {}),
+        )
         check = getattr(task, "check_data", None)
         if check is not None:  # e.g. a family bounded at 0 for data below 0
             check(dm)
@@ -100,11 +105,20 @@ def _train_predict(
     if spec.patience is not None:
         callbacks.append(EarlyStopping(f"val/{task.quality_name}", patience=spec.patience, check_finite=True))
     trainer = L.Trainer(
-        accelerator="cpu", devices=1, max_epochs=spec.max_epochs, deterministic=True, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, limit_train_batches=limit, limit_val_batches=limit, callbacks=callbacks,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=spec.max_epochs,
+        deterministic=True,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_train_batches=limit,
+        limit_val_batches=limit,
+        callbacks=callbacks,
         gradient_clip_val=1.0,
-    )  # fmt: skip
+    )
     L.seed_everything(seed, verbose=False)
     start = time.perf_counter()
     with signal_as_interrupted(signal.SIGINT):  # not Lightning's "Detected KeyboardInterrupt", exit 1
@@ -259,11 +273,20 @@ def benchmark(
     check_periods({"train": train_period, "val": val_period, "test": test_period})  # before making data
     paths = ensure_data(Path(data_dir), source)
     dm = EnsembleDataModule(
-        str(paths["forecast"]), str(paths["analysis"]), variables=list(variables), levels=list(levels),
-        input_leads=list(input_leads), target_leads=target_leads, k=k,
-        member_sampling=member_sampling, train_period=train_period, val_period=val_period,
-        test_period=test_period, batch_size=batch_size, seed=seed,
-    )  # fmt: skip
+        str(paths["forecast"]),
+        str(paths["analysis"]),
+        variables=list(variables),
+        levels=list(levels),
+        input_leads=list(input_leads),
+        target_leads=target_leads,
+        k=k,
+        member_sampling=member_sampling,
+        train_period=train_period,
+        val_period=val_period,
+        test_period=test_period,
+        batch_size=batch_size,
+        seed=seed,
+    )
     dm.setup("fit")
     # Build every model now: a model that does not fit the data fails before any training.
     tasks = [_build(spec, dm, seed) for spec in models]

@@ -55,8 +55,13 @@ from ensml.verify.levels import at, levels_of, per_level
 LOCAL_EMOS = "local EMOS (Gaussian)"
 EMOS_COLUMNS = ["skill_vs_local_emos", "emos_skill_low", "emos_skill_high"]
 CALIBRATION_COLUMNS = [
-    "spread_skill_ratio", "ssr_low", "ssr_high", "flatness", "flatness_low", "flatness_high",
-]  # fmt: skip
+    "spread_skill_ratio",
+    "ssr_low",
+    "ssr_high",
+    "flatness",
+    "flatness_low",
+    "flatness_high",
+]
 
 #: What the columns mean, for the note of ``benchmark.md``.
 CALIBRATION_NOTE = (
@@ -113,9 +118,13 @@ def calibration_columns(
             )
             ssr, flat = block_bootstraps(_statistics, *series)  # one bootstrap, the same resamples
             out[name, lev] = {
-                "spread_skill_ratio": ssr.value, "ssr_low": ssr.low, "ssr_high": ssr.high,
-                "flatness": flat.value, "flatness_low": flat.low, "flatness_high": flat.high,
-            }  # fmt: skip
+                "spread_skill_ratio": ssr.value,
+                "ssr_low": ssr.low,
+                "ssr_high": ssr.high,
+                "flatness": flat.value,
+                "flatness_low": flat.low,
+                "flatness_high": flat.high,
+            }
     return out
 
 

@@ -63,10 +63,19 @@ def crps_difference_map(
             mean = d.mean(INIT_TIME)
             significant = false_discovery(pointwise_mean_test(d.values), FDR)
             top = float(np.nanmax(np.abs(mean.values))) or 1.0
-            row.append(Panel(
-                mean, title=field_name(var, lev), label=f"CRPS difference, {label}", units=units,
-                cmap="RdBu_r", vmin=-top, vmax=top, hatch=mean.copy(data=significant), coastlines=coastlines,
-            ))  # fmt: skip
+            row.append(
+                Panel(
+                    mean,
+                    title=field_name(var, lev),
+                    label=f"CRPS difference, {label}",
+                    units=units,
+                    cmap="RdBu_r",
+                    vmin=-top,
+                    vmax=top,
+                    hatch=mean.copy(data=significant),
+                    coastlines=coastlines,
+                )
+            )
         panels.append(row)
     title = (
         f"Mean CRPS of {best} minus {reference} at {lead_h} h\n"

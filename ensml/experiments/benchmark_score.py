@@ -58,17 +58,41 @@ from ensml.verify.thresholds import thresholds_for
 FIELD_DIMS = [INIT_TIME, LEVEL, LATITUDE, LONGITUDE]
 #: Per-model columns (from ``info``): size, training time, and time to the baseline's quality.
 INFO_COLUMNS = [
-    "params", "train_s", "epochs", "best_epoch", "val_score", "baseline_val_score", "time_to_baseline_s",
+    "params",
+    "train_s",
+    "epochs",
+    "best_epoch",
+    "val_score",
+    "baseline_val_score",
+    "time_to_baseline_s",
     "samples_to_baseline",
-]  # fmt: skip
+]
 #: Columns that need the generator's oracle: absent from a table scored without one.
 ORACLE_COLUMNS = ["gap_closed", "crps_events", "events_skill_vs_raw"]
 COLUMNS = [
-    "model", "variable", "level_hPa", "lead_h", "estimator", "crps", "units", "skill_vs_raw_ensemble",
-    "skill_low", "skill_high", "dm_stat", "dm_p", "block_length",
-    "gap_closed", "crps_events", "events_skill_vs_raw", "spread_rmse", "spread_corr", *INFO_COLUMNS,
-    *EMOS_COLUMNS, *CALIBRATION_COLUMNS, *EVENT_COLUMNS,
-]  # fmt: skip
+    "model",
+    "variable",
+    "level_hPa",
+    "lead_h",
+    "estimator",
+    "crps",
+    "units",
+    "skill_vs_raw_ensemble",
+    "skill_low",
+    "skill_high",
+    "dm_stat",
+    "dm_p",
+    "block_length",
+    "gap_closed",
+    "crps_events",
+    "events_skill_vs_raw",
+    "spread_rmse",
+    "spread_corr",
+    *INFO_COLUMNS,
+    *EMOS_COLUMNS,
+    *CALIBRATION_COLUMNS,
+    *EVENT_COLUMNS,
+]
 
 
 @dataclass(frozen=True)
@@ -108,10 +132,15 @@ def score_all(
     """
     spec, oracle = dm.spec, paths.get("oracle")
     frame = build_frame(
-        str(paths["forecast"]), str(paths["analysis"]), variables=list(spec.variables),
-        levels=list(spec.levels), leads=list(spec.target_leads), oracle=str(oracle) if oracle else None,
-        oracle_vars=["event_mask"] if oracle else [], inits=dm.test_set.init_times,
-    )  # fmt: skip
+        str(paths["forecast"]),
+        str(paths["analysis"]),
+        variables=list(spec.variables),
+        levels=list(spec.levels),
+        leads=list(spec.target_leads),
+        oracle=str(oracle) if oracle else None,
+        oracle_vars=["event_mask"] if oracle else [],
+        inits=dm.test_set.init_times,
+    )
     rows, fields, reliability = [], {}, []
     for t, lead in enumerate(spec.target_leads):
         last = t == len(spec.target_leads) - 1

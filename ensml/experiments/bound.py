@@ -47,9 +47,15 @@ def _generated(synth_options: object) -> tuple[SynthConfig, np.ndarray, dict]:
         return _CACHE[repr(cfg)]
     inits, leads = _validate(cfg)
     gen = synth_model.generate(
-        n_lat=cfg.n_lat, n_lon=cfg.n_lon, levels=np.asarray(cfg.levels, dtype=float), inits=inits,
-        leads=leads, members=cfg.members, storms_per_year=cfg.storms_per_year, seed=cfg.seed,
-    )  # fmt: skip
+        n_lat=cfg.n_lat,
+        n_lon=cfg.n_lon,
+        levels=np.asarray(cfg.levels, dtype=float),
+        inits=inits,
+        leads=leads,
+        members=cfg.members,
+        storms_per_year=cfg.storms_per_year,
+        seed=cfg.seed,
+    )
     _CACHE.clear()
     _CACHE[repr(cfg)] = cfg, inits, gen
     return cfg, inits, gen

@@ -83,12 +83,24 @@ def _draw(
     top = float(max(error.max(), spread.max()))
     name = f"{label} {level:g} hPa"
     panels = [
-        [Panel(field[0], f"truth: {name}", label, units, "viridis", lo, hi),
-         Panel(field[1], f"EMOS mean of {k} members (contours: truth)", label, units, "viridis", lo, hi,
-               contour=field[0])],
-        [Panel(error, "|EMOS mean − truth|", d_label, d_units, "magma_r", 0.0, top),
-         Panel(spread, f"calibrated spread σ ({mode} EMOS)", d_label, d_units, "magma_r", 0.0, top)],
-    ]  # fmt: skip
+        [
+            Panel(field[0], f"truth: {name}", label, units, "viridis", lo, hi),
+            Panel(
+                field[1],
+                f"EMOS mean of {k} members (contours: truth)",
+                label,
+                units,
+                "viridis",
+                lo,
+                hi,
+                contour=field[0],
+            ),
+        ],
+        [
+            Panel(error, "|EMOS mean − truth|", d_label, d_units, "magma_r", 0.0, top),
+            Panel(spread, f"calibrated spread σ ({mode} EMOS)", d_label, d_units, "magma_r", 0.0, top),
+        ],
+    ]
     for panel in (p for row in panels for p in row):
         panel.coastlines = coastlines
     init = np.datetime_as_string(truth[INIT_TIME].values, unit="h")

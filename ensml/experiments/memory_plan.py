@@ -112,8 +112,10 @@ def plan_memory_cli(
     grids = measure_grids(grid, unet_block(net))
     # A disk swap's scratch file is unlinked as it is created: it leaves nothing, anywhere.
     policies = candidate_policies(device)
-    note(f"{COMMAND}: measuring {len(policies)} policies at {grids[0][0]} x {grids[0][1]} and "
-         f"{grids[1][0]} x {grids[1][1]}, batch {batch}, {steps} steps each, on {device}")  # fmt: skip
+    note(
+        f"{COMMAND}: measuring {len(policies)} policies at {grids[0][0]} x {grids[0][1]} and "
+        f"{grids[1][0]} x {grids[1][1]}, batch {batch}, {steps} steps each, on {device}"
+    )
     points, io, fixed = padded_points(net, *grid), _io_bytes_per_cell(net, shape), state_bytes(task)
     with Progress(COMMAND, len(grids) + 1, "grid sizes") as bar:
         fits, timed = fit_policies(

@@ -174,9 +174,16 @@ def plan_parallel_cli(
             real, (in_channels, n_level, n_lat, n_lon), batch_size, threads_per_rank, device
         )
     plan = plan_parallel(
-        model, n_level, n_lat, n_lon, devices, batch_size=batch_size, machine=rates, memory_gib=memory_gib,
+        model,
+        n_level,
+        n_lat,
+        n_lon,
+        devices,
+        batch_size=batch_size,
+        machine=rates,
+        memory_gib=memory_gib,
         compute=compute,
-    )  # fmt: skip
+    )
     sample = f"{in_channels} channels × {n_level} levels × {n_lat} × {n_lon}"
     print(f"sample: {sample}; U-Net width {width}, depth {depth}")
     print(plan.table())

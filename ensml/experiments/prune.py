@@ -46,8 +46,15 @@ Sparsity = restricted_number_type("Sparsity", float, [(">=", 0.0), ("<", 1.0)])
 #: Epochs of retraining after each step.
 Epochs = restricted_number_type("RetrainEpochs", int, [(">=", 0), ("<=", 10_000)])
 #: The fit config's trainer options that retraining keeps (the rest: one device, no outputs).
-TRAINER_KEYS = ("accelerator", "precision", "limit_train_batches", "accumulate_grad_batches",
-                "gradient_clip_val", "gradient_clip_algorithm", "deterministic")  # fmt: skip
+TRAINER_KEYS = (
+    "accelerator",
+    "precision",
+    "limit_train_batches",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "gradient_clip_algorithm",
+    "deterministic",
+)
 
 
 def prune_cli(
@@ -103,20 +110,29 @@ def prune_cli(
         for net in nets.values():
             pruning.MASKS[method](net, target)
         if retrain_epochs:
-            note(f"{COMMAND}: step {i + 1}/{len(targets)}: sparsity {target:.1%}, "
-                 f"retraining {retrain_epochs} epochs")  # fmt: skip
+            note(
+                f"{COMMAND}: step {i + 1}/{len(targets)}: sparsity {target:.1%}, "
+                f"retraining {retrain_epochs} epochs"
+            )
             _retrain(task, data, trainer_options, retrain_epochs)
         pruning.make_permanent(nets)
     task.cpu()
     measured = pruning.sparsity(nets)
     record = {
-        "method": method, "target_sparsity": float(sparsity), "sparsity": measured.overall,
-        "nonzero_parameters": measured.nonzero, "parameters": measured.total,
-        "networks": list(nets), "steps": len(targets), "schedule": schedule,
-        "retrain_epochs": int(retrain_epochs), "source": str(ckpt_path),
+        "method": method,
+        "target_sparsity": float(sparsity),
+        "sparsity": measured.overall,
+        "nonzero_parameters": measured.nonzero,
+        "parameters": measured.total,
+        "networks": list(nets),
+        "steps": len(targets),
+        "schedule": schedule,
+        "retrain_epochs": int(retrain_epochs),
+        "source": str(ckpt_path),
         "source_sha256": file_sha256(ckpt_path),
-        "ensml_version": __version__, "layers": measured.layers,
-    }  # fmt: skip
+        "ensml_version": __version__,
+        "layers": measured.layers,
+    }
     _write(checkpoint.saved, task, record, Path(out_dir))
 
 
@@ -161,10 +177,17 @@ def _retrain(task, data, options: dict[str, Any], epochs: int) -> None:
 
     bar = use_lightning_bar()
     trainer = L.Trainer(
-        max_epochs=epochs, devices=1, logger=False, enable_checkpointing=False, enable_model_summary=False,
-        limit_val_batches=0, num_sanity_val_steps=0, enable_progress_bar=bar,
-        callbacks=[] if bar else [LogProgress()], **options,
-    )  # fmt: skip
+        max_epochs=epochs,
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        enable_progress_bar=bar,
+        callbacks=[] if bar else [LogProgress()],
+        **options,
+    )
     with signal_as_interrupted(signal.SIGINT):  # not Lightning's "Detected KeyboardInterrupt", exit 1
         trainer.fit(task, datamodule=data)
 
@@ -179,9 +202,11 @@ def _write(saved: dict[str, Any], task, record: dict[str, Any], out_dir: Path) -
     with OutputFolder.open(out_dir, COMMAND, names=[OUTPUT]) as folder, folder.write(OUTPUT) as tmp:
         torch.save(checkpoint, tmp)
     r = record
-    print(f"{COMMAND}: wrote {out_dir / OUTPUT}: {r['method']} pruning, sparsity {r['sparsity']:.1%} "
-          f"(target {r['target_sparsity']:.1%}), {r['nonzero_parameters']:,} of {r['parameters']:,} "
-          "network parameters non-zero")  # fmt: skip
+    print(
+        f"{COMMAND}: wrote {out_dir / OUTPUT}: {r['method']} pruning, sparsity {r['sparsity']:.1%} "
+        f"(target {r['target_sparsity']:.1%}), {r['nonzero_parameters']:,} of {r['parameters']:,} "
+        "network parameters non-zero"
+    )
 
 
 def read_pruning(path: str | Path) -> dict[str, Any] | None:

@@ -43,8 +43,17 @@ def _batch(x: np.ndarray, subsets: np.ndarray) -> dict[str, torch.Tensor]:
     }
 
 
-def _train(task: SpreadTask, train: np.ndarray, combos: np.ndarray, samples: list, *, epochs: int,
-           batch_size: int, lr: float, rng: np.random.Generator) -> None:  # fmt: skip
+def _train(
+    task: SpreadTask,
+    train: np.ndarray,
+    combos: np.ndarray,
+    samples: list,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    rng: np.random.Generator,
+) -> None:
     """Train ``task`` on ``samples`` ((time, subset) pairs of ``train``) with AdamW and one cycle."""
     opt = torch.optim.AdamW(task.parameters(), lr=lr, weight_decay=1e-5)
     sched = torch.optim.lr_scheduler.OneCycleLR(
@@ -67,8 +76,15 @@ def _train(task: SpreadTask, train: np.ndarray, combos: np.ndarray, samples: lis
             progress.advance(f"mean training loss {np.mean(losses):.4g}")
 
 
-def _score(task: SpreadTask, test: np.ndarray, test_combos: np.ndarray, w: torch.Tensor, k: int,
-           n_var: int, n_lev: int) -> dict[tuple[str, int, int], np.ndarray]:  # fmt: skip
+def _score(
+    task: SpreadTask,
+    test: np.ndarray,
+    test_combos: np.ndarray,
+    w: torch.Tensor,
+    k: int,
+    n_var: int,
+    n_lev: int,
+) -> dict[tuple[str, int, int], np.ndarray]:
     """Sums over the test subsets of area-weighted RMSE, bias and correlation of each spread
     estimate against the M-member std, by (estimator, variable index, level index)."""
     sums: dict[tuple[str, int, int], np.ndarray] = {}
@@ -167,9 +183,15 @@ def real_spread_check(
     rng = np.random.default_rng(seed)
 
     task = SpreadTask(
-        variables=list(variables), levels=list(levels), input_leads=[0], target_leads=0, k=k,
-        width=width, depth=depth, lr=lr,
-    )  # fmt: skip
+        variables=list(variables),
+        levels=list(levels),
+        input_leads=[0],
+        target_leads=0,
+        k=k,
+        width=width,
+        depth=depth,
+        lr=lr,
+    )
     stats = {
         "clim_mean": train.mean((0, 2)),
         "anom_std": (train - train.mean((0, 2))[:, None]).std((0, 2, 4, 5)),
@@ -186,11 +208,18 @@ def real_spread_check(
     sums = _score(task, test, test_combos, w, k, len(variables), len(levels))
     n = len(test) * len(test_combos)
     rows = [
-        {"variable": variables[vi], "level_hPa": levels[li], "estimator": name,
-         "target": f"{m}-member std (ddof 0)", "rmse": s[0] / n, "bias": s[1] / n, "correlation": s[2] / n,
-         "subsets": n}
+        {
+            "variable": variables[vi],
+            "level_hPa": levels[li],
+            "estimator": name,
+            "target": f"{m}-member std (ddof 0)",
+            "rmse": s[0] / n,
+            "bias": s[1] / n,
+            "correlation": s[2] / n,
+            "subsets": n,
+        }
         for (name, vi, li), s in sums.items()
-    ]  # fmt: skip
+    ]
     table = pd.DataFrame(rows).sort_values(["variable", "level_hPa"], kind="stable", ignore_index=True)
     shown = table.assign(bias=[f"{b:+.4g}" for b in table["bias"]])
     print(to_markdown(shown), file=sys.stdout)

@@ -65,8 +65,7 @@ class BatchSystem:
 
 class Slurm(BatchSystem):
     name, submit, cancel_command = "SLURM", "sbatch", "scancel"
-    waiting = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
-                         "SUSPENDED"})  # fmt: skip
+    waiting = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED"})
     running = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"})
 
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
@@ -89,8 +88,12 @@ class Pbs(BatchSystem):
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
         # qstat exits non-zero when any id has finished or is unknown, yet lists the others.
         done = _call(["qstat", "-f", *job_ids])
-        if done is None or (done.returncode and not done.stdout.strip() and "Unknown Job" not in done.stderr
-                            and "finished" not in done.stderr):  # fmt: skip
+        if done is None or (
+            done.returncode
+            and not done.stdout.strip()
+            and "Unknown Job" not in done.stderr
+            and "finished" not in done.stderr
+        ):
             error = "qstat failed" if done is None else _message(done)
             return {j: JobState(j, "unknown", error) for j in job_ids}
         return _fill(parse_qstat(done.stdout), job_ids)
@@ -214,8 +217,20 @@ def supervised_job_cls(base: type) -> type:
 
 # -- PBS Pro resources ---------------------------------------------------------------------------
 #: Host-level resources of PBS Pro that belong in a ``select`` chunk, not in a job-wide ``-l``.
-CHUNK_RESOURCES = frozenset({"ncpus", "mem", "vmem", "ngpus", "mpiprocs", "ompthreads", "naccelerators",
-                             "accelerator", "accelerator_model", "accelerator_memory"})  # fmt: skip
+CHUNK_RESOURCES = frozenset(
+    {
+        "ncpus",
+        "mem",
+        "vmem",
+        "ngpus",
+        "mpiprocs",
+        "ompthreads",
+        "naccelerators",
+        "accelerator",
+        "accelerator_model",
+        "accelerator_memory",
+    }
+)
 
 
 def pbs_resources(cores: int, memory: str, directives: list[str]) -> tuple[str, list[str]]:

@@ -356,11 +356,17 @@ class Connection:
                 self.client = Client(spec.scheduler_address, timeout=CONNECT_TIMEOUT, **where)
             else:
                 with dask.config.set(WORKER_CONFIG), _children_ignore_sigint(not system):
-                    self.cluster = jobqueue_cluster(spec) if system else LocalCluster(
-                        n_workers=spec.local_workers, threads_per_worker=1, processes=True,
-                        dashboard_address=DASHBOARD,
-                        silence_logs=_log_level(),
-                    )  # fmt: skip
+                    self.cluster = (
+                        jobqueue_cluster(spec)
+                        if system
+                        else LocalCluster(
+                            n_workers=spec.local_workers,
+                            threads_per_worker=1,
+                            processes=True,
+                            dashboard_address=DASHBOARD,
+                            silence_logs=_log_level(),
+                        )
+                    )
                 self.supervisor = self._supervisor(system)
                 if system:
                     self.cluster.scale(jobs=spec.jobqueue.jobs)
@@ -373,8 +379,14 @@ class Connection:
 
     def _supervisor(self, system: Any) -> Supervisor:
         spec = self.spec
-        return Supervisor(self.client, self.cluster, system, spec.pending_timeout_s, spec.no_worker_timeout_s,
-                          spec.describe())  # fmt: skip
+        return Supervisor(
+            self.client,
+            self.cluster,
+            system,
+            spec.pending_timeout_s,
+            spec.no_worker_timeout_s,
+            spec.describe(),
+        )
 
     def __exit__(self, *exc: object) -> None:
         with critical():

@@ -120,9 +120,14 @@ def postprocess(
     with stopping_on_signals():  # a signal stops the run at a safe point (see .interrupt)
         products = products or Products()
         spec = ClusterSpec(
-            cluster, workers, threads_per_worker, scheduler_file, scheduler_address, jobqueue or JobQueue(),
+            cluster,
+            workers,
+            threads_per_worker,
+            scheduler_file,
+            scheduler_address,
+            jobqueue or JobQueue(),
             log_dir=os.path.join(os.path.abspath(out_dir), STATE_DIR, "logs"),  # batch logs: not the cwd
-        )  # fmt: skip
+        )
         spec.check(submit=not dry_run)
         models = ModelSet.from_paths(checkpoints)
         thresholds = check_products(products, models.variables, models.levels, models.run_meta().families)
@@ -236,8 +241,14 @@ def _attrs(models: ModelSet) -> dict[str, Any]:
     }
 
 
-def _report(records: list[dict[str, Any]], up_to_date: int, elapsed: float, cluster: str,
-            manifest: Manifest, console: Console) -> dict[str, int]:  # fmt: skip
+def _report(
+    records: list[dict[str, Any]],
+    up_to_date: int,
+    elapsed: float,
+    cluster: str,
+    manifest: Manifest,
+    console: Console,
+) -> dict[str, int]:
     """Print the summary table and the failures; return the counts, or raise if a unit failed."""
     table, failures = summary(records, up_to_date, elapsed, cluster, str(manifest.path.parent))
     console.print(table)
@@ -273,8 +284,16 @@ def _plan(
         return units, _identities(units, models, options), products
 
     def on_bad(path: Path, reason: str) -> None:
-        bad.append({**input_identity(path), "key": str(path), "status": "failed", "reason": reason,
-                    "checkpoints": models.identity, "options": plain_options(**options)})  # fmt: skip
+        bad.append(
+            {
+                **input_identity(path),
+                "key": str(path),
+                "status": "failed",
+                "reason": reason,
+                "checkpoints": models.identity,
+                "options": plain_options(**options),
+            }
+        )
 
     units, inits = zarr_units(inputs, on_bad)
     if not units:

@@ -138,8 +138,10 @@ class Supervisor:
         elif overdue:
             raise self._never_started(overdue, done, total)
         elif submitting and now - self.start > self.pending_timeout:
-            raise EnsmlError(f"{self.system.submit} has not returned after {seconds(now - self.start)} "
-                             f"(jobqueue.pending_timeout); is {self.system.name} answering?")  # fmt: skip
+            raise EnsmlError(
+                f"{self.system.submit} has not returned after {seconds(now - self.start)} "
+                f"(jobqueue.pending_timeout); is {self.system.name} answering?"
+            )
         if not self.workers and (waiting or submitting) and now - self._said >= EVERY_S:
             self._said = now
             self.say(self._waiting_line(waiting, submitting, len(idle) + submitting))

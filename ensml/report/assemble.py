@@ -149,9 +149,17 @@ def report(
         progress.advance(f"{what} in {seconds(progress.lap)}")
 
     scores = evaluate(
-        forecast, analysis, predictions, spread_predictions, oracle, k=k, leads=leads,
-        variables=variables, levels=levels, out_dir=None,
-    )  # fmt: skip
+        forecast,
+        analysis,
+        predictions,
+        spread_predictions,
+        oracle,
+        k=k,
+        leads=leads,
+        variables=variables,
+        levels=levels,
+        out_dir=None,
+    )
     stage("global scores")
     lead = scores.leads[-1] if lead is None else lead
     frame = build_frame(

@@ -215,11 +215,20 @@ def _skill_maps(
         pp, raw = ds.get(f"crps_post_processed_{var}"), ds.get(f"crps_raw_ensemble_{var}")
         if pp is None or raw is None:
             continue
-        panels.append([
-            Panel(1 - at(pp, lev) / at(raw, lev), f"{field_name(var, lev)} at +{format_lead(lead)}",
-                  "CRPS skill vs raw ensemble", "1", "RdBu", -0.6, 0.6)
-            for lev in levels_of(pp, levels)
-        ])  # fmt: skip
+        panels.append(
+            [
+                Panel(
+                    1 - at(pp, lev) / at(raw, lev),
+                    f"{field_name(var, lev)} at +{format_lead(lead)}",
+                    "CRPS skill vs raw ensemble",
+                    "1",
+                    "RdBu",
+                    -0.6,
+                    0.6,
+                )
+                for lev in levels_of(pp, levels)
+            ]
+        )
     title = "Post-processed forecast: CRPS skill over the raw ensemble"
     return (draw_maps(panels, title) if panels else None), None
 

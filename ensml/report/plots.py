@@ -92,13 +92,26 @@ def skill_by_lead(df: pd.DataFrame, tests: pd.DataFrame | None = None) -> bytes:
             raw, c = str(name).startswith("raw ensemble"), _colour(str(name))
             tested = "dm_p" in g and not raw
             ax.plot(
-                g["lead_h"], g["skill_vs_raw_ensemble"], "-o" if len(g) > 1 else "D", color=c, label=name,
-                ms=5, lw=2.0 if raw else 1.5, zorder=3 if raw else 2, mfc="white" if tested else c,
-            )  # fmt: skip
+                g["lead_h"],
+                g["skill_vs_raw_ensemble"],
+                "-o" if len(g) > 1 else "D",
+                color=c,
+                label=name,
+                ms=5,
+                lw=2.0 if raw else 1.5,
+                zorder=3 if raw else 2,
+                mfc="white" if tested else c,
+            )
             if tested:
                 sig = g[g["dm_p"] < DM_LEVEL]
-                ax.plot(sig["lead_h"], sig["skill_vs_raw_ensemble"], "o" if len(g) > 1 else "D", color=c,
-                        ms=5, zorder=2.5)  # fmt: skip
+                ax.plot(
+                    sig["lead_h"],
+                    sig["skill_vs_raw_ensemble"],
+                    "o" if len(g) > 1 else "D",
+                    color=c,
+                    ms=5,
+                    zorder=2.5,
+                )
             if not raw and all(col in g for col in INTERVAL):
                 _interval(ax, g, c)
         ax.axhline(0.0, color="k", lw=0.8, ls=":")

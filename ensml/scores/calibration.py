@@ -241,9 +241,14 @@ def pit_histogram(
     z = [NormalDist().inv_cdf(i / bins) for i in range(1, bins)]
     quantiles = mu + sigma * xr.DataArray(np.asarray(z), dims=[MEMBER])
     out = rank_histogram(
-        quantiles, obs, member_dim=MEMBER, seed=seed, reduce_dims=reduce_dims,
-        preserve_dims=preserve_dims, weights=weights,
-    )  # fmt: skip
+        quantiles,
+        obs,
+        member_dim=MEMBER,
+        seed=seed,
+        reduce_dims=reduce_dims,
+        preserve_dims=preserve_dims,
+        weights=weights,
+    )
     return out.rename("pit_histogram").assign_attrs(long_name="PIT histogram count")
 
 

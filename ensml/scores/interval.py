@@ -72,8 +72,13 @@ def quantile_score(
         raise EnsmlError(f"{func}: quantile levels must be in (0, 1), got {tau.values.tolist()}")
     below = (obs < fcst).astype(np.float64)
     score = ((below - tau) * (fcst - obs)).where(fcst.notnull() & obs.notnull())
-    return reduce_score(score.rename("quantile_score"), reduce_dims=reduce_dims, preserve_dims=preserve_dims,
-                        weights=weights, func=func)  # fmt: skip
+    return reduce_score(
+        score.rename("quantile_score"),
+        reduce_dims=reduce_dims,
+        preserve_dims=preserve_dims,
+        weights=weights,
+        func=func,
+    )
 
 
 def interval_score(
@@ -118,8 +123,13 @@ def interval_score(
         raise EnsmlError(f"{func}: lower is above upper at {crossed} points")
     a = float(alpha)
     score = (upper - lower) + (2 / a) * (lower - obs).clip(min=0) + (2 / a) * (obs - upper).clip(min=0)
-    return reduce_score(score.rename("interval_score"), reduce_dims=reduce_dims, preserve_dims=preserve_dims,
-                        weights=weights, func=func)  # fmt: skip
+    return reduce_score(
+        score.rename("interval_score"),
+        reduce_dims=reduce_dims,
+        preserve_dims=preserve_dims,
+        weights=weights,
+        func=func,
+    )
 
 
 __all__ = ["interval_score", "quantile_score"]

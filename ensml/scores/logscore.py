@@ -55,9 +55,15 @@ def _score(
     mu, sigma, obs = aligned_fields({"mu": mu, "sigma": sigma, "obs": obs}, func)
     mu, sigma, obs = (check_no_inf(a, func, n) for a, n in ((mu, "mu"), (sigma, "sigma"), (obs, "obs")))
     score = xr.apply_ufunc(
-        _pointwise, mu, sigma, obs, kwargs={"kind": kind, "func": func}, dask="parallelized",
-        output_dtypes=[np.result_type(mu.dtype, sigma.dtype, obs.dtype, np.float32)], keep_attrs=False,
-    ).rename("logs" if kind == "log" else "dss")  # fmt: skip
+        _pointwise,
+        mu,
+        sigma,
+        obs,
+        kwargs={"kind": kind, "func": func},
+        dask="parallelized",
+        output_dtypes=[np.result_type(mu.dtype, sigma.dtype, obs.dtype, np.float32)],
+        keep_attrs=False,
+    ).rename("logs" if kind == "log" else "dss")
     return reduce_score(score, **reduce, func=func)
 
 

@@ -170,8 +170,15 @@ class SaveConfigToRunFolder(SaveConfigCallback):
     Set :attr:`run` before training starts.
     """
 
-    def __init__(self, parser: Any, config: Any, config_filename: str = CONFIG, overwrite: bool = False,
-                 multifile: bool = False, save_to_log_dir: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        parser: Any,
+        config: Any,
+        config_filename: str = CONFIG,
+        overwrite: bool = False,
+        multifile: bool = False,
+        save_to_log_dir: bool = True,
+    ) -> None:
         super().__init__(parser, config, config_filename, overwrite, multifile, save_to_log_dir=False)
         self.run: RunFolder | None = None
 

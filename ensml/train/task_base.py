@@ -265,9 +265,16 @@ class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
             n_lead = len(self.input_lead_values)
             extra = dict(n_leads=n_lead, n_levels=len(hp.levels), target_index=self.target_index)
         net = build_network(
-            hp.arch, in_channels, out_channels, width=hp.width, depth=hp.depth,
-            kernel_size=hp.kernel_size, norm_groups=hp.norm_groups, **extra, **(hp.arch_options or {}),
-        )  # fmt: skip
+            hp.arch,
+            in_channels,
+            out_channels,
+            width=hp.width,
+            depth=hp.depth,
+            kernel_size=hp.kernel_size,
+            norm_groups=hp.norm_groups,
+            **extra,
+            **(hp.arch_options or {}),
+        )
         return self.prepare_net(net)
 
     # -- statistics ---------------------------------------------------------------------------

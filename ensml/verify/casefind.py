@@ -109,8 +109,13 @@ def find_extreme_cases(
             continue
         taken.append(t)
         c_lat, c_lon = float(lat[ilat]), float(lon[ilon])
-        region = _box(c_lat - box_deg[0] / 2, c_lat + box_deg[0] / 2, c_lon - box_deg[1] / 2,
-                      c_lon + box_deg[1] / 2, 0.0)  # fmt: skip
+        region = _box(
+            c_lat - box_deg[0] / 2,
+            c_lat + box_deg[0] / 2,
+            c_lon - box_deg[1] / 2,
+            c_lon + box_deg[1] / 2,
+            0.0,
+        )
         day = np.datetime64(t, "D")
         word = "high" if tail == "upper" else "low"
         cases.append(
@@ -150,8 +155,14 @@ def storm_cases(
     at ``init_times``, when given) are left out. The threshold is the climatological 10% (z,
     a low) or 90% (other variables, a warm core) quantile.
     """
-    need = ["event_mask", "storm_genesis_time", "storm_genesis_latitude", "storm_genesis_longitude",
-            "storm_lifetime", "storm_amplitude"]  # fmt: skip
+    need = [
+        "event_mask",
+        "storm_genesis_time",
+        "storm_genesis_latitude",
+        "storm_genesis_longitude",
+        "storm_lifetime",
+        "storm_amplitude",
+    ]
     missing = [v for v in need if v not in oracle]
     if missing:
         raise EnsmlError(f"storm_cases: the oracle has no {', '.join(missing)} (not from ensml data synth?)")

@@ -210,9 +210,16 @@ def case_from_dict(d: Any, where: str = "case") -> Case:
     threshold = None
     if d.get("threshold") is not None:
         t = d["threshold"]
-        if not isinstance(t, dict) or len({"value", "quantile"} & set(t)) != 1 or set(t) - {
-            "value", "quantile", "tail",
-        }:  # fmt: skip
+        if (
+            not isinstance(t, dict)
+            or len({"value", "quantile"} & set(t)) != 1
+            or set(t)
+            - {
+                "value",
+                "quantile",
+                "tail",
+            }
+        ):
             raise EnsmlError(
                 f"{where}: threshold must be {{value: x}} or {{quantile: q}}, with optional tail"
             )
@@ -229,10 +236,17 @@ def case_from_dict(d: Any, where: str = "case") -> Case:
             raise EnsmlError(f"{where}: threshold must be finite, got {num}")
         threshold = Threshold(num if "value" in t else None, num if "quantile" in t else None, tail)
     return Case(
-        name=name, variable=str(d["variable"]), level=level, lead=lead,
-        region=Region(lat, (lon[0] % 360.0, lon[1] % 360.0)), start=start, end=end,
-        threshold=threshold, description=str(d.get("description") or ""), source=where,
-    )  # fmt: skip
+        name=name,
+        variable=str(d["variable"]),
+        level=level,
+        lead=lead,
+        region=Region(lat, (lon[0] % 360.0, lon[1] % 360.0)),
+        start=start,
+        end=end,
+        threshold=threshold,
+        description=str(d.get("description") or ""),
+        source=where,
+    )
 
 
 def _case_files(spec: str | Path) -> list[Path]:
@@ -263,8 +277,10 @@ def load_cases(specs: str | Path | Sequence[str | Path]) -> list[Case]:
         entries = doc["cases"] if isinstance(doc, dict) and set(doc) == {"cases"} else [doc]
         if not isinstance(entries, list) or not entries:
             raise EnsmlError(f"case file {f}: 'cases' must be a non-empty list")
-        cases += [case_from_dict(e, f"case file {f}" + (f" #{i}" if len(entries) > 1 else "")) for i, e in
-                  enumerate(entries)]  # fmt: skip
+        cases += [
+            case_from_dict(e, f"case file {f}" + (f" #{i}" if len(entries) > 1 else ""))
+            for i, e in enumerate(entries)
+        ]
     names = [c.name for c in cases]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -268,23 +268,34 @@ def _figure(case, y, thr, tail, ensembles, dists, fields, w) -> bytes:
     def field(label, data):
         return Panel(data, label, fl, fu, "viridis", f_lo, f_hi, contour=obs)
 
-    rows = [[
-        Panel(obs, f"analysis, valid {valid}", fl, fu, "viridis", f_lo, f_hi, contour=obs, hatch=hatch),
-        field(f"{raw_label}: mean", means[raw_label]),
-        Panel(spreads[raw_label], f"{raw_label}: spread (std)", f"{dl} spread", du, "magma_r", 0, s_hi),
-        Panel(crps_mean[raw_label], f"{raw_label}: CRPS ({over})", f"CRPS of {dl}", du, "YlOrRd", 0),
-    ]]  # fmt: skip
+    rows = [
+        [
+            Panel(obs, f"analysis, valid {valid}", fl, fu, "viridis", f_lo, f_hi, contour=obs, hatch=hatch),
+            field(f"{raw_label}: mean", means[raw_label]),
+            Panel(spreads[raw_label], f"{raw_label}: spread (std)", f"{dl} spread", du, "magma_r", 0, s_hi),
+            Panel(crps_mean[raw_label], f"{raw_label}: CRPS ({over})", f"CRPS of {dl}", du, "YlOrRd", 0),
+        ]
+    ]
     errs = {lab: (mu - y.isel({INIT_TIME: peak})) * ds_ for lab, (mu, _) in moments.items()}
     e_hi = max([float(abs(e).max()) for e in errs.values()] + [1e-12])
     for label in dists:
         err = errs[label]
-        rows.append([
-            Panel(err, f"{label}: mean − analysis", f"{dl} error", du, "RdBu_r", -e_hi, e_hi),
-            field(f"{label}: mean", means[label]),
-            Panel(spreads[label], f"{label}: spread (std)", f"{dl} spread", du, "magma_r", 0, s_hi),
-            Panel(diffs[label], f"CRPS {label.split(' (')[0]} − raw ({over})", f"ΔCRPS of {dl}", du,
-                  "RdBu_r", -d_hi, d_hi),
-        ])  # fmt: skip
+        rows.append(
+            [
+                Panel(err, f"{label}: mean − analysis", f"{dl} error", du, "RdBu_r", -e_hi, e_hi),
+                field(f"{label}: mean", means[label]),
+                Panel(spreads[label], f"{label}: spread (std)", f"{dl} spread", du, "magma_r", 0, s_hi),
+                Panel(
+                    diffs[label],
+                    f"CRPS {label.split(' (')[0]} − raw ({over})",
+                    f"ΔCRPS of {dl}",
+                    du,
+                    "RdBu_r",
+                    -d_hi,
+                    d_hi,
+                ),
+            ]
+        )
     title = (
         f"{case.name}: {field_name(var, case.level)} at +{format_lead(case.lead)}, {n} init time(s); "
         f"analysis contours on mean panels"

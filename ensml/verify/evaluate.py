@@ -276,15 +276,31 @@ def evaluate(
     variables, levels = as_list(variables, "variables"), as_list(levels, "levels")
     if observations is not None or analysis is None:  # station observations: ensml.verify.stations
         station_options(
-            analysis, observations, predictions=predictions, spread_predictions=spread_predictions,
-            oracle=oracle, members=members, cases=cases, analysis_reader=analysis_reader,
-            missing_forecast=missing_forecast, thresholds=thresholds,
-        )  # fmt: skip
+            analysis,
+            observations,
+            predictions=predictions,
+            spread_predictions=spread_predictions,
+            oracle=oracle,
+            members=members,
+            cases=cases,
+            analysis_reader=analysis_reader,
+            missing_forecast=missing_forecast,
+            thresholds=thresholds,
+        )
         return evaluate_stations(
-            forecast, observations, variables=variables, levels=levels, leads=leads, k=k, fair=fair,
-            extraction=extraction, model_height=model_height, lapse_rate=lapse_rate, out_dir=out_dir,
+            forecast,
+            observations,
+            variables=variables,
+            levels=levels,
+            leads=leads,
+            k=k,
+            fair=fair,
+            extraction=extraction,
+            model_height=model_height,
+            lapse_rate=lapse_rate,
+            out_dir=out_dir,
             reader=as_reader(reader),
-        )  # fmt: skip
+        )
     gridded_options(extraction=extraction, model_height=model_height, lapse_rate=lapse_rate)
     if out_dir is not None:
         names = [
@@ -304,23 +320,42 @@ def evaluate(
         score_case(c, forecast, analysis, predictions, oracle, k, **readers) for c in load_cases(cases or [])
     ]
     frame = build_frame(
-        forecast, analysis, variables=variables, levels=levels, leads=leads, predictions=predictions,
-        spread_predictions=spread_predictions, members=members, oracle=oracle, **readers,
-    )  # fmt: skip
+        forecast,
+        analysis,
+        variables=variables,
+        levels=levels,
+        leads=leads,
+        predictions=predictions,
+        spread_predictions=spread_predictions,
+        members=members,
+        oracle=oracle,
+        **readers,
+    )
     k = frame.subset_size(k)
     families = frame_families(frame)
     frame = reading_families(frame, families)  # each distribution's parameter variables
     if frame.dropped.size:
-        note(f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
-             f"{format_leads(frame.dropped)}")  # fmt: skip
+        note(
+            f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
+            f"{format_leads(frame.dropped)}"
+        )
     table, spread, per_point, decomposition, events = score_frame(
         frame, k, fair, missing_forecast, families=families, thresholds=thresholds
     )
     scores = Scores(
-        table, spread, n_inits=frame.inits.size, weighting=frame.weights.attrs["weighting"],
-        leads=frame.leads, dropped=frame.dropped, variables=frame.variables, levels=frame.levels,
-        per_point=per_point, cases=studies, decomposition=decomposition, events=events,
-    )  # fmt: skip
+        table,
+        spread,
+        n_inits=frame.inits.size,
+        weighting=frame.weights.attrs["weighting"],
+        leads=frame.leads,
+        dropped=frame.dropped,
+        variables=frame.variables,
+        levels=frame.levels,
+        per_point=per_point,
+        cases=studies,
+        decomposition=decomposition,
+        events=events,
+    )
     if out_dir is not None:
         note(f"evaluate: writing the tables and per-point scores to {out_dir}")
         with OutputFolder.open(out_dir, "evaluate", whole=True) as folder:  # one run's results, whole
@@ -357,8 +392,12 @@ def score_frame(
     rows, spread_rows, parts, per_lead = [], [], [], []
     progress = Progress("evaluate", len(frame.leads) * len(frame.variables), "fields")
     for lead in frame.leads:
-        at_lead = frame.at(lead, check=check_complete, check_analysis=check_observed,
-                           check_forecast=check_observed if missing_forecast else None)  # fmt: skip
+        at_lead = frame.at(
+            lead,
+            check=check_complete,
+            check_analysis=check_observed,
+            check_forecast=check_observed if missing_forecast else None,
+        )
         if missing_forecast:
             at_lead = missing_as_unobserved(at_lead)
         fields: dict[str, xr.DataArray] = {}
@@ -485,8 +524,11 @@ def _decomposed(
         weights, y = weights * observed, y.where(observed, 0.0)
         ensembles = {name: x.where(observed, 0.0) for name, x in ensembles.items()}  # missing_forecast
     keep = [LEVEL] if LEVEL in y.dims else []
-    return {name: crps_decomposition(x, y, preserve_dims=keep, weights=weights)
-            for name, x in ensembles.items() if x.sizes[MEMBER] > 1}  # fmt: skip
+    return {
+        name: crps_decomposition(x, y, preserve_dims=keep, weights=weights)
+        for name, x in ensembles.items()
+        if x.sizes[MEMBER] > 1
+    }
 
 
 __all__ = ["Scores", "evaluate"]

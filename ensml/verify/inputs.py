@@ -61,8 +61,10 @@ def count_observed(y: xr.DataArray, var: str, lead: np.timedelta64, fields: dict
     n = int(observed.sum())
     if n == y.size:
         return
-    note(f"evaluate: the analysis observes {n} of {y.size} values of {var} at +{format_lead(lead)} "
-         f"({n / y.size:.1%}); the scores are over those")  # fmt: skip
+    note(
+        f"evaluate: the analysis observes {n} of {y.size} values of {var} at +{format_lead(lead)} "
+        f"({n / y.size:.1%}); the scores are over those"
+    )
     count = observed.sum(INIT_TIME).astype("int32")
     fields[f"n_observed_{var}"] = count.assign_attrs(long_name=f"init times with {var} observed")
 

@@ -125,9 +125,16 @@ def _draw(fig, ax, data_crs, panel: Panel, lon: np.ndarray, lat: np.ndarray) -> 
     if not np.isfinite(values).any():
         raise EnsmlError(f"map {panel.title!r}: the field has no finite value")
     mesh = ax.pcolormesh(
-        _edges(lon), _edges(lat, -90.0, 90.0), values, cmap=panel.cmap, vmin=panel.vmin,
-        vmax=panel.vmax, transform=data_crs, shading="flat", rasterized=True,
-    )  # fmt: skip
+        _edges(lon),
+        _edges(lat, -90.0, 90.0),
+        values,
+        cmap=panel.cmap,
+        vmin=panel.vmin,
+        vmax=panel.vmax,
+        transform=data_crs,
+        shading="flat",
+        rasterized=True,
+    )
     if panel.contour is not None:
         c = np.asarray(panel.contour.transpose(LATITUDE, LONGITUDE).values, dtype=float)
         cs = ax.contour(lon, lat, c, levels=8, colors="k", linewidths=0.7, transform=data_crs)
@@ -144,9 +151,14 @@ def _draw(fig, ax, data_crs, panel: Panel, lon: np.ndarray, lat: np.ndarray) -> 
     xs = _ticks(float(lon_e.min()), float(lon_e.max()))
     ys = _ticks(float(lat_e.min()), float(lat_e.max()))
     gl = ax.gridlines(
-        crs=data_crs, draw_labels=True, linewidth=0.3, color="0.5", alpha=0.6,
-        xlocs=(xs + 180.0) % 360.0 - 180.0, ylocs=ys,
-    )  # fmt: skip
+        crs=data_crs,
+        draw_labels=True,
+        linewidth=0.3,
+        color="0.5",
+        alpha=0.6,
+        xlocs=(xs + 180.0) % 360.0 - 180.0,
+        ylocs=ys,
+    )
     gl.top_labels = gl.right_labels = False
     gl.xlabel_style = gl.ylabel_style = {"size": 7}
     ax.set_title(panel.title, fontsize=9)
@@ -270,13 +282,24 @@ def _draw_projected(fig, ax, geo: _Geometry, panel: Panel) -> None:
     if not np.isfinite(values).any():
         raise EnsmlError(f"map {panel.title!r}: the field has no finite value")
     if geo.plate_carree:  # a cell across the map's seam (180° from its centre) would span the map
-        span = np.ptp(np.stack([geo.x_corner[:-1, :-1], geo.x_corner[1:, :-1], geo.x_corner[:-1, 1:],
-                                geo.x_corner[1:, 1:]]), axis=0)  # fmt: skip
+        span = np.ptp(
+            np.stack(
+                [geo.x_corner[:-1, :-1], geo.x_corner[1:, :-1], geo.x_corner[:-1, 1:], geo.x_corner[1:, 1:]]
+            ),
+            axis=0,
+        )
         values = np.where(span > 180.0, np.nan, values)
     mesh = ax.pcolormesh(
-        geo.x_corner, geo.y_corner, np.ma.masked_invalid(values), cmap=panel.cmap, vmin=panel.vmin,
-        vmax=panel.vmax, transform=geo.crs, shading="flat", rasterized=True,
-    )  # fmt: skip
+        geo.x_corner,
+        geo.y_corner,
+        np.ma.masked_invalid(values),
+        cmap=panel.cmap,
+        vmin=panel.vmin,
+        vmax=panel.vmax,
+        transform=geo.crs,
+        shading="flat",
+        rasterized=True,
+    )
     if panel.contour is not None:
         c = _values(panel.contour, geo.dims)
         cs = ax.contour(
@@ -285,8 +308,15 @@ def _draw_projected(fig, ax, geo: _Geometry, panel: Panel) -> None:
         ax.clabel(cs, fontsize=6, fmt="%.0f", inline=True)
     if panel.hatch is not None and bool(panel.hatch.any()):
         h = _values(panel.hatch, geo.dims)
-        ax.contourf(geo.x_centre, geo.y_centre, h, levels=[0.5, 1.5], colors="none", hatches=["////"],
-                    transform=geo.crs)  # fmt: skip
+        ax.contourf(
+            geo.x_centre,
+            geo.y_centre,
+            h,
+            levels=[0.5, 1.5],
+            colors="none",
+            hatches=["////"],
+            transform=geo.crs,
+        )
         ax.contour(geo.x_centre, geo.y_centre, h, levels=[0.5], colors="m", linewidths=1.0, transform=geo.crs)
     data_crs = ccrs.PlateCarree()
     if panel.coastlines:
@@ -298,9 +328,14 @@ def _draw_projected(fig, ax, geo: _Geometry, panel: Panel) -> None:
         xs = _ticks(float(np.nanmin(lon_e)), float(np.nanmax(lon_e)))
         ys = _ticks(float(np.nanmin(geo.y_corner)), float(np.nanmax(geo.y_corner)))
         gl = ax.gridlines(
-            crs=data_crs, draw_labels=True, linewidth=0.3, color="0.5", alpha=0.6,
-            xlocs=(xs + 180.0) % 360.0 - 180.0, ylocs=ys,
-        )  # fmt: skip
+            crs=data_crs,
+            draw_labels=True,
+            linewidth=0.3,
+            color="0.5",
+            alpha=0.6,
+            xlocs=(xs + 180.0) % 360.0 - 180.0,
+            ylocs=ys,
+        )
         gl.top_labels = gl.right_labels = False
     else:
         gl = ax.gridlines(crs=data_crs, draw_labels=True, linewidth=0.3, color="0.5", alpha=0.6)

@@ -122,11 +122,15 @@ def crps_rows(
             value = float(at(mean, lev))
             raw = float(at(means[raw_key], lev))
             row = {
-                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
+                "variable": var,
+                "level_hPa": table_level(lev),
+                "lead_h": lead_h,
                 "forecast": name,
                 "estimator": _estimator(name, ensemble, estimators),
-                "crps": value, "units": units or units_of(var), "skill_vs_raw_ensemble": 1.0 - value / raw,
-            }  # fmt: skip
+                "crps": value,
+                "units": units or units_of(var),
+                "skill_vs_raw_ensemble": 1.0 - value / raw,
+            }
             if tests is not None:
                 row.update(_NO_TEST if name == raw_key else _test_columns(tests[name, lev]))
             if oracle_key in means:
@@ -207,8 +211,13 @@ _NO_TEST = dict.fromkeys(["skill_low", "skill_high", "dm_stat", "dm_p", "block_l
 def _test_columns(t: SkillTest) -> dict[str, float]:
     """The table columns of a skill test (the reference's own row: :data:`_NO_TEST`)."""
     block = t.block_length if t.block_length else np.nan  # 0: no bootstrap was run (too few inits)
-    return {"skill_low": t.low, "skill_high": t.high, "dm_stat": t.dm_stat, "dm_p": t.p_value,
-            "block_length": block}  # fmt: skip
+    return {
+        "skill_low": t.low,
+        "skill_high": t.high,
+        "dm_stat": t.dm_stat,
+        "dm_p": t.p_value,
+        "block_length": block,
+    }
 
 
 #: The Hersbach terms in the decomposition table, in its column order.
@@ -249,11 +258,18 @@ def spread_scores(
         rmse = np.sqrt(_area_mean((est - target) ** 2, weights))
         corr = _weighted_corr(est, target, weights)
         for lev in levels_of(rmse, levels):
-            rows.append({
-                "variable": var, "level_hPa": table_level(lev), "lead_h": lead_h,
-                "estimator": name, "target": f"{members}-member std (ddof 0)", "rmse": float(at(rmse, lev)),
-                "correlation": float(at(corr, lev)), "units": units or units_of(var),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "variable": var,
+                    "level_hPa": table_level(lev),
+                    "lead_h": lead_h,
+                    "estimator": name,
+                    "target": f"{members}-member std (ddof 0)",
+                    "rmse": float(at(rmse, lev)),
+                    "correlation": float(at(corr, lev)),
+                    "units": units or units_of(var),
+                }
+            )
     return rows
 
 

@@ -60,8 +60,21 @@ from ensml.verify.tables import Content, to_markdown, write_files
 #: What ``evaluate --observations`` writes.
 FILES = ["scores.csv", "scores.md", "stations.csv", "stations.nc"]
 #: The columns of ``scores.csv`` (pooled) and ``stations.csv`` (per station), in order.
-COLUMNS = ["variable", "level_hPa", "lead_h", "forecast", "estimator", "crps", "units",
-           "skill_vs_raw_ensemble", "n_pairs", "rmse", "mae", "spread", "spread_skill"]  # fmt: skip
+COLUMNS = [
+    "variable",
+    "level_hPa",
+    "lead_h",
+    "forecast",
+    "estimator",
+    "crps",
+    "units",
+    "skill_vs_raw_ensemble",
+    "n_pairs",
+    "rmse",
+    "mae",
+    "spread",
+    "spread_skill",
+]
 STATION_COLUMNS = [STATION, "latitude", "longitude", "elevation_m", *COLUMNS]
 #: How the pooled means are taken, for captions.
 POOLING = "unweighted means over the station-times observed"
@@ -98,16 +111,19 @@ class StationScores:
     @property
     def caption(self) -> str:
         """How the table's numbers were made (terminal caption, ``scores.md`` header)."""
-        parts = [f"{POOLING} (n_pairs); forecast at the stations by {self.extraction} extraction",
-                 "rmse, mae: of the ensemble mean; spread_skill: sqrt((M+1)/M) spread / rmse"]  # fmt: skip
+        parts = [
+            f"{POOLING} (n_pairs); forecast at the stations by {self.extraction} extraction",
+            "rmse, mae: of the ensemble mean; spread_skill: sqrt((M+1)/M) spread / rmse",
+        ]
         return "; ".join(parts + ([self.height_note] if self.height_note else []))
 
     def files(self) -> dict[str, Content]:
         """``scores.csv``, ``scores.md``, ``stations.csv`` and ``stations.nc`` by name."""
         header = f"{self.title}: {self.caption}.\n\n"
         per_pair = self.per_pair.copy()
-        per_pair.attrs.update(title="ensml CRPS at stations, per station-time", pooling=POOLING,
-                              extraction=self.extraction)  # fmt: skip
+        per_pair.attrs.update(
+            title="ensml CRPS at stations, per station-time", pooling=POOLING, extraction=self.extraction
+        )
         return {
             "scores.csv": self.table.to_csv(index=False),
             "scores.md": header + to_markdown(self.table),
@@ -129,9 +145,13 @@ def _summaries(
     )
     rmse = np.sqrt((err**2).mean(dims))
     return {
-        "crps": crps.mean(dims), "n_pairs": n, "rmse": rmse, "mae": np.abs(err).mean(dims),
-        "spread": spread, "spread_skill": np.sqrt((m + 1) / m) * spread / rmse,
-    }  # fmt: skip
+        "crps": crps.mean(dims),
+        "n_pairs": n,
+        "rmse": rmse,
+        "mae": np.abs(err).mean(dims),
+        "spread": spread,
+        "spread_skill": np.sqrt((m + 1) / m) * spread / rmse,
+    }
 
 
 def _rows(
@@ -155,8 +175,14 @@ def _rows(
     for name in ensembles:
         for scope, s in ((scope, summary[name][scope]) for scope in scopes):
             for lev in levels_of(s["crps"], frame.levels):
-                head = {"variable": var, "level_hPa": table_level(lev), "lead_h": lead_hours(sl.lead),
-                        "forecast": name, "estimator": est, "units": units}  # fmt: skip
+                head = {
+                    "variable": var,
+                    "level_hPa": table_level(lev),
+                    "lead_h": lead_hours(sl.lead),
+                    "forecast": name,
+                    "estimator": est,
+                    "units": units,
+                }
                 vals = {key: at(v, lev) for key, v in s.items()}
                 vals["skill_vs_raw_ensemble"] = 1.0 - vals["crps"] / at(summary[raw_key][scope]["crps"], lev)
                 if scope == "pooled":
@@ -221,9 +247,14 @@ def score_stations(frame: StationFrame, k: int, fair: bool = False) -> StationSc
     return StationScores(
         pooled_df[[c for c in COLUMNS if c in pooled_df]],
         station_df[[c for c in STATION_COLUMNS if c in station_df]],
-        _per_pair(fields, leads, frame), n_stations=frame.observations.sizes[STATION], n_inits=n_inits,
-        leads=frame.leads, variables=frame.variables, extraction=frame.points.method, height_note=height_note,
-    )  # fmt: skip
+        _per_pair(fields, leads, frame),
+        n_stations=frame.observations.sizes[STATION],
+        n_inits=n_inits,
+        leads=frame.leads,
+        variables=frame.variables,
+        extraction=frame.points.method,
+        height_note=height_note,
+    )
 
 
 def station_options(analysis: object, observations: str | None, **others: object) -> None:
@@ -286,14 +317,24 @@ def evaluate_stations(
         raise EnsmlError(f"lapse_rate {lapse_rate!r} is not a lapse rate in K/m (the standard is {standard})")
     k = DEFAULT_K if k is None else int(k)
     frame = build_station_frame(
-        forecast, observations, variables=variables, levels=levels, leads=leads, k=k,
-        extraction=extraction, model_height=model_height, lapse_rate=lapse_rate, reader=reader,
-    )  # fmt: skip
+        forecast,
+        observations,
+        variables=variables,
+        levels=levels,
+        leads=leads,
+        k=k,
+        extraction=extraction,
+        model_height=model_height,
+        lapse_rate=lapse_rate,
+        reader=reader,
+    )
     scores = score_stations(frame, k, fair)
     if not scores.table.empty:
         n = int(scores.table.loc[scores.table["forecast"].str.startswith("raw ensemble"), "n_pairs"].sum())
-        note(f"evaluate: {n} station-time pairs scored at {scores.n_stations} stations (values not observed "
-             "left out; n_pairs per lead and variable in the table)")  # fmt: skip
+        note(
+            f"evaluate: {n} station-time pairs scored at {scores.n_stations} stations (values not observed "
+            "left out; n_pairs per lead and variable in the table)"
+        )
     if out_dir is not None:
         note(f"evaluate: writing the station scores to {out_dir}")
         with OutputFolder.open(out_dir, "evaluate", whole=True) as folder:

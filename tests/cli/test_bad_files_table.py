@@ -162,93 +162,359 @@ def _foreign_folder(work: Path, mp: pytest.MonkeyPatch) -> None:
 
 CASES: dict[str, Case] = {
     # -- files that are missing, empty or corrupt -------------------------------------------------
-    "fit: forecast missing": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "nope.nc"}), ("nope.nc", "does not exist")),
-    "fit: forecast empty": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "empty.nc"}), ("empty.nc", "is empty")),
-    "fit: forecast garbage": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "garbage.nc"}), ("garbage.nc", "is not a netCDF, HDF5, GRIB or zarr file")),
-    "fit: forecast truncated": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "truncated.nc"}), ("truncated.nc", "cannot be read")),
-    "fit: resume from a truncated checkpoint": Case(lambda i: fit(i, f"--ckpt_path={i['dir'] / 'truncated.ckpt'}"), ("truncated.ckpt", "cannot be read")),
-    "predict: checkpoint missing": Case(lambda i: lightning("predict", i, f"--ckpt_path={i['dir'] / 'no.ckpt'}"), ("no.ckpt", "does not exist")),
-    "evaluate: predictions missing": Case(lambda i: evaluate(i, f"--predictions={i['dir'] / 'no.nc'}", "--out_dir=out"), ("no.nc", "does not exist")),
-    "data archive: forecast missing": Case(lambda i: ["data", "archive", f"--forecast={i['dir'] / 'no.nc'}", "--out_dir=arch"], ("no.nc", "does not exist")),
-    "data archive: forecast with no init times": Case(lambda i: ["data", "archive", f"--forecast={i['no-init']}", "--out_dir=arch"], ("no-init.nc", "holds no init_time")),
-    "evaluate: forecast with no init times": Case(lambda i: ["evaluate", f"--forecast={i['no-init']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("no-init.nc", "holds no init_time")),
-    "postprocess: checkpoint missing": Case(lambda i: ["postprocess", f"--checkpoints=[{i['dir'] / 'no.ckpt'}]", f"--forecasts={i['forecast']}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("no.ckpt",)),
-    "postprocess: no forecast files": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'none-*.nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("none-*.nc",)),
+    "fit: forecast missing": Case(
+        lambda i: fit(i, **{"data.forecast": i["dir"] / "nope.nc"}), ("nope.nc", "does not exist")
+    ),
+    "fit: forecast empty": Case(
+        lambda i: fit(i, **{"data.forecast": i["dir"] / "empty.nc"}), ("empty.nc", "is empty")
+    ),
+    "fit: forecast garbage": Case(
+        lambda i: fit(i, **{"data.forecast": i["dir"] / "garbage.nc"}),
+        ("garbage.nc", "is not a netCDF, HDF5, GRIB or zarr file"),
+    ),
+    "fit: forecast truncated": Case(
+        lambda i: fit(i, **{"data.forecast": i["dir"] / "truncated.nc"}), ("truncated.nc", "cannot be read")
+    ),
+    "fit: resume from a truncated checkpoint": Case(
+        lambda i: fit(i, f"--ckpt_path={i['dir'] / 'truncated.ckpt'}"), ("truncated.ckpt", "cannot be read")
+    ),
+    "predict: checkpoint missing": Case(
+        lambda i: lightning("predict", i, f"--ckpt_path={i['dir'] / 'no.ckpt'}"),
+        ("no.ckpt", "does not exist"),
+    ),
+    "evaluate: predictions missing": Case(
+        lambda i: evaluate(i, f"--predictions={i['dir'] / 'no.nc'}", "--out_dir=out"),
+        ("no.nc", "does not exist"),
+    ),
+    "data archive: forecast missing": Case(
+        lambda i: ["data", "archive", f"--forecast={i['dir'] / 'no.nc'}", "--out_dir=arch"],
+        ("no.nc", "does not exist"),
+    ),
+    "data archive: forecast with no init times": Case(
+        lambda i: ["data", "archive", f"--forecast={i['no-init']}", "--out_dir=arch"],
+        ("no-init.nc", "holds no init_time"),
+    ),
+    "evaluate: forecast with no init times": Case(
+        lambda i: ["evaluate", f"--forecast={i['no-init']}", f"--analysis={i['analysis']}", "--out_dir=out"],
+        ("no-init.nc", "holds no init_time"),
+    ),
+    "postprocess: checkpoint missing": Case(
+        lambda i: [
+            "postprocess",
+            f"--checkpoints=[{i['dir'] / 'no.ckpt'}]",
+            f"--forecasts={i['forecast']}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=pp",
+            "--cluster=none",
+        ],
+        ("no.ckpt",),
+    ),
+    "postprocess: no forecast files": Case(
+        lambda i: [
+            "postprocess",
+            f"--checkpoints=[{i['ckpt']}]",
+            f"--forecasts={i['dir'] / 'none-*.nc'}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=pp",
+            "--cluster=none",
+        ],
+        ("none-*.nc",),
+    ),
     # -- paths that are not files, names that look like globs --------------------------------------------
-    "evaluate: forecast is a FIFO": Case(lambda i: ["evaluate", f"--forecast={i['dir'] / 'fifo.nc'}", f"--analysis={i['analysis']}", "--out_dir=out"], ("fifo.nc", "is a FIFO")),
-    "evaluate: analysis is a symbolic-link loop": Case(lambda i: ["evaluate", f"--forecast={i['forecast']}", f"--analysis={i['dir'] / 'loop-a.nc'}", "--out_dir=out"], ("loop-a.nc", "symbolic-link loop")),
-    "evaluate: forecast is a device": Case(lambda i: ["evaluate", "--forecast=/dev/zero", f"--analysis={i['analysis']}", "--out_dir=out"], ("/dev/zero", "is a device")),
-    "report: forecast is a FIFO": Case(lambda i: ["report", f"--forecast={i['dir'] / 'fifo.nc'}", f"--analysis={i['analysis']}", "--out_dir=rep"], ("fifo.nc", "is a FIFO")),
-    "data archive: forecast is a symbolic-link loop": Case(lambda i: ["data", "archive", f"--forecast={i['dir'] / 'loop-a.nc'}", "--out_dir=arch"], ("loop-a.nc", "symbolic-link loop")),
-    "data archive: forecast is a device": Case(lambda i: ["data", "archive", "--forecast=/dev/zero", "--out_dir=arch"], ("/dev/zero", "is a device")),
-    "fit: forecast is a FIFO": Case(lambda i: fit(i, **{"data.forecast": i["dir"] / "fifo.nc"}), ("fifo.nc", "is a FIFO")),
-    "fit: analysis is a device": Case(lambda i: fit(i, **{"data.analysis": "/dev/zero"}), ("/dev/zero", "is a device")),
-    "postprocess: forecast is a FIFO": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'fifo.nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("fifo.nc", "is a FIFO")),
-    "postprocess: forecast is a symbolic-link loop": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'loop-a.nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("loop-a.nc", "symbolic-link loop")),
-    "evaluate: a file named an[1].nc is that file, not a glob": Case(lambda i: ["evaluate", f"--forecast={i['dir'] / 'an[1].nc'}", f"--analysis={i['analysis']}", "--out_dir=out"], ("an[1].nc", "is an analysis")),
-    "postprocess: a FIFO named pipe[1].nc is that FIFO, not a glob": Case(lambda i: ["postprocess", f"--checkpoints=[{i['ckpt']}]", f"--forecasts={i['dir'] / 'pipe[1].nc'}", f"--analysis={i['analysis']}", "--out_dir=pp", "--cluster=none"], ("pipe[1].nc", "is a FIFO")),
+    "evaluate: forecast is a FIFO": Case(
+        lambda i: [
+            "evaluate",
+            f"--forecast={i['dir'] / 'fifo.nc'}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=out",
+        ],
+        ("fifo.nc", "is a FIFO"),
+    ),
+    "evaluate: analysis is a symbolic-link loop": Case(
+        lambda i: [
+            "evaluate",
+            f"--forecast={i['forecast']}",
+            f"--analysis={i['dir'] / 'loop-a.nc'}",
+            "--out_dir=out",
+        ],
+        ("loop-a.nc", "symbolic-link loop"),
+    ),
+    "evaluate: forecast is a device": Case(
+        lambda i: ["evaluate", "--forecast=/dev/zero", f"--analysis={i['analysis']}", "--out_dir=out"],
+        ("/dev/zero", "is a device"),
+    ),
+    "report: forecast is a FIFO": Case(
+        lambda i: [
+            "report",
+            f"--forecast={i['dir'] / 'fifo.nc'}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=rep",
+        ],
+        ("fifo.nc", "is a FIFO"),
+    ),
+    "data archive: forecast is a symbolic-link loop": Case(
+        lambda i: ["data", "archive", f"--forecast={i['dir'] / 'loop-a.nc'}", "--out_dir=arch"],
+        ("loop-a.nc", "symbolic-link loop"),
+    ),
+    "data archive: forecast is a device": Case(
+        lambda i: ["data", "archive", "--forecast=/dev/zero", "--out_dir=arch"], ("/dev/zero", "is a device")
+    ),
+    "fit: forecast is a FIFO": Case(
+        lambda i: fit(i, **{"data.forecast": i["dir"] / "fifo.nc"}), ("fifo.nc", "is a FIFO")
+    ),
+    "fit: analysis is a device": Case(
+        lambda i: fit(i, **{"data.analysis": "/dev/zero"}), ("/dev/zero", "is a device")
+    ),
+    "postprocess: forecast is a FIFO": Case(
+        lambda i: [
+            "postprocess",
+            f"--checkpoints=[{i['ckpt']}]",
+            f"--forecasts={i['dir'] / 'fifo.nc'}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=pp",
+            "--cluster=none",
+        ],
+        ("fifo.nc", "is a FIFO"),
+    ),
+    "postprocess: forecast is a symbolic-link loop": Case(
+        lambda i: [
+            "postprocess",
+            f"--checkpoints=[{i['ckpt']}]",
+            f"--forecasts={i['dir'] / 'loop-a.nc'}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=pp",
+            "--cluster=none",
+        ],
+        ("loop-a.nc", "symbolic-link loop"),
+    ),
+    "evaluate: a file named an[1].nc is that file, not a glob": Case(
+        lambda i: [
+            "evaluate",
+            f"--forecast={i['dir'] / 'an[1].nc'}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=out",
+        ],
+        ("an[1].nc", "is an analysis"),
+    ),
+    "postprocess: a FIFO named pipe[1].nc is that FIFO, not a glob": Case(
+        lambda i: [
+            "postprocess",
+            f"--checkpoints=[{i['ckpt']}]",
+            f"--forecasts={i['dir'] / 'pipe[1].nc'}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=pp",
+            "--cluster=none",
+        ],
+        ("pipe[1].nc", "is a FIFO"),
+    ),
     # -- a file of the wrong kind -------------------------------------------------------------------------
-    "evaluate: analysis given as the forecast": Case(lambda i: ["evaluate", f"--forecast={i['analysis']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("analysis.nc", "is an analysis", "lead_time")),
-    "evaluate: forecast given as the analysis": Case(lambda i: ["evaluate", f"--forecast={i['forecast']}", f"--analysis={i['forecast']}", "--out_dir=out"], ("forecast.nc", "is a forecast")),
-    "report: analysis given as the forecast": Case(lambda i: ["report", f"--forecast={i['analysis']}", f"--analysis={i['analysis']}", "--out_dir=rep"], ("analysis.nc", "is an analysis")),
-    "data archive: analysis given as the forecast": Case(lambda i: ["data", "archive", f"--forecast={i['analysis']}", "--out_dir=arch"], ("analysis.nc", "is an analysis")),
-    "fit: analysis given as the forecast": Case(lambda i: fit(i, **{"data.forecast": i["analysis"]}), ("analysis.nc", "is an analysis")),
-    "fit: forecast given as the analysis": Case(lambda i: fit(i, **{"data.analysis": i["forecast"]}), ("forecast.nc", "is a forecast")),
+    "evaluate: analysis given as the forecast": Case(
+        lambda i: ["evaluate", f"--forecast={i['analysis']}", f"--analysis={i['analysis']}", "--out_dir=out"],
+        ("analysis.nc", "is an analysis", "lead_time"),
+    ),
+    "evaluate: forecast given as the analysis": Case(
+        lambda i: ["evaluate", f"--forecast={i['forecast']}", f"--analysis={i['forecast']}", "--out_dir=out"],
+        ("forecast.nc", "is a forecast"),
+    ),
+    "report: analysis given as the forecast": Case(
+        lambda i: ["report", f"--forecast={i['analysis']}", f"--analysis={i['analysis']}", "--out_dir=rep"],
+        ("analysis.nc", "is an analysis"),
+    ),
+    "data archive: analysis given as the forecast": Case(
+        lambda i: ["data", "archive", f"--forecast={i['analysis']}", "--out_dir=arch"],
+        ("analysis.nc", "is an analysis"),
+    ),
+    "fit: analysis given as the forecast": Case(
+        lambda i: fit(i, **{"data.forecast": i["analysis"]}), ("analysis.nc", "is an analysis")
+    ),
+    "fit: forecast given as the analysis": Case(
+        lambda i: fit(i, **{"data.analysis": i["forecast"]}), ("forecast.nc", "is a forecast")
+    ),
     # -- zarr stores damaged behind readable metadata -----------------------------------------------------
-    "evaluate: zarr chunks corrupt": Case(lambda i: ["evaluate", f"--forecast={i['corrupt-zarr']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("corrupt.zarr", "cannot be read", "variable")),
-    "report: zarr chunks corrupt": Case(lambda i: ["report", f"--forecast={i['corrupt-zarr']}", f"--analysis={i['analysis']}", "--out_dir=rep"], ("corrupt.zarr", "cannot be read", "variable")),
-    "data archive: zarr chunks corrupt": Case(lambda i: ["data", "archive", f"--forecast={i['corrupt-zarr']}", "--out_dir=arch"], ("corrupt.zarr", "cannot be read", "variable")),
-    "fit: zarr chunks corrupt": Case(lambda i: fit(i, **{"data.forecast": i["corrupt-zarr"]}), ("corrupt.zarr", "cannot be read", "variable")),
-    "evaluate: zarr variable lost its metadata": Case(lambda i: ["evaluate", f"--forecast={i['lost-zarr']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("lost.zarr", "'t'", "lost its metadata")),
-    "report: zarr variable lost its metadata": Case(lambda i: ["report", f"--forecast={i['lost-zarr']}", f"--analysis={i['analysis']}", "--out_dir=rep"], ("lost.zarr", "'t'", "lost its metadata")),
-    "data archive: zarr variable lost its metadata": Case(lambda i: ["data", "archive", f"--forecast={i['lost-zarr']}", "--out_dir=arch"], ("lost.zarr", "'t'", "lost its metadata")),
-    "fit: zarr variable lost its metadata": Case(lambda i: fit(i, **{"data.forecast": i["lost-zarr"]}), ("lost.zarr", "'t'", "lost its metadata")),
+    "evaluate: zarr chunks corrupt": Case(
+        lambda i: [
+            "evaluate",
+            f"--forecast={i['corrupt-zarr']}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=out",
+        ],
+        ("corrupt.zarr", "cannot be read", "variable"),
+    ),
+    "report: zarr chunks corrupt": Case(
+        lambda i: [
+            "report",
+            f"--forecast={i['corrupt-zarr']}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=rep",
+        ],
+        ("corrupt.zarr", "cannot be read", "variable"),
+    ),
+    "data archive: zarr chunks corrupt": Case(
+        lambda i: ["data", "archive", f"--forecast={i['corrupt-zarr']}", "--out_dir=arch"],
+        ("corrupt.zarr", "cannot be read", "variable"),
+    ),
+    "fit: zarr chunks corrupt": Case(
+        lambda i: fit(i, **{"data.forecast": i["corrupt-zarr"]}),
+        ("corrupt.zarr", "cannot be read", "variable"),
+    ),
+    "evaluate: zarr variable lost its metadata": Case(
+        lambda i: [
+            "evaluate",
+            f"--forecast={i['lost-zarr']}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=out",
+        ],
+        ("lost.zarr", "'t'", "lost its metadata"),
+    ),
+    "report: zarr variable lost its metadata": Case(
+        lambda i: ["report", f"--forecast={i['lost-zarr']}", f"--analysis={i['analysis']}", "--out_dir=rep"],
+        ("lost.zarr", "'t'", "lost its metadata"),
+    ),
+    "data archive: zarr variable lost its metadata": Case(
+        lambda i: ["data", "archive", f"--forecast={i['lost-zarr']}", "--out_dir=arch"],
+        ("lost.zarr", "'t'", "lost its metadata"),
+    ),
+    "fit: zarr variable lost its metadata": Case(
+        lambda i: fit(i, **{"data.forecast": i["lost-zarr"]}), ("lost.zarr", "'t'", "lost its metadata")
+    ),
     # -- wrong names and dims -----------------------------------------------------------------------
     "fit: variable missing": Case(lambda i: fit(i, **{"data.variables": "[z, q]"}), ("has no variable 'q'",)),
-    "fit: member dimension missing": Case(lambda i: fit(i, **{"data.forecast": i["no-member"]}), ("no-member.nc", "has 1 members")),  # one run: an ensemble of one
-    "fit: extra dimension": Case(lambda i: fit(i, **{"data.forecast": i["extra-dim"]}), ("extra-dim.nc", "unexpected run")),
+    "fit: member dimension missing": Case(
+        lambda i: fit(i, **{"data.forecast": i["no-member"]}), ("no-member.nc", "has 1 members")
+    ),  # one run: an ensemble of one
+    "fit: extra dimension": Case(
+        lambda i: fit(i, **{"data.forecast": i["extra-dim"]}), ("extra-dim.nc", "unexpected run")
+    ),
     "fit: level missing": Case(lambda i: fit(i, **{"data.levels": "[500, 700]"}), ("700",)),
-    "evaluate: predictions lack a variable": Case(lambda i: evaluate(i, f"--predictions={i['renamed-predictions']}", "--out_dir=out"), ("renamed-preds.nc", "z_mean")),
+    "evaluate: predictions lack a variable": Case(
+        lambda i: evaluate(i, f"--predictions={i['renamed-predictions']}", "--out_dir=out"),
+        ("renamed-preds.nc", "z_mean"),
+    ),
     # -- grids and dates that do not match ----------------------------------------------------------
-    "fit: analysis on another grid": Case(lambda i: fit(i, **{"data.analysis": i["coarse-analysis"]}), ("different grids",)),
-    "fit: analysis with no common dates": Case(lambda i: fit(i, **{"data.analysis": i["later-analysis"]}), ("no dates in common",)),
-    "evaluate: NaN latitude in the analysis": Case(lambda i: ["evaluate", f"--forecast={i['forecast']}", f"--analysis={i['nan-latitude']}", "--out_dir=out"], ("nan-lat.nc", "latitude", "NaN")),
-    "fit: NaN latitude in the analysis": Case(lambda i: fit(i, **{"data.analysis": i["nan-latitude"]}), ("nan-lat.nc", "latitude", "NaN")),
-    "report: NaN latitude in the analysis": Case(lambda i: ["report", f"--forecast={i['forecast']}", f"--analysis={i['nan-latitude']}", "--out_dir=rep"], ("nan-lat.nc", "latitude", "NaN")),
-    "report: analysis with no common dates": Case(lambda i: ["report", f"--forecast={i['forecast']}", f"--analysis={i['later-analysis']}", "--out_dir=rep"], ("later.nc",)),
-    "fit: periods overlap": Case(lambda i: fit(i, **{"data.val_period": "[2017-08-01, 2017-10-31]"}), ("overlaps",)),
+    "fit: analysis on another grid": Case(
+        lambda i: fit(i, **{"data.analysis": i["coarse-analysis"]}), ("different grids",)
+    ),
+    "fit: analysis with no common dates": Case(
+        lambda i: fit(i, **{"data.analysis": i["later-analysis"]}), ("no dates in common",)
+    ),
+    "evaluate: NaN latitude in the analysis": Case(
+        lambda i: [
+            "evaluate",
+            f"--forecast={i['forecast']}",
+            f"--analysis={i['nan-latitude']}",
+            "--out_dir=out",
+        ],
+        ("nan-lat.nc", "latitude", "NaN"),
+    ),
+    "fit: NaN latitude in the analysis": Case(
+        lambda i: fit(i, **{"data.analysis": i["nan-latitude"]}), ("nan-lat.nc", "latitude", "NaN")
+    ),
+    "report: NaN latitude in the analysis": Case(
+        lambda i: [
+            "report",
+            f"--forecast={i['forecast']}",
+            f"--analysis={i['nan-latitude']}",
+            "--out_dir=rep",
+        ],
+        ("nan-lat.nc", "latitude", "NaN"),
+    ),
+    "report: analysis with no common dates": Case(
+        lambda i: [
+            "report",
+            f"--forecast={i['forecast']}",
+            f"--analysis={i['later-analysis']}",
+            "--out_dir=rep",
+        ],
+        ("later.nc",),
+    ),
+    "fit: periods overlap": Case(
+        lambda i: fit(i, **{"data.val_period": "[2017-08-01, 2017-10-31]"}), ("overlaps",)
+    ),
     # -- NaN / Inf ----------------------------------------------------------------------------------------
-    "fit: NaN in the forecast": Case(lambda i: fit(i, **{"data.forecast": i["nan-forecast"]}), ("nan.nc", "NaN or infinite", "'z'")),
-    "fit: Inf in the analysis": Case(lambda i: fit(i, **{"data.analysis": i["inf-analysis"]}), ("inf.nc", "NaN or infinite", "'t'")),
-    "evaluate: NaN in the predictions": Case(lambda i: evaluate(i, f"--predictions={i['nan-predictions']}", "--out_dir=out"), ("nan-preds.nc", "NaN")),
+    "fit: NaN in the forecast": Case(
+        lambda i: fit(i, **{"data.forecast": i["nan-forecast"]}), ("nan.nc", "NaN or infinite", "'z'")
+    ),
+    "fit: Inf in the analysis": Case(
+        lambda i: fit(i, **{"data.analysis": i["inf-analysis"]}), ("inf.nc", "NaN or infinite", "'t'")
+    ),
+    "evaluate: NaN in the predictions": Case(
+        lambda i: evaluate(i, f"--predictions={i['nan-predictions']}", "--out_dir=out"),
+        ("nan-preds.nc", "NaN"),
+    ),
     # -- times repeated or out of order ---------------------------------------------------------------
-    "fit: repeated init time": Case(lambda i: fit(i, **{"data.forecast": i["repeated-init"]}), ("repeated.nc", "repeated init_time")),
-    "fit: init times out of order": Case(lambda i: fit(i, **{"data.forecast": i["unsorted-init"]}), ("unsorted.nc", "not in increasing order")),
-    "evaluate: init times out of order": Case(lambda i: ["evaluate", f"--forecast={i['unsorted-init']}", f"--analysis={i['analysis']}", "--out_dir=out"], ("unsorted.nc", "not in increasing order")),
+    "fit: repeated init time": Case(
+        lambda i: fit(i, **{"data.forecast": i["repeated-init"]}), ("repeated.nc", "repeated init_time")
+    ),
+    "fit: init times out of order": Case(
+        lambda i: fit(i, **{"data.forecast": i["unsorted-init"]}), ("unsorted.nc", "not in increasing order")
+    ),
+    "evaluate: init times out of order": Case(
+        lambda i: [
+            "evaluate",
+            f"--forecast={i['unsorted-init']}",
+            f"--analysis={i['analysis']}",
+            "--out_dir=out",
+        ],
+        ("unsorted.nc", "not in increasing order"),
+    ),
     # -- impossible K and options ---------------------------------------------------------------------
     "fit: k larger than the ensemble": Case(lambda i: fit(i, **{"data.k": 20}), ("k=20",)),
     "evaluate: k larger than the ensemble": Case(lambda i: evaluate(i, "--k=20", "--out_dir=out"), ("k=20",)),
-    "fit: target lead not an input": Case(lambda i: fit(i, **{"data.target_leads": 72}), ("target_leads=72",)),
-    "fit: option of the wrong type": Case(lambda i: fit(i, **{"data.k": "five"}), ("option --data.k", "expected an integer", "'five'")),
+    "fit: target lead not an input": Case(
+        lambda i: fit(i, **{"data.target_leads": 72}), ("target_leads=72",)
+    ),
+    "fit: option of the wrong type": Case(
+        lambda i: fit(i, **{"data.k": "five"}), ("option --data.k", "expected an integer", "'five'")
+    ),
     "fit: unknown option": Case(lambda i: fit(i, "--data.kk=5"), ("unknown option --data.kk=5",)),
-    "validate: value not among the choices": Case(lambda i: lightning("validate", i, **{"data.member_sampling": "all"}), ("--data.member_sampling", "'first', 'random'", "'all'")),
-    "test: model class that does not exist": Case(lambda i: lightning("test", i, "--model=ensml.train.tasks.Nope"), ("--model", "ensml.train.tasks.Nope")),
-    "fit: model argument that does not exist": Case(lambda i: fit(i, "--model.init_args.widht=8"), ("--model.init_args.widht", "MixedTask")),
-    "fit: config file missing": Case(lambda i: ["fit", "--config", str(i["dir"] / "nope.yaml")], ("config file", "nope.yaml", "does not exist")),
-    "evaluate: config file not YAML": Case(lambda i: ["evaluate", "--config", str(i["dir"] / "bad.yaml")], ("bad.yaml", "not valid YAML", "line")),
-    "evaluate: required option missing": Case(lambda i: ["evaluate", f"--forecast={i['forecast']}"], ("--analysis",)),
-    "data synth: impossible grid": Case(lambda i: ["data", "synth", "--out_dir=syn", "--n_lat=0"], ("n_lat",)),
+    "validate: value not among the choices": Case(
+        lambda i: lightning("validate", i, **{"data.member_sampling": "all"}),
+        ("--data.member_sampling", "'first', 'random'", "'all'"),
+    ),
+    "test: model class that does not exist": Case(
+        lambda i: lightning("test", i, "--model=ensml.train.tasks.Nope"),
+        ("--model", "ensml.train.tasks.Nope"),
+    ),
+    "fit: model argument that does not exist": Case(
+        lambda i: fit(i, "--model.init_args.widht=8"), ("--model.init_args.widht", "MixedTask")
+    ),
+    "fit: config file missing": Case(
+        lambda i: ["fit", "--config", str(i["dir"] / "nope.yaml")],
+        ("config file", "nope.yaml", "does not exist"),
+    ),
+    "evaluate: config file not YAML": Case(
+        lambda i: ["evaluate", "--config", str(i["dir"] / "bad.yaml")], ("bad.yaml", "not valid YAML", "line")
+    ),
+    "evaluate: required option missing": Case(
+        lambda i: ["evaluate", f"--forecast={i['forecast']}"], ("--analysis",)
+    ),
+    "data synth: impossible grid": Case(
+        lambda i: ["data", "synth", "--out_dir=syn", "--n_lat=0"], ("n_lat",)
+    ),
     "data: no sub-command": Case(lambda i: ["data"], ("synth or physics or archive",)),
     "unknown command": Case(lambda i: ["forecast"], ("unknown command 'forecast'", "fit")),
-    "plan-parallel: no devices": Case(lambda i: ["plan-parallel", "--devices=0", "--n_lat=16", "--n_lon=32", "--n_level=2"], ("--devices: 0 is out of range",)),
+    "plan-parallel: no devices": Case(
+        lambda i: ["plan-parallel", "--devices=0", "--n_lat=16", "--n_lon=32", "--n_level=2"],
+        ("--devices: 0 is out of range",),
+    ),
     # -- outputs that cannot or must not be written ------------------------------------------------------
-    "data synth: out_dir is a file": Case(lambda i: ["data", "synth", f"--out_dir={i['dir'] / 'a-file'}"], ("a-file",)),
-    "evaluate: out_dir is a file": Case(lambda i: evaluate(i, f"--out_dir={i['dir'] / 'a-file'}"), ("a-file",)),
-    "report: out_dir holds other files": Case(lambda i: report(i, "--out_dir=mine"), ("mine", "did not write"), _foreign_folder),
-    "report: out_dir is the working folder": Case(lambda i: report(i, "--out_dir=."), ("out_dir",), _foreign_folder),
+    "data synth: out_dir is a file": Case(
+        lambda i: ["data", "synth", f"--out_dir={i['dir'] / 'a-file'}"], ("a-file",)
+    ),
+    "evaluate: out_dir is a file": Case(
+        lambda i: evaluate(i, f"--out_dir={i['dir'] / 'a-file'}"), ("a-file",)
+    ),
+    "report: out_dir holds other files": Case(
+        lambda i: report(i, "--out_dir=mine"), ("mine", "did not write"), _foreign_folder
+    ),
+    "report: out_dir is the working folder": Case(
+        lambda i: report(i, "--out_dir=."), ("out_dir",), _foreign_folder
+    ),
     "evaluate: out_dir read-only": Case(lambda i: evaluate(i, "--out_dir=ro/out"), ("ro",), _read_only("ro")),
-    "fit: log folder read-only": Case(lambda i: fit(i, "--trainer.logger.init_args.save_dir=ro"), ("ro",), _read_only("ro")),
-}  # fmt: skip
+    "fit: log folder read-only": Case(
+        lambda i: fit(i, "--trainer.logger.init_args.save_dir=ro"), ("ro",), _read_only("ro")
+    ),
+}
 
 
 def _tree(root: Path) -> dict[str, float]:

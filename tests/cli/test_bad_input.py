@@ -131,12 +131,22 @@ def test_evaluate_predictions_on_other_grid(tiny_data, fitted, work, capsys) -> 
     preds = _variant(
         fitted / "runs/smoke/predictions.nc", work / "p.nc", lambda ds: ds.isel(latitude=slice(0, None, 2))
     )
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            f"--predictions={preds}", "--out_dir=out"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        f"--predictions={preds}",
+        "--out_dir=out",
+    ]
     run_failing(args, capsys, "different grids")
 
 
 def test_evaluate_k_too_large(tiny_data, work, capsys) -> None:
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            "--k=20", "--out_dir=out"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        "--k=20",
+        "--out_dir=out",
+    ]
     run_failing(args, capsys, "k=20")

@@ -55,9 +55,15 @@ def test_predict_then_evaluate(fitted: Path, tiny_data: dict[str, Path], monkeyp
 
     spread = pred[["z_std", "t_std"]].assign_attrs(ensml_task="SpreadTask")  # a spread model's file: the std
     spread.to_netcdf("runs/smoke/spread.nc")
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            f"--oracle={tiny_data['oracle']}", "--predictions=runs/smoke/predictions.nc",
-            "--spread_predictions=runs/smoke/spread.nc", "--out_dir=runs/eval"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        f"--oracle={tiny_data['oracle']}",
+        "--predictions=runs/smoke/predictions.nc",
+        "--spread_predictions=runs/smoke/spread.nc",
+        "--out_dir=runs/eval",
+    ]
     assert main(args) == 0
     assert "CRPS over" in capsys.readouterr().out
     table = pd.read_csv(fitted / "runs/eval/scores.csv")
@@ -108,9 +114,22 @@ def test_help_lists_every_command_with_a_summary(capsys) -> None:
     out = capsys.readouterr().out
     rows = {line.strip().split("  ")[0]: line for line in out.splitlines() if line.startswith("  ")}
     verbs = [words for words, _ in commands()]
-    assert {"fit", "validate", "test", "predict", "data synth", "data physics", "data archive", "evaluate",
-            "report", "postprocess", "plan-parallel", "plan-memory", "benchmark",
-            "prune"} == set(verbs)  # fmt: skip
+    assert {
+        "fit",
+        "validate",
+        "test",
+        "predict",
+        "data synth",
+        "data physics",
+        "data archive",
+        "evaluate",
+        "report",
+        "postprocess",
+        "plan-parallel",
+        "plan-memory",
+        "benchmark",
+        "prune",
+    } == set(verbs)
     for verb in verbs:
         assert verb in rows and len(rows[verb].split(verb, 1)[1].strip()) > 20, (verb, out)
 
@@ -177,8 +196,15 @@ def test_evaluate_without_out_dir_prints_and_writes_nothing(
 ) -> None:
     """``--out_dir null``: the tables on the terminal, no file anywhere (report scores this way)."""
     monkeypatch.chdir(tmp_path)
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            "--out_dir", "null", "--leads", "24"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        "--out_dir",
+        "null",
+        "--leads",
+        "24",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "raw ensemble (10 members)" in out and "CRPS over" in out
@@ -192,8 +218,15 @@ def test_evaluate_without_out_dir_prints_and_writes_nothing(
 def test_one_variable_and_level_need_no_list(option, tiny_data: dict[str, Path], tmp_path: Path) -> None:
     """``--variables t`` works as every CLI users know; the same rows as ``--variables [t]``."""
     out = tmp_path / "eval"
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            f"--out_dir={out}", "--leads", "24", *option]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        f"--out_dir={out}",
+        "--leads",
+        "24",
+        *option,
+    ]
     assert main(args) == 0
     table = pd.read_csv(out / "scores.csv")
     assert set(table["variable"]) == {"t"} and set(table["level_hPa"]) == {500.0}

@@ -101,8 +101,19 @@ def test_fit_without_terminal_logs_a_line_per_epoch(tiny_data, tmp_path, monkeyp
     assert len(epochs) == 2 and "val/loss" in epochs[0] and epochs[1].endswith("finished")
     assert logging.getLogger("lightning.fabric").getEffectiveLevel() == logging.INFO  # its notes stay
 
-    assert main(["predict", "--quiet", "--config", SMOKE, *tiny_data_args(tiny_data),
-                 "--ckpt_path=runs/smoke/checkpoints/best.ckpt"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "predict",
+                "--quiet",
+                "--config",
+                SMOKE,
+                *tiny_data_args(tiny_data),
+                "--ckpt_path=runs/smoke/checkpoints/best.ckpt",
+            ]
+        )
+        == 0
+    )
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
     assert logging.getLogger("lightning.fabric").getEffectiveLevel() == logging.WARNING

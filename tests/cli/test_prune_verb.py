@@ -47,15 +47,35 @@ def test_prune_writes_a_checkpoint_that_predict_takes(work, capsys) -> None:
     assert float((weights == 0).float().mean()) == pytest.approx(0.8, abs=1e-3)
     torch.testing.assert_close(pruned["state_dict"]["clim_mean"], source["state_dict"]["clim_mean"])
 
-    args = ["predict", "--config", str(work["config"]), "--ckpt_path=out/pruned.ckpt",
-            "--trainer.limit_predict_batches=2"]  # fmt: skip
+    args = [
+        "predict",
+        "--config",
+        str(work["config"]),
+        "--ckpt_path=out/pruned.ckpt",
+        "--trainer.limit_predict_batches=2",
+    ]
     assert main(args) == 0
     assert Path("runs/smoke/predictions.nc").is_file()
 
 
 def test_channel_pruning_retrained_in_steps(work, capsys) -> None:
-    args = ["prune", "--ckpt_path", str(work["ckpt"]), "--out_dir", "out", "--sparsity", "0.5", "--method",
-            "channel", "--config", str(work["config"]), "--retrain_epochs", "1", "--steps", "2"]  # fmt: skip
+    args = [
+        "prune",
+        "--ckpt_path",
+        str(work["ckpt"]),
+        "--out_dir",
+        "out",
+        "--sparsity",
+        "0.5",
+        "--method",
+        "channel",
+        "--config",
+        str(work["config"]),
+        "--retrain_epochs",
+        "1",
+        "--steps",
+        "2",
+    ]
     assert main(args) == 0
     record = read_pruning("out/pruned.ckpt")
     assert (record["method"], record["steps"], record["retrain_epochs"]) == ("channel", 2, 1)

@@ -16,9 +16,14 @@ import pytest
 def start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """``python -m ensml.cli.main *args`` in its own session (its process group: a terminal's)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "ensml.cli.main", *args], cwd=cwd, env=env, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "ensml.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:

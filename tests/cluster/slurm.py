@@ -29,8 +29,7 @@ def missing_reason() -> str | None:
     """Why SLURM cannot be started here, or None when it can be tried."""
     if os.geteuid() != 0:
         return "the SLURM daemons need root (this user is not)"
-    absent = [d for d in DAEMONS if shutil.which(d, path=os.environ.get("PATH", "") + ":/usr/sbin")
-              is None]  # fmt: skip
+    absent = [d for d in DAEMONS if shutil.which(d, path=os.environ.get("PATH", "") + ":/usr/sbin") is None]
     if absent:
         return f"{', '.join(absent)} not installed (apt-get install -y slurm-wlm munge)"
     return None
@@ -99,29 +98,46 @@ class Slurm:
 
 
 def _config(root: Path, node: str, cpus: int, memory_mb: int) -> str:
-    return "\n".join([
-        "ClusterName=ensmltest",
-        f"SlurmctldHost={node}",
-        "SlurmUser=root", "SlurmdUser=root",
-        "AuthType=auth/munge", "CredType=cred/munge",
-        f"AuthInfo=socket={root}/munge.socket",
-        f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
-        f"StateSaveLocation={root}/state", f"SlurmdSpoolDir={root}/spool",
-        f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd.pid",
-        f"SlurmctldLogFile={root}/slurmctld.log", f"SlurmdLogFile={root}/slurmd.log",
-        # No cgroups in a container: track processes by parent pid, bind nothing.
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
-        "MpiDefault=none", "SwitchType=switch/none",
-        # One job per CPU, so two 1-CPU jobs run side by side.
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
-        "SchedulerType=sched/backfill", "ReturnToService=2",
-        "SlurmctldTimeout=30", "SlurmdTimeout=30", "InactiveLimit=0", "KillWait=2",
-        "MinJobAge=300", "MessageTimeout=10",
-        f"NodeName={node} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
-        f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "ClusterName=ensmltest",
+            f"SlurmctldHost={node}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={root}/munge.socket",
+            f"SlurmctldPort={_free_port()}",
+            f"SlurmdPort={_free_port()}",
+            f"StateSaveLocation={root}/state",
+            f"SlurmdSpoolDir={root}/spool",
+            f"SlurmctldPidFile={root}/slurmctld.pid",
+            f"SlurmdPidFile={root}/slurmd.pid",
+            f"SlurmctldLogFile={root}/slurmctld.log",
+            f"SlurmdLogFile={root}/slurmd.log",
+            # No cgroups in a container: track processes by parent pid, bind nothing.
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "MpiDefault=none",
+            "SwitchType=switch/none",
+            # One job per CPU, so two 1-CPU jobs run side by side.
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",
+            "SchedulerType=sched/backfill",
+            "ReturnToService=2",
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=30",
+            "InactiveLimit=0",
+            "KillWait=2",
+            "MinJobAge=300",
+            "MessageTimeout=10",
+            f"NodeName={node} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
+            f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+            "",
+        ]
+    )
 
 
 def start(root: Path, timeout: float = 60.0) -> Slurm:
@@ -145,11 +161,19 @@ def start(root: Path, timeout: float = 60.0) -> Slurm:
     slurm = Slurm(root, node, cpus)
     log = open(root / "daemons.out", "ab")
     commands = [
-        ["munged", "-F", "--force", f"--key-file={key}", f"--socket={root}/munge.socket",
-         f"--pid-file={root}/munged.pid", f"--log-file={root}/munged.log", f"--seed-file={root}/munged.seed"],
+        [
+            "munged",
+            "-F",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={root}/munge.socket",
+            f"--pid-file={root}/munged.pid",
+            f"--log-file={root}/munged.log",
+            f"--seed-file={root}/munged.seed",
+        ],
         ["slurmctld", "-D", "-c", "-i", "-f", str(slurm.conf)],
         ["slurmd", "-D", "-f", str(slurm.conf), "-N", node],
-    ]  # fmt: skip
+    ]
     try:
         for cmd in commands:
             slurm.procs.append(subprocess.Popen(cmd, stdout=log, stderr=log, env=slurm.env(), cwd=root))

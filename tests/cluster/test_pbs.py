@@ -35,10 +35,13 @@ def _script(**jobqueue) -> list[str]:
         ([], "select=1:ncpus=16:mem=64GB", []),
         (["-l select=1:ngpus=1"], "select=1:ncpus=16:mem=64GB:ngpus=1", []),
         (["-l ngpus=2"], "select=1:ncpus=16:mem=64GB:ngpus=2", []),
-        (["-lselect=ngpus=1:ncpus=16,place=excl", "-j oe"], "select=1:ncpus=16:mem=64GB:ngpus=1",
-         ["#PBS -l place=excl", "#PBS -j oe"]),
+        (
+            ["-lselect=ngpus=1:ncpus=16,place=excl", "-j oe"],
+            "select=1:ncpus=16:mem=64GB:ngpus=1",
+            ["#PBS -l place=excl", "#PBS -j oe"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_one_select_line(extra: list[str], select: str, other: list[str]) -> None:
     lines = _script(job_extra_directives=extra)
     selects = [line for line in lines if "select=" in line]
@@ -149,8 +152,12 @@ def test_dask_jobqueue_still_fails_a_submission_the_way_we_read_it(fake_pbs, mon
     dask_jobqueue = import_jobqueue()  # without its process-wide SIGINT handler
 
     monkeypatch.setenv("FAKE_QSUB_ERROR", "qsub: Bad UID for job execution")
-    with dask_jobqueue.PBSCluster(cores=1, memory="1GB", job_cls=supervised_job_cls(dask_jobqueue.pbs.PBSJob),
-                                  scheduler_options={"dashboard_address": ":0"}) as cluster:  # fmt: skip
+    with dask_jobqueue.PBSCluster(
+        cores=1,
+        memory="1GB",
+        job_cls=supervised_job_cls(dask_jobqueue.pbs.PBSJob),
+        scheduler_options={"dashboard_address": ":0"},
+    ) as cluster:
         cluster.scale(jobs=1)
         end = time.monotonic() + 30
         while not any(getattr(j, "submit_error", None) for j in cluster.workers.values()):

@@ -23,9 +23,15 @@ from tests.postprocess.conftest import pp_args
 pytestmark = pytest.mark.distributed
 
 # One CPU and 1 GB per job (two jobs fit the 2-CPU node); short timeouts keep the failures quick.
-JOB = ["--cluster=slurm", "--jobqueue.cores=1", "--jobqueue.processes=1", "--jobqueue.memory=1GB",
-       "--jobqueue.walltime=00:10:00", "--jobqueue.pending_timeout=60",
-       "--jobqueue.no_worker_timeout=60"]  # fmt: skip
+JOB = [
+    "--cluster=slurm",
+    "--jobqueue.cores=1",
+    "--jobqueue.processes=1",
+    "--jobqueue.memory=1GB",
+    "--jobqueue.walltime=00:10:00",
+    "--jobqueue.pending_timeout=60",
+    "--jobqueue.no_worker_timeout=60",
+]
 
 
 def _args(fitted: Path, forecasts: Path, out: Path, tiny_data: dict, *extra: str) -> list[str]:
@@ -126,8 +132,9 @@ def test_a_job_that_cannot_start_is_cancelled_with_the_reason(
     slurm, fitted, archive_dir, tiny_data, tmp_path
 ):
     # 4 cores on a 2-CPU node: SLURM queues it for ever
-    args = _args(fitted, archive_dir, tmp_path / "out", tiny_data, "--jobqueue.cores=4",
-                 "--jobqueue.pending_timeout=3")  # fmt: skip
+    args = _args(
+        fitted, archive_dir, tmp_path / "out", tiny_data, "--jobqueue.cores=4", "--jobqueue.pending_timeout=3"
+    )
     code, stdout, stderr = finish(start(args, tmp_path, slurm.env()))
     assert code == 1, stderr
     line = last_line(stdout, stderr)

@@ -68,8 +68,16 @@ def _supervisor(
     client: Client, cluster: Cluster | None, queue: Queue | None, **kw
 ) -> tuple[Supervisor, Clock, list]:
     clock, said = Clock(), []
-    sup = Supervisor(client, cluster, queue, kw.pop("pending", 600.0), kw.pop("no_worker", 300.0),
-                     "the cluster at tcp://x:1", clock=clock, say=said.append)  # fmt: skip
+    sup = Supervisor(
+        client,
+        cluster,
+        queue,
+        kw.pop("pending", 600.0),
+        kw.pop("no_worker", 300.0),
+        "the cluster at tcp://x:1",
+        clock=clock,
+        say=said.append,
+    )
     return sup, clock, said
 
 

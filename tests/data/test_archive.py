@@ -12,8 +12,14 @@ from ensml.cli.main import main
 
 def test_archive_writes_one_file_per_init(tiny_data, tmp_path: Path) -> None:
     out = tmp_path / "archive"
-    args = ["data", "archive", f"--forecast={tiny_data['forecast']}", f"--out_dir={out}",
-            "--period=[2017-03-01, 2017-03-31]", "--name=fc_{init:%Y%m%d}.nc"]  # fmt: skip
+    args = [
+        "data",
+        "archive",
+        f"--forecast={tiny_data['forecast']}",
+        f"--out_dir={out}",
+        "--period=[2017-03-01, 2017-03-31]",
+        "--name=fc_{init:%Y%m%d}.nc",
+    ]
     assert main(args) == 0
     files = sorted(out.glob("*.nc"))
     whole = xr.open_dataset(tiny_data["forecast"]).sel(init_time=slice("2017-03-01", "2017-03-31"))

@@ -37,8 +37,15 @@ SYNTH = [
 
 
 def archive(data: dict[str, Path], out: Path | str, *extra: str) -> list[str]:
-    return ["data", "archive", f"--forecast={data['forecast']}", f"--out_dir={out}",
-            "--period=[2017-03-01, 2017-03-31]", "--name=fc_{init:%Y%m%d}.nc", *extra]  # fmt: skip
+    return [
+        "data",
+        "archive",
+        f"--forecast={data['forecast']}",
+        f"--out_dir={out}",
+        "--period=[2017-03-01, 2017-03-31]",
+        "--name=fc_{init:%Y%m%d}.nc",
+        *extra,
+    ]
 
 
 def one_line(args: list[str], capsys: pytest.CaptureFixture) -> str:
@@ -90,8 +97,10 @@ def test_a_folder_ensml_does_not_own_is_refused_and_left_as_it_was(tiny_data, tm
 @pytest.mark.parametrize("verb", ["synth", "archive"])
 def test_the_root_and_the_working_folder_are_refused(tiny_data, tmp_path, monkeypatch, capsys, verb) -> None:
     monkeypatch.chdir(tmp_path)
-    for out, reason in (("/", "is the root folder; name a new folder"),
-                        (".", "is the current folder or above it; name a new folder")):  # fmt: skip
+    for out, reason in (
+        ("/", "is the root folder; name a new folder"),
+        (".", "is the current folder or above it; name a new folder"),
+    ):
         args = [*SYNTH, f"--out_dir={out}"] if verb == "synth" else archive(tiny_data, out)
         assert one_line(args, capsys) == f"ensml: {verb}: out_dir {out} {reason}"
     assert list(tmp_path.iterdir()) == []
@@ -249,8 +258,9 @@ def test_archive_killed_then_rerun(tiny_data, tmp_path) -> None:
     assert len(list((out / ".ensml" / "staging").iterdir())) == 1  # ... and the dead run's staging
     (out / "notes.txt").write_text("mine")
     assert main(args) == 0
-    assert mine(out) == sorted([*(f"fc_201703{d:02d}.nc" for d in (2, 5, 8, 11, 14, 17, 20, 23, 26, 29)),
-                                "notes.txt"])  # fmt: skip
+    assert mine(out) == sorted(
+        [*(f"fc_201703{d:02d}.nc" for d in (2, 5, 8, 11, 14, 17, 20, 23, 26, 29)), "notes.txt"]
+    )
     assert list((out / ".ensml" / "staging").iterdir()) == []
     assert sorted(ledger(out)) == [n for n in mine(out) if n.endswith(".nc")]  # not the user's notes
 
@@ -258,8 +268,12 @@ def test_archive_killed_then_rerun(tiny_data, tmp_path) -> None:
 def test_synth_killed_mid_write_then_rerun(tmp_path) -> None:
     out = tmp_path / "synth"
     args = ["data", "synth", f"--out_dir={out}", "--n_lat=16", "--n_lon=32"]
-    proc = subprocess.Popen([sys.executable, "-m", "ensml.cli.main", *args], env=cli_env(),
-                            start_new_session=True, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ensml.cli.main", *args],
+        env=cli_env(),
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
     staging = out / ".ensml" / "staging"
     wait_for(lambda: staging.is_dir() and any(staging.rglob("*.analysis.nc")), proc, "the second file")
     kill_group(proc)

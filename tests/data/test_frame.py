@@ -42,9 +42,15 @@ def hand(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     fc = (1000 * _day(inits)[:, None] + LEADS / H)[:, :, None, None, None, None] * np.ones((1, 1, 3, 1, 3, 4))
     forecast = xr.Dataset(
         {"t": (("init_time", "lead_time", "member", "level", "latitude", "longitude"), fc.astype("float32"))},
-        coords={"init_time": inits, "lead_time": LEADS, "member": [0, 1, 2], "level": [500.0],
-                "latitude": LAT, "longitude": LON},
-    )  # fmt: skip
+        coords={
+            "init_time": inits,
+            "lead_time": LEADS,
+            "member": [0, 1, 2],
+            "level": [500.0],
+            "latitude": LAT,
+            "longitude": LON,
+        },
+    )
     an = _day(times)[:, None, None, None] * np.ones((1, 1, 3, 4))
     analysis = xr.Dataset(
         {"t": (("time", "level", "latitude", "longitude"), an.astype("float32"))},
@@ -54,10 +60,12 @@ def hand(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     sel = forecast.isel(init_time=slice(1, None)).sel(lead_time=LEADS[1:]).isel(member=0, drop=True)
     valid = sel["init_time"] + sel["lead_time"]
     predictions = xr.Dataset(
-        {"t_mean": _day(valid.values)[..., None, None, None] * xr.ones_like(sel["t"]),
-         "t_std": sel["lead_time"] / H * xr.ones_like(sel["t"])},
+        {
+            "t_mean": _day(valid.values)[..., None, None, None] * xr.ones_like(sel["t"]),
+            "t_std": sel["lead_time"] / H * xr.ones_like(sel["t"]),
+        },
         attrs=_meta(),
-    )  # fmt: skip
+    )
     paths = {"forecast": root / "forecast.nc", "analysis": root / "analysis.nc", "predictions": root / "p.nc"}
     forecast.to_netcdf(paths["forecast"])
     analysis.to_netcdf(paths["analysis"])
@@ -73,8 +81,9 @@ def test_fields_are_aligned_by_valid_time(hand) -> None:
     for lead in frame.leads:
         at = frame.at(lead)
         days, hours = _day(frame.inits), lead / H
-        np.testing.assert_array_equal(at.forecast["t"].isel(member=1, level=0, latitude=0, longitude=0),
-                                      1000 * days + hours)  # fmt: skip
+        np.testing.assert_array_equal(
+            at.forecast["t"].isel(member=1, level=0, latitude=0, longitude=0), 1000 * days + hours
+        )
         valid_day = days + hours / 24
         np.testing.assert_array_equal(at.analysis["t"].isel(level=0, latitude=2, longitude=3), valid_day)
         assert list(at.analysis["init_time"].values) == list(frame.inits)

@@ -19,8 +19,14 @@ def test_era5_members_open_as_one_lead_forecast(real_data: Path) -> None:
     before = sorted(p.name for p in path.parent.iterdir())
     ds = open_forecast(path, ["z", "t"])
     assert ds["z"].dims == FORECAST_DIMS
-    assert dict(ds["z"].sizes) == {"init_time": 4, "lead_time": 1, "member": 10, "level": 2,
-                                   "latitude": 61, "longitude": 120}  # fmt: skip
+    assert dict(ds["z"].sizes) == {
+        "init_time": 4,
+        "lead_time": 1,
+        "member": 10,
+        "level": 2,
+        "latitude": 61,
+        "longitude": 120,
+    }
     assert ds["lead_time"].values[0] == np.timedelta64(0, "ns")
     assert str(ds["init_time"].values[-1])[:13] == "2017-01-02T12"
     assert ds["latitude"].values[0] == 90 and ds["latitude"].values[-1] == -90
@@ -53,9 +59,12 @@ def test_real_spread_check_runs(real_data: Path) -> None:
     from ensml.experiments.real_spread import real_spread_check
 
     table = real_spread_check(
-        str(real_data / "cfgrib" / "era5-levels-members.grib"), epochs=1, subsets_per_time=2,
-        batch_size=6, max_test_subsets=4,
-    )  # fmt: skip
+        str(real_data / "cfgrib" / "era5-levels-members.grib"),
+        epochs=1,
+        subsets_per_time=2,
+        batch_size=6,
+        max_test_subsets=4,
+    )
     assert len(table) == 3 * 2 * 2
     assert np.isfinite(table[["rmse", "bias", "correlation"]].to_numpy()).all()
     ddof1 = table[table["estimator"].str.contains("ddof 1")]

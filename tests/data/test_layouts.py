@@ -164,7 +164,7 @@ def test_members_in_separate_files(tmp_path) -> None:
         (["pf03", "pf1", "cf"], "{member}/fc.nc", ["cf", "pf1", "pf03"]),
         (["mem_b", "mem_a"], "{member}.nc", ["mem_a", "mem_b"]),
     ],
-)  # fmt: skip
+)
 def test_members_named_by_any_token(tmp_path, names: list[str], pattern: str, order: list[str]) -> None:
     """Member folders and files named as regional ensembles name them: the names are the member
     coordinate, in natural order (digit runs as numbers)."""
@@ -183,10 +183,13 @@ def test_members_on_a_projected_grid_without_x_y_coordinates(tmp_path) -> None:
     for m in (1, 2):
         ds = xr.Dataset(
             {"t": (("init_time", "lead_time", "y", "x"), np.full((1, 1, 3, 4), 280.0 + m))},
-            coords={"init_time": np.array(["2020-01-01"], dtype="datetime64[ns]"),
-                    "lead_time": np.array([24], dtype="timedelta64[h]").astype("timedelta64[ns]"),
-                    "latitude": (("y", "x"), lat), "longitude": (("y", "x"), lon)},
-        )  # fmt: skip
+            coords={
+                "init_time": np.array(["2020-01-01"], dtype="datetime64[ns]"),
+                "lead_time": np.array([24], dtype="timedelta64[h]").astype("timedelta64[ns]"),
+                "latitude": (("y", "x"), lat),
+                "longitude": (("y", "x"), lon),
+            },
+        )
         (tmp_path / f"{m}").mkdir()
         ds.to_netcdf(tmp_path / f"{m}" / "wrf.nc")
     fc = open_forecast(str(tmp_path / "{member}" / "wrf.nc"))

@@ -28,8 +28,13 @@ def _report(data: dict[str, Path], out: str) -> list[str]:
 
 
 def _evaluate(data: dict[str, Path], out: str, *extra: str) -> list[str]:
-    return ["evaluate", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
-            f"--out_dir={out}", *extra]  # fmt: skip
+    return [
+        "evaluate",
+        f"--forecast={data['forecast']}",
+        f"--analysis={data['analysis']}",
+        f"--out_dir={out}",
+        *extra,
+    ]
 
 
 def _ledger(folder: Path) -> dict[str, dict]:

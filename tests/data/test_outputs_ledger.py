@@ -45,8 +45,13 @@ def test_round_trip_and_log_replay(out: Path) -> None:
     a = ledger.entries["a.nc"]
     st = (out / "a.nc").stat()
     assert (a.kind, a.command, a.state, a.run, a.size, a.mtime_ns) == (
-        "file", "postprocess", "done", run, 5, st.st_mtime_ns,
-    )  # fmt: skip
+        "file",
+        "postprocess",
+        "done",
+        run,
+        5,
+        st.st_mtime_ns,
+    )
     assert ledger.entries["sub"].kind == "parent"
     assert Entry.from_json(a.to_json()) == a
 

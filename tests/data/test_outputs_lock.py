@@ -91,15 +91,20 @@ def test_staging_of_dead_runs_is_swept_and_nothing_else(tmp_path: Path) -> None:
     (live / "lock").touch()
     # a live run elsewhere (a process that marks its staging folder)
     marker = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import fcntl, os, sys, time
             fd = os.open({str(live / "lock")!r}, os.O_RDWR)
             fcntl.flock(fd, fcntl.LOCK_EX)
             print("ready", flush=True)
             time.sleep(600)
-        """)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert marker.stdout.readline().strip() == "ready"
         before = snapshot(tmp_path, skip=(out / ".ensml",))

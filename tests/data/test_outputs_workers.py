@@ -41,8 +41,10 @@ def test_reserve_write_in_another_process_record(tmp_path: Path) -> None:
         paths = folder.reserve(["2020/a.nc", "b.nc"])
         assert paths == [out / "2020" / "a.nc", out / "b.nc"] and (out / "2020").is_dir()
         assert {k: e.state for k, e in folder.ledger.entries.items()} == {
-            "2020": "done", "2020/a.nc": "reserved", "b.nc": "reserved",
-        }  # fmt: skip
+            "2020": "done",
+            "2020/a.nc": "reserved",
+            "b.nc": "reserved",
+        }
         worker(
             folder.staging(["2020/a.nc", "b.nc"]),
             "for n in ('2020/a.nc', 'b.nc'): staging.write_bytes(n, n.encode())",
@@ -157,9 +159,13 @@ def test_zarr_regions_written_by_workers(tmp_path: Path) -> None:
         data = np.full((1, 2, 3), float(i), "f4")
         return xr.Dataset(
             {"t_mean": (("init_time", "lead_time", "x"), data)},
-            coords={"init_time": init, "lead_time": leads, "x": [0.0, 1.0, 2.0],
-                    "valid_time": (("init_time", "lead_time"), init[:, None] + leads[None, :])},
-        )  # fmt: skip
+            coords={
+                "init_time": init,
+                "lead_time": leads,
+                "x": [0.0, 1.0, 2.0],
+                "valid_time": (("init_time", "lead_time"), init[:, None] + leads[None, :]),
+            },
+        )
 
     enc = {"t_mean": {"chunks": (1, 1, 3), "dtype": "float32"}}
     with OutputFolder.open(out, "postprocess") as folder:

@@ -66,9 +66,14 @@ def test_bilinear_is_the_same_through_open_forecast(tmp_path: Path) -> None:
     values = regular(lat, lon, f).values.astype("float32")
     ds = xr.Dataset(
         {"t2m": (("init_time", "lead_time", "member", "lat", "lon"), values[None, None, None].repeat(2, 2))},
-        coords={"init_time": [np.datetime64("2020-01-01")], "lead_time": [np.timedelta64(24, "h")],
-                "member": [0, 1], "lat": lat, "lon": lon},
-    )  # fmt: skip
+        coords={
+            "init_time": [np.datetime64("2020-01-01")],
+            "lead_time": [np.timedelta64(24, "h")],
+            "member": [0, 1],
+            "lat": lat,
+            "lon": lon,
+        },
+    )
     ds.to_netcdf(tmp_path / "fc.nc")
     fc = open_forecast(tmp_path / "fc.nc")
     assert fc["latitude"].values[0] > fc["latitude"].values[-1] and fc["longitude"].values.min() >= 0
@@ -134,8 +139,10 @@ def test_nearest_is_the_great_circle_nearest_near_the_pole() -> None:
     ref = [brute_nearest(la2, lo2, a, b) for a, b in zip(st_lat, st_lon)]
     got = list(zip(points.index[0][:, 0], points.index[1][:, 0]))
     assert got == ref
-    naive = [(int(np.argmin(np.abs(lat - a))), int(np.argmin(np.abs((lon - b + 180) % 360 - 180))))
-             for a, b in zip(st_lat, st_lon)]  # fmt: skip
+    naive = [
+        (int(np.argmin(np.abs(lat - a))), int(np.argmin(np.abs((lon - b + 180) % 360 - 180))))
+        for a, b in zip(st_lat, st_lon)
+    ]
     assert naive != ref  # the case is one where it matters
 
 
@@ -186,8 +193,11 @@ def test_extraction_stays_lazy_and_reads_only_what_it_needs() -> None:
     lat, lon = np.linspace(90, -90, 721), np.arange(0, 360, 0.25)
     big = da.zeros((20, 10, 50, 721, 1440), dtype="float32", chunks=(1, 1, 50, 721, 1440))
     ramp = da.from_array(np.add.outer(lat, lon / 1000).astype("float32"), chunks=-1)
-    fc = xr.DataArray(big + ramp, dims=("init_time", "lead_time", "member", "latitude", "longitude"),
-                      coords={"latitude": lat, "longitude": lon})  # fmt: skip
+    fc = xr.DataArray(
+        big + ramp,
+        dims=("init_time", "lead_time", "member", "latitude", "longitude"),
+        coords={"latitude": lat, "longitude": lon},
+    )
     points = locate(fc, np.array([51.4, -33.9]), np.array([359.1, 18.4]), "bilinear")
     at = points.extract(fc.isel(lead_time=3))
     assert at.chunks is not None and at.dims == ("init_time", "member", "station")

@@ -14,8 +14,11 @@ LEAD = np.timedelta64(48, "h")
 
 
 def test_periods_are_inclusive_and_leakage_is_dropped() -> None:
-    periods = {"train": ["2017-01-01", "2017-06-30"], "val": ["2017-07-01", "2017-09-30"],
-               "test": ["2017-10-01", "2017-12-31"]}  # fmt: skip
+    periods = {
+        "train": ["2017-01-01", "2017-06-30"],
+        "val": ["2017-07-01", "2017-09-30"],
+        "test": ["2017-10-01", "2017-12-31"],
+    }
     s = split_init_times(INITS, periods, LEAD)
     # the last two training inits verify on 1–2 July, inside the validation window
     assert str(s["train"][-1])[:10] == "2017-06-28"
@@ -26,8 +29,11 @@ def test_periods_are_inclusive_and_leakage_is_dropped() -> None:
 
 
 def test_test_before_train_also_guarded() -> None:
-    periods = {"train": ["2017-03-01", "2017-12-31"], "val": ["2017-02-01", "2017-02-28"],
-               "test": ["2017-01-01", "2017-01-31"]}  # fmt: skip
+    periods = {
+        "train": ["2017-03-01", "2017-12-31"],
+        "val": ["2017-02-01", "2017-02-28"],
+        "test": ["2017-01-01", "2017-01-31"],
+    }
     s = split_init_times(INITS, periods, LEAD)
     # a training init on 1 March is fine (its valid times come after val), but val's last inits
     # must not verify in March; train inits must not overlap the later-ranked splits' windows

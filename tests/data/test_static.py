@@ -18,8 +18,10 @@ LON = np.array([0.0, 90.0, 180.0, 270.0])
 
 
 def static_file(path: Path, lat=LAT, lon=LON, **fields: np.ndarray) -> str:
-    ds = xr.Dataset({k: (("latitude", "longitude"), v) for k, v in fields.items()},
-                    coords={"latitude": lat, "longitude": lon})  # fmt: skip
+    ds = xr.Dataset(
+        {k: (("latitude", "longitude"), v) for k, v in fields.items()},
+        coords={"latitude": lat, "longitude": lon},
+    )
     ds.to_netcdf(path)
     return str(path)
 
@@ -64,8 +66,10 @@ def test_bad_static_files(tmp_path: Path, fields, lon, message) -> None:
 
 
 def test_static_field_with_other_dims_is_refused(tmp_path: Path) -> None:
-    ds = xr.Dataset({"lsm": (("level", "latitude", "longitude"), np.ones((2, 4, 4)))},
-                    coords={"level": [500, 850], "latitude": LAT, "longitude": LON})  # fmt: skip
+    ds = xr.Dataset(
+        {"lsm": (("level", "latitude", "longitude"), np.ones((2, 4, 4)))},
+        coords={"level": [500, 850], "latitude": LAT, "longitude": LON},
+    )
     ds.to_netcdf(tmp_path / "s.nc")
     with pytest.raises(EnsmlError, match=r"'lsm' has dims \('level', 'latitude', 'longitude'\)"):
         read_static(tmp_path / "s.nc", ["lsm"], LAT, LON)
@@ -76,8 +80,13 @@ def test_data_module_reads_static_fields(tiny_data: dict[str, Path], tmp_path: P
         lat, lon = fc["latitude"].values, fc["longitude"].values
     rng = np.random.default_rng(0)
     path = static_file(tmp_path / "static.nc", lat=lat, lon=lon, orog=rng.normal(size=(lat.size, lon.size)))
-    dm = EnsembleDataModule(str(tiny_data["forecast"]), str(tiny_data["analysis"]), static=path,
-                            static_variables=["orog"], **TINY_PERIODS)  # fmt: skip
+    dm = EnsembleDataModule(
+        str(tiny_data["forecast"]),
+        str(tiny_data["analysis"]),
+        static=path,
+        static_variables=["orog"],
+        **TINY_PERIODS,
+    )
     assert dm.stats["static"].shape == (1, lat.size, lon.size)
     assert dm.grid_shape == (lat.size, lon.size)
     with pytest.raises(EnsmlError, match=r"static_variables \['orog'\] need data.static"):

@@ -194,8 +194,11 @@ def test_bad_station_files_in_a_process(forecast: str, tmp_path: Path) -> None:
     for case in ("time not a time", "no station on the grid"):
         path = write(tmp_path, f"{case.replace(' ', '-')}.csv", BAD[case][0])
         before = _hashes(tmp_path)
-        done = run_cli(["evaluate", "--forecast", forecast, "--observations", str(path), "--out_dir", "out"],
-                       tmp_path, timeout=110)  # fmt: skip
+        done = run_cli(
+            ["evaluate", "--forecast", forecast, "--observations", str(path), "--out_dir", "out"],
+            tmp_path,
+            timeout=110,
+        )
         lines = [x for x in done.stdout.splitlines() if x.strip() and "Warning" not in x and "warn(" not in x]
         assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("ensml: "), done.stdout[
             -2000:

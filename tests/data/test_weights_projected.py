@@ -52,8 +52,11 @@ def test_regular_grid_as_2d_arrays_gives_latitude_weights(transpose: bool) -> No
 
 def test_rotated_pole_cells_match_their_latitude_bands() -> None:
     # cells of a rotated grid are latitude/longitude rectangles in the rotated frame: exact areas known
-    mapping = {"grid_mapping_name": "rotated_latitude_longitude", "grid_north_pole_latitude": 39.25,
-               "grid_north_pole_longitude": -162.0}  # fmt: skip
+    mapping = {
+        "grid_mapping_name": "rotated_latitude_longitude",
+        "grid_north_pole_latitude": 39.25,
+        "grid_north_pole_longitude": -162.0,
+    }
     d = 1.0
     rlon, rlat = np.arange(-10.0, 10.0 + 1e-9, d), np.arange(-8.0, 8.0 + 1e-9, d)
     lat, lon = geographic(mapping, rlon, rlat)
@@ -68,8 +71,12 @@ def test_rotated_pole_cells_match_their_latitude_bands() -> None:
 
 
 def test_equal_area_grid_has_equal_weights_and_its_area() -> None:
-    mapping = {"grid_mapping_name": "lambert_azimuthal_equal_area", "longitude_of_projection_origin": 10.0,
-               "latitude_of_projection_origin": 50.0, "earth_radius": R}  # fmt: skip
+    mapping = {
+        "grid_mapping_name": "lambert_azimuthal_equal_area",
+        "longitude_of_projection_origin": 10.0,
+        "latitude_of_projection_origin": 50.0,
+        "earth_radius": R,
+    }
     dx, n = 50e3, 30
     x, y = (np.arange(n) - n / 2 + 0.3) * dx, (np.arange(n - 1) - (n - 1) / 2 - 0.2) * dx
     lat, lon = geographic(mapping, x, y)

@@ -39,13 +39,21 @@ def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: P
 
     models = set(a["model"])
     expected = [
-        "raw ensemble (10 members)", "raw subset (5 members)",
-        "raw ensemble (10 members, Gaussian of mean/std)", "global EMOS (Gaussian)",
-        "local EMOS (Gaussian)", "U-Net mixed (Gaussian)", "two-stage mixed (Gaussian)",
-        "temporal mixed (Gaussian)", "per-point bound from K members (Gaussian)", "oracle (Gaussian)",
-        "U-Net spread", "temporal spread", "5-member sample std (ddof 1)",
+        "raw ensemble (10 members)",
+        "raw subset (5 members)",
+        "raw ensemble (10 members, Gaussian of mean/std)",
+        "global EMOS (Gaussian)",
+        "local EMOS (Gaussian)",
+        "U-Net mixed (Gaussian)",
+        "two-stage mixed (Gaussian)",
+        "temporal mixed (Gaussian)",
+        "per-point bound from K members (Gaussian)",
+        "oracle (Gaussian)",
+        "U-Net spread",
+        "temporal spread",
+        "5-member sample std (ddof 1)",
         "per-point bound of the M-member spread",
-    ]  # fmt: skip
+    ]
     for name in expected:
         assert name in models, name
     crps = a[a["crps"].notna()]
@@ -58,8 +66,10 @@ def test_smoke_benchmark_is_reproducible(tiny_data: dict[str, Path], tmp_path: P
     assert raw[["skill_low", "skill_high", "dm_p"]].isna().all().all()
     tested = crps[crps["model"] != "raw ensemble (10 members)"]
     assert tested[["skill_low", "skill_high", "dm_p"]].notna().all().all()
-    assert ((tested["skill_low"] <= tested["skill_vs_raw_ensemble"])
-            & (tested["skill_vs_raw_ensemble"] <= tested["skill_high"])).all()  # fmt: skip
+    assert (
+        (tested["skill_low"] <= tested["skill_vs_raw_ensemble"])
+        & (tested["skill_vs_raw_ensemble"] <= tested["skill_high"])
+    ).all()
     oracle = tested[tested["model"] == "oracle (Gaussian)"]
     assert (oracle["skill_low"] > 0).all() and (oracle["dm_p"] < 0.05).all()
     assert set(crps["estimator"]) == {"empirical ensemble", "Gaussian closed form"}
@@ -116,8 +126,14 @@ def test_bad_input_fails_before_training(tiny_data, tmp_path, capsys, args, mess
 
 def test_checkpoint_from_another_model(fitted: Path, tiny_data, monkeypatch, capsys) -> None:
     monkeypatch.chdir(fitted)
-    args = ["predict", "--config", SMOKE, *tiny_data_args(tiny_data), "--model.init_args.arch=unet3d_time",
-            "--ckpt_path=runs/smoke/checkpoints/best.ckpt"]  # fmt: skip
+    args = [
+        "predict",
+        "--config",
+        SMOKE,
+        *tiny_data_args(tiny_data),
+        "--model.init_args.arch=unet3d_time",
+        "--ckpt_path=runs/smoke/checkpoints/best.ckpt",
+    ]
     assert main(args) == 1
     err = capsys.readouterr().err.strip()
     assert "holds a MixedTask 'unet3d' model, the config asks for a MixedTask 'unet3d_time'" in err
@@ -137,11 +153,16 @@ def test_shipped_configs_build_every_model(name: str, tiny_data: dict[str, Path]
     parser.add_function_arguments(benchmark)
     cfg = parser.parse_path(str(CONFIGS / "benchmark" / f"{name}.yaml"))
     dm = EnsembleDataModule(
-        str(tiny_data["forecast"]), str(tiny_data["analysis"]), variables=cfg.variables,
-        levels=cfg.levels, input_leads=[0, 24, 48],  # the tiny set's leads
-        target_leads=cfg.target_leads, k=cfg.k, batch_size=2,
+        str(tiny_data["forecast"]),
+        str(tiny_data["analysis"]),
+        variables=cfg.variables,
+        levels=cfg.levels,
+        input_leads=[0, 24, 48],  # the tiny set's leads
+        target_leads=cfg.target_leads,
+        k=cfg.k,
+        batch_size=2,
         **{key: list(period) for key, period in TINY_PERIODS.items()},
-    )  # fmt: skip
+    )
     dm.setup("fit")
     specs = [ModelSpec(**vars(m)) if not isinstance(m, ModelSpec) else m for m in cfg.models]
     assert len({s.name for s in specs}) == len(specs) >= 5

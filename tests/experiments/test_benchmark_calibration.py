@@ -61,8 +61,10 @@ def test_columns_of_an_ensemble_and_a_gaussian_by_hand() -> None:
         # the intervals: one moving-block bootstrap of these per-init series
         ref = block_bootstraps(
             lambda v, e, h: (np.sqrt(v.mean() / e.mean()), np.mean(np.abs(h.sum(0) / h.sum(0).mean() - 1))),
-            per_init(spread[name]), per_init(se), hist,
-        )  # fmt: skip
+            per_init(spread[name]),
+            per_init(se),
+            hist,
+        )
         assert got["ssr_low"] == pytest.approx(ref[0].low, rel=1e-6)
         assert got["ssr_high"] == pytest.approx(ref[0].high, rel=1e-6)
         assert got["flatness_low"] == pytest.approx(ref[1].low, rel=1e-6)
@@ -104,18 +106,26 @@ def test_skill_against_local_emos() -> None:
     assert out["net", 850.0] == {"emos_skill_low": t.low, "emos_skill_high": t.high}
     assert emos_intervals({"net": net}, w, [500.0], np.timedelta64(24, "h")) == {}
 
-    table = pd.DataFrame({
-        "model": [LOCAL_EMOS, "net", LOCAL_EMOS, "net", "spread model"],
-        "variable": ["z", "z", "t", "t", "z"], "level_hPa": [500.0] * 5, "lead_h": [24] * 5,
-        "crps": [2.0, 1.5, 4.0, 5.0, np.nan],
-    })  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "model": [LOCAL_EMOS, "net", LOCAL_EMOS, "net", "spread model"],
+            "variable": ["z", "z", "t", "t", "z"],
+            "level_hPa": [500.0] * 5,
+            "lead_h": [24] * 5,
+            "crps": [2.0, 1.5, 4.0, 5.0, np.nan],
+        }
+    )
     skill = add_emos_skill(table)["skill_vs_local_emos"].tolist()
     assert skill[:4] == [0.0, 0.25, 0.0, -0.25] and np.isnan(skill[4])
 
 
 def test_best_network_has_the_highest_skill_over_local_emos() -> None:
-    summary = pd.DataFrame({"model": ["a (Gaussian)", "b (Gaussian)", LOCAL_EMOS, "c (Gaussian)"],
-                            "mean_skill_vs_local_emos": [-0.1, 0.05, 0.0, np.nan]})  # fmt: skip
+    summary = pd.DataFrame(
+        {
+            "model": ["a (Gaussian)", "b (Gaussian)", LOCAL_EMOS, "c (Gaussian)"],
+            "mean_skill_vs_local_emos": [-0.1, 0.05, 0.0, np.nan],
+        }
+    )
     assert best_network(summary, ["a (Gaussian)", "b (Gaussian)", "c (Gaussian)"]) == "b (Gaussian)"
     assert best_network(summary, ["c (Gaussian)"]) is None
     assert best_network(summary.drop(columns="mean_skill_vs_local_emos"), ["a (Gaussian)"]) is None

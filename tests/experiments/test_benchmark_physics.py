@@ -43,9 +43,17 @@ def stand_in(out_dir: str | Path, *, overwrite: bool = False, **opts: object) ->
     out, every = Path(out_dir), int(opts["every_hours"]) // 24
     end = np.datetime64(str(opts["start"])) + (int(opts["inits"]) - 1) * np.timedelta64(every, "D")
     made = synth(
-        str(out) + "-synth", n_lat=8, n_lon=16, levels=opts["levels"], leads=opts["leads"],
-        members=opts["members"], start=str(opts["start"]), end=str(end), every_days=every, seed=opts["seed"],
-    )  # fmt: skip
+        str(out) + "-synth",
+        n_lat=8,
+        n_lon=16,
+        levels=opts["levels"],
+        leads=opts["leads"],
+        members=opts["members"],
+        start=str(opts["start"]),
+        end=str(end),
+        every_days=every,
+        seed=opts["seed"],
+    )
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name in ("forecast", "analysis"):
@@ -74,9 +82,21 @@ def physics_generator(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
 
 
 def physics_args(data_dir: Path, out: Path) -> list[str]:
-    args = ["benchmark", f"--data_dir={data_dir}", f"--out_dir={out}", "--bound=false", "--k=3",
-            "--input_leads=[0, 24, 48]", "--target_leads=[48]", "--variables=[z, t]", "--levels=[500, 850]",
-            "--batch_size=4", "--limit_train_batches=1", "--emos=[local]", f"--models={MODEL}"]  # fmt: skip
+    args = [
+        "benchmark",
+        f"--data_dir={data_dir}",
+        f"--out_dir={out}",
+        "--bound=false",
+        "--k=3",
+        "--input_leads=[0, 24, 48]",
+        "--target_leads=[48]",
+        "--variables=[z, t]",
+        "--levels=[500, 850]",
+        "--batch_size=4",
+        "--limit_train_batches=1",
+        "--emos=[local]",
+        f"--models={MODEL}",
+    ]
     args += [f"--physics.{key}={value}" for key, value in asdict(OPTIONS).items()]
     return args + [f"--{key}={value}" for key, value in PERIODS.items()]
 
@@ -86,8 +106,10 @@ def by_hand(data_dir: Path) -> dict[str, float]:
     its Gaussian (mean, ddof-1 std) in M + 1 bins, of z at 500 hPa and 48 h, by numpy and scipy."""
     fc = xr.open_dataset(data_dir / "forecast.nc").load()
     an = xr.open_dataset(data_dir / "analysis.nc").load()
-    inits = fc.init_time.values[(fc.init_time.values >= np.datetime64("2000-01-30"))
-                                & (fc.init_time.values <= np.datetime64("2000-02-13"))]  # fmt: skip
+    inits = fc.init_time.values[
+        (fc.init_time.values >= np.datetime64("2000-01-30"))
+        & (fc.init_time.values <= np.datetime64("2000-02-13"))
+    ]
     lead = np.timedelta64(48, "h")
     x = fc.z.sel(init_time=inits, lead_time=lead, level=500).transpose("init_time", "member", ...).values
     y = an.z.sel(time=inits + lead, level=500).values

@@ -14,8 +14,9 @@ from ensml.experiments.options import SynthOptions
 from tests.conftest import TINY_PERIODS
 
 # The options of the session's tiny dataset (tests/conftest.py::tiny_data).
-TINY = SynthOptions(n_lat=16, n_lon=32, leads=[0, 24, 48], start="2017-01-01", end="2017-12-31",
-                    every_days=3, seed=1)  # fmt: skip
+TINY = SynthOptions(
+    n_lat=16, n_lon=32, leads=[0, 24, 48], start="2017-01-01", end="2017-12-31", every_days=3, seed=1
+)
 
 
 def test_bound_errs_by_the_k_member_noise(tiny_data: dict[str, Path]) -> None:

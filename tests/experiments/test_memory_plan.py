@@ -109,8 +109,9 @@ def test_the_plan_is_the_affine_fit_in_grid_cells() -> None:
     """Two measurements, at 100 and 400 cells: the plan at 1000 cells extrapolates both lines."""
     fast = PolicyFit(MemoryPolicy(), [100, 400], [_measure(1.0, 1000.0), _measure(2.5, 4000.0)])
     small = PolicyFit(MemoryPolicy("levels"), [100, 400], [_measure(1.2, 400.0), _measure(3.0, 1600.0)])
-    plan = plan_memory([fast, small], (20, 50), 1000, budget_bytes=6000.0, fixed_bytes=500.0,
-                       batch_bytes_per_point=1.0)  # fmt: skip
+    plan = plan_memory(
+        [fast, small], (20, 50), 1000, budget_bytes=6000.0, fixed_bytes=500.0, batch_bytes_per_point=1.0
+    )
     none, levels = plan.rows
     assert none.step_s == pytest.approx(1.0 + 1.5 / 300 * 900)  # 5.5 s
     assert none.total_bytes == pytest.approx(500 + 10_000 + 1000)  # state + peak + batch

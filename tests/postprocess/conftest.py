@@ -54,8 +54,13 @@ def pp_args(
     ckpts: list[Path], forecasts: str | Path, out: Path, *extra: str, analysis: Path | None = None
 ) -> list[str]:
     """Arguments of ``ensml postprocess`` in this process (``cluster: none``) unless ``extra`` says."""
-    args = ["postprocess", f"--checkpoints=[{', '.join(str(c) for c in ckpts)}]", f"--forecasts={forecasts}",
-            f"--out_dir={out}", "--cluster=none"]  # fmt: skip
+    args = [
+        "postprocess",
+        f"--checkpoints=[{', '.join(str(c) for c in ckpts)}]",
+        f"--forecasts={forecasts}",
+        f"--out_dir={out}",
+        "--cluster=none",
+    ]
     if analysis is not None:
         args.append(f"--analysis={analysis}")
     return [*args, *extra]

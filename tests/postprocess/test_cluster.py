@@ -60,8 +60,13 @@ def test_joins_a_running_cluster_by_address_and_by_scheduler_file(ckpt, archive_
     from distributed import LocalCluster
 
     sched_file = tmp_path / "scheduler.json"
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                      scheduler_kwargs={"scheduler_file": str(sched_file)}) as cluster:  # fmt: skip
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        scheduler_kwargs={"scheduler_file": str(sched_file)},
+    ) as cluster:
         args = pp_args([ckpt], archive_dir / "*.nc", tmp_path / "a", analysis=tiny_data["analysis"])
         assert main([*args, "--cluster=local", f"--scheduler_address={cluster.scheduler_address}"]) == 0
         args = pp_args([ckpt], archive_dir / "*.nc", tmp_path / "b", analysis=tiny_data["analysis"])
@@ -77,21 +82,37 @@ def test_joins_a_running_cluster_by_address_and_by_scheduler_file(ckpt, archive_
 def test_batch_job_script(kind: str) -> None:
     extra = ["--gres=gpu:1"] if kind == "slurm" else ["-l ngpus=1"]
     jq = JobQueue(
-        queue="compute", account="ens42", cores=16, memory="64GB", processes=4, jobs=3, walltime="02:30:00",
-        job_extra_directives=extra, job_script_prologue=["module load cuda"],
-    )  # fmt: skip
+        queue="compute",
+        account="ens42",
+        cores=16,
+        memory="64GB",
+        processes=4,
+        jobs=3,
+        walltime="02:30:00",
+        job_extra_directives=extra,
+        job_script_prologue=["module load cuda"],
+    )
     spec = ClusterSpec(kind=kind, jobqueue=jq)
     assert spec.torch_threads == 4
     script = job_script(spec)
     lines = script.splitlines()
     if kind == "slurm":
-        for expected in ("#SBATCH -p compute", "#SBATCH -A ens42", "#SBATCH --cpus-per-task=16",
-                         "#SBATCH -t 02:30:00", "#SBATCH --gres=gpu:1"):  # fmt: skip
+        for expected in (
+            "#SBATCH -p compute",
+            "#SBATCH -A ens42",
+            "#SBATCH --cpus-per-task=16",
+            "#SBATCH -t 02:30:00",
+            "#SBATCH --gres=gpu:1",
+        ):
             assert expected in lines, expected
         assert any(line.startswith("#SBATCH --mem=") for line in lines)
     else:  # one select line: PBS Pro refuses ngpus beside it (tests/cluster/test_pbs.py)
-        for expected in ("#PBS -q compute", "#PBS -A ens42", "#PBS -l select=1:ncpus=16:mem=64GB:ngpus=1",
-                         "#PBS -l walltime=02:30:00"):  # fmt: skip
+        for expected in (
+            "#PBS -q compute",
+            "#PBS -A ens42",
+            "#PBS -l select=1:ncpus=16:mem=64GB:ngpus=1",
+            "#PBS -l walltime=02:30:00",
+        ):
             assert expected in lines, expected
     assert "module load cuda" in lines
     # the workers get ensml's quiet event-loop settings through dask's environment variables
@@ -198,8 +219,13 @@ def test_paths_sent_to_workers_are_absolute(ckpt, archive_dir, tiny_data, tmp_pa
     (work / "models").mkdir(parents=True)
     shutil.copy2(ckpt, work / "models/best.ckpt")
     sched_file = tmp_path / "scheduler.json"
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      scheduler_kwargs={"scheduler_file": str(sched_file)}):  # fmt: skip
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        scheduler_kwargs={"scheduler_file": str(sched_file)},
+    ):
         monkeypatch.chdir(work)  # the workers stay where they started
         args = pp_args(
             [Path("models/best.ckpt")], archive_dir / "*.nc", Path("out"), analysis=tiny_data["analysis"]

@@ -30,8 +30,13 @@ def inputs(archive_dir: Path, tmp_path: Path) -> Path:
 def run(checkpoints, tiny_data, inputs: Path, tmp_path: Path):
     def go(**kw) -> dict[str, int]:
         kw.setdefault("checkpoints", [str(checkpoints["mixed48"])])
-        return postprocess(forecasts=str(inputs / "*.nc"), analysis=str(tiny_data["analysis"]),
-                           out_dir=str(tmp_path / "out"), cluster="none", **kw)  # fmt: skip
+        return postprocess(
+            forecasts=str(inputs / "*.nc"),
+            analysis=str(tiny_data["analysis"]),
+            out_dir=str(tmp_path / "out"),
+            cluster="none",
+            **kw,
+        )
 
     return go
 
@@ -115,8 +120,14 @@ def test_a_second_run_on_the_same_folder_is_refused(
     checkpoints, tiny_data, inputs: Path, tmp_path, capsys
 ) -> None:
     out = tmp_path / "out"
-    args = ["postprocess", f"--checkpoints=[{checkpoints['mixed48']}]", f"--forecasts={inputs}/*.nc",
-            f"--analysis={tiny_data['analysis']}", f"--out_dir={out}", "--cluster=none"]  # fmt: skip
+    args = [
+        "postprocess",
+        f"--checkpoints=[{checkpoints['mixed48']}]",
+        f"--forecasts={inputs}/*.nc",
+        f"--analysis={tiny_data['analysis']}",
+        f"--out_dir={out}",
+        "--cluster=none",
+    ]
     with OutputFolder.open(out, "postprocess"):
         assert main(args) == 1
         err = capsys.readouterr().err.strip().splitlines()

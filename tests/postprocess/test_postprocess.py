@@ -91,8 +91,14 @@ def test_evaluate_scores_gaussian_and_members(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     glob = str(mixed_run / "*.nc")
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            f"--predictions={glob}", f"--members={glob}", "--out_dir=eval"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        f"--predictions={glob}",
+        f"--members={glob}",
+        "--out_dir=eval",
+    ]
     assert main(args) == 0
     table = pd.read_csv(tmp_path / "eval/scores.csv")
     rows = table[(table["variable"] == "t") & (table["level_hPa"] == 850)].set_index("forecast")["crps"]
@@ -203,8 +209,14 @@ def test_model_without_analysis_runs_on_forecasts_alone(
 def test_zarr_store_holds_the_same_products(
     mixed_run: Path, checkpoints, archive_dir: Path, tiny_data, tmp_path
 ) -> None:
-    args = pp_args([checkpoints["mixed48"]], archive_dir / "*.nc", tmp_path, THRESHOLDS, "--format=zarr",
-                   analysis=tiny_data["analysis"])  # fmt: skip
+    args = pp_args(
+        [checkpoints["mixed48"]],
+        archive_dir / "*.nc",
+        tmp_path,
+        THRESHOLDS,
+        "--format=zarr",
+        analysis=tiny_data["analysis"],
+    )
     assert main(args) == 0
     store = xr.open_zarr(tmp_path / "products.zarr")
     nc = xr.open_mfdataset(sorted(mixed_run.glob("*.nc")))

@@ -22,8 +22,14 @@ FIGURES = {"crps_by_lead.png", "spread_skill.png", "rank_histograms.png", "relia
 
 
 def report_args(data: dict[str, Path], out: Path, *extra: str) -> list[str]:
-    return ["report", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
-            f"--oracle={data['oracle']}", f"--out_dir={out}", *extra]  # fmt: skip
+    return [
+        "report",
+        f"--forecast={data['forecast']}",
+        f"--analysis={data['analysis']}",
+        f"--oracle={data['oracle']}",
+        f"--out_dir={out}",
+        *extra,
+    ]
 
 
 def test_report_with_predictions_and_cases(fitted, tiny_data, tmp_path, capsys) -> None:
@@ -39,8 +45,16 @@ def test_report_with_predictions_and_cases(fitted, tiny_data, tmp_path, capsys) 
     for f in (out / "figures").iterdir():
         assert f.read_bytes().startswith(b"\x89PNG") and f.stat().st_size > 10_000, f
     md = (out / "report.md").read_text()
-    for section in ("Global scores", "Scores by lead time", "Spread and skill", "Rank histograms",
-                    "Reliability", "Case studies", "tiny storm", "post-processed (Gaussian)"):  # fmt: skip
+    for section in (
+        "Global scores",
+        "Scores by lead time",
+        "Spread and skill",
+        "Rank histograms",
+        "Reliability",
+        "Case studies",
+        "tiny storm",
+        "post-processed (Gaussian)",
+    ):
         assert section in md, section
     for ref in re.findall(r"\(figures/([^)]+)\)", md):
         assert (out / "figures" / ref).is_file()

@@ -25,8 +25,14 @@ def by_lead(leads=(24, 48, 72), tests: bool = True) -> pd.DataFrame:
         for lead in leads:
             for j, name in enumerate([RAW, SUBSET, PP]):
                 skill = 0.0 if name == RAW else 0.01 * (j + i) - 0.001 * lead
-                row = {"variable": var, "level_hPa": lev, "lead_h": lead, "forecast": name, "crps": 1.0,
-                       "skill_vs_raw_ensemble": skill}  # fmt: skip
+                row = {
+                    "variable": var,
+                    "level_hPa": lev,
+                    "lead_h": lead,
+                    "forecast": name,
+                    "crps": 1.0,
+                    "skill_vs_raw_ensemble": skill,
+                }
                 if tests:
                     raw = name == RAW
                     row["skill_low"] = np.nan if raw else skill - 0.02 - 0.001 * j

@@ -74,8 +74,11 @@ def test_weights_nan_and_dask(gaussian) -> None:
 def quantile_forecast(levels: list[float]) -> tuple[xr.DataArray, xr.DataArray]:
     mu, sigma = RNG.normal(size=(6, 5)), RNG.uniform(0.5, 2.0, size=(6, 5))
     q = np.stack([norm.ppf(t, mu, sigma) for t in levels], axis=-1)
-    fcst = xr.DataArray(q, dims=(*DIMS, "quantile"), coords={"init_time": np.arange(6),
-                        "latitude": np.arange(5), "quantile": levels})  # fmt: skip
+    fcst = xr.DataArray(
+        q,
+        dims=(*DIMS, "quantile"),
+        coords={"init_time": np.arange(6), "latitude": np.arange(5), "quantile": levels},
+    )
     return fcst, field(mu + sigma * RNG.normal(size=(6, 5)))
 
 
@@ -83,8 +86,13 @@ def test_quantile_score_is_scoringrules_and_scores() -> None:
     levels = [0.05, 0.25, 0.5, 0.75, 0.95]
     fcst, obs = quantile_forecast(levels)
     got = quantile_score(fcst, obs, preserve_dims="all").transpose(*DIMS, "quantile")
-    want = np.stack([sr.quantile_score(obs.values, fcst.values[..., i], t, backend="numpy")
-                     for i, t in enumerate(levels)], axis=-1)  # fmt: skip
+    want = np.stack(
+        [
+            sr.quantile_score(obs.values, fcst.values[..., i], t, backend="numpy")
+            for i, t in enumerate(levels)
+        ],
+        axis=-1,
+    )
     np.testing.assert_allclose(got.values, want, rtol=1e-12)
     per_level = quantile_score(fcst, obs, preserve_dims="quantile")
     for t in levels:
@@ -111,30 +119,50 @@ def _ones(n: int = 3) -> xr.DataArray:
 
 
 BAD = [
-    (lambda: log_score_gaussian(_ones(), _ones() * 0, _ones()),
-     "log_score_gaussian: sigma must be > 0 (6 values are not; min 0)"),
-    (lambda: dawid_sebastiani_score(_ones(), _ones(), _ones() * np.inf),
-     "dawid_sebastiani_score: obs has 6 infinite values"),
-    (lambda: log_score_gaussian(_ones().values, _ones(), _ones()),
-     "log_score_gaussian: mu must be an xarray.DataArray, got ndarray"),
-    (lambda: interval_score(_ones(), _ones(), _ones(), 1.5),
-     "interval_score: alpha must be in (0, 1), got 1.5"),
-    (lambda: interval_score(_ones() * 2, _ones(), _ones(), 0.1),
-     "interval_score: lower is above upper at 6 points"),
-    (lambda: quantile_score(_ones().expand_dims(quantile=[1.5], axis=-1), _ones()),
-     "quantile_score: quantile levels must be in (0, 1), got [1.5]"),
-    (lambda: quantile_score(_ones().expand_dims("quantile", axis=-1), _ones()),
-     "quantile_score: forecast has no coordinate 'quantile' giving the quantile levels"),
-    (lambda: quantile_score(_ones(), _ones()),
-     "quantile_score: forecast has no quantile dimension 'quantile' (dims: init_time, latitude); "
-     "pass quantile_dim=..."),
-    (lambda: log_score_gaussian(_ones(), _ones(), _ones().isel(init_time=[0, 1])),
-     "log_score_gaussian: mu, sigma, obs overlap only partly along 'init_time' (mu 3, sigma 3, obs 2, "
-     "common 2); select the common points first"),
-    (lambda: crps_gaussian_xr(_ones(), _ones(), _ones().isel(latitude=[1])),
-     "crps_gaussian_xr: mu, sigma, obs overlap only partly along 'latitude' (mu 2, sigma 2, obs 1, "
-     "common 1)"),
-]  # fmt: skip
+    (
+        lambda: log_score_gaussian(_ones(), _ones() * 0, _ones()),
+        "log_score_gaussian: sigma must be > 0 (6 values are not; min 0)",
+    ),
+    (
+        lambda: dawid_sebastiani_score(_ones(), _ones(), _ones() * np.inf),
+        "dawid_sebastiani_score: obs has 6 infinite values",
+    ),
+    (
+        lambda: log_score_gaussian(_ones().values, _ones(), _ones()),
+        "log_score_gaussian: mu must be an xarray.DataArray, got ndarray",
+    ),
+    (
+        lambda: interval_score(_ones(), _ones(), _ones(), 1.5),
+        "interval_score: alpha must be in (0, 1), got 1.5",
+    ),
+    (
+        lambda: interval_score(_ones() * 2, _ones(), _ones(), 0.1),
+        "interval_score: lower is above upper at 6 points",
+    ),
+    (
+        lambda: quantile_score(_ones().expand_dims(quantile=[1.5], axis=-1), _ones()),
+        "quantile_score: quantile levels must be in (0, 1), got [1.5]",
+    ),
+    (
+        lambda: quantile_score(_ones().expand_dims("quantile", axis=-1), _ones()),
+        "quantile_score: forecast has no coordinate 'quantile' giving the quantile levels",
+    ),
+    (
+        lambda: quantile_score(_ones(), _ones()),
+        "quantile_score: forecast has no quantile dimension 'quantile' (dims: init_time, latitude); "
+        "pass quantile_dim=...",
+    ),
+    (
+        lambda: log_score_gaussian(_ones(), _ones(), _ones().isel(init_time=[0, 1])),
+        "log_score_gaussian: mu, sigma, obs overlap only partly along 'init_time' (mu 3, sigma 3, obs 2, "
+        "common 2); select the common points first",
+    ),
+    (
+        lambda: crps_gaussian_xr(_ones(), _ones(), _ones().isel(latitude=[1])),
+        "crps_gaussian_xr: mu, sigma, obs overlap only partly along 'latitude' (mu 2, sigma 2, obs 1, "
+        "common 1)",
+    ),
+]
 
 
 @pytest.mark.parametrize(("call", "message"), BAD, ids=[m.split(":")[1][:40] for _, m in BAD])

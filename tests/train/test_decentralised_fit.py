@@ -20,8 +20,12 @@ from tests.conftest import SMOKE, tiny_data_args
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 
-STEPS = {"trainer.max_epochs": 1, "trainer.limit_train_batches": 4, "trainer.limit_val_batches": 1,
-         "trainer.devices": 2}  # fmt: skip
+STEPS = {
+    "trainer.max_epochs": 1,
+    "trainer.limit_train_batches": 4,
+    "trainer.limit_val_batches": 1,
+    "trainer.devices": 2,
+}
 SGD = ["--optimizer=torch.optim.SGD", "--optimizer.lr=0.05"]
 CKPT = "runs/smoke/checkpoints/last.ckpt"
 
@@ -99,8 +103,13 @@ def test_runs_with_a_straggler_finish_and_count_their_contributions(runs: dict[s
     assert 4 <= computed <= 8 and fresh + stale <= computed
 
 
-CONVERGE = {"trainer.max_epochs": 3, "trainer.limit_train_batches": 8, "trainer.limit_val_batches": 2,
-            "trainer.devices": 2, "data.batch_size": 4}  # fmt: skip
+CONVERGE = {
+    "trainer.max_epochs": 3,
+    "trainer.limit_train_batches": 8,
+    "trainer.limit_val_batches": 2,
+    "trainer.devices": 2,
+    "data.batch_size": 4,
+}
 CLOCK = "--trainer.callbacks+=ensml.train.progress.TrainingClock"
 
 
@@ -108,9 +117,12 @@ CLOCK = "--trainer.callbacks+=ensml.train.progress.TrainingClock"
 def converged(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Three epochs of DDP, and of each decentralised strategy with rank 1 twice as slow."""
     slow = straggler(ranks=[1], slowdown=2.0)
-    runs = {"ddp": ["--trainer.strategy=ddp"], "eager_solo": ["--trainer.strategy=eager_solo", slow],
-            "eager_majority": ["--trainer.strategy=eager_majority", slow],
-            "wagma": [strategy("WagmaStrategy", period=4), slow]}  # fmt: skip
+    runs = {
+        "ddp": ["--trainer.strategy=ddp"],
+        "eager_solo": ["--trainer.strategy=eager_solo", slow],
+        "eager_majority": ["--trainer.strategy=eager_majority", slow],
+        "wagma": [strategy("WagmaStrategy", period=4), slow],
+    }
     out = {}
     for name, extra in runs.items():
         work = tmp_path_factory.mktemp(f"converge-{name}")

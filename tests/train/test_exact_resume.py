@@ -38,16 +38,24 @@ def spatial_strategy() -> str:
 CASES = {
     "first-workers0": [],
     "random-workers2": ["--data.member_sampling=random", "--data.num_workers=2"],
-    "spatial-2-ranks": ["--data.member_sampling=random", "--trainer.devices=2",
-                        f"--trainer.strategy={spatial_strategy()}"],
-}  # fmt: skip
+    "spatial-2-ranks": [
+        "--data.member_sampling=random",
+        "--trainer.devices=2",
+        f"--trainer.strategy={spatial_strategy()}",
+    ],
+}
 
 
 def fit_args(data: dict[str, Path], extra: list[str]) -> list[str]:
     return [
-        "fit", "--config", SMOKE, *tiny_data_args(data), f"--trainer.max_epochs={EPOCHS}",
-        "--trainer.log_every_n_steps=1", *extra,
-    ]  # fmt: skip
+        "fit",
+        "--config",
+        SMOKE,
+        *tiny_data_args(data),
+        f"--trainer.max_epochs={EPOCHS}",
+        "--trainer.log_every_n_steps=1",
+        *extra,
+    ]
 
 
 def killed_then_resumed(args: list[str], work: Path, whole: Path) -> None:

@@ -47,8 +47,11 @@ def test_fit_records_its_run_folder_in_the_ledger(tiny_data, tmp_path, monkeypat
     with OutputFolder.open(run, "inspect", shared=True) as folder:
         entries = {k: e.to_json() for k, e in folder.ledger.entries.items()}
     assert {k for k, e in entries.items() if e["command"] == "fit"} >= {
-        "config.yaml", "hparams.yaml", "metrics.csv", "checkpoints"
-    }  # fmt: skip
+        "config.yaml",
+        "hparams.yaml",
+        "metrics.csv",
+        "checkpoints",
+    }
     assert all(e["state"] == "done" for e in entries.values()), json.dumps(entries, indent=1)
     assert list((run / ".ensml" / "staging").iterdir()) == []
 

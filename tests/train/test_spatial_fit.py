@@ -21,8 +21,12 @@ from tests.conftest import SMOKE, tiny_data_args
 pytestmark = pytest.mark.distributed
 
 # Two optimiser steps of two accumulated batches each (gradients are reduced once per step).
-FEW_STEPS = {"trainer.max_epochs": 1, "trainer.limit_train_batches": 4, "trainer.accumulate_grad_batches": 2,
-             "trainer.limit_val_batches": 1}  # fmt: skip
+FEW_STEPS = {
+    "trainer.max_epochs": 1,
+    "trainer.limit_train_batches": 4,
+    "trainer.accumulate_grad_batches": 2,
+    "trainer.limit_val_batches": 1,
+}
 CKPT = "runs/smoke/checkpoints/last.ckpt"
 
 
@@ -86,8 +90,15 @@ def test_bad_split_is_one_line_error_before_launch(
     tiny_data: dict[str, Path], tmp_path: Path, monkeypatch, capsys, devices, lat, lon, message
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    args = ["fit", "--config", SMOKE, *tiny_data_args(tiny_data), "--model.init_args.depth=3",
-            f"--trainer.devices={devices}", f"--trainer.strategy={spatial(lat, lon)}"]  # fmt: skip
+    args = [
+        "fit",
+        "--config",
+        SMOKE,
+        *tiny_data_args(tiny_data),
+        "--model.init_args.depth=3",
+        f"--trainer.devices={devices}",
+        f"--trainer.strategy={spatial(lat, lon)}",
+    ]
     assert main(args) == 1  # in-process: it fails before Lightning would re-run the command
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("ensml: ") and message in err[-1]
@@ -104,8 +115,11 @@ def test_plan_parallel_verb(tiny_data: dict[str, Path], capsys) -> None:
 def test_a_rank_reads_only_its_slab(tiny_data: dict[str, Path]) -> None:
     from ensml.data.datamodule import EnsembleDataModule
 
-    periods = {"train_period": ("2017-01-01", "2017-08-31"), "val_period": ("2017-09-01", "2017-10-31"),
-               "test_period": ("2017-11-01", "2017-12-31")}  # fmt: skip
+    periods = {
+        "train_period": ("2017-01-01", "2017-08-31"),
+        "val_period": ("2017-09-01", "2017-10-31"),
+        "test_period": ("2017-11-01", "2017-12-31"),
+    }
     dm = EnsembleDataModule(str(tiny_data["forecast"]), str(tiny_data["analysis"]), **periods)
     dm.setup("fit")
     full = dm.train_set[3]

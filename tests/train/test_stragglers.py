@@ -13,9 +13,14 @@ from ensml.train.stragglers import Stragglers
 
 @pytest.mark.parametrize(
     ("delay", "scale", "mean"),
-    [("fixed", 0.02, 0.02), ("exponential", 0.02, 0.02), ("lognormal", 0.02, 0.02),
-     ("pareto", 0.01, 0.01 * 3.0 / 2.0), ("none", 0.5, 0.0)],  # pareto: scale * shape / (shape - 1), shape 3
-)  # fmt: skip
+    [
+        ("fixed", 0.02, 0.02),
+        ("exponential", 0.02, 0.02),
+        ("lognormal", 0.02, 0.02),
+        ("pareto", 0.01, 0.01 * 3.0 / 2.0),
+        ("none", 0.5, 0.0),
+    ],  # pareto: scale * shape / (shape - 1), shape 3
+)
 def test_delay_means(delay: str, scale: float, mean: float) -> None:
     s = Stragglers(delay=delay, delay_s=scale, shape=3.0, seed=2)
     draws = np.array([s.draw() for _ in range(40000)])

@@ -237,9 +237,13 @@ def test_evaluate_scores_a_surface_variable_once(surface_data, tmp_path) -> None
     from tests.conftest import cell_area_weights
 
     table = evaluate(
-        str(surface_data["forecast"]), str(surface_data["analysis"]), oracle=str(surface_data["oracle"]),
-        variables=["z", "t2m"], leads=48, out_dir=str(tmp_path / "eval"),
-    ).table  # fmt: skip
+        str(surface_data["forecast"]),
+        str(surface_data["analysis"]),
+        oracle=str(surface_data["oracle"]),
+        variables=["z", "t2m"],
+        leads=48,
+        out_dir=str(tmp_path / "eval"),
+    ).table
     t2m = table[table["variable"] == "t2m"]
     assert len(t2m) == 3 and t2m["level_hPa"].isna().all()  # raw, subset, oracle: one row each
     assert len(table[table["variable"] == "z"]) == 6  # two levels
@@ -266,9 +270,13 @@ def test_report_scores_a_surface_variable_at_every_lead(surface_data, tmp_path) 
     from tests.conftest import cell_area_weights
 
     out = report(
-        str(surface_data["forecast"]), str(surface_data["analysis"]), oracle=str(surface_data["oracle"]),
-        variables=["z", "t2m"], levels=[500.0], out_dir=str(tmp_path / "report"),
-    ).path  # fmt: skip
+        str(surface_data["forecast"]),
+        str(surface_data["analysis"]),
+        oracle=str(surface_data["oracle"]),
+        variables=["z", "t2m"],
+        levels=[500.0],
+        out_dir=str(tmp_path / "report"),
+    ).path
     text = (out / "report.md").read_text()
     with xr.open_dataset(surface_data["forecast"]) as fc, xr.open_dataset(surface_data["analysis"]) as an:
         w = cell_area_weights(fc["latitude"].values)[None, :, None]

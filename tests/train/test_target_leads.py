@@ -20,8 +20,13 @@ LEADS = [24, 48]
 
 @pytest.fixture(scope="module")
 def data(tiny_data: dict[str, Path]) -> EnsembleDataModule:
-    dm = EnsembleDataModule(str(tiny_data["forecast"]), str(tiny_data["analysis"]), target_leads=LEADS,
-                            batch_size=2, **TINY_PERIODS)  # fmt: skip
+    dm = EnsembleDataModule(
+        str(tiny_data["forecast"]),
+        str(tiny_data["analysis"]),
+        target_leads=LEADS,
+        batch_size=2,
+        **TINY_PERIODS,
+    )
     dm.setup("fit")
     return dm
 

@@ -49,8 +49,11 @@ def test_mixed_loss_is_scaled_gaussian_crps(data) -> None:
     mu, sigma = task(batch)
     assert (sigma > 0).all()
     s = task.scale().expand_as(mu)
-    ref = ps.crps_gaussian((batch["obs"] / s).double().numpy(), (mu / s).detach().double().numpy(),
-                           (sigma / s).detach().double().numpy())  # fmt: skip
+    ref = ps.crps_gaussian(
+        (batch["obs"] / s).double().numpy(),
+        (mu / s).detach().double().numpy(),
+        (sigma / s).detach().double().numpy(),
+    )
     w = task.lat_weights.double().numpy()[:, None]
     expected = (ref * w).mean()
     np.testing.assert_allclose(task.loss(batch).item(), expected, rtol=1e-5)

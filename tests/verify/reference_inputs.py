@@ -41,9 +41,16 @@ CASE = {
 def run_meta(task: str, **changes: object) -> dict[str, object]:
     """The run metadata attributes of a K = 5 run on the 10-member tiny ensemble."""
     meta = {
-        "task": task, "k": 5, "members": tuple(range(5)), "ensemble_size": 10, "variables": VARIABLES,
-        "levels": LEVELS, "leads": tuple(LEADS), "checkpoints": (CHECKPOINT,), **changes,
-    }  # fmt: skip
+        "task": task,
+        "k": 5,
+        "members": tuple(range(5)),
+        "ensemble_size": 10,
+        "variables": VARIABLES,
+        "levels": LEVELS,
+        "leads": tuple(LEADS),
+        "checkpoints": (CHECKPOINT,),
+        **changes,
+    }
     return RunMeta(**meta).to_attrs()  # type: ignore[arg-type]
 
 
@@ -101,10 +108,15 @@ def _reference(out: Path) -> None:
         str(data["forecast"]), str(data["analysis"]), **files, cases=str(case), out_dir=str(out / "eval")
     )
     report(
-        str(data["forecast"]), str(data["analysis"]), predictions=files["predictions"],
-        oracle=files["oracle"], spread_predictions=files["spread_predictions"], cases=str(case),
-        n_storm_cases=1, out_dir=str(out / "report"),
-    )  # fmt: skip
+        str(data["forecast"]),
+        str(data["analysis"]),
+        predictions=files["predictions"],
+        oracle=files["oracle"],
+        spread_predictions=files["spread_predictions"],
+        cases=str(case),
+        n_storm_cases=1,
+        out_dir=str(out / "report"),
+    )
 
 
 if __name__ == "__main__":

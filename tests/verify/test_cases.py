@@ -62,7 +62,11 @@ def test_case_window_is_inclusive_and_round_trips() -> None:
     assert case.end == np.datetime64("2017-11-10") - np.timedelta64(1, "ns")
     again = case_from_dict(case.to_dict())
     assert (again.region, again.start, again.threshold, again.lead) == (
-        case.region, case.start, case.threshold, case.lead)  # fmt: skip
+        case.region,
+        case.start,
+        case.threshold,
+        case.lead,
+    )
 
 
 @pytest.mark.parametrize("lead", [48, "48", "48h", "2d", "P2D", "PT48H"])
@@ -133,8 +137,14 @@ def test_score_case_on_tiny_data(tiny_data) -> None:
 def test_evaluate_with_cases(tiny_data, tmp_path, capsys) -> None:
     case = write_case(tmp_path / "storm.yaml")
     out = tmp_path / "eval"
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            f"--oracle={tiny_data['oracle']}", f"--out_dir={out}", f"--cases={case}"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        f"--oracle={tiny_data['oracle']}",
+        f"--out_dir={out}",
+        f"--cases={case}",
+    ]
     assert main(args) == 0
     files = sorted(p.name for p in (out / "cases").iterdir())
     assert files == ["case_tiny_storm.png", "cases.csv", "cases.md"]
@@ -153,6 +163,11 @@ def test_evaluate_with_cases(tiny_data, tmp_path, capsys) -> None:
 )
 def test_evaluate_bad_case_leaves_nothing(tiny_data, tmp_path, capsys, change, match) -> None:
     case = write_case(tmp_path / "bad.yaml", **change)
-    args = ["evaluate", f"--forecast={tiny_data['forecast']}", f"--analysis={tiny_data['analysis']}",
-            f"--out_dir={tmp_path / 'eval'}", f"--cases={case}"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        f"--out_dir={tmp_path / 'eval'}",
+        f"--cases={case}",
+    ]
     run_failing(args, capsys, match, tmp_path)

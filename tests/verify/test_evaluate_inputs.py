@@ -176,8 +176,10 @@ def test_file_without_run_metadata(tiny_data, preds, work, capsys, option) -> No
     line = run_failing(
         _evaluate(tiny_data, **{option: bare}), capsys, f"{what} file {bare} has no ensml_task"
     )
-    assert line.endswith("it was not written by ensml predict or ensml postprocess of this version, so what "
-                         "made it cannot be checked")  # fmt: skip
+    assert line.endswith(
+        "it was not written by ensml predict or ensml postprocess of this version, so what "
+        "made it cannot be checked"
+    )
 
 
 def test_two_checkpoints_in_one_predictions_glob(tiny_data, preds, work, capsys) -> None:
@@ -213,9 +215,10 @@ def test_runs_of_two_k(tiny_data, preds, work, capsys) -> None:
         lambda ds: _meta(task="SpreadTask", k=3, members="0 1 2")(ds[["z_std", "t_std"]]),
     )
     run_failing(
-        _evaluate(tiny_data, predictions=preds, spread_predictions=spread), capsys,
+        _evaluate(tiny_data, predictions=preds, spread_predictions=spread),
+        capsys,
         f"predictions {preds} was made from k=5 members and spread predictions {spread} from k=3; score",
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize(

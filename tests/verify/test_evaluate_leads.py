@@ -36,8 +36,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from ensml.data.synth.generate import synth
 
     root = tmp_path_factory.mktemp("leads")
-    paths = dict(synth(root / "synth", n_lat=8, n_lon=16, start="2017-11-01", end="2017-12-31",
-                       every_days=3, seed=1))  # fmt: skip
+    paths = dict(
+        synth(root / "synth", n_lat=8, n_lon=16, start="2017-11-01", end="2017-12-31", every_days=3, seed=1)
+    )
     rng = np.random.default_rng(7)
     with xr.open_dataset(paths["oracle"]) as orc:
         # the predictions leave out the first two inits: evaluate scores the inits they share
@@ -108,9 +109,12 @@ def _row(table: pd.DataFrame, lead_h: int, var: str, level: float, forecast: str
 def test_every_lead_of_the_predictions_is_scored(data, tmp_path) -> None:
     out = tmp_path / "eval"
     table = evaluate(
-        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]),
-        oracle=str(data["oracle"]), out_dir=str(out),
-    ).table  # fmt: skip
+        str(data["forecast"]),
+        str(data["analysis"]),
+        predictions=str(data["preds2"]),
+        oracle=str(data["oracle"]),
+        out_dir=str(out),
+    ).table
     assert list(dict.fromkeys(table["lead_h"])) == [24, 48]  # one block of rows per lead, in order
     assert table["lead_h"].is_monotonic_increasing
     assert len(table) == 2 * len(VARS) * len(LEVELS) * 4  # raw, subset, post-processed, oracle
@@ -179,9 +183,12 @@ def test_one_lead_file_scores_its_lead_in_the_one_lead_layout(data, tmp_path) ->
         one = scores.load()
     # asked for one lead of a two-lead file: the same layout, the same numbers
     evaluate(
-        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]), leads=24,
+        str(data["forecast"]),
+        str(data["analysis"]),
+        predictions=str(data["preds2"]),
+        leads=24,
         out_dir=str(tmp_path / "b"),
-    )  # fmt: skip
+    )
     with xr.open_dataset(tmp_path / "b" / "scores.nc") as scores:
         xr.testing.assert_allclose(scores.load(), one)
         assert scores.attrs["init_times"] == one.attrs["init_times"]
@@ -193,9 +200,12 @@ def test_no_predictions_scores_every_forecast_lead_but_zero(data, tmp_path) -> N
     )
     assert list(dict.fromkeys(scores.table["lead_h"])) == [24, 48]
     scores = evaluate(
-        str(data["forecast"]), str(data["analysis"]), variables=["t"], leads=[48, "0h"],
+        str(data["forecast"]),
+        str(data["analysis"]),
+        variables=["t"],
+        leads=[48, "0h"],
         out_dir=str(tmp_path / "f"),
-    )  # fmt: skip
+    )
     assert list(dict.fromkeys(scores.table["lead_h"])) == [0, 48]
     scores = evaluate(
         str(data["forecast"]),
@@ -232,13 +242,19 @@ def test_no_predictions_scores_every_forecast_lead_but_zero(data, tmp_path) -> N
         ({}, ["--leads=soon"], "lead time 'soon' is not understood"),
         ({}, ["--leads=-6"], "lead time -6 is negative"),
     ],
-)  # fmt: skip
+)
 def test_bad_leads_are_one_line_and_write_nothing(
     data, tmp_path, monkeypatch, capsys, files, extra, match
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    args = ["evaluate", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
-            *(f"--{k}={data[v]}" for k, v in files.items()), *extra, "--out_dir=out"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={data['forecast']}",
+        f"--analysis={data['analysis']}",
+        *(f"--{k}={data[v]}" for k, v in files.items()),
+        *extra,
+        "--out_dir=out",
+    ]
     line = run_failing(args, capsys, match, tmp_path)
     if "common:" in line:
         assert "preds24dim.nc 24 h" in line and "spread48.nc 48 h" in line
@@ -246,9 +262,15 @@ def test_bad_leads_are_one_line_and_write_nothing(
 
 def test_common_leads_are_scored_and_the_dropped_ones_said(data, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
-    args = ["evaluate", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
-            f"--predictions={data['preds2']}", f"--spread_predictions={data['spread48']}", "--leads=common",
-            "--out_dir=out"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={data['forecast']}",
+        f"--analysis={data['analysis']}",
+        f"--predictions={data['preds2']}",
+        f"--spread_predictions={data['spread48']}",
+        "--leads=common",
+        "--out_dir=out",
+    ]
     assert main(args) == 0
     captured = capsys.readouterr()
     said = [line for line in captured.err.splitlines() if "dropped" in line]
@@ -262,9 +284,13 @@ def test_common_leads_are_scored_and_the_dropped_ones_said(data, tmp_path, monke
     assert "(Leads every file holds: 48 h; dropped 24 h)" in captured.out  # the printed table's title
     # the same numbers as asking for 48 h alone
     alone = evaluate(
-        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]), leads=48,
-        spread_predictions=str(data["spread48"]), out_dir=str(tmp_path / "alone"),
-    )  # fmt: skip
+        str(data["forecast"]),
+        str(data["analysis"]),
+        predictions=str(data["preds2"]),
+        leads=48,
+        spread_predictions=str(data["spread48"]),
+        out_dir=str(tmp_path / "alone"),
+    )
     pd.testing.assert_frame_equal(table, pd.read_csv(tmp_path / "alone" / "scores.csv"))
     assert not alone.dropped.size and "dropped" not in (tmp_path / "alone" / "scores.md").read_text()
 
@@ -288,9 +314,13 @@ def test_report_plots_skill_by_lead(data, tmp_path) -> None:
     from ensml.report.assemble import report
 
     out = report(
-        str(data["forecast"]), str(data["analysis"]), predictions=str(data["preds2"]),
-        oracle=str(data["oracle"]), variables=["t"], out_dir=str(tmp_path / "report"),
-    ).path  # fmt: skip
+        str(data["forecast"]),
+        str(data["analysis"]),
+        predictions=str(data["preds2"]),
+        oracle=str(data["oracle"]),
+        variables=["t"],
+        out_dir=str(tmp_path / "report"),
+    ).path
     png = out / "figures" / "crps_skill_by_lead.png"
     assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 10_000
     md = (out / "report.md").read_text()
@@ -306,8 +336,14 @@ def test_report_plots_skill_by_lead(data, tmp_path) -> None:
 def test_report_maps_the_last_lead_scored_by_default(data, tmp_path, monkeypatch, capsys) -> None:
     """Predictions of +24 h only: the maps, histograms and reliability are at +24 h, not +48 h."""
     monkeypatch.chdir(tmp_path)
-    args = ["report", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
-            f"--predictions={data['preds24']}", "--variables=[t]", "--out_dir=report"]  # fmt: skip
+    args = [
+        "report",
+        f"--forecast={data['forecast']}",
+        f"--analysis={data['analysis']}",
+        f"--predictions={data['preds24']}",
+        "--variables=[t]",
+        "--out_dir=report",
+    ]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "CRPS over" in printed and printed.strip().endswith("report/report.md and report/report.html")
@@ -320,6 +356,11 @@ def test_report_maps_the_last_lead_scored_by_default(data, tmp_path, monkeypatch
 
 def test_report_lead_the_forecast_lacks_is_one_line(data, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
-    args = ["report", f"--forecast={data['forecast']}", f"--analysis={data['analysis']}", "--lead=P3D",
-            "--out_dir=report"]  # fmt: skip
+    args = [
+        "report",
+        f"--forecast={data['forecast']}",
+        f"--analysis={data['analysis']}",
+        "--lead=P3D",
+        "--out_dir=report",
+    ]
     run_failing(args, capsys, "has no lead time(s) 72 h (found: 0, 24, 48 h)", tmp_path)

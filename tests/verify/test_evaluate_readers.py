@@ -26,19 +26,37 @@ def test_renames_make_two_vocabularies_one(tiny_data: dict[str, Path], tmp_path:
     """Scores of renamed files equal those of the originals, variable by variable."""
     fc, an = _named(tiny_data, tmp_path)
     renamed = evaluate(
-        str(fc), str(an), leads=24, levels=500, out_dir=None,
-        reader={"rename": {"temperature": "t"}}, analysis_reader={"rename": {"ta": "t"}},
-    )  # fmt: skip
-    plain = evaluate(str(tiny_data["forecast"]), str(tiny_data["analysis"]), leads=24, levels=500,
-                     variables="t", out_dir=None)  # fmt: skip
+        str(fc),
+        str(an),
+        leads=24,
+        levels=500,
+        out_dir=None,
+        reader={"rename": {"temperature": "t"}},
+        analysis_reader={"rename": {"ta": "t"}},
+    )
+    plain = evaluate(
+        str(tiny_data["forecast"]),
+        str(tiny_data["analysis"]),
+        leads=24,
+        levels=500,
+        variables="t",
+        out_dir=None,
+    )
     pd.testing.assert_frame_equal(renamed.table, plain.table)
 
 
 def test_reader_options_from_the_command_line(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     fc, an = _named(tiny_data, tmp_path)
-    args = ["evaluate", f"--forecast={fc}", f"--analysis={an}", "--leads=24", "--levels=500",
-            "--reader={rename: {temperature: t}}", "--analysis_reader={rename: {ta: t}}",
-            f"--out_dir={tmp_path / 'out'}"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={fc}",
+        f"--analysis={an}",
+        "--leads=24",
+        "--levels=500",
+        "--reader={rename: {temperature: t}}",
+        "--analysis_reader={rename: {ta: t}}",
+        f"--out_dir={tmp_path / 'out'}",
+    ]
     done = run_cli(args, tmp_path)
     assert done.returncode == 0, done.stdout
     table = pd.read_csv(tmp_path / "out" / "scores.csv")
@@ -47,8 +65,14 @@ def test_reader_options_from_the_command_line(tiny_data: dict[str, Path], tmp_pa
 
 def test_a_rename_of_a_missing_variable_is_one_line(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     fc, an = _named(tiny_data, tmp_path)
-    args = ["evaluate", f"--forecast={fc}", f"--analysis={an}", "--leads=24",
-            "--analysis_reader={rename: {q: t}}", "--out_dir=null"]  # fmt: skip
+    args = [
+        "evaluate",
+        f"--forecast={fc}",
+        f"--analysis={an}",
+        "--leads=24",
+        "--analysis_reader={rename: {q: t}}",
+        "--out_dir=null",
+    ]
     done = run_cli(args, tmp_path)
     assert done.returncode == 1, done.stdout  # bad data (ensml.errors)
     lines = done.stdout.strip().splitlines()

@@ -23,8 +23,14 @@ from tests.verify.reference_inputs import CASE
 
 
 def _args(verb: str, data: dict[str, Path], out: Path, *extra: str) -> list[str]:
-    return [verb, f"--forecast={data['forecast']}", f"--analysis={data['analysis']}",
-            f"--oracle={data['oracle']}", f"--out_dir={out}", *extra]  # fmt: skip
+    return [
+        verb,
+        f"--forecast={data['forecast']}",
+        f"--analysis={data['analysis']}",
+        f"--oracle={data['oracle']}",
+        f"--out_dir={out}",
+        *extra,
+    ]
 
 
 def _one_line(capsys, *words: str) -> str:

@@ -91,9 +91,16 @@ def write_projected(
             **extra,
         },
         coords={**coords, "init_time": inits, "level": [500.0], "lead_time": leads[1]},
-        attrs=run_meta("MixedTask", k=3, members=(0, 1, 2), ensemble_size=members, variables=("t",),
-                       levels=(500.0,), leads=(leads[1],)),
-    )  # fmt: skip
+        attrs=run_meta(
+            "MixedTask",
+            k=3,
+            members=(0, 1, 2),
+            ensemble_size=members,
+            variables=("t",),
+            levels=(500.0,),
+            leads=(leads[1],),
+        ),
+    )
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, ds in (("forecast", forecast), ("analysis", ana), ("predictions", predictions)):
@@ -108,8 +115,14 @@ def polar(tmp_path: Path) -> dict[str, Path]:
 
 
 def _cli(command: str, data: dict[str, Path], out: Path, *extra: str) -> list[str]:
-    return [command, f"--forecast={data['forecast']}", f"--analysis={data['analysis']}", f"--out_dir={out}",
-            "--k=3", *extra]  # fmt: skip
+    return [
+        command,
+        f"--forecast={data['forecast']}",
+        f"--analysis={data['analysis']}",
+        f"--out_dir={out}",
+        "--k=3",
+        *extra,
+    ]
 
 
 def _rewrite(src: Path, dst: Path, change) -> Path:
@@ -154,8 +167,11 @@ def test_evaluate_scores_a_polar_stereographic_ensemble(polar, tmp_path, capsys)
     assert main(_cli("evaluate", polar, out, f"--predictions={polar['predictions']}")) == 0
     assert "uniform weights" not in capsys.readouterr().err  # cell areas, no uniform fallback
     table = pd.read_csv(out / "scores.csv")
-    assert set(table["forecast"]) == {"raw ensemble (6 members)", "raw subset (3 members)",
-                                      "post-processed (Gaussian)"}  # fmt: skip
+    assert set(table["forecast"]) == {
+        "raw ensemble (6 members)",
+        "raw subset (3 members)",
+        "post-processed (Gaussian)",
+    }
     # the raw-ensemble CRPS by hand, weighted by the map-factor areas of the polar-stereographic grid
     with xr.open_dataset(polar["forecast"]) as f, xr.open_dataset(polar["analysis"]) as a:
         members = f["t"].sel(lead_time=np.timedelta64(48, "h")).isel(level=0).values.astype(float)
@@ -182,11 +198,19 @@ def test_evaluate_scores_a_polar_stereographic_ensemble(polar, tmp_path, capsys)
 
 def test_report_on_a_polar_stereographic_ensemble(polar: dict[str, Path], tmp_path: Path) -> None:
     case = tmp_path / "polar_low.yaml"
-    case.write_text(yaml.safe_dump({
-        "name": "polar low", "variable": "t", "level": 500, "lead": 48,
-        "region": {"lat": [83, 90], "lon": [270, 90]}, "window": ["2020-01-03", "2020-01-09"],
-        "threshold": {"quantile": 0.8, "tail": "upper"},
-    }))  # fmt: skip
+    case.write_text(
+        yaml.safe_dump(
+            {
+                "name": "polar low",
+                "variable": "t",
+                "level": 500,
+                "lead": 48,
+                "region": {"lat": [83, 90], "lon": [270, 90]},
+                "window": ["2020-01-03", "2020-01-09"],
+                "threshold": {"quantile": 0.8, "tail": "upper"},
+            }
+        )
+    )
     out = tmp_path / "report"
     assert main(_cli("report", polar, out, f"--predictions={polar['predictions']}", f"--cases={case}")) == 0
     figures = {p.name for p in (out / "figures").iterdir()}
@@ -265,17 +289,24 @@ def test_maps_in_the_data_projection_or_from_2d_coordinates(polar: dict[str, Pat
 def test_rotated_pole_map_uses_the_rotated_frame() -> None:
     import cartopy.crs as ccrs
 
-    mapping = {"grid_mapping_name": "rotated_latitude_longitude", "grid_north_pole_latitude": 39.25,
-               "grid_north_pole_longitude": -162.0}  # fmt: skip
+    mapping = {
+        "grid_mapping_name": "rotated_latitude_longitude",
+        "grid_north_pole_latitude": 39.25,
+        "grid_north_pole_longitude": -162.0,
+    }
     rlon, rlat = np.arange(-10.0, 10.5, 1.0), np.arange(-8.0, 8.5, 1.0)
     lat, lon = geographic(mapping, rlon, rlat)
     field = xr.DataArray(
-        np.cos(np.deg2rad(lat)), dims=("rlat", "rlon"),
-        coords={"rlat": ("rlat", rlat, {"standard_name": "grid_latitude"}),
-                "rlon": ("rlon", rlon, {"standard_name": "grid_longitude"}),
-                "latitude": (("rlat", "rlon"), lat), "longitude": (("rlat", "rlon"), lon % 360),
-                "rotated_pole": xr.DataArray(np.int32(0), attrs=mapping)},
-    )  # fmt: skip
+        np.cos(np.deg2rad(lat)),
+        dims=("rlat", "rlon"),
+        coords={
+            "rlat": ("rlat", rlat, {"standard_name": "grid_latitude"}),
+            "rlon": ("rlon", rlon, {"standard_name": "grid_longitude"}),
+            "latitude": (("rlat", "rlon"), lat),
+            "longitude": (("rlat", "rlon"), lon % 360),
+            "rotated_pole": xr.DataArray(np.int32(0), attrs=mapping),
+        },
+    )
     geo = _geometry(field)
     assert isinstance(geo.crs, ccrs.RotatedPole)
     assert draw_maps([[Panel(field, "rotated", "x", "1")]]).startswith(PNG)
@@ -309,13 +340,17 @@ def _other_projection(ds: xr.Dataset) -> xr.Dataset:
         ("evaluate", "forecast", _mismatched_dims, "2-D latitude/longitude are on (nx, ny) of shape (7, 6)"),
         ("evaluate", "analysis", _nan_latitude, "2-D latitude has 1 missing (NaN) value(s), first at y=2"),
         ("evaluate", "analysis", _other_projection, "different grids: their 2-D latitude/longitude differ"),
-        ("evaluate", "analysis", lambda d: d.isel(y=slice(1, None)),
-         "different grids: projected grid (y, x) of 6 × 7 points with 2-D latitude/longitude vs"),
+        (
+            "evaluate",
+            "analysis",
+            lambda d: d.isel(y=slice(1, None)),
+            "different grids: projected grid (y, x) of 6 × 7 points with 2-D latitude/longitude vs",
+        ),
         ("evaluate", "predictions", _other_projection, "are on different grids"),
         ("report", "analysis", _other_projection, "are on different grids"),
         ("report", "forecast", _nan_latitude, "missing (NaN)"),
     ],
-)  # fmt: skip
+)
 def test_bad_grids_are_one_line_errors(polar, tmp_path, capsys, command, what, change, match) -> None:
     data = dict(polar)
     data[what] = _rewrite(polar[what], tmp_path / f"bad_{what}.nc", change)
@@ -331,8 +366,12 @@ def test_regular_against_projected_is_an_error(tiny_data, polar, tmp_path, capsy
 
 
 def test_report_refuses_automatic_cases_on_a_projected_grid(polar, tmp_path, capsys) -> None:
-    run_failing(_cli("report", polar, tmp_path / "out", "--n_extreme_cases=1"), capsys,
-                "n_extreme_cases searches latitude/longitude boxes of a regular grid", tmp_path)  # fmt: skip
+    run_failing(
+        _cli("report", polar, tmp_path / "out", "--n_extreme_cases=1"),
+        capsys,
+        "n_extreme_cases searches latitude/longitude boxes of a regular grid",
+        tmp_path,
+    )
 
 
 def test_case_finding_refuses_a_projected_grid(polar) -> None:

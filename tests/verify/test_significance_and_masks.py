@@ -50,8 +50,13 @@ def test_skill_interval_and_dm_are_those_of_the_per_init_area_means(tiny_data: d
     sub = crps_by_init(x.isel(member=slice(0, 5)), y).weighted(w).mean(["latitude", "longitude"])
     want = skill_test(sub.values, full.values, forecast_horizon(LEAD, x.init_time.values))
     assert row["skill_vs_raw_ensemble"] == pytest.approx(want.skill, rel=1e-6)
-    columns = {"skill_low": want.low, "skill_high": want.high, "dm_stat": want.dm_stat, "dm_p": want.p_value,
-               "block_length": want.block_length}  # fmt: skip
+    columns = {
+        "skill_low": want.low,
+        "skill_high": want.high,
+        "dm_stat": want.dm_stat,
+        "dm_p": want.p_value,
+        "block_length": want.block_length,
+    }
     for col, value in columns.items():
         assert row[col] == pytest.approx(value, rel=1e-5), col
     assert row["skill_low"] < row["skill_vs_raw_ensemble"] < row["skill_high"]
@@ -103,8 +108,9 @@ def test_nan_in_the_forecast_is_still_an_error(tiny_data: dict[str, Path], tmp_p
     ds["t"].loc[point] = ds["t"].loc[point].where(ds.longitude != ds.longitude[7])  # one column of NaN
     ds.to_netcdf(tmp_path / "forecast.nc")
     with pytest.raises(EnsmlError, match=r"16 NaN values in 't'.*complete fields only"):
-        evaluate(str(tmp_path / "forecast.nc"), str(tiny_data["analysis"]), leads=24, variables="t",
-                 out_dir=None)  # fmt: skip
+        evaluate(
+            str(tmp_path / "forecast.nc"), str(tiny_data["analysis"]), leads=24, variables="t", out_dir=None
+        )
 
 
 def test_the_decomposition_adds_up_to_the_crps_table(tiny_data: dict[str, Path], tmp_path: Path) -> None:
@@ -142,10 +148,17 @@ def test_missing_forecast_values_are_left_out_alike(tiny_data: dict[str, Path], 
         evaluate(
             str(tmp_path / "forecast.nc"), str(tiny_data["analysis"]), leads=24, variables="t", out_dir=None
         )
-    missing = evaluate(str(tmp_path / "forecast.nc"), str(tiny_data["analysis"]), leads=24, variables="t",
-                       out_dir=None, missing_forecast=True)  # fmt: skip
-    plain = evaluate(str(tiny_data["forecast"]), str(tmp_path / "analysis.nc"), leads=24, variables="t",
-                     out_dir=None)  # fmt: skip
+    missing = evaluate(
+        str(tmp_path / "forecast.nc"),
+        str(tiny_data["analysis"]),
+        leads=24,
+        variables="t",
+        out_dir=None,
+        missing_forecast=True,
+    )
+    plain = evaluate(
+        str(tiny_data["forecast"]), str(tmp_path / "analysis.nc"), leads=24, variables="t", out_dir=None
+    )
     cols = ["forecast", "level_hPa", "crps", "n_scored"]
     pd.testing.assert_frame_equal(missing.table[cols], plain.table[cols], rtol=1e-6)
     assert (missing.table["n_scored"] < 16 * 32 * missing.n_inits).all()

@@ -37,9 +37,14 @@ def write_forecast(folder: Path, seed: int = 0) -> Path:
     t2m = base + rng.normal(0.0, 1.5, shape)
     ds = xr.Dataset(
         {"t2m": (("init_time", "lead_time", "member", "latitude", "longitude"), t2m, {"units": "K"})},
-        coords={"init_time": INITS, "lead_time": LEADS, "member": np.arange(MEMBERS), "latitude": LAT,
-                "longitude": LON},
-    )  # fmt: skip
+        coords={
+            "init_time": INITS,
+            "lead_time": LEADS,
+            "member": np.arange(MEMBERS),
+            "latitude": LAT,
+            "longitude": LON,
+        },
+    )
     folder.mkdir(parents=True, exist_ok=True)
     ds.to_netcdf(folder / "forecast.nc")
     return folder / "forecast.nc"
@@ -49,9 +54,18 @@ def write_observations(folder: Path, seed: int = 1) -> tuple[Path, pd.DataFrame]
     """Hourly-free daily observations at the stations, some not observed (empty), one time unused."""
     rng = np.random.default_rng(seed)
     times = [*pd.date_range("2017-01-02", periods=5, freq="D"), pd.Timestamp("2017-02-01")]
-    rows = [{"station": s, "lat": la, "lon": lo, "elevation": el, "time": t.isoformat(),
-             "t2m": 280.0 - 0.5 * (la - 50) + rng.normal(0.0, 2.0)}
-            for s, (la, lo, el) in STATIONS.items() for t in times]  # fmt: skip
+    rows = [
+        {
+            "station": s,
+            "lat": la,
+            "lon": lo,
+            "elevation": el,
+            "time": t.isoformat(),
+            "t2m": 280.0 - 0.5 * (la - 50) + rng.normal(0.0, 2.0),
+        }
+        for s, (la, lo, el) in STATIONS.items()
+        for t in times
+    ]
     df = pd.DataFrame(rows)
     df.loc[[1, 6, 7, 15], "t2m"] = np.nan  # not observed
     df.to_csv(folder / "obs.csv", index=False, na_rep="")
@@ -93,15 +107,22 @@ def pairs(data: dict, method: str) -> pd.DataFrame:
                 hit = obs[(obs["station"] == s) & (obs["time"] == init + lead)]
                 if len(hit) and np.isfinite(hit["t2m"].iloc[0]):
                     members = ref.sel(station=s, init_time=init, lead_time=lead).values
-                    rows.append({"lead_h": int(lead / np.timedelta64(1, "h")), "station": s,
-                                 "obs": hit["t2m"].iloc[0], "members": members})  # fmt: skip
+                    rows.append(
+                        {
+                            "lead_h": int(lead / np.timedelta64(1, "h")),
+                            "station": s,
+                            "obs": hit["t2m"].iloc[0],
+                            "members": members,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
 @pytest.mark.parametrize("method", ["nearest", "bilinear"])
 def test_pooled_and_per_station_crps_against_properscoring(data: dict, method: str) -> None:
-    scores = evaluate(str(data["forecast"]), observations=str(data["observations"]), extraction=method,
-                      out_dir=None, k=3)  # fmt: skip
+    scores = evaluate(
+        str(data["forecast"]), observations=str(data["observations"]), extraction=method, out_dir=None, k=3
+    )
     ref = pairs(data, method)
     for lead_h, group in ref.groupby("lead_h"):
         for k, name in ((MEMBERS, f"raw ensemble ({MEMBERS} members)"), (3, "raw subset (3 members)")):
@@ -160,8 +181,10 @@ def write_height(folder: Path, kind: str) -> Path:
     """The model's surface height on the forecast grid: a geopotential (m2 s-2) or an orography (m)."""
     h = 100.0 + 50.0 * np.arange(LAT.size)[:, None] + 10.0 * np.arange(LON.size)[None, :]  # metres
     values, name, units = (h * GRAVITY, "z", "m2 s-2") if kind == "geopotential" else (h, "orog", "m")
-    ds = xr.Dataset({name: (("time", "latitude", "longitude"), values[None], {"units": units})},
-                    coords={"time": INITS[:1], "latitude": LAT, "longitude": LON})  # fmt: skip
+    ds = xr.Dataset(
+        {name: (("time", "latitude", "longitude"), values[None], {"units": units})},
+        coords={"time": INITS[:1], "latitude": LAT, "longitude": LON},
+    )
     ds.to_netcdf(folder / f"{kind}.nc")
     return folder / f"{kind}.nc"
 
@@ -171,8 +194,9 @@ def write_height(folder: Path, kind: str) -> Path:
 def test_lapse_rate_correction_closed_form(data: dict, kind: str, gamma: float) -> None:
     height = write_height(data["dir"], kind)
     plain = build_station_frame(str(data["forecast"]), str(data["observations"])).at(LEADS[1])
-    frame = build_station_frame(str(data["forecast"]), str(data["observations"]), model_height=str(height),
-                                lapse_rate=gamma)  # fmt: skip
+    frame = build_station_frame(
+        str(data["forecast"]), str(data["observations"]), model_height=str(height), lapse_rate=gamma
+    )
     corrected = frame.at(LEADS[1])
     for s, (la, lo, el) in enumerate(STATIONS.values()):
         i, j = (
@@ -261,8 +285,13 @@ def test_cli_on_the_tiny_dataset(tiny_data: dict[str, Path], tmp_path: Path, mon
     assert main(args) == 0
     out = capsys.readouterr()
     assert "CRPS at 4 stations" in out.out and "n_pairs" in out.out
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".ensml", "scores.csv", "scores.md",
-                                                                  "stations.csv", "stations.nc"]  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        ".ensml",
+        "scores.csv",
+        "scores.md",
+        "stations.csv",
+        "stations.nc",
+    ]
     table = pd.read_csv(tmp_path / "out" / "scores.csv")
     df["time"] = pd.to_datetime(df["time"])
     for lead_h in (24, 48):

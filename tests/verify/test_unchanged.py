@@ -56,9 +56,15 @@ def outputs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
     fc, an = str(tiny_data["forecast"]), str(tiny_data["analysis"])
     evaluate(fc, an, **files, cases=str(case), out_dir=str(root / "eval"))
     report(
-        fc, an, predictions=files["predictions"], oracle=files["oracle"], cases=str(case),
-        spread_predictions=files["spread_predictions"], n_storm_cases=1, out_dir=str(root / "report"),
-    )  # fmt: skip
+        fc,
+        an,
+        predictions=files["predictions"],
+        oracle=files["oracle"],
+        cases=str(case),
+        spread_predictions=files["spread_predictions"],
+        n_storm_cases=1,
+        out_dir=str(root / "report"),
+    )
     return {"eval": root / "eval", "report": root / "report", "synth": tiny_data["forecast"].parent}
 
 

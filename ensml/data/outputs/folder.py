@@ -51,8 +51,9 @@ class OutputFolder(Reservations):
         (and dropped from the ledger) rather than removed as stale.
     """
 
-    def __init__(self, root: Path, display: str, command: str, run_id: str, ledger: Ledger,
-                 whole: bool, fds: list[int]) -> None:  # fmt: skip
+    def __init__(
+        self, root: Path, display: str, command: str, run_id: str, ledger: Ledger, whole: bool, fds: list[int]
+    ) -> None:
         self.root, self.display, self.command, self.run_id = root, display, command, run_id
         self.ledger, self.whole = ledger, whole
         self.disowned: list[str] = []
@@ -62,8 +63,9 @@ class OutputFolder(Reservations):
         self.created: list[Path] = []  # the folders open() created: a failed run removes them
 
     @staticmethod
-    def check(path: str | os.PathLike[str], command: str, *, names: Iterable[str] = (),
-              shared: bool = False) -> Path:  # fmt: skip
+    def check(
+        path: str | os.PathLike[str], command: str, *, names: Iterable[str] = (), shared: bool = False
+    ) -> Path:
         """Check, without any side effect, that ``command`` may write ``path`` and ``names``.
 
         See :func:`ensml.data.outputs.check.check_out_dir` for what is refused. Returns the
@@ -72,8 +74,15 @@ class OutputFolder(Reservations):
         return check_out_dir(path, command, names=names, shared=shared)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], command: str, *, names: Iterable[str] = (),
-             shared: bool = False, whole: bool = False) -> OutputFolder:  # fmt: skip
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        command: str,
+        *,
+        names: Iterable[str] = (),
+        shared: bool = False,
+        whole: bool = False,
+    ) -> OutputFolder:
         """Check, create and lock the output folder ``path`` for a run of ``command``.
 
         In order: :meth:`check` (``names`` too); create the folder and ``.ensml``; take the
@@ -140,8 +149,9 @@ class OutputFolder(Reservations):
     def __enter__(self) -> OutputFolder:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         try:
             if kind is None and self.whole and not self._closed:
                 self.commit(remove_stale=True)
@@ -207,12 +217,14 @@ class OutputFolder(Reservations):
         key, path = self._resolve(name)
         return ownership_problem(self.ledger, self.command, key, path) is None
 
-    def _entry(self, key: str, state: str, command: str | None = None, run: str | None = None,
-               kind: str = "file") -> Entry:  # fmt: skip
+    def _entry(
+        self, key: str, state: str, command: str | None = None, run: str | None = None, kind: str = "file"
+    ) -> Entry:
         """A ledger entry for ``key``: ``done`` with the signature of what is on disk."""
         sig = signature(self.root / key) if state == "done" else {"kind": kind}
-        return Entry(command=command or self.command, state=state, run=run or self.run_id, time=utc_now(),
-                     **sig)  # fmt: skip
+        return Entry(
+            command=command or self.command, state=state, run=run or self.run_id, time=utc_now(), **sig
+        )
 
     def _log(self, changes: list[tuple[str, Entry | None]], durable: bool = True) -> None:
         try:

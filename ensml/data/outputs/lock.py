@@ -57,8 +57,13 @@ def lock_folder(state_dir: Path, command: str, run_id: str, display: str) -> int
     except OSError as err:  # e.g. ENOLCK on a file system without locks
         os.close(fd)
         raise EnsmlError(f"{command}: out_dir {display}: cannot lock {path}: {reason(err)}") from None
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": utc_now(),
-          "run": run_id}  # fmt: skip
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "started": utc_now(),
+        "run": run_id,
+    }
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode() + b"\n", 0)

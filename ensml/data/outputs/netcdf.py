@@ -179,15 +179,24 @@ def write_zarr(
     for var in out.variables:  # netCDF chunking left over from a source file is not zarr's
         out[var].encoding = {}
     with target.write(name) as tmp:
-        out.to_zarr(tmp, mode="w", encoding=enc, zarr_format=zarr_format, consolidated=zarr_format == 2,
-                    write_empty_chunks=True)  # fmt: skip
+        out.to_zarr(
+            tmp,
+            mode="w",
+            encoding=enc,
+            zarr_format=zarr_format,
+            consolidated=zarr_format == 2,
+            write_empty_chunks=True,
+        )
     return target.final(name)
 
 
 def zarr_template(
-    template: xr.Dataset, inits: np.ndarray, chunks: Mapping[str, Sequence[int]], attrs: Mapping[str, Any],
+    template: xr.Dataset,
+    inits: np.ndarray,
+    chunks: Mapping[str, Sequence[int]],
+    attrs: Mapping[str, Any],
     history: str | None,
-) -> xr.Dataset:  # fmt: skip
+) -> xr.Dataset:
     """A whole store's dataset, lazily (dask zeros), from one init's dataset ``template``.
 
     Data variables with ``init_time`` (their first dimension) are stretched to ``inits`` with
@@ -289,8 +298,13 @@ def append_netcdf_init(
     if index == 0:
         out = ds.copy(deep=False)
         out.attrs = global_attrs(attrs, history)
-        out.to_netcdf(path, engine="netcdf4", format="NETCDF4", unlimited_dims=[INIT_TIME],
-                      encoding=netcdf_encoding(ds, encoding or {}))  # fmt: skip
+        out.to_netcdf(
+            path,
+            engine="netcdf4",
+            format="NETCDF4",
+            unlimited_dims=[INIT_TIME],
+            encoding=netcdf_encoding(ds, encoding or {}),
+        )
         return
     with netCDF4.Dataset(path, "a") as nc:
         if len(nc.dimensions[INIT_TIME]) != index:

@@ -43,8 +43,9 @@ class Reservations(Writes):
         """Record ``keys`` (name → kind) as reserved by this run; create their parent folders."""
 
     @abstractmethod
-    def _entry(self, key: str, state: str, command: str | None = None, run: str | None = None,
-               kind: str = "file") -> Entry:  # fmt: skip
+    def _entry(
+        self, key: str, state: str, command: str | None = None, run: str | None = None, kind: str = "file"
+    ) -> Entry:
         """A ledger entry for ``key`` in ``state`` (``done``: with its signature from disk)."""
 
     @abstractmethod

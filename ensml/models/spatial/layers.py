@@ -136,8 +136,9 @@ class SpatialConv3d(_Windowed):
         super().__init__()
         if isinstance(conv.padding, str) or conv.padding_mode != "zeros":
             raise NotImplementedError("SpatialConv3d supports numeric zero padding only")
-        self._setup(grid, conv.kernel_size, conv.stride, conv.dilation, padding or conv.padding,
-                    periodic_lon, label)  # fmt: skip
+        self._setup(
+            grid, conv.kernel_size, conv.stride, conv.dilation, padding or conv.padding, periodic_lon, label
+        )
         self.groups = conv.groups
         self.weight = conv.weight
         self.bias = conv.bias
