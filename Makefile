@@ -45,7 +45,7 @@ check: env
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=10 -m "not slow and not distributed" tests
 
-# The documentation site: the README's sections as guides, both notebooks executed and rendered with
+# The documentation site: the guides (docs/guide), the notebooks executed and rendered with
 # their outputs, the command-line and API references generated; warnings are errors (about 1 min).
 # Open docs/_build/html/index.html.
 docs: env

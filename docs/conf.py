@@ -1,7 +1,7 @@
 """Sphinx configuration of the ensml documentation site.
 
-Build it with ``make docs`` (warnings are errors): the user guide is the README's sections
-(``guide/*.md``, pulled in by MyST's ``{include}``, see ``_ext/readme_include.py``), the notebooks
+Build it with ``make docs`` (warnings are errors): the user guide is ``guide/*.md`` (the home page
+and the Quickstart include the README's opening and the demo's tables), the notebooks
 are executed at build time (myst-nb) and rendered with their outputs, the command-line reference is
 generated from ensml's parsers (``_ext/cli_reference.py``) and the API reference from the
 docstrings (autosummary + napoleon, numpy style). Nothing is downloaded: no intersphinx.
@@ -31,7 +31,6 @@ extensions = [
     "sphinx.ext.viewcode",
     "api_reference",
     "cli_reference",
-    "readme_include",
     # MathJax from the package's own copy, served from _static/mathjax: formulas render offline
     # (Sphinx's default loads it from a CDN, so a site read without network shows raw LaTeX).
     "sphinx-mathjax-offline",
@@ -41,8 +40,8 @@ templates_path = ["_templates"]
 exclude_patterns = ["_build", "_templates", "_ext", "**/.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
 
 # -- MyST ------------------------------------------------------------------------------------------
-# Anchors for headings down to level 3, so the README's links to its own sections resolve on the
-# guide pages (the hook in _ext/readme_include.py points them at the page holding the section).
+# Anchors for headings down to level 3, so the guides' links to each other's sections
+# (``evaluation.md#verifying-against-stations``) resolve.
 myst_heading_anchors = 3
 
 # -- Notebooks (myst-nb) -----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Every benchmark script starts the way the README runs it (``python benchmarks/<name>.py``).
+"""Every benchmark script starts the way the guides run it (``python benchmarks/<name>.py``).
 
 Run as a script, a benchmark's folder comes first on ``sys.path``, so a script named after a
 package it imports shadows that package (``benchmarks/distributed.py`` hid dask's
@@ -29,7 +29,7 @@ def test_no_script_is_named_after_a_package_it_could_shadow() -> None:
 
 @pytest.mark.slow  # a Python process per script (about 5 s each)
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_script_help_runs_as_the_readme_runs_it(script: str) -> None:
+def test_script_help_runs_as_the_guides_run_it(script: str) -> None:
     run = subprocess.run(
         [sys.executable, f"benchmarks/{script}", "--help"],
         cwd=ROOT,

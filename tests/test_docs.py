@@ -81,29 +81,45 @@ def test_pages_exist(site: Path) -> None:
     assert not missing
 
 
-def test_guides_cover_every_readme_section(site: Path) -> None:
+def _first_lines(text: str) -> list[tuple[str, str]]:
+    """(heading, first prose line under it) for the page title and each ``##`` section of a guide."""
+    found, heading = [], None
+    for line in re.sub(r"^```.*?^```", "", text, flags=re.S | re.M).splitlines():
+        if re.match(r"#{1,2} ", line):
+            heading = line
+        elif heading and re.match(r"[A-Za-z]", line) and "{" not in line:
+            found.append((heading, line))
+            heading = None
+    return found
+
+
+def test_every_guide_is_on_the_site(site: Path) -> None:
+    """The guides own the manual: each page title's and each section's first prose line is on its
+    page, and the README's opening and the demo's tables are on the pages that include them."""
+    for guide in sorted((DOCS / "guide").glob("*.md")):
+        text = _text(site / f"guide/{guide.stem}.html")
+        page = _words(text.translate(str.maketrans("‘’“”", "''\"\"")))  # Sphinx's smart quotes
+        lines = _first_lines(guide.read_text(encoding="utf-8"))
+        assert lines, guide.name
+        for heading, line in lines:
+            line = re.sub(r"\]\([^)]*\)", "]", line)  # a link's text is shown, not its target
+            assert _words(line)[:40] in page, (guide.name, heading)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    sections = [
-        line[3:]
-        for line in re.sub(r"```.*?```", "", readme, flags=re.S).splitlines()
-        if line.startswith("## ")
-    ]
-    included = {}
-    for page in (DOCS / "guide").glob("*.md"):
-        for marker in re.findall(r'^:start-after: "## (.+)"$', page.read_text(encoding="utf-8"), re.M):
-            included[marker] = page.stem
-    assert sections and [s for s in sections if s not in included] == []
-    # the section's text is on its page: the first prose line after its heading
-    for section, stem in included.items():
-        body = readme.split(f"## {section}\n", 1)[1]
-        first = next(line for line in body.splitlines() if re.match(r"[A-Za-z]", line))
-        assert _words(first)[:40] in _words(_text(site / f"guide/{stem}.html")), section
+    opening = next(line for line in readme.splitlines() if re.match(r"[A-Za-z]", line))
+    assert _words(opening) in _words(_text(site / "index.html"))
+    quickstart = (site / "guide/quickstart.html").read_text(encoding="utf-8")
+    assert "<strong>post-processed from 5 members</strong>" in quickstart
+    assert "spread model from 5 members: RMSE, corr" in _text(site / "guide/quickstart.html")
 
 
-def test_readme_links_point_at_the_guide_pages(site: Path) -> None:
+def test_guides_link_each_other(site: Path) -> None:
     page = (site / "guide/quickstart.html").read_text(encoding="utf-8")
-    assert 'href="postprocess.html"' in page  # README: [Post-process a forecast archive](#post-process-…)
-    assert "<h2>Manual route" in page  # README's ### subsections are the page's second level
+    assert 'href="postprocess.html"' in page  # [Post-process a forecast archive](postprocess.md)
+    assert "<h2>Manual route" in page  # a guide's ## sections are the page's second level
+    models = (site / "guide/models.html").read_text(encoding="utf-8")
+    assert 'href="memory.html"' in models  # [Training beyond memory](memory.md)
+    data = (site / "guide/data.html").read_text(encoding="utf-8")
+    assert 'href="evaluation.html#verifying-against-stations"' in data  # a section of another page
 
 
 @pytest.mark.parametrize(

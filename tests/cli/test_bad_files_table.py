@@ -2,7 +2,7 @@
 
 Each row runs ``ensml ARGS`` in a fresh working folder (where every output goes) and checks the
 message names what is wrong, the exit status, and that no file or folder appeared or changed.
-The README's reliability section lists these cases.
+The Reliability guide (``docs/guide/reliability.md``) lists these cases.
 """
 
 from __future__ import annotations

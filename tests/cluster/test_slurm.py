@@ -115,7 +115,7 @@ def test_job_cancelled_mid_run_stops_the_run_and_a_rerun_finishes(
 
 @pytest.mark.timeout(90, func_only=True)  # the fixtures start SLURM and fit a model first
 def test_a_rejected_job_script_is_one_line(slurm, fitted, archive_dir, tiny_data, tmp_path):
-    # the README's GPU example, on a node without GPUs
+    # the cluster guide's GPU example, on a node without GPUs
     args = _args(
         fitted, archive_dir, tmp_path / "out", tiny_data, "--jobqueue.job_extra_directives=[--gres=gpu:1]"
     )

@@ -141,7 +141,7 @@ def test_checkpoint_from_another_model(fitted: Path, tiny_data, monkeypatch, cap
 
 @pytest.mark.parametrize("name", ["default", "ablation", "physics"])
 def test_shipped_configs_build_every_model(name: str, tiny_data: dict[str, Path]) -> None:
-    """The README's benchmark configs parse and each of their models builds (no training)."""
+    """The benchmark guide's configs parse and each of their models builds (no training)."""
     from jsonargparse import ArgumentParser
 
     from ensml.data.datamodule import EnsembleDataModule

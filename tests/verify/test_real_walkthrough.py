@@ -1,6 +1,7 @@
-"""The README's "Walkthrough: real GRIB files" (Bring your own ensemble), run as written on the real
-sample files in ../shared/data/real: the same inputs (written under tmp_path, never next to the
-read-only data), the same ``ensml evaluate`` commands, and the numbers the README quotes.
+"""The Data guide's "Walkthrough: real GRIB files" (``docs/guide/data.md``, Bring your own
+ensemble), run as written on the real sample files in ../shared/data/real: the same inputs
+(written under tmp_path, never next to the read-only data), the same ``ensml evaluate`` commands,
+and the numbers the guide quotes.
 
 The GRIB files are read as they are: a GRIB analysis (its ``step`` of 0 or its one valid time),
 a deterministic forecast (no member dimension: an ensemble of one), a netCDF forecast whose init
@@ -36,7 +37,7 @@ def grib(real: Path, path: str, **keys: object) -> xr.Dataset:
 
 
 def prepare(real: Path, out: Path) -> None:
-    """The README's script: the ENS control, the ERA5 EDA split and masked, the IFS run, stations."""
+    """The guide's script: the ENS control, the ERA5 EDA split and masked, the IFS run, stations."""
     (out / "ens_50").symlink_to(real / "earthkit-data" / "ens_50.grib")  # GRIB without a suffix
     eda = grib(real, "cfgrib/era5-levels-members.grib")
     eda.sel(number=slice(1, 9)).to_netcdf(out / "eda_members1-9.nc")
@@ -160,7 +161,7 @@ def test_a_deterministic_grib_run_against_grib_analyses(tmp_path: Path, real_dat
     assert main([*args, "--k", "1", "--out_dir", str(tmp_path / "o")]) == 0
     row = scores(tmp_path / "o").loc[("msl", "raw ensemble (1 member)")]
     assert row["lead_h"] == 120 and row["n_scored"] == 7 * 12  # the 10° grid, one valid time
-    assert row["crps"] == pytest.approx(176.8, abs=0.05)  # the README's walkthrough
+    assert row["crps"] == pytest.approx(176.8, abs=0.05)  # the guide's walkthrough
     fc = grib(real_data, "metview-python/ds/oper/msl_sfc.grib").msl.isel(step=1)
     an = grib(real_data, "metview-python/ds/an/msl_sfc.grib").msl.sel(time=fc.valid_time.values)
     w = np.cos(np.deg2rad(fc.latitude))  # cell areas of a regular grid away from the poles
