@@ -1,4 +1,5 @@
-# ensml: the two Quickstart commands (`make demo`, `make test`) and their set-up.
+# ensml: the two Quickstart commands (`make demo`, `make test`), the fast tier (`make check`) and
+# their set-up.
 # Each target creates the virtual environment on first use. torch is installed first, pinned to
 # the CPU build that this environment's pip serves locally (TORCH_SPEC): an unpinned torch would
 # pull a multi-GB CUDA build. Elsewhere, e.g.:
@@ -38,9 +39,11 @@ test: env
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests
 
-# The fast tier for everyday work: everything but the tests marked slow (the docs build and its
-# notebooks, killed-and-resumed training, torch.compile, whole benchmarks) or distributed (process
-# groups, dask and SLURM clusters). `make test` (the full suite, what CI runs) stays the gate.
+# The fast tier for everyday work (a few minutes on 2 cores once numba's kernels are compiled and
+# cached, which the first run in a checkout does): everything but the tests marked slow (the docs
+# build and its notebooks, killed-and-resumed training, torch.compile, whole benchmarks, end-to-end
+# runs of the verbs, a process per case, anything longer than a few seconds) or distributed
+# (process groups, dask and SLURM clusters). `make test` (the full suite, what CI runs) stays the gate.
 check: env
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=10 -m "not slow and not distributed" tests

@@ -2,23 +2,27 @@
 
 The contracts live in ``pyproject.toml`` (``[tool.importlinter]``); import-linter builds the
 import graph of ``ensml`` and fails on any import that goes up a layer or across independent
-siblings, and on a reader in ``data/layouts`` importing the entry point above it.
+siblings, and on a reader in ``data/layouts`` importing the entry point above it. The same graph
+(grimp's, static: well under a second) keeps the page's spines true, and a scan of the sources
+keeps its "only here" statements true.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
-import sys
-from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from types import FrameType
 
-import dask
+import grimp
 import pytest
 
-from tests.conftest import SMOKE, tiny_data_args
-
 REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "ensml"
+PAGE = REPO / "docs" / "architecture.md"
+#: A path the page names in backquotes: a module (``data/open.py``, ``cli/main.py:VERBS``) or a
+#: folder (``data/layouts/``), relative to the package or to the repository.
+PATH = re.compile(r"`([a-z_][\w/.-]*(?:\.py|/))(?::\w+)?`")
 
 
 def test_import_layers_hold(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
@@ -31,119 +35,81 @@ def test_import_layers_hold(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     assert "BROKEN" not in out and out.count("KEPT") >= 2
 
 
-# -- The spines: which ensml modules a sample crosses (docs/architecture.md, "The spines") -----------
-# Counted: every ensml module on the call stack when xarray opens or reads a file, a network runs
-# or a score is computed. Not counted: the bottom layer that every room uses (vocabulary, times,
-# run metadata, errors, progress) and the verb's command-line front. A package of readers, networks,
-# scores or output files counts once, as the page lists it.
-SHARED = (
-    "ensml.names",
-    "ensml.times",
-    "ensml.predictions",
-    "ensml.errors",
-    "ensml.progress",
-    "ensml.logs",
-    "ensml.provenance",
-    "ensml.compat",
-    "ensml.cli.",
-)
-FRONT = {"fit": ("ensml.train.lightning_cli",)}
-GROUPS = ("ensml.data.layouts", "ensml.data.outputs", "ensml.models", "ensml.scores")
-READS = {"open_dataset", "open_mfdataset", "open_zarr", "__getitem__", "_getitem"}
-LIMIT = 8
-#: evaluate's spine since the predictive families (docs/architecture.md, "ensml evaluate").
-EVALUATE_LIMIT = 11
-#: evaluate's steps a run of Gaussian variables without predictions does not take.
-EVALUATE_OPTIONAL = {"ensml.data.runfiles", "ensml.verify.events", "ensml.verify.event_tables"}
-#: fit's start-up: the data module's checks of the files and the normalisation statistics.
-STARTUP = {"ensml.data.datamodule", "ensml.data.stats"}
+def test_every_path_the_page_names_exists() -> None:
+    """A renamed or removed module makes the page wrong; say so here, not to the next reader."""
+    paths = set(PATH.findall(PAGE.read_text(encoding="utf-8")))
+    missing = sorted(p for p in paths if not (PACKAGE / p).exists() and not (REPO / p).exists())
+    assert not missing, missing
 
 
-def _step(module: str) -> str:
-    """The spine step a module belongs to: its package group, or itself."""
-    return next((g for g in GROUPS if module == g or module.startswith(g + ".")), module)
+# -- The spines: the files a reader enters from the command line to the files on disk -------------
+# docs/architecture.md, "The spines": each verb's numbered list starts at the verb's module in
+# cli/ (cli/main.py:VERBS) and every file after it is entered from one listed above it (or in the
+# same step): it imports it, or names it as its library function (a cli module's COMMANDS).
+#: The verbs whose spine the page must describe.
+SPINES = ("evaluate", "fit", "postprocess")
 
 
-def _documented_spine(verb: str) -> set[str]:
-    """The steps docs/architecture.md lists for ``ensml <verb>`` (after its command-line front)."""
-    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+@cache
+def _imports() -> dict[str, set[str]]:
+    """Every ensml module and the ensml modules it imports anywhere in its source (or runs by name)."""
+    graph = grimp.build_graph("ensml", cache_dir=None)
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    for module in (m for m in graph.modules if m.startswith("ensml.cli.")):
+        commands = getattr(importlib.import_module(module), "COMMANDS", {})  # light: no torch here
+        edges[module] |= {target.split(":")[0] for target in commands.values()}
+    return edges
+
+
+def _modules(path: str) -> set[str]:
+    """The modules a step's path stands for: one module, or every module of a package folder."""
+    name = "ensml." + path.removesuffix(".py").removesuffix("/").replace("/", ".")
+    return {m for m in _imports() if m == name or (path.endswith("/") and m.startswith(name + "."))}
+
+
+def _spine(verb: str) -> list[list[str]]:
+    """The paths of each numbered step under ``**`ensml <verb>`**`` on the page."""
+    page = PAGE.read_text(encoding="utf-8")
+    assert f"**`ensml {verb}`**" in page, f"docs/architecture.md describes no spine of `ensml {verb}`"
     block = page.split(f"**`ensml {verb}`**", 1)[1].split("\n\n", 2)[1]
-    paths = re.findall(r"`([a-z_/]+(?:\.py|/))`", block)
-    steps = {_step("ensml." + p.removesuffix(".py").removesuffix("/").replace("/", ".")) for p in paths}
-    return {s for s in steps if not s.startswith(SHARED + FRONT.get(verb, ()))}
+    items = re.split(r"^\d+\. ", block, flags=re.MULTILINE)[1:]
+    return [PATH.findall(item) for item in items]
 
 
-def _traced_events(run: Callable[[], object], verb: str) -> set[frozenset[str]]:
-    """The steps on the stack whenever xarray opens or reads a file, a network runs or a score is computed."""
-    skip = SHARED + FRONT.get(verb, ())
-    seen: set[frozenset[str]] = set()
+@pytest.mark.parametrize("verb", SPINES)
+def test_spine_is_the_way_through_the_imports(verb: str) -> None:
+    from ensml.cli.main import VERBS
 
-    def on_call(frame: FrameType, event: str, arg: object) -> None:  # a global trace: calls only
-        module, code = frame.f_globals.get("__name__", ""), frame.f_code.co_name
-        reading = module.startswith("xarray.backends") and code in READS
-        network = module.startswith("ensml.models") and code == "forward"
-        computing = network or module.startswith("ensml.scores")
-        if not (reading or computing):
-            return
-        names, outer = [], frame  # the stack's modules (inspect.getouterframes reads every source file)
-        while outer is not None:
-            names.append(outer.f_globals.get("__name__", ""))
-            if outer.f_code.co_name == "<module>" and names[-1].startswith("ensml."):
-                return  # a module being imported (a lazy import in a verb), not a sample on its way
-            outer = outer.f_back
-        steps = {_step(n) for n in names if n.startswith("ensml.") and not n.startswith(skip)}
-        if steps - {_step(module)}:  # called by another ensml module: a sample on its way, not an import
-            seen.add(frozenset(steps))
-
-    with dask.config.set(scheduler="synchronous"):
-        sys.settrace(on_call)
-        try:
-            run()
-        finally:
-            sys.settrace(None)
-    return seen
+    steps = _spine(verb)
+    assert steps and steps[0][0] == f"cli/{VERBS[verb]}.py", steps[:1]
+    entered: set[str] = set()
+    for step in steps:
+        for path in step:
+            modules = _modules(path)
+            assert modules, f"`ensml {verb}`: {path} is no module or package of ensml"
+            others = set().union(*(_modules(p) for p in step if p != path))
+            if entered:
+                importers = entered | others
+                assert any(_imports()[m] & modules for m in importers), (
+                    f"`ensml {verb}`: nothing above {path} enters it"
+                )
+        entered |= set().union(*(_modules(p) for p in step))
 
 
-def _traced_spine(run: Callable[[], object], verb: str) -> set[str]:
-    """Every step of :func:`_traced_events`."""
-    return set().union(*_traced_events(run, verb))
+# -- "Only here" statements (docs/architecture.md, "Facts written once") -----------------------
 
 
-def test_fit_spine_is_the_documented_one(tiny_data: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
-    from ensml.cli.main import main
-
-    monkeypatch.chdir(tmp_path)
-    short = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1"]
-    args = ["fit", "--config", SMOKE, *tiny_data_args(tiny_data), *short]
-    events = _traced_events(lambda: main(args), "fit")
-    # Before training, the data module checks the files and computes the normalisation statistics:
-    # the same reader, once; a sample's own way (the training and validation steps) is the rest.
-    start_up = {s for s in events if STARTUP & s}
-    samples = set().union(*(events - start_up))
-    assert samples == _documented_spine("fit") and len(samples) <= LIMIT, sorted(samples)
-    assert set().union(*start_up) <= STARTUP | {"ensml.data.open", "ensml.data.layouts"}, start_up
-
-
-def test_evaluate_spine_is_at_most_eight_documented_modules(
-    tiny_data: dict[str, Path], tmp_path: Path
-) -> None:
-    from ensml.cli.main import main
-
-    documented = _documented_spine("evaluate")
-    args = [
-        "evaluate",
-        f"--forecast={tiny_data['forecast']}",
-        f"--analysis={tiny_data['analysis']}",
-        f"--oracle={tiny_data['oracle']}",
-        f"--out_dir={tmp_path / 'eval'}",
-    ]
-    traced = _traced_spine(lambda: main(args), "evaluate")
-    # The run files' metadata (data/runfiles.py) is read only with --predictions, the threshold
-    # scores (verify/events.py) only for a bounded variable; the rest always.
-    assert documented - traced <= EVALUATE_OPTIONAL, (sorted(traced), sorted(documented))
-    # Eleven with the families, more than the eight of the other verbs: docs/architecture.md says
-    # which steps came with them and which could go.
-    assert traced <= documented and len(documented) <= EVALUATE_LIMIT
+def _lines(pattern: str, skip: tuple[str, ...]) -> dict[str, int]:
+    """How many lines of each ensml source outside ``skip`` (paths or folders) match ``pattern``."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(skip):
+            continue
+        hits = [line for line in path.read_text(encoding="utf-8").splitlines() if re.search(pattern, line)]
+        if hits:
+            found[rel] = len(hits)
+    return found
 
 
 #: Where a number of hours may still be written by hand outside ensml/times.py, and why: wall-clock
@@ -153,15 +119,29 @@ HOURS_BY_HAND = {"progress.py": 1, "data/physics/generate.py": 1, "verify/casefi
 
 
 def test_nothing_but_times_converts_hours() -> None:
-    """docs/architecture.md: lead times are timedelta64[ns] inside; hours only through times.py."""
-    package = Path(__file__).parents[1] / "ensml"
-    pattern = re.compile(r"timedelta64\(1,\s*['\"]h['\"]\)|timedelta64\[h\]|\b3600(?:e9)?\b")
-    found = {}
-    for path in sorted(package.rglob("*.py")):
-        rel = path.relative_to(package).as_posix()
-        if rel == "times.py":
-            continue
-        hits = [line for line in path.read_text().splitlines() if pattern.search(line)]
-        if hits:
-            found[rel] = len(hits)
-    assert found == HOURS_BY_HAND, found
+    """Lead times are timedelta64[ns] inside; hours only through times.py."""
+    pattern = r"timedelta64\(1,\s*['\"]h['\"]\)|timedelta64\[h\]|\b3600(?:e9)?\b"
+    assert _lines(pattern, ("times.py",)) == HOURS_BY_HAND
+
+
+def test_nothing_but_the_output_module_writes_a_dataset_or_removes_a_tree() -> None:
+    """Every output file goes through data/outputs/ (its staging, its ledger)."""
+    assert _lines(r"\.to_netcdf\(|\.to_zarr\(|rmtree\(", ("data/outputs/",)) == {}
+
+
+#: Where torch.load runs outside the one checkpoint reader, and why: ``ensml prune``'s record of its
+#: own pruning, read back from a checkpoint that it wrote.
+LOADS_BY_HAND = {"experiments/prune.py": 1}
+
+
+def test_one_function_reads_checkpoints() -> None:
+    """``train/checkpoint_file.py:read_checkpoint`` is the checkpoint reader of every verb."""
+    assert _lines(r"torch\.load\(", ("train/checkpoint_file.py",)) == LOADS_BY_HAND
+
+
+def test_networks_and_scores_never_import_lightning() -> None:
+    graph = grimp.build_graph("ensml", cache_dir=None, include_external_packages=True)
+    rooms = [m for m in graph.modules if m.startswith(("ensml.models", "ensml.scores"))]
+    lightning = {"lightning", "pytorch_lightning", "lightning_fabric"}
+    found = {m: graph.find_modules_directly_imported_by(m) & lightning for m in rooms}
+    assert not {m: sorted(s) for m, s in found.items() if s}

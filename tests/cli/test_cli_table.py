@@ -797,6 +797,7 @@ def test_bad_option_is_one_line_and_harmless(
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("row", SUBPROCESS_ROWS, ids=[row[0] for row in SUBPROCESS_ROWS])
+@pytest.mark.slow  # a Python process per row
 def test_bad_option_in_a_process(row: Row, inputs: dict[str, str], tmp_path: Path) -> None:
     _sandbox(tmp_path)
     roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))

@@ -16,6 +16,7 @@ REGENERATE = "run `python -m ensml.cli.help_store` and commit ensml/cli/help_sto
 
 
 @pytest.mark.parametrize("words", every_command())
+@pytest.mark.slow  # builds every verb's parser
 def test_stored_help_is_what_the_parser_prints(words: str) -> None:
     live = render(words)
     usage = live.splitlines()[0].split()

@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 import xarray as xr
 
 from tests.cli.process import finish, start_cli
@@ -27,6 +28,7 @@ def _both(args: list[str], work: Path) -> None:
     assert not left, f"temporaries were left behind: {left}"
 
 
+@pytest.mark.slow  # two processes
 def test_a_second_predict_into_the_same_folder_is_refused_while_the_first_runs(
     tiny_data, fitted, tmp_path: Path
 ) -> None:

@@ -265,6 +265,7 @@ def test_archive_killed_then_rerun(tiny_data, tmp_path) -> None:
     assert sorted(ledger(out)) == [n for n in mine(out) if n.endswith(".nc")]  # not the user's notes
 
 
+@pytest.mark.slow  # killed and rerun
 def test_synth_killed_mid_write_then_rerun(tmp_path) -> None:
     out = tmp_path / "synth"
     args = ["data", "synth", f"--out_dir={out}", "--n_lat=16", "--n_lon=32"]

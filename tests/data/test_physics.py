@@ -198,6 +198,7 @@ def test_the_analysis_is_the_cores_truth_state(tiny) -> None:
         np.testing.assert_allclose(first[name].values, values[0], rtol=1e-6, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow  # generates the data twice
 def test_same_seed_same_data_whatever_the_workers(tiny, tmp_path) -> None:
     out = tmp_path / "again"
     args = [*TINY[:-1], "2"]  # two worker processes instead of none

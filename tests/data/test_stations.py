@@ -189,6 +189,7 @@ def test_a_bad_station_file_is_one_line_and_harmless(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # a process per file
 def test_bad_station_files_in_a_process(forecast: str, tmp_path: Path) -> None:
     """The console entry point: exit status 1 and one line, no traceback, nothing written."""
     for case in ("time not a time", "no station on the grid"):

@@ -128,6 +128,7 @@ def by_hand(data_dir: Path) -> dict[str, float]:
     return {"ssr": ssr, "flatness": flat, "pit_flatness": np.mean(np.abs(pit_counts / pit_counts.mean() - 1))}
 
 
+@pytest.mark.slow  # a whole benchmark
 def test_physics_benchmark_end_to_end(physics_generator, tmp_path: Path) -> None:
     data_dir, out = tmp_path / "physics", tmp_path / "out"
     assert main(physics_args(data_dir, out)) == 0

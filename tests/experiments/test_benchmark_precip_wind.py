@@ -50,6 +50,7 @@ def precip_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow  # a whole benchmark (module fixture)
 def test_rows_columns_and_families(precip_run: Path) -> None:
     out = precip_run / "out"
     table = pd.read_csv(out / "benchmark.csv")
@@ -119,6 +120,7 @@ def test_rows_columns_and_families(precip_run: Path) -> None:
     assert "tp > 10 kg m-2" in targets[2] and "## Reliability at 48 h" in text
 
 
+@pytest.mark.slow  # a whole benchmark (module fixture)
 def test_pressure_level_rows_as_without_precipitation(precip_run: Path) -> None:
     """The z rows of the raw ensembles, the oracle and the right-family local EMOS (Gaussian for
     z, fitted on z alone) are those of a benchmark of z alone on the same data."""
@@ -255,6 +257,7 @@ def test_deviations_and_verdicts() -> None:
     assert lines[2].startswith("MET: ") and "max deviation 0.040 over 500 cases" in lines[2]
 
 
+@pytest.mark.slow  # a whole benchmark (module fixture)
 def test_precip_wind_config_builds_every_model(precip_run: Path) -> None:
     """configs/benchmark/precip_wind.yaml parses (EMOS entries with families), and each of its
     networks builds on precipitation data in the family it names (no training)."""

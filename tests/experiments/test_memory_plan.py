@@ -52,6 +52,7 @@ def test_plan_prints_every_policy_and_writes_the_config(config, tmp_path, capsys
     assert yaml.safe_load(written)["data"]["forecast"].endswith("forecast.nc")
 
 
+@pytest.mark.slow  # measures every memory policy
 def test_nothing_fits_is_an_error_and_nothing_is_written(config, tmp_path, capsys) -> None:
     before = _tree(tmp_path)
     args = ["plan-memory", "--config", str(config), "--memory_budget", "1KiB", "--steps", "1"]

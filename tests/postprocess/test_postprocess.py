@@ -229,18 +229,3 @@ def test_zarr_store_holds_the_same_products(
     assert main(args) == 0  # a rerun finds every region current and rewrites none
     again = pd.read_json(tmp_path / "manifest.jsonl", lines=True)
     assert (again["finished"] == first["finished"]).all()
-
-
-def test_postprocess_spine_is_the_documented_one(
-    checkpoints, archive_dir: Path, tiny_data, tmp_path: Path
-) -> None:
-    """The spine docs/architecture.md lists for postprocess, traced on one file (see test_architecture)."""
-    from tests.test_architecture import LIMIT, _documented_spine, _traced_spine
-
-    first = sorted(archive_dir.glob("*.nc"))[0]
-    args = pp_args(
-        [checkpoints["mixed48"]], first, tmp_path / "out", THRESHOLDS, analysis=tiny_data["analysis"]
-    )
-    traced = _traced_spine(lambda: main(args), "postprocess")
-    # One step more than the others: the predictive family (docs/architecture.md says why).
-    assert traced == _documented_spine("postprocess") and len(traced) <= LIMIT + 1, sorted(traced)

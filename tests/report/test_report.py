@@ -32,6 +32,7 @@ def report_args(data: dict[str, Path], out: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # report end to end
 def test_report_with_predictions_and_cases(fitted, tiny_data, tmp_path, capsys) -> None:
     # away from the test period's stored storm, which n_storm_cases adds (a repeat would be skipped)
     case = write_case(tmp_path / "storm.yaml", region={"lat": [-35, 0], "lon": [340, 20]})
@@ -63,6 +64,7 @@ def test_report_with_predictions_and_cases(fitted, tiny_data, tmp_path, capsys) 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary folder left"
 
 
+@pytest.mark.slow  # report end to end
 def test_report_replaces_old_report(tiny_data, tmp_path) -> None:
     out = tmp_path / "report"
     assert main(report_args(tiny_data, out)) == 0
@@ -154,6 +156,7 @@ def test_markdown_table_with_missing_values() -> None:
     assert md.splitlines()[3] == "|  |  |  |"
 
 
+@pytest.mark.slow  # report end to end
 def test_points_that_never_vary_are_left_out_of_the_reliability_not_infinite(tiny_data, tmp_path) -> None:
     """An analysis constant at some points all month (no rain) has a climatological std of 0:
     the report leaves those points out of the standardised anomalies instead of failing on Inf."""

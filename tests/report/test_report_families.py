@@ -124,6 +124,7 @@ def _row(table: pd.DataFrame, var: str, forecast: str) -> pd.Series:
 
 
 @pytest.mark.parametrize("source", ["predictions", "oracle"])
+@pytest.mark.slow  # report end to end (module fixtures)
 def test_scores_by_lead_in_each_family(inputs, by_lead, source: str) -> None:
     table = by_lead[0]
     ds, y, weights = _fields(inputs, source)
@@ -152,6 +153,7 @@ def test_scores_by_lead_in_each_family(inputs, by_lead, source: str) -> None:
         np.testing.assert_allclose(row["ssr"], row["spread"] / row["rmse"], rtol=1e-12)
 
 
+@pytest.mark.slow  # report end to end (module fixtures)
 def test_normal_rows_are_those_of_the_gaussian(inputs, by_lead) -> None:
     """t2m (normal) is scored as before the families: the closed-form Gaussian CRPS of mean/std."""
     ds, y, _ = _fields(inputs, "predictions")
@@ -163,6 +165,7 @@ def test_normal_rows_are_those_of_the_gaussian(inputs, by_lead) -> None:
     np.testing.assert_allclose(row["crps"], float(before), rtol=1e-12)
 
 
+@pytest.mark.slow  # report end to end (module fixtures)
 def test_reliability_of_the_bounded_variables_at_evaluates_thresholds(inputs, by_lead) -> None:
     _, _, rel, events = by_lead
     assert {var for _, var, _ in rel} == {"t2m"}  # the climatological event: the unbounded ones
@@ -194,6 +197,7 @@ def test_reliability_of_the_bounded_variables_at_evaluates_thresholds(inputs, by
         )
 
 
+@pytest.mark.slow  # report end to end (module fixtures)
 def test_report_names_and_draws_the_families(written: Path) -> None:
     md = (written / "report.md").read_text()
     labels = ["post-processed (csg0)", "oracle (truncnormal)", "post-processed (Gaussian)"]
@@ -213,6 +217,7 @@ def test_report_names_and_draws_the_families(written: Path) -> None:
     assert html.count("data:image/png;base64,") == len(figures)
 
 
+@pytest.mark.slow  # report end to end (module fixtures)
 def test_surface_case_scores_each_family(inputs) -> None:
     wet = case_from_dict(WET)
     assert wet.level is None and "level" not in wet.to_dict()

@@ -146,6 +146,7 @@ def test_missing_slices_are_nan_not_zero(ens):
     assert np.isnan(r.hit_rate[1]).all() and np.isfinite(r.false_alarm_rate[1]).all()
 
 
+@pytest.mark.slow  # a dask graph per score
 def test_dask_equals_numpy(ens):
     fc, obs = ens
     lazy_f, lazy_o = fc.chunk({"b": 100}), obs.chunk({"a": 3})

@@ -1,6 +1,6 @@
 """CRPS kernel paths: whole-register sorts, register groups (8/16 members), layouts, NaN points.
 
-An infinite member or observation is an error (tests/eval/test_nan_policy.py).
+An infinite member or observation is an error (tests/scores/test_nan_policy.py).
 """
 
 from __future__ import annotations

@@ -369,6 +369,7 @@ def test_dask_inf_raises_at_compute(score):
 @pytest.mark.parametrize("m", [3, 10, 20, 50, 100])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("fair", [False, True])
+@pytest.mark.slow  # 20 cases of big blocks
 def test_crps_kernel_inf_in_big_blocks(m, dtype, fair):
     rng = np.random.default_rng(m)
     fc = (5.5e4 + 300 * rng.standard_normal((5000, m))).astype(dtype)

@@ -68,6 +68,7 @@ def test_emos_refuses_data_outside_the_support_and_bqn() -> None:
         fit_emos(*t, family="bqn")
 
 
+@pytest.mark.slow  # a local EMOS fit per point
 def test_local_csg0_emos_stays_finite_where_it_never_rains() -> None:
     """Points that are always dry drive a local csg0 fit's mean far below zero; its softplus
     underflowed in float32 and the fit went NaN (or L-BFGS overflowed) before the moments had a

@@ -28,6 +28,7 @@ def _tree(root: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # two training runs
 def test_fit_with_recomputed_and_swapped_levels_trains_the_same_weights(tiny_data, tmp_path, monkeypatch):
     memory = {
         "model.init_args.checkpointing": "levels",

@@ -56,6 +56,7 @@ def test_fit_records_its_run_folder_in_the_ledger(tiny_data, tmp_path, monkeypat
     assert list((run / ".ensml" / "staging").iterdir()) == []
 
 
+@pytest.mark.slow  # fit end to end
 def test_fit_on_a_full_disk_leaves_no_empty_config(tiny_data, tmp_path) -> None:
     skip_unless_mounts()
     fill = json.dumps({"class_path": "tests.train.pausing.FillDisk"})

@@ -116,6 +116,7 @@ def test_storm_and_extreme_cases(tiny_data) -> None:
     assert len(found) == 2 and abs(found[0].start - found[1].start) >= np.timedelta64(7, "D")
 
 
+@pytest.mark.slow  # about a minute
 def test_gaussian_quantile_members_match_closed_form() -> None:
     rng = np.random.default_rng(0)
     mu, sd = xr.DataArray(rng.normal(size=500), dims="x"), xr.DataArray(rng.uniform(0.5, 2, 500), dims="x")
@@ -134,6 +135,7 @@ def test_score_case_on_tiny_data(tiny_data) -> None:
     assert res.figure.startswith(b"\x89PNG") and res.n_inits == 1
 
 
+@pytest.mark.slow  # evaluate end to end
 def test_evaluate_with_cases(tiny_data, tmp_path, capsys) -> None:
     case = write_case(tmp_path / "storm.yaml")
     out = tmp_path / "eval"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import xarray as xr
 
 from ensml.verify.evaluate import evaluate
@@ -45,6 +46,7 @@ def test_renames_make_two_vocabularies_one(tiny_data: dict[str, Path], tmp_path:
     pd.testing.assert_frame_equal(renamed.table, plain.table)
 
 
+@pytest.mark.slow  # evaluate end to end
 def test_reader_options_from_the_command_line(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     fc, an = _named(tiny_data, tmp_path)
     args = [

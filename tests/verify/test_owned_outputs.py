@@ -115,6 +115,7 @@ def test_evaluate_refuses_a_name_that_is_a_users_file(tiny_data, tmp_path, capsy
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.slow  # two report runs
 def test_report_rerun_keeps_the_users_figures(tiny_data, fitted, tmp_path, capsys) -> None:
     out = tmp_path / "report"
     preds = fitted / "runs" / "smoke" / "predictions.nc"
@@ -164,6 +165,7 @@ def test_benchmark_range_checks_before_any_side_effect(tmp_path, capsys) -> None
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
+@pytest.mark.slow  # two evaluate runs
 def test_two_evaluate_runs_into_one_folder(tiny_data, tmp_path: Path) -> None:
     """Two runs at once: each writes the whole folder or stops in one line naming the other."""
     args = _args("evaluate", tiny_data, Path("out"))

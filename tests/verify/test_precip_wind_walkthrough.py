@@ -15,6 +15,8 @@ from ensml.cli.main import main
 from ensml.scores.distributions import get_family
 from tests.conftest import SMOKE, TINY_PERIODS
 
+pytestmark = pytest.mark.slow  # fit, predict and evaluate end to end
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -196,6 +196,7 @@ def test_evaluate_scores_a_polar_stereographic_ensemble(polar, tmp_path, capsys)
     )
 
 
+@pytest.mark.slow  # report end to end
 def test_report_on_a_polar_stereographic_ensemble(polar: dict[str, Path], tmp_path: Path) -> None:
     case = tmp_path / "polar_low.yaml"
     case.write_text(
@@ -264,6 +265,7 @@ def test_uniform_weights_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
 # --- maps ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # draws maps
 def test_maps_in_the_data_projection_or_from_2d_coordinates(polar: dict[str, Path]) -> None:
     import cartopy.crs as ccrs
 

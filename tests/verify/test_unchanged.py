@@ -25,6 +25,8 @@ from ensml.report.page import SKILL_TESTS
 from ensml.verify.evaluate import evaluate
 from tests.verify.reference_inputs import CASE, make_inputs
 
+pytestmark = pytest.mark.slow  # the demo's evaluate and report end to end
+
 BEFORE = Path(__file__).parent / "data" / "before"
 #: Columns added after the reference tables were written (CSV names, then Markdown names).
 ADDED = ["skill_low", "skill_high", "dm_stat", "dm_p", "block_length", "n_scored"]
