@@ -78,7 +78,7 @@ class Unit:
 
 
 class _Forecast:
-    """One forecast file opened lazily and checked against the checkpoints."""
+    """One forecast file opened lazily and checked against the checkpoints (:func:`open_inputs`)."""
 
     def __init__(self, path: str, models: ModelSet, analysis: tuple[str, ...] | None) -> None:
         self.what = f"forecast file {path}"
