@@ -395,14 +395,18 @@ def open_inputs(
     if leads is not None:
         check_lead_times(fc, leads, fc_name)
     members = check_members(fc, k, fc_name) if k is not None else fc.sizes.get(MEMBER, 0)
-    an = None
+    an, aligned = None, False
     if analysis is not None:
         an = (
             analysis
             if isinstance(analysis, xr.Dataset)
             else open_analysis(analysis, variables, chunks, analysis_reader)
         )
-        if align_levels:
+        # A file of one pressure level (its level a scalar) tells no surface field from a field
+        # on its level: aligned, the same-surface check below cannot apply.
+        scalar = (LEVEL in fc.dims) != (LEVEL in an.dims) and all(LEVEL in ds.coords for ds in (fc, an))
+        aligned = align_levels and scalar
+        if aligned:
             fc, an = _level_as_dim(fc, an)
         check_same_grid(fc, an, fc_name, an_name)
     all_levels = [float(x) for x in np.atleast_1d(fc[LEVEL].values)] if LEVEL in fc.coords else []
@@ -411,7 +415,7 @@ def open_inputs(
     for ds, name in ((fc, fc_name), (an, an_name)) if inputs.on_levels else ():
         if ds is not None:
             check_levels(ds, asked, name)  # the levels as asked: messages show them so
-    if an is not None:
+    if an is not None and not aligned:
         check_same_surface(fc, an, variables, fc_name, an_name)
     return inputs
 
