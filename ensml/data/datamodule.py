@@ -12,15 +12,14 @@ from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch.utils.data import DataLoader
 
 from ensml.compat import uses_distributed_sampler
-from ensml.data.grid import check_same_grid
 from ensml.data.layouts.options import ReaderOptions
-from ensml.data.open import check_lead_times, check_levels, check_members, open_analysis, open_forecast
+from ensml.data.open import open_inputs
 from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec, check_leads
 from ensml.data.sampling import EpochPlan, EpochSampler
 from ensml.data.splits import split_init_times
 from ensml.data.static import read_static
 from ensml.data.stats import compute_stats
-from ensml.data.surface import broadcast_levels, check_same_surface, surface_mask
+from ensml.data.surface import broadcast_levels, surface_mask
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import DEFAULT_K, INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME, check_distinct
 from ensml.seeds import Seed, check_seed
@@ -199,12 +198,19 @@ class EnsembleDataModule(L.LightningDataModule):
     # -- validation and metadata (main process, lazy dask arrays) ---------------------------
     def _inspect(self) -> None:
         hp = self.hparams
-        fc = open_forecast(hp.forecast, hp.variables, chunks="auto", reader=hp.reader)
-        name = f"forecast {hp.forecast}"
-        check_levels(fc, hp.levels, name)
-        check_lead_times(fc, self.input_lead_values, name)
-        m = check_members(fc, hp.k, name)
-        surface, fc_levels = surface_mask(fc, hp.variables), fc
+        inputs = open_inputs(
+            hp.forecast,
+            hp.analysis,
+            variables=hp.variables,
+            levels=hp.levels,
+            leads=self.input_lead_values,
+            k=hp.k,
+            chunks="auto",
+            reader=hp.reader,
+            analysis_reader=hp.analysis_reader,
+        )
+        fc, an, name = inputs.forecast, inputs.analysis, inputs.names[0]
+        surface = surface_mask(fc, hp.variables)
         # Surface variables: one channel repeated over the levels (ensml.data.surface).
         fc = broadcast_levels(fc.sel({LEVEL: list(hp.levels)}) if LEVEL in fc.dims else fc)
         self._spec = SampleSpec(
@@ -213,26 +219,19 @@ class EnsembleDataModule(L.LightningDataModule):
             input_leads=tuple(self.input_lead_values),
             target_leads=tuple(self.target_lead_values),
             k=int(hp.k),
-            members=m,
+            members=inputs.members,
         )
         max_lead = max(self._spec.input_leads)
         periods = {"train": hp.train_period, "val": hp.val_period, "test": hp.test_period}
         splits = split_init_times(fc[INIT_TIME].values, periods, max_lead, source=name)
-        if hp.analysis is not None:
-            an = open_analysis(hp.analysis, hp.variables, chunks="auto", reader=hp.analysis_reader)
-            check_same_grid(fc, an, name, f"analysis {hp.analysis}")
-            check_levels(an, hp.levels, f"analysis {hp.analysis}")
-            check_same_surface(fc_levels, an, hp.variables, name, f"analysis {hp.analysis}")
-            have = an[TIME].values.astype("datetime64[ns]")
+        if an is not None:  # a sample needs the analysis at its init and at every target lead
+            verified_at = [np.timedelta64(0, "ns"), *self._spec.target_leads]
             for split, inits in splits.items():
-                ok = np.isin(inits, have)
-                for lead in self._spec.target_leads:
-                    ok &= np.isin(inits + lead, have)
-                if not ok.any():
+                splits[split] = inputs.verified(inits, verified_at)
+                if not splits[split].size:
                     raise EnsmlError(
                         f"analysis {hp.analysis} has no dates in common with the {split} split of {name}"
                     )
-                splits[split] = inits[ok]
         self._splits = splits
         if hp.check_finite:
             used = np.concatenate(list(splits.values()))
@@ -240,7 +239,7 @@ class EnsembleDataModule(L.LightningDataModule):
             _check_finite(
                 fc.sel({**sel, INIT_TIME: used, LEAD_TIME: list(self._spec.input_leads)}), INIT_TIME, name
             )
-            if hp.analysis is not None:
+            if an is not None:
                 valid = np.unique(np.concatenate([used, *(used + lead for lead in self._spec.target_leads)]))
                 _check_finite(an.sel({**sel, TIME: valid}), TIME, f"analysis {hp.analysis}")
         self._stats = compute_stats(

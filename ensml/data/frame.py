@@ -5,8 +5,8 @@ benchmark's scoring all score a forecast of ``init_time`` at ``lead_time`` again
 valid at ``init_time + lead_time``. :func:`build_frame` opens (lazily) and checks what they
 score, once:
 
-* the forecast and the analysis (:mod:`ensml.data.open`) on one grid, with the variables,
-  levels and lead times asked for;
+* the forecast and the analysis on one grid, with the variables, levels and lead times asked
+  for (:func:`ensml.data.open.open_inputs`, the reader-and-check path every verb shares);
 * optionally the files of ``ensml predict`` / ``ensml postprocess`` given to an option
   (:data:`ensml.data.runfiles.ROLES`: ``predictions``, ``spread predictions``, ``members``).
   Each file's run metadata is read back (:meth:`ensml.predictions.RunMeta.from_attrs`; a file
@@ -37,14 +37,7 @@ import xarray as xr
 
 from ensml.data.grid import check_same_grid
 from ensml.data.layouts.options import ReaderOptions
-from ensml.data.open import (
-    check_lead_times,
-    check_levels,
-    check_members,
-    open_analysis,
-    open_dataset,
-    open_forecast,
-)
+from ensml.data.open import check_lead_times, check_levels, check_members, open_dataset, open_inputs
 from ensml.data.runfiles import Check, Paths, RunFiles, Select, choose_leads, scan_run
 from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
@@ -206,28 +199,30 @@ def build_frame(
         that is absent or of two runs, predictions of the wrong kind, no init time in common.
     """
     fc_name, an_name = f"forecast {forecast}{context}", f"analysis {analysis}{context}"
-    fc = open_forecast(forecast, variables, reader=reader)
-    variables = list(variables) if variables else [str(v) for v in fc.data_vars]
+    inputs = open_inputs(
+        forecast,
+        analysis,
+        variables=variables,
+        levels=[float(x) for x in levels] if levels is not None else None,
+        names=(fc_name, an_name),
+        reader=reader,
+        analysis_reader=analysis_reader,
+        align_levels=True,
+    )
+    fc, an, variables, levels = inputs.forecast, inputs.analysis, inputs.variables, inputs.levels
     given = {"predictions": predictions, "spread predictions": spread_predictions, "members": members}
     scanned = {what: scan_run(paths, what, variables, partial) for what, paths in given.items() if paths}
-    fc, an = _level_as_dim(fc, open_analysis(analysis, variables, reader=analysis_reader))
-    check_same_grid(fc, an, fc_name, an_name)
     if partial:
         lead_list = parse_leads(leads) if leads is not None else np.sort(fc[LEAD_TIME].values)
         dropped = np.array([], dtype=LEAD_DTYPE)
     else:
         lead_list, dropped = choose_leads(leads, list(scanned.values()), fc[LEAD_TIME].values)
     check_lead_times(fc, lead_list, fc_name)
-    all_levels = [float(x) for x in np.atleast_1d(fc[LEVEL].values)] if LEVEL in fc.coords else []
-    levels = [float(x) for x in levels] if levels is not None else all_levels
-    on_levels = any(LEVEL in fc[v].dims for v in variables)
-    for ds, name in ((fc, fc_name), (an, an_name)) if on_levels else ():
-        check_levels(ds, levels, name)
     runs = {w: r for w, r in scanned.items() if not r.missing and any(r.holds(x) for x in lead_list)}
     candidates = fc[INIT_TIME].values
     for run in runs.values():
         check_same_grid(fc, run.coords, fc_name, str(run))
-        if on_levels:
+        if inputs.on_levels:
             check_levels(run.coords, levels, str(run))
         candidates = np.intersect1d(candidates, run.coords[INIT_TIME].values)
     orc, names = None, {"forecast": fc_name, "analysis": an_name, "oracle": f"oracle {oracle}"}
@@ -238,8 +233,7 @@ def build_frame(
             candidates = np.intersect1d(candidates, orc[INIT_TIME].values)
     if inits is not None:
         candidates = np.intersect1d(candidates, inits)
-    for lead in lead_list:  # one set of init times for every lead: the curves by lead compare alike
-        candidates = candidates[np.isin(candidates + lead, an[TIME].values)]
+    candidates = inputs.verified(candidates, lead_list)  # one set for every lead: the curves compare alike
     if candidates.size == 0:
         at = format_leads(lead_list)
         raise EnsmlError(f"{fc_name}, {an_name} and the predictions have no init dates in common at {at}")
@@ -258,24 +252,6 @@ def build_frame(
         oracle_vars=needed,
         dropped=dropped,
     )
-
-
-def _level_as_dim(fc: xr.Dataset, an: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
-    """Forecast and analysis with a level of one as a dim in both where one of them has it as a
-    dim and the other as a scalar coordinate (a GRIB file of one pressure level)."""
-    dims = [LEVEL in ds.dims for ds in (fc, an)]
-    if any(dims) and not all(dims):
-        fc, an = (ds if has or LEVEL not in ds.coords else _with_level(ds) for ds, has in zip((fc, an), dims))
-    return fc, an
-
-
-def _with_level(ds: xr.Dataset) -> xr.Dataset:
-    """``ds`` with its scalar level as a dim of length 1 of the variables that have none."""
-    level = ds[LEVEL]
-    out = ds.drop_vars(LEVEL)
-    for name, var in ds.data_vars.items():
-        out[name] = var.drop_vars(LEVEL).expand_dims({LEVEL: [level.values.item()]}, axis=-3)
-    return out.assign_coords({LEVEL: out[LEVEL].assign_attrs(level.attrs)})
 
 
 def _open_oracle(

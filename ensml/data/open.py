@@ -5,6 +5,11 @@ and :func:`load_dataset`. Each file is read by the reader of its format
 (:func:`ensml.data.layouts.read_file`), several files are combined by their layout (by
 coordinates, members in separate files, or files split by date), and the result is normalised
 (:func:`ensml.data.normalise.normalise`) and checked: grid, dims, and time coordinates.
+
+:func:`open_inputs` is the one way every verb opens what it reads: a forecast and its analysis,
+checked against what the verb asks (variables, levels, leads, members, grid) and with the init
+times the analysis verifies (:meth:`Inputs.verified`). Training (the data module), evaluation (the
+frame), the station frame and post-processing (each unit's forecast file) all start there.
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ import glob
 import os
 import stat
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
-from ensml.data.grid import check_grid, horizontal_dims
+from ensml.data.grid import check_grid, check_same_grid, horizontal_dims
 from ensml.data.layouts import read_file
 from ensml.data.layouts.ens10 import combine_files
 from ensml.data.layouts.formats import detect_format, unknown_format
@@ -27,6 +33,7 @@ from ensml.data.layouts.grib import check_not_skipped
 from ensml.data.layouts.members import has_member_field, member_files, stack_members
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.normalise import normalised, one_run_as_ensemble
+from ensml.data.surface import check_same_surface
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import ANALYSIS_DIMS, FORECAST_DIMS, INIT_TIME, LEAD_TIME, LEVEL, MEMBER, SPATIAL_DIMS, TIME
 from ensml.times import LeadLike, format_leads, parse_leads
@@ -298,7 +305,141 @@ def check_members(ds: xr.Dataset, k: int, name: str) -> int:
     return m
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """A forecast and its analysis, opened lazily and checked together (see :func:`open_inputs`)."""
+
+    forecast: xr.Dataset  # the variables asked
+    analysis: xr.Dataset | None  # the same variables on the forecast's grid; None when not given
+    variables: list[str]
+    levels: list[float]  # hPa, of the variables on levels: those asked, else every forecast level
+    members: int  # M, the forecast's members
+    names: tuple[str, str]  # how messages name the forecast and the analysis
+
+    @property
+    def on_levels(self) -> bool:
+        """Whether a variable has a level dim (the levels apply to those only)."""
+        return any(LEVEL in self.forecast[v].dims for v in self.variables)
+
+    def verified(self, inits: np.ndarray, leads: LeadLike | Sequence[LeadLike]) -> np.ndarray:
+        """Those of ``inits`` whose valid time ``init + lead`` the analysis holds at every lead of
+        ``leads`` (one set of init times for every lead), in their order; all without an analysis."""
+        inits = np.asarray(inits)
+        if self.analysis is None:
+            return inits
+        have = self.analysis[TIME].values.astype("datetime64[ns]")
+        keep = np.ones(inits.shape, dtype=bool)
+        for lead in parse_leads(leads):
+            keep &= np.isin(inits + lead, have)
+        return inits[keep]
+
+
+def open_inputs(
+    forecast: PathLike | Sequence[PathLike],
+    analysis: PathLike | Sequence[PathLike] | xr.Dataset | None = None,
+    *,
+    variables: Sequence[str] | None = None,
+    levels: Sequence[float] | None = None,
+    leads: LeadLike | Sequence[LeadLike] | None = None,
+    k: int | None = None,
+    names: tuple[str, str] | None = None,
+    chunks: dict | str | None = None,
+    reader: ReaderOptions | dict | None = None,
+    analysis_reader: ReaderOptions | dict | None = None,
+    check: Callable[[xr.Dataset, str], None] | None = None,
+    align_levels: bool = False,
+) -> Inputs:
+    """Open a forecast (and its analysis) lazily and check them against what a verb asks.
+
+    In this order: the forecast (:func:`open_forecast`; ``check`` then sees it first, e.g. a
+    checkpoint's grid and surface variables), its lead times and members, the analysis on its
+    grid, the levels of both (for the variables on levels) and the same surface variables in
+    both. The init times the analysis verifies are then :meth:`Inputs.verified`.
+
+    Parameters
+    ----------
+    forecast, analysis
+        Paths or globs (:func:`open_forecast`, :func:`open_analysis`); the analysis may also be
+        a dataset already opened that way (a cached one), or ``None`` for a forecast alone.
+    variables
+        The variables to read (default: every forecast variable).
+    levels
+        Pressure levels (hPa) both must hold (default: every forecast level).
+    leads
+        Lead times (hours or durations) the forecast must hold; ``None`` checks none here.
+    k
+        The member subset the forecast must hold at least; ``None`` checks none here.
+    names
+        How messages name the forecast and the analysis (default ``forecast <paths>``,
+        ``analysis <paths>``).
+    chunks, reader, analysis_reader
+        As :func:`open_forecast` and :func:`open_analysis` take them.
+    check
+        A further check of the opened forecast, called with it and its name.
+    align_levels
+        Where one file holds a level of one as a dim and the other as a scalar coordinate (a GRIB
+        file of one pressure level), give it as a dim in both (for readers of these datasets, not
+        for those that reopen the files).
+
+    Raises
+    ------
+    EnsmlError
+        One line naming the file and what it lacks: a variable, level, lead time or members,
+        another grid, a variable on levels in one file and at the surface in the other.
+    """
+    fc_name, an_name = names or (f"forecast {forecast}", f"analysis {analysis}")
+    fc = open_forecast(forecast, variables, chunks, reader)
+    variables = list(variables) if variables else [str(v) for v in fc.data_vars]
+    if check is not None:
+        check(fc, fc_name)
+    if leads is not None:
+        check_lead_times(fc, leads, fc_name)
+    members = check_members(fc, k, fc_name) if k is not None else fc.sizes.get(MEMBER, 0)
+    an, aligned = None, False
+    if analysis is not None:
+        an = (
+            analysis
+            if isinstance(analysis, xr.Dataset)
+            else open_analysis(analysis, variables, chunks, analysis_reader)
+        )
+        # A file of one pressure level (its level a scalar) tells no surface field from a field
+        # on its level: aligned, the same-surface check below cannot apply.
+        scalar = (LEVEL in fc.dims) != (LEVEL in an.dims) and all(LEVEL in ds.coords for ds in (fc, an))
+        aligned = align_levels and scalar
+        if aligned:
+            fc, an = _level_as_dim(fc, an)
+        check_same_grid(fc, an, fc_name, an_name)
+    all_levels = [float(x) for x in np.atleast_1d(fc[LEVEL].values)] if LEVEL in fc.coords else []
+    asked = list(levels) if levels is not None else all_levels
+    inputs = Inputs(fc, an, variables, [float(x) for x in asked], members, (fc_name, an_name))
+    for ds, name in ((fc, fc_name), (an, an_name)) if inputs.on_levels else ():
+        if ds is not None:
+            check_levels(ds, asked, name)  # the levels as asked: messages show them so
+    if an is not None and not aligned:
+        check_same_surface(fc, an, variables, fc_name, an_name)
+    return inputs
+
+
+def _level_as_dim(fc: xr.Dataset, an: xr.Dataset) -> tuple[xr.Dataset, xr.Dataset]:
+    """Forecast and analysis with a level of one as a dim in both where one of them has it as a
+    dim and the other as a scalar coordinate (a GRIB file of one pressure level)."""
+    dims = [LEVEL in ds.dims for ds in (fc, an)]
+    if any(dims) and not all(dims):
+        fc, an = (ds if has or LEVEL not in ds.coords else _with_level(ds) for ds, has in zip((fc, an), dims))
+    return fc, an
+
+
+def _with_level(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with its scalar level as a dim of length 1 of the variables that have none."""
+    level = ds[LEVEL]
+    out = ds.drop_vars(LEVEL)
+    for name, var in ds.data_vars.items():
+        out[name] = var.drop_vars(LEVEL).expand_dims({LEVEL: [level.values.item()]}, axis=-3)
+    return out.assign_coords({LEVEL: out[LEVEL].assign_attrs(level.attrs)})
+
+
 __all__ = [
+    "Inputs",
     "check_lead_times",
     "check_levels",
     "check_members",
@@ -307,4 +448,5 @@ __all__ = [
     "open_analysis",
     "open_dataset",
     "open_forecast",
+    "open_inputs",
 ]

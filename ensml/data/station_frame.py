@@ -26,7 +26,7 @@ from ensml.data.heights import (
     read_model_height,
 )
 from ensml.data.layouts.options import ReaderOptions
-from ensml.data.open import check_lead_times, check_levels, check_members, open_forecast
+from ensml.data.open import check_lead_times, check_levels, open_inputs
 from ensml.data.points import Points
 from ensml.data.runfiles import choose_leads
 from ensml.data.stations import on_grid, read_observations
@@ -154,11 +154,12 @@ def build_station_frame(
     names = {"forecast": f"forecast {forecast}", "observations": f"observations {observations}"}
     obs = read_observations(observations)
     variables = _variables(obs, variables, names["observations"])
-    fc = open_forecast(forecast, variables, reader=reader)
+    fc = open_inputs(
+        forecast, variables=variables, k=k, names=(names["forecast"], ""), reader=reader
+    ).forecast
     levels = _levels(fc, obs, variables, levels, names)
     lead_list, _ = choose_leads(leads, [], fc[LEAD_TIME].values)
     check_lead_times(fc, lead_list, names["forecast"])
-    check_members(fc, k, names["forecast"])
     obs, points = on_grid(obs, fc, extraction, (names["observations"], names["forecast"]))
     if model_height is not None:  # the stations inside need their elevations
         elevation = obs[ELEVATION].values if ELEVATION in obs.coords else None

@@ -23,10 +23,10 @@ from typing import Any
 import dask
 import numpy as np
 import torch
+import xarray as xr
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ensml.data.grid import check_same_grid
-from ensml.data.open import check_lead_times, check_levels, check_members, open_analysis, open_forecast
+from ensml.data.open import open_analysis, open_inputs
 from ensml.data.outputs import Staging, append_netcdf_init, write_zarr_region
 from ensml.data.samples import (
     ANALYSIS_SAMPLE_DIMS,
@@ -78,39 +78,49 @@ class Unit:
 
 
 class _Forecast:
-    """One forecast file opened lazily and checked against the checkpoints."""
+    """One forecast file opened lazily and checked against the checkpoints (:func:`open_inputs`)."""
 
     def __init__(self, path: str, models: ModelSet, analysis: tuple[str, ...] | None) -> None:
         self.what = f"forecast file {path}"
-        fc = open_forecast(path, models.variables)
-        for var in models.variables:
-            if (LEVEL not in fc[var].dims) != (var in models.surface):
-                kind = "a surface variable" if var in models.surface else "on pressure levels"
-                raise EnsmlError(
-                    f"{self.what}: the checkpoints were trained with {var!r} {kind}, the file differs"
-                )
-        check_levels(fc, models.levels, self.what)
-        check_lead_times(fc, models.read_leads, self.what)
-        self.members = check_members(fc, models.k, self.what)
-        check_grid(models, fc[LATITUDE].values, fc[LONGITUDE].values, self.what)
+        if models.uses_analysis and not analysis:
+            raise EnsmlError("the checkpoints use the analysis at initialisation: set analysis")
+        an_what = f"analysis {', '.join(analysis)}" if models.uses_analysis else ""
+
+        def trained_on(fc: xr.Dataset, what: str) -> None:
+            """The variables on levels or at the surface, and the grid, as the checkpoints were trained."""
+            for var in models.variables:
+                if (LEVEL not in fc[var].dims) != (var in models.surface):
+                    kind = "a surface variable" if var in models.surface else "on pressure levels"
+                    raise EnsmlError(
+                        f"{what}: the checkpoints were trained with {var!r} {kind}, the file differs"
+                    )
+            check_grid(models, fc[LATITUDE].values, fc[LONGITUDE].values, what)
+
+        inputs = open_inputs(
+            path,
+            _open_analysis(analysis, tuple(models.variables)) if models.uses_analysis else None,
+            variables=models.variables,
+            levels=models.levels,
+            leads=models.read_leads,
+            k=models.k,
+            names=(self.what, an_what),
+            check=trained_on,
+        )
+        fc = inputs.forecast
+        self.members = inputs.members
         self.inits = np.atleast_1d(fc[INIT_TIME].values).astype("datetime64[ns]")  # unique: open_forecast
         self.fc = select(fc, {LEVEL: models.levels, LEAD_TIME: list(models.read_leads)})
         self.latitude, self.longitude = fc[LATITUDE].values, fc[LONGITUDE].values
         self.an = None
-        if models.uses_analysis:
-            if not analysis:
-                raise EnsmlError("the checkpoints use the analysis at initialisation: set analysis")
-            an = _open_analysis(analysis, tuple(models.variables))
-            check_same_grid(fc, an, self.what, f"analysis {', '.join(analysis)}")
-            check_levels(an, models.levels, f"analysis {', '.join(analysis)}")
-            missing = self.inits[~np.isin(self.inits, an[TIME].values.astype("datetime64[ns]"))]
+        if inputs.analysis is not None:
+            missing = np.setdiff1d(self.inits, inputs.verified(self.inits, [0]))
             if missing.size:
                 raise EnsmlError(
-                    f"analysis {', '.join(analysis)} has no field at init {str(missing[0])[:16]} of "
+                    f"{an_what} has no field at init {str(missing[0])[:16]} of "
                     f"{self.what} (the checkpoints use the analysis at initialisation)"
                 )
-            self.an = select(an, {LEVEL: models.levels})
-            self.an_what = f"analysis {', '.join(analysis)}"
+            self.an = select(inputs.analysis, {LEVEL: models.levels})
+            self.an_what = an_what
 
 
 def _open_analysis(paths: tuple[str, ...], variables: tuple[str, ...]) -> Any:
