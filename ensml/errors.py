@@ -12,6 +12,7 @@ how much); 130 and 143 interrupted by SIGINT (Ctrl-C) or SIGTERM, after cleaning
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from collections.abc import Iterator
@@ -24,6 +25,17 @@ EXIT_CODES = {
     2: "the work ran but part of it failed (the last line says how much; the rest is complete)",
     130: "interrupted by SIGINT (Ctrl-C); what was complete is kept, temporaries removed",
     143: "interrupted by SIGTERM (e.g. scancel, a job's time limit); as for 130",
+}
+
+#: What the user reads for the OS errors a write can meet (the one errno-to-text map; others
+#: use the system's text).
+OS_REASONS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EFBIG: "file too large",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
 }
 
 

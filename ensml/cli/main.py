@@ -27,7 +27,7 @@ from types import ModuleType
 
 from ensml import __version__
 from ensml.cli.parse_errors import check_config_files, describe
-from ensml.errors import EnsmlError, interrupted_line, signal_as_interrupted
+from ensml.errors import OS_REASONS, EnsmlError, interrupted_line, signal_as_interrupted
 from ensml.logs import GLOBAL_FLAGS, take_flags, verbose
 from ensml.provenance import set_command
 
@@ -46,13 +46,9 @@ VERBS: dict[str, str] = {
     "prune": "prune",
     "benchmark": "benchmark",
 }
-#: What an OSError that reaches the top means, for the one line (other errno values are bugs).
-DISK_ERRORS = {
-    errno.ENOSPC: "no space left on device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "read-only file system",
-    errno.EFBIG: "file too large",
-}
+#: The OSErrors that reach the top as one line (their text is :data:`ensml.errors.OS_REASONS`'s;
+#: other errno values are bugs).
+DISK_ERRORS = {code: OS_REASONS[code] for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)}
 
 
 def verb_module(verb: str) -> ModuleType:

@@ -13,17 +13,10 @@ import os
 import resource
 from pathlib import Path
 
-from ensml.errors import EnsmlError
+from ensml.errors import OS_REASONS, EnsmlError
 
 #: What the user reads for the errors a write can meet; others use the system's text.
-REASONS = {
-    errno.ENOSPC: "no space left on device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "read-only file system",
-    errno.EFBIG: "file too large",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-}
+REASONS = OS_REASONS
 
 # Bytes a probe writes to find the errno a library hid: enough to meet a full disk's last
 # blocks, small enough to cost nothing.
