@@ -40,7 +40,7 @@ from ensml.train.task_base import DATA_BUFFERS, EnsembleTask
 
 #: Hyperparameters of how a network runs (the memory policy's and the speed options' fields): no
 #: weight depends on them, so the config's value may differ from the checkpoint's
-#: (:mod:`ensml.train.task_running`).
+#: (:class:`ensml.train.task_base.EnsembleTask`).
 RUNNING_KEYS = tuple(f.name for f in (*fields(MemoryPolicy), *fields(SpeedOptions)))
 #: Hyperparameters linked from the data: compared with the data (:class:`RunData`), not as options.
 LINKED_KEYS = (*DATA_KEYS, "grid_shape")
