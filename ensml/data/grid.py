@@ -149,7 +149,8 @@ def add_geographic(ds: xr.Dataset) -> xr.Dataset:
         tr = Transformer.from_crs(crs, geographic_crs(crs), always_xy=True)
         xx, yy = np.meshgrid(coords[1], coords[0])
         lon, lat = tr.transform(xx, yy)
-    except Exception:  # a mapping pyproj does not know: the grid stays without coordinates
+    except (RuntimeError, ValueError, TypeError, KeyError):  # pyproj's ProjError is a RuntimeError
+        # a mapping pyproj does not know: the grid stays without coordinates (as documented)
         return ds
     if not (np.all(np.isfinite(lat)) and np.all(np.isfinite(lon))):
         return ds

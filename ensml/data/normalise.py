@@ -36,7 +36,7 @@ def normalised(ds: xr.Dataset, path: object, what: str) -> xr.Dataset:
         if what == "analysis":
             return normalise(valid_time_as_time(ds))
         return one_step_as_dims(normalise(ds)) if what == "forecast" else normalise(ds)
-    except Exception as exc:
+    except Exception as exc:  # decoding a damaged or odd coordinate raises many types: one line
         reason = exception_reason(exc)
         raise EnsmlError(f"{what} file {path} has coordinates ensml cannot interpret ({reason})") from None
 

@@ -103,15 +103,21 @@ def _open(
 ) -> xr.Dataset:
     if len(paths) == 1:
         return read_file(paths[0], what, chunks, reader)
+    fast_error = None
     if reader is None and not any(detect_format(p) == "grib" for p in paths):
         try:
             return xr.open_mfdataset(paths, combine="by_coords", chunks=chunks or {}, parallel=False)
-        except Exception:
-            pass
+        except Exception as exc:  # any failure of the fast path: the slow one below says which file
+            fast_error = exc
     # File by file, naming the culprit (the first unreadable one raises); then by coordinates,
     # or by init date for files split by date in any order (ensml.data.layouts.ens10).
-    parts = [normalised(read_file(p, what, chunks, reader), p, what) for p in paths]
-    return combine_files(parts, paths, what)
+    try:
+        parts = [normalised(read_file(p, what, chunks, reader), p, what) for p in paths]
+        return combine_files(parts, paths, what)
+    except EnsmlError as exc:
+        if fast_error is None:
+            raise
+        raise exc from fast_error  # open_mfdataset's own error, kept behind the one line
 
 
 def _open_sources(
@@ -276,7 +282,7 @@ def load_dataset(
         return parts[0]
     try:
         return xr.combine_by_coords(parts, combine_attrs="drop_conflicts")
-    except Exception as exc:
+    except (ValueError, TypeError, KeyError) as exc:  # the parts are loaded: only xarray's own
         raise EnsmlError(f"{what} files {files[0]} … {files[-1]} do not combine ({exc})") from None
 
 

@@ -262,7 +262,7 @@ def _station_xy(grid: Obj, gm: xr.DataArray, dims, glat, glon, lat, lon, name: s
         crs = to_crs(gm)
         tr = Transformer.from_crs(geographic_crs(crs), crs, always_xy=True)
         sx, sy = tr.transform(lon, lat)
-    except Exception as exc:
+    except (RuntimeError, ValueError, TypeError, KeyError) as exc:  # pyproj's ProjError is a RuntimeError
         reason = exception_reason(exc)
         raise EnsmlError(f"{name}: grid mapping {gm.name!r} is not one pyproj reads ({reason})") from None
     coords = projection_coords(grid)

@@ -264,9 +264,9 @@ def pbs_resources(cores: int, memory: str, directives: list[str]) -> tuple[str, 
         for item in m.group(1).split(","):
             name, _, value = item.strip().partition("=")
             if name == "select":
-                _merge(chunk, _select_chunk(value, directive), directive)
+                chunk = _merged(chunk, _select_chunk(value, directive), directive)
             elif name in CHUNK_RESOURCES:
-                _merge(chunk, {name: value}, directive)
+                chunk = _merged(chunk, {name: value}, directive)
             else:
                 kept.append(item.strip())
         rest += [f"-l {','.join(kept)}"] if kept else []
@@ -295,7 +295,10 @@ def _select_chunk(value: str, directive: str) -> dict[str, str]:
     return chunk
 
 
-def _merge(chunk: dict[str, str], extra: dict[str, Any], directive: str) -> None:
+def _merged(chunk: dict[str, str], extra: dict[str, Any], directive: str) -> dict[str, str]:
+    """``chunk`` with the resources of ``extra`` (from ``directive``) added; refuses a ``ncpus`` or
+    ``mem`` that contradicts the chunk's."""
+    chunk = dict(chunk)
     for name, value in extra.items():
         option = {"ncpus": "cores", "mem": "memory"}.get(name)
         if option and str(value).lower() != chunk[name].lower():
@@ -304,3 +307,4 @@ def _merge(chunk: dict[str, str], extra: dict[str, Any], directive: str) -> None
                 f"for {chunk[name]}: set jobqueue.{option} instead"
             )
         chunk[name] = str(value)
+    return chunk

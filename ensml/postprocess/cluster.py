@@ -340,7 +340,7 @@ class Connection:
         try:
             with critical():
                 self._connect()
-        except BaseException:
+        except BaseException:  # a half-made connection is closed on any way out, then re-raised
             self.__exit__()
             raise
         return self

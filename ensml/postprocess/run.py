@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,51 @@ from ensml.provenance import command
 from ensml.times import format_leads
 
 COMMAND = "postprocess"
+ECC_REFERENCE = "ECC-Q: Schefzik, Thorarinsdottir and Gneiting (2013), Statistical Science 28, 616-640"
+
+
+@dataclass
+class Settings:
+    """What a run was asked for, checked before any side effect: the checkpoints and the options
+    that shape every output."""
+
+    models: ModelSet
+    format: OutputFormat
+    products: Products
+    thresholds: list[ThresholdSet]
+    analysis: tuple[str, ...] | None
+    force: bool = False
+    verify: bool = False
+
+    def options(self, products: Products | None = None, **extra: Any) -> dict[str, Any]:
+        """The options a unit's identity records (``products`` as planned, if given)."""
+        products = self.products if products is None else products
+        return dict(format=self.format, products=products, analysis=self.analysis, **extra)
+
+    @cached_property
+    def attrs(self) -> dict[str, Any]:
+        """The global attributes of every product: what made it (the run metadata) and how."""
+        models = self.models
+        return {
+            "title": f"ensml post-processed ensemble forecast ({models.task})",
+            "source": f"ensml {__version__} postprocess, {models.task}",
+            "references": ECC_REFERENCE,
+            **models.run_meta().to_attrs(),
+            "ensml_checkpoints": "; ".join(f"{p} (sha256 {h})" for p, h in models.digest.items()),
+            "ensml_command": command(),
+        }
+
+
+@dataclass
+class Plan:
+    """The units of a run, each one's identity (what the manifest compares), the products
+    settings they share (zarr fixes the number of members), and a failed record for each input
+    that could not be planned (zarr: an unreadable input gives no unit)."""
+
+    units: list[Unit]
+    identities: dict[str, dict[str, Any]]
+    products: Products
+    unplanned: list[dict[str, Any]] = field(default_factory=list)
 
 
 def postprocess(
@@ -120,12 +166,12 @@ def postprocess(
     with stopping_on_signals():  # a signal stops the run at a safe point (see .interrupt)
         products = products or Products()
         spec = ClusterSpec(
-            cluster,
-            workers,
-            threads_per_worker,
-            scheduler_file,
-            scheduler_address,
-            jobqueue or JobQueue(),
+            kind=cluster,
+            workers=workers,
+            threads_per_worker=threads_per_worker,
+            scheduler_file=scheduler_file,
+            scheduler_address=scheduler_address,
+            jobqueue=jobqueue or JobQueue(),
             log_dir=os.path.join(os.path.abspath(out_dir), STATE_DIR, "logs"),  # batch logs: not the cwd
         )
         spec.check(submit=not dry_run)
@@ -135,33 +181,38 @@ def postprocess(
         analysis_files = _analysis_files(models, analysis)
         out = Path(out_dir)
         names = _output_names(inputs, out, format)  # every output, checked before any side effect
-        options = dict(format=format, products=products, analysis=analysis_files)
+        settings = Settings(models, format, products, thresholds, analysis_files, force, verify)
         console = Console(highlight=False)
         if dry_run:
-            return _dry_run(inputs, out, models, options, spec, force, verify, console)
+            return _dry_run(inputs, out, settings, spec, console)
 
-        attrs = _attrs(models)
         start = time.perf_counter()
         # The folder's lock keeps two runs apart; what a killed run staged is removed on opening.
         with OutputFolder.open(out, COMMAND, names=names) as folder:
             manifest = Manifest(out, folder)
-            records: list[dict[str, Any]] = []  # this run's, including inputs that could not be planned
-            units, identities, job_products = _plan(
-                inputs, folder, models, options, products, thresholds, records, attrs, force
-            )
-            for record in records:  # zarr: unreadable inputs give no units
+            plan = _plan(inputs, folder, settings)
+            for record in plan.unplanned:
                 manifest.append(record)
             stale = [
-                u for u in units if force or not _current(folder, manifest, u, identities[u.key], verify)
+                u
+                for u in plan.units
+                if force or not _current(folder, manifest, u, plan.identities[u.key], verify)
             ]
             todo = _stage(folder, stale)
             job = Job(
-                models, job_products, tuple(thresholds), analysis_files, format, device, attrs, command()
+                models=models,
+                products=plan.products,
+                thresholds=tuple(thresholds),
+                analysis=analysis_files,
+                format=format,
+                device=device,
+                attrs=settings.attrs,
+                history=command(),
             )
             progress = run_progress(len(todo))
             conn = Connection(spec, ModelPlugin(models, device, spec.torch_threads))
-
-            finish = _finisher(folder, manifest, identities, records, progress)
+            # this run's records, the inputs that could not be planned first
+            finish = _Finisher(folder, manifest, plan.identities, progress, list(plan.unplanned))
 
             try:
                 if todo:
@@ -193,29 +244,30 @@ def postprocess(
                 progress.close()
             _close(folder, manifest, todo)  # after an error: the records appended so far are durable
         elapsed = time.perf_counter() - start
-        return _report(records, len(units) - len(todo), elapsed, conn.where(), manifest, console)
+        up_to_date = len(plan.units) - len(todo)
+        return _report(finish.records, up_to_date, elapsed, conn.where(), manifest, console)
 
 
-def _finisher(
-    folder: OutputFolder,
-    manifest: Manifest,
-    identities: dict[str, dict[str, Any]],
-    records: list[dict[str, Any]],
-    progress: Any,
-) -> Callable[[Unit, dict[str, Any]], None]:
-    """What is done as each unit ends: its manifest record, the ledger, the progress bar."""
+@dataclass
+class _Finisher:
+    """What is done as each unit ends: its manifest record, the ledger, the progress bar; the
+    run's records gather in :attr:`records`."""
 
-    def finish(unit: Unit, result: dict[str, Any]) -> None:
+    folder: OutputFolder
+    manifest: Manifest
+    identities: dict[str, dict[str, Any]]
+    progress: Any
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, unit: Unit, result: dict[str, Any]) -> None:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        output = str(folder.final(unit.output))
-        record = {**identities[unit.key], **result, "output": output, "finished": stamp}
+        output = str(self.folder.final(unit.output))
+        record = {**self.identities[unit.key], **result, "output": output, "finished": stamp}
         if record["status"] == "done" and unit.region is None:
-            folder.place([unit.output])  # in place once recorded (a zarr store: when the run ends)
-        manifest.append(record)
-        records.append(record)
-        progress.advance(ok=record["status"] == "done")
-
-    return finish
+            self.folder.place([unit.output])  # in place once recorded (a zarr store: when the run ends)
+        self.manifest.append(record)
+        self.records.append(record)
+        self.progress.advance(ok=record["status"] == "done")
 
 
 def _analysis_files(models: ModelSet, analysis: str | list[str] | None) -> tuple[str, ...] | None:
@@ -227,18 +279,6 @@ def _analysis_files(models: ModelSet, analysis: str | list[str] | None) -> tuple
             f"checkpoint {models.checkpoints[0].path} uses the analysis at initialisation: set analysis"
         )
     return tuple(str(p) for p in expand_inputs(analysis, "analysis"))
-
-
-def _attrs(models: ModelSet) -> dict[str, Any]:
-    """The global attributes of every product: what made it (the run metadata) and how."""
-    return {
-        "title": f"ensml post-processed ensemble forecast ({models.task})",
-        "source": f"ensml {__version__} postprocess, {models.task}",
-        "references": "ECC-Q: Schefzik, Thorarinsdottir and Gneiting (2013), Statistical Science 28, 616-640",
-        **models.run_meta().to_attrs(),
-        "ensml_checkpoints": "; ".join(f"{p} (sha256 {h})" for p, h in models.digest.items()),
-        "ensml_command": command(),
-    }
 
 
 def _report(
@@ -263,55 +303,47 @@ def _report(
     return counts
 
 
-def _plan(
-    inputs: list[Path],
-    folder: OutputFolder,
-    models: ModelSet,
-    options: dict[str, Any],
-    products: Products,
-    thresholds: list[ThresholdSet],
-    bad: list[dict[str, Any]],
-    attrs: dict[str, Any],
-    force: bool,
-) -> tuple[list[Unit], dict[str, dict[str, Any]], Products]:
-    """Units, their identities, and the products settings (zarr fixes the number of members).
+def _plan(inputs: list[Path], folder: OutputFolder, settings: Settings) -> Plan:
+    """The run's units, their identities and the products they share.
 
     zarr: the store is created (through ``folder``) unless one with these inits and variables
     exists, so that the units only fill its regions.
     """
-    if options["format"] != "zarr":
+    models, products = settings.models, settings.products
+    if settings.format != "zarr":
         units = netcdf_units(inputs, Path(folder.display))
-        return units, _identities(units, models, options), products
+        return Plan(units, _identities(units, models, settings.options()), products)
+
+    unplanned: list[dict[str, Any]] = []
 
     def on_bad(path: Path, reason: str) -> None:
-        bad.append(
+        unplanned.append(
             {
                 **input_identity(path),
                 "key": str(path),
                 "status": "failed",
                 "reason": reason,
                 "checkpoints": models.identity,
-                "options": plain_options(**options),
+                "options": plain_options(**settings.options()),
             }
         )
 
     units, inits = zarr_units(inputs, on_bad)
     if not units:
-        return units, {}, products
+        return Plan(units, {}, products, unplanned)
     with open_forecast(units[0].input, models.variables) as fc:
         m = fc.sizes[MEMBER]
         lat, lon = fc[LATITUDE].values, fc[LONGITUDE].values
     n = m if products.members is None else products.members
     products = replace(products, members=n)  # every region holds the same number of members
-    options = {**options, "products": products}
-    template = _template(inits[0], models, products, thresholds, lat, lon, max(n, 1))
+    template = _template(inits[0], models, products, settings.thresholds, lat, lon, max(n, 1))
     store_id = zarr_store_id(folder.final(ZARR_STORE), inits, list(template.data_vars))
-    if store_id is None or force:
-        store_attrs = {**attrs, "ensml_inputs": len(inputs), **template.attrs}
+    if store_id is None or settings.force:
+        store_attrs = {**settings.attrs, "ensml_inputs": len(inputs), **template.attrs}
         encoding = product_encoding(template, zarr=True)
         store_id = create_zarr_store(folder, ZARR_STORE, template, inits, encoding, store_attrs, command())
-    identities = _identities(units, models, {**options, "store": store_id})
-    return units, identities, products
+    identities = _identities(units, models, settings.options(products, store=store_id))
+    return Plan(units, identities, products, unplanned)
 
 
 def _template(
@@ -384,24 +416,19 @@ def _close(folder: OutputFolder, manifest: Manifest, todo: list[Unit]) -> None:
 
 
 def _dry_run(
-    inputs: list[Path],
-    out: Path,
-    models: ModelSet,
-    options: dict[str, Any],
-    spec: ClusterSpec,
-    force: bool,
-    verify: bool,
-    console: Console,
+    inputs: list[Path], out: Path, settings: Settings, spec: ClusterSpec, console: Console
 ) -> dict[str, int]:
+    """Print what the run would do (and the batch job script for slurm/pbs); write nothing."""
+    models, verify = settings.models, settings.verify
     manifest = Manifest(out) if out.is_dir() else None
-    if options["format"] == "zarr":
+    if settings.format == "zarr":
         units, _ = zarr_units(inputs, lambda p, r: console.print(f"  would fail: {p}: {r}"))
     else:
         units = netcdf_units(inputs, out)
-    identities = _identities(units, models, options)
+    identities = _identities(units, models, settings.options())
     current = (
         0
-        if force or manifest is None
+        if settings.force or manifest is None
         else sum(manifest.is_current(u.key, identities[u.key], verify) for u in units)
     )
     console.print(

@@ -18,6 +18,7 @@ run's unique job name) what is. :meth:`Supervisor.where` names the jobs that rea
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from typing import Any
 from ensml.errors import EnsmlError, PartialFailure
 from ensml.postprocess.batch import BatchSystem, JobState
 from ensml.progress import EVERY_S, note, seconds
+
+log = logging.getLogger(__name__)
 
 #: Seconds between looks at the scheduler's workers, and between squeue/qstat calls.
 POLL_S, QUERY_S = 1.0, 2.0
@@ -226,8 +229,9 @@ class Supervisor:
             self._note_jobs(self.clock(), check=False)
         try:
             self.cluster.close(timeout=CLOSE_S)
-        except Exception:
-            pass
+        except (OSError, RuntimeError) as exc:  # a timeout, a closed comm, scancel/qdel failing
+            # The run's outcome is already decided; the jobs left are cancelled (and named) next.
+            log.debug("closing the cluster failed: %s", exc)
         if self.system is not None:
             self._cancel_left()
 

@@ -40,7 +40,7 @@ from ensml.train.task_base import DATA_BUFFERS, EnsembleTask
 
 #: Hyperparameters of how a network runs (the memory policy's and the speed options' fields): no
 #: weight depends on them, so the config's value may differ from the checkpoint's
-#: (:mod:`ensml.train.task_running`).
+#: (:class:`ensml.train.task_base.EnsembleTask`).
 RUNNING_KEYS = tuple(f.name for f in (*fields(MemoryPolicy), *fields(SpeedOptions)))
 #: Hyperparameters linked from the data: compared with the data (:class:`RunData`), not as options.
 LINKED_KEYS = (*DATA_KEYS, "grid_shape")
@@ -151,10 +151,10 @@ def read_checkpoint(path: str | Path, *, task_class: type[EnsembleTask] | str | 
     try:
         # weights_only: a checkpoint is data, never code to run.
         saved = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
+    except Exception as exc:  # a damaged file: pickle, zip, EOF, OS and torch errors alike
         raise EnsmlError(
             f"checkpoint {path} cannot be read, truncated or not a checkpoint ({type(exc).__name__})"
-        ) from None
+        ) from exc
     if not isinstance(saved, dict) or not {"hyper_parameters", "state_dict"} <= saved.keys():
         raise EnsmlError(f"checkpoint {path} holds no ensml model (no hyper_parameters or state_dict)")
     raw = dict(saved["hyper_parameters"])

@@ -97,7 +97,7 @@ class EnsmlCLI(LightningCLI):
             for cb in self.trainer.callbacks:
                 if isinstance(cb, KeepLoggedMetrics):
                     cb.keep(self.trainer)
-        except BaseException:
+        except BaseException:  # release the run folder on any way out (Ctrl-C too), then re-raise
             self.run_folder.close(failed=True)
             raise
 
@@ -105,7 +105,7 @@ class EnsmlCLI(LightningCLI):
         """``trainer.fit``; then adopt what Lightning wrote into the run folder and release it."""
         try:
             self.trainer.fit(**kwargs)
-        except BaseException:
+        except BaseException:  # release the run folder on any way out (Ctrl-C too), then re-raise
             self.run_folder.close(failed=True)
             raise
         self.run_folder.close()
@@ -135,7 +135,7 @@ class EnsmlCLI(LightningCLI):
         requested_families = self._families()
         try:
             super()._parse_ckpt_path()
-        except Exception as exc:
+        except Exception as exc:  # Lightning's load of a damaged file raises what torch.load raises
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise EnsmlError(
                 f"checkpoint {path} cannot be read, truncated or not a checkpoint "

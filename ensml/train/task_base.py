@@ -11,10 +11,20 @@ several), laid out lead-major as ``F = T × V`` channels ``(B, F, D, H, W)`` (fi
 variable ``f % V`` at target lead ``f // V``); with one target lead this is the ``(B, V, D, H,
 W)`` of a single-lead model. Optionally a per-grid-point affine layer
 (:class:`~ensml.models.local.LocalAffine`) follows the network.
+
+Running: the task's :class:`~ensml.models.memory.MemoryPolicy` (what a step keeps for backward)
+and :class:`~ensml.models.speed.SpeedOptions` (layout, compilation, precision) apply to every
+network it builds; :func:`ensml.train.tasks.network` runs a network as they say. Neither changes
+the parameters or their ``state_dict`` keys: checkpoints load whatever options trained them.
+
+One class, one subject (a task's inputs, outputs and loop); it is longer than most modules
+because that subject is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 import lightning as L
@@ -27,8 +37,8 @@ from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
 from ensml.models import build_network, is_sequence_arch
 from ensml.models.local import LocalAffine
-from ensml.models.memory import MemoryPolicy
-from ensml.models.speed import SpeedOptions
+from ensml.models.memory import MemoryPolicy, apply_policy, unets
+from ensml.models.speed import SpeedOptions, apply_speed
 from ensml.names import DEFAULT_K
 from ensml.times import lead_hours
 from ensml.train import schedule
@@ -43,8 +53,6 @@ from ensml.train.options import (
     PositiveInt,
     Width,
 )
-from ensml.train.task_fields import TaskFields
-from ensml.train.task_running import TaskRunning
 
 STAT_KEYS = ("clim_mean", "anom_std", "spread_scale")
 # Buffers whose shape comes from the data (empty until statistics are installed).
@@ -57,7 +65,7 @@ def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
     return x + torch.log(-torch.expm1(-x))
 
 
-class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
+class EnsembleTask(L.LightningModule):
     """Base task: features, normalisation buffers, area-weighted losses, optimiser.
 
     Parameters
@@ -351,6 +359,104 @@ class EnsembleTask(TaskFields, TaskRunning, L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_compatible(checkpoint.get("hyper_parameters", {}), self.hparams, "checkpoint")
+
+    # -- running: memory policy and speed options ---------------------------------------------
+    def set_running(self, policy: MemoryPolicy, speed: SpeedOptions) -> None:
+        """Keep ``policy`` and ``speed`` for the networks built next (refusing what cannot combine)."""
+        if speed.compile and policy.offload != "none":
+            raise EnsmlError("compile cannot trace swapped activations; set offload: none")
+        self.memory_policy, self.speed = policy, speed
+        self.compiled: dict[int, torch.nn.Module] = {}  # networks compiled for training, built lazily
+
+    def prepare_net(self, net: torch.nn.Module) -> torch.nn.Module:
+        """``net`` with the speed options' layout and fusion (in place) and the memory policy."""
+        net = apply_speed(net, replace(self.speed, compile=False))
+        return apply_policy(net, self.memory_policy)
+
+    def check_device(self, device: torch.device | str) -> None:
+        """Refuse options this device cannot honour (``offload: host`` on a CPU, bf16 where the
+        hardware has none), before any output."""
+        self.memory_policy.check_device(device)
+        self.speed.check(torch.device(device).type)
+
+    def on_fit_start(self) -> None:
+        # A disk swap's scratch file goes in the run folder (it is unlinked as it is created).
+        if self.memory_policy.offload == "disk" and self.memory_policy.scratch_dir is None:
+            folder = self.trainer.log_dir or self.trainer.default_root_dir
+            for unet in unets(self):
+                if unet.memory_offloader is not None:
+                    unet.memory_offloader.scratch_dir = folder
+
+    # -- features -----------------------------------------------------------------------------
+    def features(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Network input from a batch (see :class:`EnsembleSamples`).
+
+        (B, C, D, H, W) with lead times stacked as channels; for a temporal network
+        (``sequence_input``) (B, L, C', D, H, W) with the analysis at initialisation and the
+        static channels, if used, repeated at every lead.
+        """
+        mean_k, std_k = batch["mean_k"], batch["std_k"]  # (B, V, L, D, H, W)
+        anom = (mean_k - self.clim_mean[:, None]) / self.anom_std[:, None, :, None, None]
+        spread = std_k / self.spread_scale[:, None, :, None, None]
+        per_init = []  # (B, C, D, H, W) channels that do not depend on lead
+        if self.uses_analysis:
+            per_init.append((batch["analysis_init"] - self.clim_mean) / self.anom_std[..., None, None])
+        if self.static.numel():
+            b, d = mean_k.shape[0], mean_k.shape[3]
+            per_init.append(self.static[None, :, None].expand(b, -1, d, -1, -1))
+        if getattr(self, "sequence_input", False):
+            parts = [anom, spread] + [
+                x[:, :, None].expand(-1, -1, anom.shape[2], -1, -1, -1) for x in per_init
+            ]
+            return torch.cat(parts, dim=1).transpose(1, 2)
+        return torch.cat([anom.flatten(1, 2), spread.flatten(1, 2), *per_init], dim=1)
+
+    def at_targets(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, V, L, D, H, W) input-lead fields → (B, F, D, H, W) at the target leads (lead-major)."""
+        return x[:, :, self.target_indices].transpose(1, 2).flatten(1, 2)
+
+    def scale(self) -> torch.Tensor:
+        """Spread scale of each output field and level, broadcastable to (B, F, D, H, W)."""
+        return self.target_scale.flatten(0, 1)[None, :, :, None, None]
+
+    def prior_std(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The K-member std at the target leads (B, F, D, H, W): the starting guess for σ."""
+        return self.at_targets(batch["std_k"])
+
+    def field_clim(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Climatology and anomaly std of each output field, broadcastable to (B, F, D, H, W)."""
+        t = len(self.target_leads)
+        mean = self.clim_mean.repeat(t, 1, 1, 1)[None]
+        std = self.anom_std.repeat(t, 1)[None, :, :, None, None]
+        return mean, std
+
+    def tie_surface(self, out: torch.Tensor) -> torch.Tensor:
+        """Network output (B, n·F, D, H, W) with surface variables' channels made level-constant.
+
+        Channel ``c`` belongs to variable ``c % V``; a surface variable's channels are replaced
+        by their mean over the level axis, so its prediction is one field.
+        """
+        if not bool(self.surface.any()):
+            return out
+        tied = self.surface.repeat(out.shape[1] // self.surface.numel()).bool()[:, None, None, None]
+        return torch.where(tied, out.mean(dim=2, keepdim=True).expand_as(out), out)
+
+    def affine(self, x: torch.Tensor, part: int) -> torch.Tensor:
+        """The per-point affine layer's part ``part`` (0, 1, …: F channels each) applied to ``x``;
+        ``x`` as it is without that layer."""
+        if self.local is None:
+            return x
+        f = self.n_fields
+        a, b = self.local.weights()
+        return torch.addcmul(a[part * f : (part + 1) * f], b[part * f : (part + 1) * f], x)
+
+    # Reduction of area_mean; spatial-parallel training sets it to a mean over all shards.
+    reduce_mean: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def area_mean(self, x: torch.Tensor) -> torch.Tensor:
+        """Latitude-area-weighted mean of (B, F, D, H, W) over everything."""
+        weighted = x * self.lat_weights[:, None]
+        return weighted.mean() if self.reduce_mean is None else self.reduce_mean(weighted)
 
     # -- loop ---------------------------------------------------------------------------------
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

@@ -201,7 +201,8 @@ def _cartopy_crs(gm: xr.DataArray, x_edges: np.ndarray, y_edges: np.ndarray):
         if not crs.is_projected:
             return None
         proj = ccrs.Projection(crs)
-    except Exception:  # a mapping pyproj or cartopy does not know: drawn from latitude/longitude
+    except (RuntimeError, ValueError, TypeError, KeyError):  # pyproj's ProjError is a RuntimeError
+        # a mapping pyproj or cartopy does not know: the map is drawn from latitude/longitude
         return None
     if proj.bounds is None:  # no area of use (a CRS from CF): the data's extent, with a margin
         width, height = np.ptp(x_edges), np.ptp(y_edges)

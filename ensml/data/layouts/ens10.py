@@ -28,7 +28,7 @@ def combine_files(parts: list[xr.Dataset], paths: list[Path], what: str) -> xr.D
     parts = [lazy(ds) for ds in parts]
     try:
         return xr.combine_by_coords(parts, combine_attrs="drop_conflicts")
-    except Exception as exc:
+    except Exception as exc:  # lazy parts: comparing them may decode damaged data too
         first_error = exception_reason(exc)
     if not all(INIT_TIME in ds.dims for ds in parts):
         raise EnsmlError(f"{what} files {paths[0]} … {paths[-1]} do not combine ({first_error})")
@@ -40,7 +40,7 @@ def combine_files(parts: list[xr.Dataset], paths: list[Path], what: str) -> xr.D
         check_same_years([parts[i] for i in members], [paths[i] for i in members], what)
         try:
             cat = xr.concat([parts[i] for i in members], INIT_TIME, combine_attrs="drop_conflicts")
-        except Exception as exc:
+        except Exception as exc:  # lazy parts, as above
             raise EnsmlError(
                 f"{what} files {paths[members[0]]} … {paths[members[-1]]} do not combine "
                 f"({exception_reason(exc)})"
@@ -48,7 +48,7 @@ def combine_files(parts: list[xr.Dataset], paths: list[Path], what: str) -> xr.D
         merged.append(cat.sortby(INIT_TIME))
     try:
         return xr.merge(merged, join="exact", combine_attrs="drop_conflicts")
-    except Exception as exc:
+    except Exception as exc:  # lazy parts, as above
         raise EnsmlError(
             f"{what} files {paths[0]} … {paths[-1]} do not combine ({exception_reason(exc)})"
         ) from None

@@ -80,7 +80,7 @@ def merge_hypercubes(
     _check_members(parts, path)
     try:
         merged = xr.merge(parts, compat="no_conflicts", join="outer", combine_attrs="drop_conflicts")
-    except Exception as exc:
+    except Exception as exc:  # no_conflicts compares values: a damaged message's decoding error too
         raise EnsmlError(
             f"GRIB file {path}: its hypercubes do not merge ({exception_reason(exc)}); {hint}"
         ) from None

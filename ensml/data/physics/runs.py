@@ -222,7 +222,7 @@ def _pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread)
     try:
         yield pool
-    except BaseException:
+    except BaseException:  # an error or Ctrl-C: cancel the queue instead of waiting, re-raise
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)

@@ -43,7 +43,7 @@ def _worker(rank, world, port, backend, threads, fn, args, results) -> None:
         )
         out = fn(*args)
         results.put((rank, True, out))
-    except BaseException:
+    except BaseException:  # a rank's failure, as text, for the parent's DistributedError
         results.put((rank, False, traceback.format_exc()))
     finally:
         if dist.is_initialized():
