@@ -37,12 +37,13 @@ import xarray as xr
 
 from ensml.data.grid import check_same_grid
 from ensml.data.layouts.options import ReaderOptions
-from ensml.data.open import check_lead_times, check_levels, check_members, open_dataset, open_inputs
+from ensml.data.open import check_lead_times, check_levels, open_dataset, open_inputs
 from ensml.data.runfiles import Check, Paths, RunFiles, Select, choose_leads, scan_run
+from ensml.data.subset import Subset, raw_subset
 from ensml.data.weights import area_weights
 from ensml.errors import EnsmlError
-from ensml.names import DEFAULT_K, INIT_TIME, LEAD_TIME, LEVEL, TIME, family_params
-from ensml.predictions import check_k, distribution_of
+from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, TIME, family_params
+from ensml.predictions import distribution_of
 from ensml.times import LEAD_DTYPE, LeadLike, format_leads, parse_lead, parse_leads
 
 
@@ -81,27 +82,9 @@ class EnsembleFrame:
     oracle_vars: list[str] = field(default_factory=list)  # what :meth:`at` reads of it
     dropped: np.ndarray = field(default_factory=lambda: np.array([], dtype=LEAD_DTYPE))
 
-    def subset_size(self, k: int | None) -> int:
-        """K of the raw subset: the runs' ``k`` (a ``k`` given must agree), else ``k`` or 5.
-
-        Raises
-        ------
-        EnsmlError
-            The runs were made from different ``k``, ``k`` disagrees with them, or the forecast
-            has fewer than K members.
-        """
-        runs = list(self.scanned.values())
-        for run in runs[1:]:
-            if run.meta.k != runs[0].meta.k:
-                raise EnsmlError(
-                    f"{runs[0]} was made from k={runs[0].meta.k} members and {run} from k={run.meta.k}; "
-                    "score one k at a time"
-                )
-        if runs:
-            k = check_k(runs[0].meta, k, str(runs[0]))
-        k = DEFAULT_K if k is None else int(k)
-        check_members(self.forecast, k, self.names["forecast"])
-        return k
+    def subset(self, k: int | None) -> Subset:
+        """The raw subset scored beside the forecast (:func:`ensml.data.subset.raw_subset`)."""
+        return raw_subset(self.scanned.values(), k, self.forecast, self.names["forecast"])
 
     def within(self, start: np.datetime64, end: np.datetime64) -> EnsembleFrame:
         """The frame restricted to the init times valid in ``[start, end]`` at its first lead."""

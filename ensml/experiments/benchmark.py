@@ -42,6 +42,7 @@ from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.open import open_forecast
 from ensml.data.outputs import OutputFolder
 from ensml.data.splits import check_periods
+from ensml.data.subset import Subset
 from ensml.errors import EnsmlError, signal_as_interrupted
 from ensml.experiments import benchmark_emos
 from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
@@ -145,7 +146,7 @@ def _bounds(dm: EnsembleDataModule, paths: dict[str, Path], synth: SynthOptions,
     gauss = subset_bound(synth, inits, index, test["mean"][:, fields], *args, spec.k)
     fc = open_forecast(str(paths["forecast"]), variables)
     fc = fc.sel({INIT_TIME: inits[index], LEAD_TIME: list(spec.target_leads), LEVEL: list(spec.levels)})
-    fc = fc.isel({MEMBER: slice(0, spec.k)}).transpose(INIT_TIME, LEAD_TIME, MEMBER, LEVEL, ...)
+    fc = Subset.first(spec.k).take(fc).transpose(INIT_TIME, LEAD_TIME, MEMBER, LEVEL, ...)
     shown = np.stack([fc[v].values for v in variables], axis=2)  # (N, T, V, K, D, H, W)
     shown = shown.reshape(len(index), -1, *shown.shape[3:])
     spread = spread_bound(synth, inits, index, shown, *args, spec.members)

@@ -225,7 +225,8 @@ def fit_all(
     L.seed_everything(seed, verbose=False)
     loaders = (dm.train_dataloader, dm.val_dataloader, dm.predict_dataloader)
     train, val, test = (collect(loader(), indices) for loader in loaders)
-    weights = torch.tensor(np.cos(np.deg2rad(dm.coords["latitude"])), dtype=torch.float32)
+    # the one area weighting (cell areas, mean 1): of the fits' objective and of the baselines
+    weights = torch.as_tensor(latitude_weights(dm.coords["latitude"]).values, dtype=torch.float32)
     surface = [bool(x) for x in np.asarray(dm.stats.get("surface", np.zeros(len(variables))))]
     ref = reference(found, variables)
     preds, info, ref_fit = {}, {}, None
@@ -243,7 +244,7 @@ def fit_all(
     assert ref_fit is not None
     # The tasks' val/loss: area-weighted (cell area, mean 1) means of fields scaled by the spread.
     scale = torch.as_tensor(dm.stats["target_scale"]).flatten(0, 1)[None, :, :, None, None]
-    w = torch.as_tensor(latitude_weights(dm.coords["latitude"]).values, dtype=torch.float32)[:, None]
+    w = weights[:, None]
     baselines = {
         "mixed": val_crps(ref_fit, val, scale, w),
         "spread": float((((val["std"] - val["std_m"]) / scale) ** 2 * w).mean()),

@@ -26,6 +26,7 @@ import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame
+from ensml.data.subset import Subset
 from ensml.experiments.benchmark_calibration import (
     CALIBRATION_COLUMNS,
     EMOS_COLUMNS,
@@ -194,8 +195,8 @@ def _forecasts(
         )
 
     ens = fc[var].transpose(INIT_TIME, MEMBER, *dims[1:])
-    sub = ens.isel({MEMBER: slice(0, k)})
-    out: dict[str, Forecast] = {raw_ensemble_name(m): ens, raw_subset_name(k): sub}
+    out: dict[str, Forecast] = dict(Subset.first(k).ensembles(ens))
+    sub = out[raw_subset_name(k)]
     for name, e in ((f"raw ensemble ({m} members", ens), (f"raw subset ({k} members", sub)):
         out[f"{name}, Gaussian of mean/std)"] = (e.mean(MEMBER), e.std(MEMBER, ddof=1))
     for name, p in preds.items():

@@ -16,6 +16,7 @@ import torch
 import xarray as xr
 
 from ensml.data.frame import build_frame
+from ensml.data.subset import Subset
 from ensml.data.weights import latitude_weights
 from ensml.errors import EnsmlError
 from ensml.names import DEFAULT_K, INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER
@@ -55,7 +56,7 @@ def forecast_map(
             f"forecast_map needs at least 3 init times and 2 <= k <= {ens.sizes[MEMBER]} members, "
             f"got {ens.sizes[INIT_TIME]} inits and k={k}"
         )
-    sub = ens.isel({MEMBER: slice(0, k)})
+    sub = Subset.first(k).take(ens)
 
     def tensor(a: xr.DataArray) -> torch.Tensor:  # (N, H, W) -> (N, V=1, D=1, H, W)
         return torch.as_tensor(a.values, dtype=torch.float32)[:, None, None]

@@ -42,8 +42,9 @@ from ensml.times import LeadLike, lead_hours, parse_lead
 from ensml.verify.casefind import find_extreme_cases, storm_cases
 from ensml.verify.cases import Case, load_cases
 from ensml.verify.casestudy import score_case
-from ensml.verify.evaluate import Scores, evaluate
+from ensml.verify.evaluate import Scores, evaluate_grid
 from ensml.verify.families import frame_families
+from ensml.verify.options import Selection, Sources
 from ensml.verify.tables import write_files
 
 
@@ -148,16 +149,11 @@ def report(
     def stage(what: str) -> None:
         progress.advance(f"{what} in {seconds(progress.lap)}")
 
-    scores = evaluate(
+    scores = evaluate_grid(
         forecast,
         analysis,
-        predictions,
-        spread_predictions,
-        oracle,
-        k=k,
-        leads=leads,
-        variables=variables,
-        levels=levels,
+        Sources(predictions, spread_predictions, oracle),
+        Selection(variables, levels, leads, k),
         out_dir=None,
     )
     stage("global scores")
@@ -173,7 +169,7 @@ def report(
         note=False,  # the global scores have noted uniform weights already
     )
     families = frame_families(frame)  # of each distribution source, as evaluate's
-    by_lead, hists, rel, events = scores_by_lead(frame, frame.subset_size(k), families)
+    by_lead, hists, rel, events = scores_by_lead(frame, frame.subset(k), families)
     reliable = {(v, lev): s for (at, v, lev), s in rel.items() if at == lead}
     if len(events):
         events = events[events["lead_h"] == lead_hours(lead)]

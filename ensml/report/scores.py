@@ -26,7 +26,8 @@ import xarray as xr
 
 from ensml.data.frame import EnsembleFrame, LeadFrame
 from ensml.data.grid import horizontal_dims
-from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, TIME, VALID_TIME, raw_ensemble_name, raw_subset_name
+from ensml.data.subset import Subset
+from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, TIME, VALID_TIME, raw_ensemble_name
 from ensml.scores.calibration import ensemble_mean_rmse, rank_histogram, spread_skill_ratio
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
@@ -51,13 +52,15 @@ Families = dict[str, dict[str, Family]]
 
 
 def scores_by_lead(
-    frame: EnsembleFrame, k: int, families: Families | None = None
+    frame: EnsembleFrame, subset: Subset | int, families: Families | None = None
 ) -> tuple[pd.DataFrame, dict, dict, pd.DataFrame]:
     """CRPS / spread / RMSE / SSR rows by lead, rank histograms and reliability at each lead.
 
     ``frame`` (:func:`ensml.data.frame.build_frame`, a partial frame: the post-processed
     predictions and the oracle, where they hold a lead) is read one lead at a time; means are
-    weighted by its area weights over the init times and the horizontal dims. Rows come
+    weighted by its area weights over the init times and the horizontal dims; the raw ``subset``
+    (:meth:`ensml.data.frame.EnsembleFrame.subset`, or K for the first K members) is scored
+    beside the raw ensemble. Rows come
     variable by variable, each at every lead. A surface variable (no level dimension) has one
     level, ``None`` (``level_hPa`` NaN). ``families``: of each distribution source
     (:func:`ensml.verify.families.frame_families`, computed here when not given).
@@ -70,6 +73,7 @@ def scores_by_lead(
         that of the threshold events of the bounded variables (a DataFrame: the columns of
         ``evaluate``'s ``reliability_<var>.csv``; empty without such variables).
     """
+    subset = subset if isinstance(subset, Subset) else Subset.first(subset)
     families = frame_families(frame) if families is None else families
     frame = reading_families(frame, families)  # each distribution's parameter variables
     events = event_thresholds(frame, families)
@@ -89,7 +93,7 @@ def scores_by_lead(
         }
         for var in frame.variables:
             dists = distributions(lf, families, var)
-            rows[var] += _rows_at(frame, lf, var, dists, k, hists)
+            rows[var] += _rows_at(frame, lf, var, dists, subset, hists)
             if var in events:
                 event_rel += _event_reliability(frame, lf, var, dists, events[var])
             else:
@@ -131,7 +135,7 @@ def _rows_at(
     lf: LeadFrame,
     var: str,
     dists: dict[str, tuple[xr.Dataset, Family]],
-    k: int,
+    subset: Subset,
     hists: dict,
 ) -> list[dict]:
     """The rows of ``var`` at one lead (``dists``: its distributions, by label); its rank
@@ -141,11 +145,9 @@ def _rows_at(
     levels = levels_of(frame.forecast[var], frame.levels)  # [None] for a surface variable
     x = lf.forecast[var].drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
     y = lf.analysis[var]
-    m = x.sizes[MEMBER]
     h = lead_hours(lead)
     rows = []
-    sources = {raw_ensemble_name(m): x, raw_subset_name(k): x.isel({MEMBER: slice(0, k)})}
-    for name, ens in sources.items():
+    for name, ens in subset.ensembles(x).items():
         kw = {"preserve_dims": per_level(x), "weights": w}
         scores = {
             "crps": crps_ensemble(ens, y, **kw),

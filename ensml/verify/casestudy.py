@@ -43,8 +43,6 @@ from ensml.names import (
     LEVEL,
     MEMBER,
     VALID_TIME,
-    raw_ensemble_name,
-    raw_subset_name,
     units_of,
 )
 from ensml.scores.crps import crps_ensemble
@@ -106,7 +104,7 @@ def score_case(
         note=False,
         **readers,
     )
-    k = frame.subset_size(k)
+    subset = frame.subset(k)
     where = f"case {name!r} (forecast {forecast})"
     check_not_at_level(frame.forecast[var], case.level, where)
     if case.level is None and not is_surface(frame.forecast[var]):
@@ -133,11 +131,7 @@ def score_case(
     thr, tail = _threshold(case, fc, y, an_box)
 
     w = area_weights(y, what=f"case {name!r}", note=False)  # evaluate notes uniform weights
-    m = fc.sizes[MEMBER]
-    ensembles = {
-        raw_ensemble_name(m): fc,
-        raw_subset_name(min(k, m)): fc.isel({MEMBER: slice(0, k)}),
-    }
+    ensembles = subset.ensembles(fc)
     dists = {
         label: Distribution(_at(ds, at_level), var, family, f"{label} {var}")
         for label, (ds, family) in distributions(fields, families, var).items()

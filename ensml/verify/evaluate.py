@@ -46,6 +46,7 @@ from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
+from ensml.data.subset import Subset
 from ensml.names import INIT_TIME, LEVEL, MEMBER, as_list, raw_ensemble_name, raw_subset_name, units_of
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
@@ -65,6 +66,7 @@ from ensml.verify.families import (
     reading_families,
 )
 from ensml.verify.inputs import check_complete, check_observed, count_observed, missing_as_unobserved
+from ensml.verify.options import Selection, Sources
 from ensml.verify.rows import by_lead, crps_rows, decomposition_rows, on_grid, slug, spread_scores
 from ensml.verify.stations import StationScores, evaluate_stations, gridded_options, station_options
 from ensml.verify.tables import Content, score_files, write_files
@@ -274,6 +276,7 @@ def evaluate(
         records are replaced or removed (:mod:`ensml.data.outputs`).
     """
     variables, levels = as_list(variables, "variables"), as_list(levels, "levels")
+    selection = Selection(variables, levels, leads, k)
     if observations is not None or analysis is None:  # station observations: ensml.verify.stations
         station_options(
             analysis,
@@ -290,10 +293,7 @@ def evaluate(
         return evaluate_stations(
             forecast,
             observations,
-            variables=variables,
-            levels=levels,
-            leads=leads,
-            k=k,
+            selection,
             fair=fair,
             extraction=extraction,
             model_height=model_height,
@@ -302,6 +302,42 @@ def evaluate(
             reader=as_reader(reader),
         )
     gridded_options(extraction=extraction, model_height=model_height, lapse_rate=lapse_rate)
+    return evaluate_grid(
+        forecast,
+        analysis,
+        Sources(predictions, spread_predictions, oracle, members),
+        selection,
+        cases=cases,
+        fair=fair,
+        missing_forecast=missing_forecast,
+        thresholds=thresholds,
+        out_dir=out_dir,
+        reader=reader,
+        analysis_reader=analysis_reader,
+    )
+
+
+def evaluate_grid(
+    forecast: str | list[str],
+    analysis: str | list[str],
+    sources: Sources | None = None,
+    selection: Selection | None = None,
+    *,
+    cases: str | list[str] | None = None,
+    fair: bool = False,
+    missing_forecast: bool = False,
+    thresholds: dict[str, list[float]] | None = None,
+    out_dir: str | None = "runs/eval",
+    reader: ReaderOptions | None = None,
+    analysis_reader: ReaderOptions | None = None,
+) -> Scores:
+    """Score ``forecast`` and ``sources`` against the gridded ``analysis`` at each lead time.
+
+    The options are :func:`evaluate`'s, grouped: ``sources`` the predictions, spread
+    predictions, oracle and calibrated members; ``selection`` the variables, levels, leads and
+    ``k`` (default: none; all of the forecast's, K of 5). Raises as :func:`evaluate`.
+    """
+    sources, selection = sources or Sources(), selection or Selection()
     if out_dir is not None:
         names = [
             "scores.csv",
@@ -309,29 +345,30 @@ def evaluate(
             "scores.nc",
             "decomposition.csv",
             "decomposition.md",
-            *(["spread.csv", "spread.md"] if spread_predictions else []),
+            *(["spread.csv", "spread.md"] if sources.spread_predictions else []),
         ]
         names += ["cases/cases.csv", "cases/cases.md"] if cases else []
         OutputFolder.check(out_dir, "evaluate", names=names)  # before the work: fails in seconds
-    leads = leads_option(leads)  # a bad lead fails before the cases
+    leads = leads_option(selection.leads)  # a bad lead fails before the cases
     # cases are scored first: a bad case fails before any other work (they are small)
     readers = {"reader": as_reader(reader), "analysis_reader": as_reader(analysis_reader)}
+    predictions, oracle, k = sources.predictions, sources.oracle, selection.k
     studies = [
         score_case(c, forecast, analysis, predictions, oracle, k, **readers) for c in load_cases(cases or [])
     ]
     frame = build_frame(
         forecast,
         analysis,
-        variables=variables,
-        levels=levels,
+        variables=selection.variables,
+        levels=selection.levels,
         leads=leads,
         predictions=predictions,
-        spread_predictions=spread_predictions,
-        members=members,
+        spread_predictions=sources.spread_predictions,
+        members=sources.members,
         oracle=oracle,
         **readers,
     )
-    k = frame.subset_size(k)
+    subset = frame.subset(k)
     families = frame_families(frame)
     frame = reading_families(frame, families)  # each distribution's parameter variables
     if frame.dropped.size:
@@ -340,7 +377,7 @@ def evaluate(
             f"{format_leads(frame.dropped)}"
         )
     table, spread, per_point, decomposition, events = score_frame(
-        frame, k, fair, missing_forecast, families=families, thresholds=thresholds
+        frame, subset, fair, missing_forecast, families=families, thresholds=thresholds
     )
     scores = Scores(
         table,
@@ -366,7 +403,7 @@ def evaluate(
 
 def score_frame(
     frame: EnsembleFrame,
-    k: int,
+    subset: Subset,
     fair: bool = False,
     missing_forecast: bool = False,
     *,
@@ -377,11 +414,12 @@ def score_frame(
     CRPS decomposition of its ensembles and the event scores of its bounded variables (``None``
     without any).
 
-    Reads one lead at a time (each value checked complete); a subset of the first ``k`` members
-    is scored beside the full ensemble; ``fair``: ensembles with the fair CRPS;
-    ``missing_forecast``: NaN in the raw forecast is "not observed" (see :func:`evaluate`);
-    ``families``: of each distribution source (:func:`ensml.verify.families.frame_families`,
-    whose parameters ``frame`` reads: :func:`~ensml.verify.families.reading_families`);
+    Reads one lead at a time (each value checked complete); the raw ``subset``
+    (:func:`ensml.data.subset.raw_subset`) is scored beside the full ensemble; ``fair``:
+    ensembles with the fair CRPS; ``missing_forecast``: NaN in the raw forecast is "not
+    observed" (see :func:`evaluate`); ``families``: of each distribution source
+    (:func:`ensml.verify.families.frame_families`, whose parameters ``frame`` reads:
+    :func:`~ensml.verify.families.reading_families`);
     ``thresholds``: as :func:`evaluate`'s.
     """
     for lead in frame.leads:  # a lead of no whole hours has no row in the tables: fail before the work
@@ -403,7 +441,15 @@ def score_frame(
         fields: dict[str, xr.DataArray] = {}
         for var in frame.variables:
             crps, spread, decomposition = score_variable(
-                frame, at_lead, var, k, fields, fair, families=families, events=events, setup=setups.get(var)
+                frame,
+                at_lead,
+                var,
+                subset,
+                fields,
+                fair,
+                families=families,
+                events=events,
+                setup=setups.get(var),
             )
             rows += crps
             spread_rows += spread
@@ -420,7 +466,7 @@ def score_variable(
     frame: EnsembleFrame,
     lf: LeadFrame,
     var: str,
-    k: int,
+    subset: Subset,
     fields: dict[str, xr.DataArray],
     fair: bool = False,
     *,
@@ -432,8 +478,8 @@ def score_variable(
     fields are added to ``fields``; with ``setup`` (its thresholds and climatology), its event
     scores are added to ``events``."""
     x, y, m = lf.forecast[var], lf.analysis[var], lf.forecast.sizes[MEMBER]
-    raw_key = raw_ensemble_name(m)
-    ensembles = {raw_key: x, raw_subset_name(k): x.isel({MEMBER: slice(0, k)})}
+    raw_key, k = raw_ensemble_name(m), subset.k
+    ensembles = subset.ensembles(x)
     if "members" in lf.runs:
         calibrated = lf.runs["members"][var]
         ensembles[f"post-processed members ({calibrated.sizes[MEMBER]})"] = calibrated
@@ -482,9 +528,9 @@ def score_variable(
     parts = decomposition_rows(_decomposed(ensembles, y, weights), var, levels, h, units=units)
     if "spread predictions" not in lf.runs:
         return rows, [], parts
-    target, subset = x.std(MEMBER, ddof=0), ensembles[raw_subset_name(k)]
+    target = x.std(MEMBER, ddof=0)
     estimators = {
-        f"{k}-member sample std (ddof 1)": subset.std(MEMBER, ddof=1),
+        f"{k}-member sample std (ddof 1)": ensembles[raw_subset_name(k)].std(MEMBER, ddof=1),
         "spread model": lf.runs["spread predictions"][f"{var}_std"],
     }
     for name, est in estimators.items():
@@ -531,4 +577,4 @@ def _decomposed(
     }
 
 
-__all__ = ["Scores", "evaluate"]
+__all__ = ["Scores", "evaluate", "evaluate_grid"]

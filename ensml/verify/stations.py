@@ -23,7 +23,6 @@ k-1), by lead, variable and level:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,10 +35,10 @@ from ensml.data.layouts.options import ReaderOptions
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
 from ensml.data.station_frame import StationFrame, StationLead, build_station_frame
+from ensml.data.subset import Subset, raw_subset
 from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
-    DEFAULT_K,
     ELEVATION,
     INIT_TIME,
     LEAD_TIME,
@@ -47,13 +46,13 @@ from ensml.names import (
     STATION,
     VALID_TIME,
     raw_ensemble_name,
-    raw_subset_name,
     units_of,
 )
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
-from ensml.times import LEAD_DTYPE, LeadLike, format_lead, lead_hours
+from ensml.times import LEAD_DTYPE, format_lead, lead_hours
 from ensml.verify.levels import at, levels_of, table_level
+from ensml.verify.options import Selection
 from ensml.verify.rows import slug
 from ensml.verify.tables import Content, to_markdown, write_files
 
@@ -155,12 +154,12 @@ def _summaries(
 
 
 def _rows(
-    frame: StationFrame, sl: StationLead, var: str, k: int, fair: bool, per_pair: dict
+    frame: StationFrame, sl: StationLead, var: str, subset: Subset, fair: bool, per_pair: dict
 ) -> tuple[list, list]:
     """Pooled and per-station rows of ``var`` at one lead; its per-pair CRPS added to ``per_pair``."""
     x, y = sl.forecast[var], sl.observed[var]
+    ensembles = subset.ensembles(x)
     raw_key = raw_ensemble_name(x.sizes[MEMBER])
-    ensembles = {raw_key: x, raw_subset_name(k): x.isel({MEMBER: slice(0, k)})}
     scopes = {"pooled": [INIT_TIME, STATION], "station": [INIT_TIME]}
     summary: dict[str, dict[str, dict[str, xr.DataArray]]] = {}
     for name, ens in ensembles.items():
@@ -213,7 +212,7 @@ def _per_pair(fields: list[xr.Dataset], leads: list[np.timedelta64], frame: Stat
     return ds.assign_coords({c: frame.observations[c] for c in frame.observations[STATION].coords})
 
 
-def score_stations(frame: StationFrame, k: int, fair: bool = False) -> StationScores:
+def score_stations(frame: StationFrame, subset: Subset, fair: bool = False) -> StationScores:
     """Score every lead and variable of ``frame`` (one lead read at a time)."""
     for lead in frame.leads:  # a lead of no whole hours has no row: fail before the work
         lead_hours(lead)
@@ -227,7 +226,7 @@ def score_stations(frame: StationFrame, k: int, fair: bool = False) -> StationSc
         sl = frame.at(lead)
         per_pair: dict[str, xr.DataArray] = {}
         for var in frame.variables:
-            p, s = _rows(frame, sl, var, k, fair, per_pair)
+            p, s = _rows(frame, sl, var, subset, fair, per_pair)
             pooled += p
             by_station += s
         fields.append(xr.Dataset(per_pair))
@@ -289,11 +288,8 @@ def gridded_options(*, extraction: str, model_height: str | None, lapse_rate: fl
 def evaluate_stations(
     forecast: str | list[str],
     observations: str,
+    selection: Selection | None = None,
     *,
-    variables: Sequence[str] | None = None,
-    levels: Sequence[float] | None = None,
-    leads: LeadLike | Sequence[LeadLike] | None = None,
-    k: int | None = None,
     fair: bool = False,
     extraction: str = "nearest",
     model_height: str | None = None,
@@ -301,7 +297,8 @@ def evaluate_stations(
     out_dir: str | None = "runs/eval",
     reader: ReaderOptions | None = None,
 ) -> StationScores:
-    """Score ``forecast`` against station ``observations`` (options: :func:`ensml.verify.evaluate.evaluate`).
+    """Score ``forecast`` against station ``observations`` (options: :func:`ensml.verify.evaluate.evaluate`;
+    ``selection``: its variables, levels, leads and ``k``).
 
     Raises
     ------
@@ -311,24 +308,25 @@ def evaluate_stations(
     """
     if out_dir is not None:
         OutputFolder.check(out_dir, "evaluate", names=FILES)  # before the work: fails in seconds
-    leads = leads_option(leads)
+    selection = selection or Selection()
+    leads = leads_option(selection.leads)
     if not np.isfinite(lapse_rate) or abs(lapse_rate) > 0.1:  # K/m: 0.1 is ten times the dry adiabat
         standard = STANDARD_LAPSE_RATE
         raise EnsmlError(f"lapse_rate {lapse_rate!r} is not a lapse rate in K/m (the standard is {standard})")
-    k = DEFAULT_K if k is None else int(k)
+    subset = raw_subset((), selection.k)  # no run files: the first k (checked against the forecast below)
     frame = build_station_frame(
         forecast,
         observations,
-        variables=variables,
-        levels=levels,
+        variables=selection.variables,
+        levels=selection.levels,
         leads=leads,
-        k=k,
+        k=subset.k,
         extraction=extraction,
         model_height=model_height,
         lapse_rate=lapse_rate,
         reader=reader,
     )
-    scores = score_stations(frame, k, fair)
+    scores = score_stations(frame, subset, fair)
     if not scores.table.empty:
         n = int(scores.table.loc[scores.table["forecast"].str.startswith("raw ensemble"), "n_pairs"].sum())
         note(

@@ -82,7 +82,7 @@ def by_lead(inputs: dict[str, Path]) -> tuple:
         partial=True,
         note=False,
     )
-    return scores_by_lead(frame, frame.subset_size(None))
+    return scores_by_lead(frame, frame.subset(None))
 
 
 @pytest.fixture(scope="module")
