@@ -79,7 +79,13 @@ def _start(args: list[str], where: str, cwd: Path) -> subprocess.Popen:
     env["PYTHONPATH"] = os.pathsep.join([str(HOOK), env["PYTHONPATH"]])
     cmd = [sys.executable, "-m", "ensml.cli.main", *args]
     pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-    return subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, **pipe)
+    # SIGINT back to its default in the child: a suite started as a background job (`cmd &` in a
+    # script, nohup) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt.
+    return subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, preexec_fn=_default_sigint, **pipe)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _left(out: Path) -> tuple[list[str], set[str]]:
