@@ -1,8 +1,10 @@
 """The output folder's manifest: what was produced from what, so that each output exists once.
 
-``manifest.jsonl`` holds one JSON record per line; the last record of a key wins. A record says
-what an output was made from (the input's path, size and mtime, the checkpoints' SHA-256, a
-hash of the options) and what it is (path, size, mtime, SHA-256), or why its input failed.
+``manifest.jsonl`` holds one JSON record per work unit and line; the last record of a key wins.
+A record says what an output was made from (the input's path, size and mtime, the checkpoints'
+SHA-256, a hash of the options), its path and the SHA-256 that ``--verify`` compares (a zarr
+region's data checksum), or why its input failed. Whether a file is still as written (its size
+and mtime) is the output folder's ledger's to say, not recorded here a second time.
 Records are appended and fsync'ed as units finish, so a run killed at any moment keeps every
 record of the outputs it completed; a line cut short by the kill is ignored, and an append that
 fails (a full disk) leaves the file as it was. At the end of a run the file is rewritten with one
@@ -26,7 +28,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from ensml.data.outputs import OutputFolder, write_error
+from ensml.data.outputs import STATE_DIR, Ledger, OutputFolder, write_error
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME
 from ensml.predictions import file_sha256
@@ -64,6 +66,7 @@ class Manifest:
         self._file = folder.reserve([MANIFEST])[0] if folder is not None else self.path
         self.records: dict[str, dict[str, Any]] = {}
         self.skipped_lines = 0
+        self._read_ledger: Ledger | None = None
         if self._file.is_file():
             for line in self._file.read_text(errors="replace").splitlines():
                 try:
@@ -100,27 +103,34 @@ class Manifest:
         )
         self.folder.write_text(MANIFEST, text)
 
-    def is_current(self, key: str, identity: Mapping[str, Any], verify: bool = False) -> bool:
+    def is_current(
+        self, key: str, identity: Mapping[str, Any], output: str | None = None, verify: bool = False
+    ) -> bool:
         """Whether ``key``'s output is complete and was made from exactly ``identity``.
 
-        A netCDF output must also still have the recorded size and mtime (and, with ``verify``,
-        SHA-256); a zarr region is checked against its store by the caller.
+        A netCDF output (``output``: its name in the folder) must also be recorded by the
+        folder's ledger as postprocess's and unchanged since (and, with ``verify``, have the
+        recorded SHA-256); a zarr region (``output`` None) is checked against its store by the
+        caller.
         """
         rec = self.records.get(key)
         if rec is None or rec.get("status") != "done":
             return False
         if any(rec.get(k) != identity.get(k) for k in IDENTITY_KEYS):
             return False
-        if "output_size" not in rec:  # a zarr region
+        if output is None:  # a zarr region
             return True
-        out = Path(rec["output"])
-        try:
-            stat = out.stat()
-        except OSError:
+        if not self._ledger().written(output, "postprocess"):
             return False
-        if (stat.st_size, stat.st_mtime_ns) != (rec["output_size"], rec["output_mtime_ns"]):
-            return False
-        return not verify or file_sha256(out) == rec.get("output_sha256")
+        return not verify or file_sha256(self.path.parent / output) == rec.get("output_sha256")
+
+    def _ledger(self) -> Ledger:
+        """The output folder's ledger: the run's, or read once (a dry run)."""
+        if self.folder is not None:
+            return self.folder.ledger
+        if self._read_ledger is None:
+            self._read_ledger = Ledger.load(self.path.parent / STATE_DIR)
+        return self._read_ledger
 
 
 def _append_whole(path: Path, line: bytes) -> None:

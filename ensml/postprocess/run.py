@@ -376,7 +376,7 @@ def _identities(
 def _current(
     folder: OutputFolder, manifest: Manifest, unit: Unit, identity: dict[str, Any], verify: bool
 ) -> bool:
-    if not manifest.is_current(unit.key, identity, verify):
+    if not manifest.is_current(unit.key, identity, _netcdf_output(unit), verify):
         return False
     if verify and unit.region is not None:
         import xarray as xr
@@ -385,6 +385,12 @@ def _current(
             region = ds.isel(init_time=slice(unit.region, unit.region + 1)).load()
         return data_sha256(region) == manifest.records[unit.key].get("output_sha256")
     return True
+
+
+def _netcdf_output(unit: Unit) -> str | None:
+    """The output name whose ledger entry says whether ``unit``'s file is current; None for a
+    zarr region (checked against its store)."""
+    return unit.output if unit.region is None else None
 
 
 def _output_names(inputs: list[Path], out: Path, format: OutputFormat) -> list[str]:
@@ -429,7 +435,7 @@ def _dry_run(
     current = (
         0
         if settings.force or manifest is None
-        else sum(manifest.is_current(u.key, identities[u.key], verify) for u in units)
+        else sum(manifest.is_current(u.key, identities[u.key], _netcdf_output(u), verify) for u in units)
     )
     console.print(
         f"postprocess (dry run): {len(units)} units from {len(inputs)} files, {len(units) - current} to do, "

@@ -250,11 +250,8 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
                 for i, init in enumerate(inits):
                     ds = products(init)
                     append_netcdf_init(tmp, ds, i, {**attrs, **ds.attrs}, job.history, product_encoding(ds))
-            out = staging.ready(unit.output)
-            stat = out.stat()
-            record.update(
-                output_sha256=file_sha256(out), output_size=stat.st_size, output_mtime_ns=stat.st_mtime_ns
-            )
+            # Its size and mtime are the folder ledger's, recorded when the run places it.
+            record.update(output_sha256=file_sha256(staging.ready(unit.output)))
         record.update(status="done", n_inits=int(inits.size), members=fc.members)
     except EnsmlError as exc:
         record.update(status="failed", reason=str(exc))

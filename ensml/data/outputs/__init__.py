@@ -37,7 +37,8 @@ Choices beyond the first sketch, and why:
 - The ledger is a snapshot plus an append-only change log (``ledger.jsonl``): recording an
   output is one short append, so a run of 10,000 post-processed files costs 10,000 appends
   rather than 10,000 rewrites of a growing file. A run compacts it when it opens or closes the
-  folder, if anything changed (so opening a folder on a full disk writes nothing).
+  folder, if anything changed (so opening a folder on a full disk writes nothing), and when
+  the log outgrows about twice the live entries, so it stays bounded in a long run.
 - A commit logs its names as ``reserved`` before the first rename and ``done`` after the last
   (two ledger writes, not one): a kill in between leaves files the ledger knows, so the next
   run may replace them, where a single write afterwards would leave them looking like a

@@ -5,8 +5,8 @@ journal, ``commit.json``, into the run's staging folder: what goes where. The re
 at once, with SIGINT and SIGTERM held back until they are done; an error in the middle puts
 back what was already moved. If the process is killed in the middle (SIGKILL, power loss),
 the next run that opens the folder finds the journal in the dead run's staging folder and
-finishes the renames (:meth:`ensml.data.outputs.OutputFolder.open`), so the folder holds one
-run's results whole.
+finishes the renames (:func:`recover`, called by :meth:`ensml.data.outputs.OutputFolder.open`),
+so the folder holds one run's results whole.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ensml.data.outputs.check import ownership_problem
 from ensml.data.outputs.errors import write_error
@@ -28,9 +28,6 @@ from ensml.data.outputs.ledger import Ledger, fsync_dir, unchanged, write_atomic
 from ensml.data.outputs.names import normalise, resolve
 from ensml.data.outputs.staging import swap, unswap
 from ensml.errors import EnsmlError
-
-if TYPE_CHECKING:
-    from ensml.data.outputs.folder import OutputFolder
 
 JOURNAL = "commit.json"
 
@@ -141,40 +138,51 @@ def apply(command: str, items: Sequence[Item], removals: Sequence[Removal], box:
     return gone
 
 
-def recover(folder: OutputFolder, dead: Path) -> None:
+def recover(root: Path, display: str, ledger: Ledger, dead: Path) -> tuple[str, list[str], list[str]]:
     """Finish the commit the killed run of staging folder ``dead`` left half done.
 
     Its journal lists the outputs; every one still staged whose target the dead run's command
-    may still replace (reserved by it before the journal was written) is renamed into place,
-    and the ledger records them all. Called by :meth:`OutputFolder.open` under the lock.
+    may still replace (reserved by it before the journal was written) is renamed into place.
+    Called under the folder's lock with signals held; the caller records the result.
+
+    Parameters
+    ----------
+    root, display
+        The output folder's real path, and the path as the user named it (for messages).
+    ledger
+        The folder's ledger (read only here).
+    dead
+        The staging folder of the killed run.
+
+    Returns
+    -------
+    tuple
+        The dead run's command, the journal's names now in place and owned by that command
+        (to record as done), and the names it removed (to drop); empty without a journal.
     """
     journal = read_journal(dead)
     if journal is None:
-        return
+        return "", [], []
     command = str(journal.get("command"))
     items, names = [], []
     for raw in journal["items"]:
         try:
-            key, final = resolve(folder.root, raw["name"])
+            key, final = resolve(root, raw["name"])
             new = dead / normalise(raw["new"])
         except (EnsmlError, KeyError, TypeError):
             continue  # not a journal ensml wrote: finish nothing of it
         names.append(key)
-        allowed = ownership_problem(folder.ledger, command, key, final) is None
+        allowed = ownership_problem(ledger, command, key, final) is None
         if os.path.lexists(new) and final.parent.is_dir() and allowed:
-            items.append(Item(key, new, final, folder._shown(key)))
+            items.append(Item(key, new, final, Path(display) / key))
     gone = []
     for key in journal["remove"]:
-        entry = folder.ledger.get(key) if isinstance(key, str) else None
-        if entry is not None and entry.command == command and unchanged(entry, folder.root / key):
-            gone.append(Removal(key, folder.root / key, folder._shown(key)))
-    with signals_held():
-        apply(command, items, gone, dead)
-        owned = [
-            k for k in names if _owned_by(folder.ledger, k, command) and os.path.lexists(folder.root / k)
-        ]
-        done = [c for k in owned for c in folder._done(k, command, dead.name)]
-        folder._log(done + [(r.name, None) for r in gone], durable=False)
+        entry = ledger.get(key) if isinstance(key, str) else None
+        if entry is not None and entry.command == command and unchanged(entry, root / key):
+            gone.append(Removal(key, root / key, Path(display) / key))
+    apply(command, items, gone, dead)
+    owned = [k for k in names if _owned_by(ledger, k, command) and os.path.lexists(root / k)]
+    return command, owned, [r.name for r in gone]
 
 
 def _owned_by(ledger: Ledger, key: str, command: str) -> bool:

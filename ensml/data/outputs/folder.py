@@ -14,13 +14,16 @@ from ensml.data.outputs.commit import JOURNAL, Item, Removal, apply, recover, si
 from ensml.data.outputs.errors import write_error
 from ensml.data.outputs.ledger import Entry, Ledger, signature, unchanged, utc_now
 from ensml.data.outputs.lock import dead_runs, lock_folder, lock_staging, new_run_id
-from ensml.data.outputs.names import STATE_DIR, normalise, resolve
-from ensml.data.outputs.reserve import Reservations
+from ensml.data.outputs.names import STATE_DIR, distinct, normalise, resolve
 from ensml.data.outputs.staging import (
     STAGING,
+    Staging,
+    Writes,
     delete_path,
     discard,
     make_folders,
+    put_in_place,
+    ready_path,
     run_dir,
     staged,
     undo_folders,
@@ -28,7 +31,7 @@ from ensml.data.outputs.staging import (
 from ensml.errors import EnsmlError
 
 
-class OutputFolder(Reservations):
+class OutputFolder(Writes):
     """An output folder opened by one run of one command: the only way ensml writes outputs.
 
     Open it with :meth:`open` (which checks, creates and locks it), write with :meth:`write`
@@ -59,6 +62,7 @@ class OutputFolder(Reservations):
         self.disowned: list[str] = []
         self._fds = fds  # the folder lock, then the mark on this run's staging folder
         self._pending: dict[str, Path] = {}  # whole: staged temporaries by name
+        ledger.scratch = run_dir(root, run_id)  # a compaction's temporary: swept if killed
         self._closed = False
         self.created: list[Path] = []  # the folders open() created: a failed run removes them
 
@@ -135,7 +139,10 @@ class OutputFolder(Reservations):
         """Recover and sweep dead runs, tidy and compact the ledger, check ``names`` again."""
         for dead in dead_runs(self.root / STATE_DIR / STAGING):
             if dead.name != self.run_id:
-                recover(self, dead)
+                with signals_held():
+                    command, written, removed = recover(self.root, self.display, self.ledger, dead)
+                    done = [c for k in written for c in self._done(k, command, dead.name)]
+                    self._log(done + [(k, None) for k in removed], durable=False)
                 shutil.rmtree(dead, ignore_errors=True)
         self.ledger.drop_missing()
         self.ledger.compact(self.run_dir)
@@ -267,6 +274,133 @@ class OutputFolder(Reservations):
                 return []
             key, command, run = owner[0], owner[1].command, owner[1].run
         return [(key, self._entry(key, "done", command, run))]
+
+    # writers that are not the run: workers, other hosts, libraries ---------------------------
+    #
+    # Post-processing workers write products while the run holds the folder's lock; Lightning
+    # writes ``checkpoints/``, ``metrics.csv``, ``hparams.yaml`` and ``config.yaml`` into fit's run
+    # folder itself. The run reserves the names first, so that a kill at any moment leaves only
+    # files the ledger knows, and records (or adopts) them when they are written.
+
+    def staging(self, names: Iterable[str]) -> Staging:
+        """What a worker process needs to write ``names`` for this run (picklable, no lock).
+
+        Every name must be reserved by this run first (:meth:`reserve`); the worker can write
+        those and no other, so a mistake in the work's plan cannot reach a user's file. Record
+        the names when the results come back (:meth:`record`). The staging folder lives as
+        long as this run has the folder open.
+
+        Raises
+        ------
+        EnsmlError
+            A name is not reserved by this command (nor inside a folder it reserved).
+        """
+        self._check_open()
+        keys = [self._reserved(name, "workers write them")[0] for name in names]
+        return Staging(str(self.root), self.run_id, self.command, self.display, frozenset(keys))
+
+    def reserve(self, names: Iterable[str], kind: str = "file") -> list[Path]:
+        """Record ``names`` as this run's before another process or a library writes them.
+
+        A kill after a worker's rename then leaves a file the ledger knows. Missing parent
+        folders are created. ``kind`` is ``file``, or ``dir`` for a folder the writer fills (a
+        zarr store, Lightning's ``checkpoints``): it owns everything inside. Reserving an
+        output this command wrote before (unchanged) lets a writer change it in place, as
+        post-processing does with a zarr store's regions. Returns the paths.
+
+        Raises
+        ------
+        EnsmlError
+            The first name that may not be written: not a relative name inside the folder, a
+            user's file, another command's output, or changed since ensml wrote it.
+        """
+        if kind not in ("file", "dir"):
+            raise ValueError(f"kind must be 'file' or 'dir', got {kind!r}")
+        self._check_open()
+        claimed = check_names(self.ledger, self.root, self.command, self.display, names)
+        self._reserve({key: kind for key, _ in claimed})
+        return [path for _, path in claimed]
+
+    def record(self, names: Iterable[str]) -> None:
+        """Record reserved ``names``, now written by another process, as done (size, mtime
+        and, below 4 MiB, SHA-256, from the file).
+
+        Raises
+        ------
+        EnsmlError
+            A name was not reserved by this command, or was not written.
+        """
+        self._record(names, missing_ok=False)
+
+    def adopt(self, names: Iterable[str]) -> None:
+        """Record what a library wrote itself into reserved names (Lightning's ``config.yaml``,
+        ``metrics.csv``, ``checkpoints``) as done; a reserved name it did not write is dropped.
+        Call it once the library is done with them: a ``done`` output that changes is no
+        longer ensml's to replace.
+
+        Raises
+        ------
+        EnsmlError
+            A name was not reserved by this command (nor lies in a folder it reserved).
+        """
+        self._record(names, missing_ok=True)
+
+    def place(self, names: Iterable[str]) -> None:
+        """Move outputs that workers held (:meth:`Staging.hold`) into place and record them.
+
+        Each is renamed from the run's staging folder onto its name (replacing this command's
+        previous output) and recorded as done, in this process, which holds the folder's lock:
+        an output is in place only once it is recorded.
+
+        Raises
+        ------
+        EnsmlError
+            A name was not reserved by this command, or no worker held it; a rename that fails
+            (one line naming the path).
+        """
+        self._check_open()
+        names = list(names)
+        where = run_dir(self.root, self.run_id)
+        for name in names:
+            key, path, _ = self._reserved(name, "writing them")
+            ready = ready_path(where, key)
+            if not os.path.lexists(ready):
+                raise EnsmlError(
+                    f"{self.command}: out_dir {self.display}: {key} was reserved but not written"
+                )
+            put_in_place(ready, path, where, self.command, Path(self.display) / key)
+        self._record(names, missing_ok=False)
+
+    def _reserved(self, name: str, before: str) -> tuple[str, Path, str]:
+        """The ledger name, path and owning entry's name of ``name``, which this run must have
+        reserved (itself or a folder above it), else raise."""
+        key, path = self._resolve(name)
+        owner = self.ledger.owner(key)
+        if owner is None or owner[1].command != self.command or owner[1].state != "reserved":
+            raise EnsmlError(
+                f"{self.command}: out_dir {self.display}: {key} was not reserved by this run; "
+                f"reserve names before {before}"
+            )
+        return key, path, owner[0]
+
+    def _record(self, names: Iterable[str], missing_ok: bool) -> None:
+        self._check_open()
+        changes: list[tuple[str, Entry | None]] = []
+        try:
+            keys = distinct(names)
+        except EnsmlError as exc:
+            raise EnsmlError(f"{self.command}: {exc}") from None
+        for name in keys:
+            key, path, owner = self._reserved(name, "writing them")
+            if not os.path.lexists(path):
+                if missing_ok and owner == key:
+                    changes.append((key, None))
+                    continue
+                raise EnsmlError(
+                    f"{self.command}: out_dir {self.display}: {key} was reserved but not written"
+                )
+            changes.append((owner, self._entry(owner, "done")))
+        self._log(changes, durable=False)
 
     # writing -----------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 ``<out_dir>/.ensml/ledger.json`` is a snapshot; ``ledger.jsonl`` beside it holds the changes
 since, one JSON line each, appended and fsync'ed. A change costs one short append however many
 entries the folder holds (10,000 post-processed files would otherwise rewrite a 2 MB file
-10,000 times); the snapshot is rewritten (atomically) when a run opens and closes the folder.
+10,000 times). The snapshot is rewritten (atomically) when a run opens and closes the folder,
+and when the log outgrows about twice the live entries (plus :data:`LOG_MARGIN` lines), so a
+long run's log stays bounded and each change still costs O(1) on average.
 Each change carries a whole entry or its removal, so replaying the log twice gives the same
 ledger, and a line cut short by a kill is ignored.
 
@@ -22,7 +24,6 @@ or ``parent`` (a folder ensml created to hold entries; owns nothing inside). ``s
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import uuid
@@ -34,6 +35,7 @@ from typing import Any
 
 from ensml.data.outputs.names import normalise
 from ensml.errors import EnsmlError
+from ensml.predictions import file_sha256
 
 LEDGER = "ledger.json"
 LOG = "ledger.jsonl"
@@ -43,6 +45,8 @@ KINDS = ("file", "dir", "parent")
 STATES = ("reserved", "done")
 #: Files below this size (bytes) get a SHA-256 in the ledger (for audits; ownership uses size+mtime).
 SHA256_BELOW = 4 << 20
+#: Log lines allowed beyond twice the live entries before a change compacts the ledger.
+LOG_MARGIN = 1000
 
 
 def utc_now() -> str:
@@ -114,15 +118,6 @@ def signature(path: Path) -> dict[str, Any]:
     return {"kind": "dir", "size": size, "mtime_ns": latest, "files": files}
 
 
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def unchanged(entry: Entry, path: Path) -> bool:
     """Whether ``path`` is still as ensml recorded it in ``entry`` (same size and mtime; for a
     folder, the same bytes, number of files and latest mtime). A path that is gone is unchanged:
@@ -171,7 +166,12 @@ class Ledger:
     def __init__(self, state_dir: Path, entries: dict[str, Entry] | None = None) -> None:
         self.state_dir = state_dir
         self.entries: dict[str, Entry] = dict(entries or {})
+        #: Where a compaction writes its temporary (same file system; default ``state_dir``).
+        #: An open folder points it at its run's staging folder, which the next run sweeps.
+        self.scratch: Path | None = None
         self._dirty = False  # entries changed in memory only (drop_missing)
+        self._logged = 0  # changes in the log on disk
+        self._named = False  # the log's name in state_dir fsync'ed by this process
 
     @classmethod
     def load(cls, state_dir: Path) -> Ledger:
@@ -198,6 +198,7 @@ class Ledger:
                     ledger.entries[ledger._name(name)] = Entry.from_json(raw)
             for name, entry in ledger._log():
                 ledger._set(name, entry)
+                ledger._logged += 1
         except (ValueError, EnsmlError) as exc:
             raise EnsmlError(f"ledger {path} cannot be read ({exc})") from None
         except OSError as exc:
@@ -251,11 +252,23 @@ class Ledger:
                 return above, entry
         return None
 
+    def written(self, name: str, command: str) -> bool:
+        """Whether output ``name`` is recorded as written (``done``) by ``command``, in its own
+        ``file`` entry, and is still there and unchanged since (:func:`unchanged`)."""
+        name = normalise(name)
+        entry = self.entries.get(name)
+        if entry is None or (entry.command, entry.state, entry.kind) != (command, "done", "file"):
+            return False
+        path = self.state_dir.parent / name
+        return os.path.lexists(path) and unchanged(entry, path)
+
     def change(self, changes: Iterable[tuple[str, Entry | None]], durable: bool = True) -> None:
         """Apply ``changes`` (an entry, or None to drop the name) in one append, fsync'ed if
         ``durable``. A reservation must be durable before its write starts; a record after a
         write need not be (lost, its entry stays ``reserved``: still ensml's), which saves an
-        fsync per output."""
+        fsync per output. When the log has grown past twice the live entries plus
+        :data:`LOG_MARGIN` lines it is folded into the snapshot (:meth:`compact`): O(entries)
+        once per O(entries) changes, so O(1) per change on average."""
         changes = list(changes)
         if not changes:
             return
@@ -272,8 +285,17 @@ class Ledger:
             f.flush()
             if durable:
                 os.fsync(f.fileno())
+        if durable and not self._named:
+            fsync_dir(self.state_dir)  # the log's name, too, must outlive a power cut
+            self._named = True
         for name, entry in changes:
             self._set(name, entry)
+        self._logged += len(changes)
+        if self._logged > 2 * len(self.entries) + LOG_MARGIN:
+            try:
+                self.compact()
+            except OSError:
+                pass  # the log still holds every change; the next compaction tries again
 
     def drop_missing(self) -> list[str]:
         """Forget the entries whose files are gone (nothing left to own); return their names.
@@ -285,8 +307,9 @@ class Ledger:
         self._dirty = self._dirty or bool(gone)
         return gone
 
-    def compact(self, scratch: Path) -> None:
-        """Write the snapshot (atomically, temporary in ``scratch``) and empty the log.
+    def compact(self, scratch: Path | None = None) -> None:
+        """Write the snapshot (atomically, temporary in ``scratch``, else :attr:`scratch`, else
+        ``state_dir``) and empty the log.
 
         Nothing is written when the snapshot is already current, so that opening a folder on a
         full disk to read or replace costs no space.
@@ -299,10 +322,11 @@ class Ledger:
             "version": VERSION,
             "entries": {n: self.entries[n].to_json() for n in sorted(self.entries)},
         }
-        write_atomic(self.state_dir / LEDGER, json.dumps(data, indent=1).encode() + b"\n", scratch)
+        where = scratch or self.scratch or self.state_dir
+        write_atomic(self.state_dir / LEDGER, json.dumps(data, indent=1).encode() + b"\n", where)
         # The snapshot holds every change: a kill before this unlink replays them, harmlessly.
         (self.state_dir / LOG).unlink(missing_ok=True)
-        self._dirty = False
+        self._dirty, self._logged, self._named = False, 0, False
 
 
 def _ends_with_newline(path: Path) -> bool:
