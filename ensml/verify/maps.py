@@ -102,6 +102,21 @@ def unwrap_longitude(lon: np.ndarray) -> np.ndarray:
     return lon[0] + np.concatenate([[0.0], np.cumsum(np.diff(lon) % 360.0)])
 
 
+def _gridlines(
+    ax, crs, lon: tuple[float, float] | None = None, lat: tuple[float, float] | None = None
+) -> None:
+    """A labelled graticule: at round ticks over the ``lon`` and ``lat`` ranges (degrees), labelled
+    below and on the left, where they are given; else where cartopy puts it."""
+    style = {"crs": crs, "draw_labels": True, "linewidth": 0.3, "color": "0.5", "alpha": 0.6}
+    if lon is None or lat is None:
+        gl = ax.gridlines(**style)
+    else:
+        xs, ys = _ticks(*lon), _ticks(*lat)
+        gl = ax.gridlines(**style, xlocs=(xs + 180.0) % 360.0 - 180.0, ylocs=ys)
+        gl.top_labels = gl.right_labels = False
+    gl.xlabel_style = gl.ylabel_style = {"size": 7}
+
+
 def _ticks(lo: float, hi: float) -> np.ndarray:
     """Grid line positions every 5/10/20/30/60° (about 3-6 lines across the span)."""
     step = next((s for s in (5.0, 10.0, 20.0, 30.0, 60.0) if (hi - lo) / s <= 6), 90.0)
@@ -148,19 +163,9 @@ def _draw(fig, ax, data_crs, panel: Panel, lon: np.ndarray, lat: np.ndarray) -> 
             [coastlines()], crs=data_crs, facecolor="none", edgecolor="0.15", linewidth=0.8, zorder=3
         )
     lon_e, lat_e = _edges(lon), _edges(lat, -90.0, 90.0)
-    xs = _ticks(float(lon_e.min()), float(lon_e.max()))
-    ys = _ticks(float(lat_e.min()), float(lat_e.max()))
-    gl = ax.gridlines(
-        crs=data_crs,
-        draw_labels=True,
-        linewidth=0.3,
-        color="0.5",
-        alpha=0.6,
-        xlocs=(xs + 180.0) % 360.0 - 180.0,
-        ylocs=ys,
+    _gridlines(
+        ax, data_crs, (float(lon_e.min()), float(lon_e.max())), (float(lat_e.min()), float(lat_e.max()))
     )
-    gl.top_labels = gl.right_labels = False
-    gl.xlabel_style = gl.ylabel_style = {"size": 7}
     ax.set_title(panel.title, fontsize=9)
     cb = fig.colorbar(mesh, ax=ax, orientation="horizontal", pad=0.02, shrink=0.9, aspect=30)
     cb.set_label(f"{panel.label} ({panel.units})", fontsize=8)
@@ -326,21 +331,10 @@ def _draw_projected(fig, ax, geo: _Geometry, panel: Panel) -> None:
         )
     if geo.plate_carree:
         lon_e = geo.x_corner + float(geo.crs.proj4_params.get("lon_0", 0.0))
-        xs = _ticks(float(np.nanmin(lon_e)), float(np.nanmax(lon_e)))
-        ys = _ticks(float(np.nanmin(geo.y_corner)), float(np.nanmax(geo.y_corner)))
-        gl = ax.gridlines(
-            crs=data_crs,
-            draw_labels=True,
-            linewidth=0.3,
-            color="0.5",
-            alpha=0.6,
-            xlocs=(xs + 180.0) % 360.0 - 180.0,
-            ylocs=ys,
-        )
-        gl.top_labels = gl.right_labels = False
+        lon_range = (float(np.nanmin(lon_e)), float(np.nanmax(lon_e)))
+        _gridlines(ax, data_crs, lon_range, (float(np.nanmin(geo.y_corner)), float(np.nanmax(geo.y_corner))))
     else:
-        gl = ax.gridlines(crs=data_crs, draw_labels=True, linewidth=0.3, color="0.5", alpha=0.6)
-    gl.xlabel_style = gl.ylabel_style = {"size": 7}
+        _gridlines(ax, data_crs)
     ax.set_title(panel.title, fontsize=9)
     cb = fig.colorbar(mesh, ax=ax, orientation="horizontal", pad=0.02, shrink=0.9, aspect=30)
     cb.set_label(f"{panel.label} ({panel.units})", fontsize=8)
