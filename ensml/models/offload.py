@@ -226,7 +226,9 @@ class Offloader:
                 fd, path = tempfile.mkstemp(prefix=".ensml-swap-", dir=folder)
             except OSError as e:
                 raise EnsmlError(f"cannot create the swap file in {folder}: {e.strerror or e}") from None
-            os.unlink(path)  # gone from the folder now; the space lives as long as the descriptor
+            # Safe: mkstemp made this name just now, for this run only. Gone from the folder at once,
+            # the space lives as long as the descriptor (nothing is left behind by a kill).
+            os.unlink(path)
             self._fd = fd
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="ensml-swap")
         return self._pool
