@@ -53,7 +53,7 @@ from ensml.scores.gaussian import crps_gaussian_xr
 from ensml.scores.significance import skill_tests
 from ensml.times import lead_hours
 from ensml.verify.families import distribution_crps, estimator, oracle_families
-from ensml.verify.rows import crps_rows, spread_scores
+from ensml.verify.rows import SKILL_COLUMNS, crps_rows, spread_scores
 from ensml.verify.thresholds import thresholds_for
 
 FIELD_DIMS = [INIT_TIME, LEVEL, LATITUDE, LONGITUDE]
@@ -78,12 +78,7 @@ COLUMNS = [
     "estimator",
     "crps",
     "units",
-    "skill_vs_raw_ensemble",
-    "skill_low",
-    "skill_high",
-    "dm_stat",
-    "dm_p",
-    "block_length",
+    *SKILL_COLUMNS,
     "gap_closed",
     "crps_events",
     "events_skill_vs_raw",

@@ -16,6 +16,7 @@ import pandas as pd
 from ensml.verify.charts import reliability_diagram
 from ensml.verify.events import EventTables
 from ensml.verify.levels import field_name, is_surface
+from ensml.verify.rows import SKILL_COLUMNS
 from ensml.verify.tables import Content, to_markdown, weighting_phrase
 
 #: Column order of the per-variable tables (``scores_<var>.csv``).
@@ -29,12 +30,7 @@ COLUMNS = [
     "value",
     "units",
     "estimator",
-    "skill_vs_raw_ensemble",
-    "skill_low",
-    "skill_high",
-    "dm_stat",
-    "dm_p",
-    "block_length",
+    *SKILL_COLUMNS,
     "gap_closed",
     "value_low",
     "value_high",

@@ -205,7 +205,10 @@ def score_rows(
     return rows
 
 
-_NO_TEST = dict.fromkeys(["skill_low", "skill_high", "dm_stat", "dm_p", "block_length"], np.nan)
+#: The columns of a skill against the raw ensemble and its test: the skill, its 95 % interval, the
+#: Diebold-Mariano statistic and p-value, and the bootstrap's block length.
+SKILL_COLUMNS = ["skill_vs_raw_ensemble", "skill_low", "skill_high", "dm_stat", "dm_p", "block_length"]
+_NO_TEST = dict.fromkeys(SKILL_COLUMNS[1:], np.nan)
 
 
 def _test_columns(t: SkillTest) -> dict[str, float]:
