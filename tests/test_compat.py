@@ -84,6 +84,7 @@ def _own_private_names(trees: dict[Path, ast.Module]) -> set[str]:
     return {name for name in own if name.startswith("_")}
 
 
+@pytest.mark.slow
 def test_no_private_name_of_another_library_outside_compat() -> None:
     """``x._name`` that ensml does not define itself appears in ensml/compat.py only."""
     root = Path(ensml.__file__).parent

@@ -46,6 +46,7 @@ def test_missing_variable(tiny_data, work, capsys) -> None:
     assert "forecast.nc" in line and "found: t, z" in line
 
 
+@pytest.mark.slow
 def test_missing_member_dimension(tiny_data, work, capsys) -> None:
     """A forecast without members is one run, an ensemble of one: too few for a subset of 5."""
     bad = _variant(tiny_data["forecast"], work / "nomember.nc", lambda ds: ds.isel(member=0, drop=True))
@@ -53,11 +54,13 @@ def test_missing_member_dimension(tiny_data, work, capsys) -> None:
     run_failing(args, capsys, "has 1 members")
 
 
+@pytest.mark.slow
 def test_different_grids(tiny_data, work, capsys) -> None:
     bad = _variant(tiny_data["analysis"], work / "coarse.nc", lambda ds: ds.isel(longitude=slice(0, None, 2)))
     run_failing(fit_args(tiny_data, **{"data.analysis": bad}), capsys, "different grids")
 
 
+@pytest.mark.slow
 def test_no_common_dates(tiny_data, work, capsys) -> None:
     shift = np.timedelta64(3650, "D")
     bad = _variant(
@@ -66,6 +69,7 @@ def test_no_common_dates(tiny_data, work, capsys) -> None:
     run_failing(fit_args(tiny_data, **{"data.analysis": bad}), capsys, "no dates in common")
 
 
+@pytest.mark.slow
 def test_nan_in_inputs(tiny_data, work, capsys) -> None:
     def poison(ds: xr.Dataset) -> xr.Dataset:
         ds["t"][5, 1, 3, 0, 4, 4] = np.nan

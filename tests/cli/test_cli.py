@@ -24,6 +24,7 @@ def test_fit_writes_checkpoints_and_logs(fitted: Path) -> None:
     assert np.isfinite(metrics["val/crps_z500"].dropna()).all()
 
 
+@pytest.mark.slow
 def test_resume_continues_from_checkpoint(fitted: Path, tiny_data: dict[str, Path], monkeypatch) -> None:
     monkeypatch.chdir(fitted)
     ckpt = "runs/smoke/checkpoints/last.ckpt"
@@ -42,6 +43,7 @@ def test_resume_continues_from_checkpoint(fitted: Path, tiny_data: dict[str, Pat
     assert state["epoch"] == 2  # epochs 0, 1 from the first fit, 2 from the resumed one
 
 
+@pytest.mark.slow
 def test_predict_then_evaluate(fitted: Path, tiny_data: dict[str, Path], monkeypatch, capsys) -> None:
     monkeypatch.chdir(fitted)
     ckpt = "runs/smoke/checkpoints/best.ckpt"
@@ -240,6 +242,7 @@ def test_data_synth_says_which_command_wrote_what(tmp_path: Path, capsys) -> Non
     assert last == f"ensml data synth: wrote forecast.nc, analysis.nc, oracle.nc to {tmp_path / 'out'}"
 
 
+@pytest.mark.slow
 def test_a_fresh_fit_warns_of_no_log_deletion(tiny_data, tmp_path, monkeypatch, recwarn) -> None:
     # The run folder holds .ensml before Lightning's CSV logger starts: no "Previous log files in
     # this directory will be deleted" for a folder that holds no logs.

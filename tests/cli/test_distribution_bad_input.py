@@ -70,6 +70,7 @@ def more(inputs, fitted, tmp_path_factory) -> dict[str, str]:  # noqa: F811
     return {**inputs, **out, "ckpt": str(fitted / "runs/smoke/checkpoints/best.ckpt")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", [pytest.param(r, id=r[0]) for r in ROWS])
 def test_bad_distribution_option(row: Row, more, tmp_path: Path, monkeypatch, capsys) -> None:
     _sandbox(tmp_path)

@@ -93,6 +93,7 @@ def test_help_lists_the_global_flags_and_they_exclude_each_other(capsys) -> None
     assert capsys.readouterr().err == "ensml: --quiet and --verbose exclude each other: give one\n"
 
 
+@pytest.mark.slow
 def test_fit_without_terminal_logs_a_line_per_epoch(tiny_data, tmp_path, monkeypatch, capfd) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["fit", "--config", SMOKE, *tiny_data_args(tiny_data)]) == 0

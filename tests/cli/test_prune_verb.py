@@ -30,6 +30,7 @@ def _nets(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if k.startswith("net.") and k.endswith(".weight")}
 
 
+@pytest.mark.slow
 def test_prune_writes_a_checkpoint_that_predict_takes(work, capsys) -> None:
     assert main(["prune", "--ckpt_path", str(work["ckpt"]), "--out_dir", "out", "--sparsity", "0.8"]) == 0
     assert "prune: wrote out/pruned.ckpt: magnitude pruning, sparsity 80.0%" in capsys.readouterr().out
@@ -58,6 +59,7 @@ def test_prune_writes_a_checkpoint_that_predict_takes(work, capsys) -> None:
     assert Path("runs/smoke/predictions.nc").is_file()
 
 
+@pytest.mark.slow
 def test_channel_pruning_retrained_in_steps(work, capsys) -> None:
     args = [
         "prune",

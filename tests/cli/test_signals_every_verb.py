@@ -109,10 +109,9 @@ VERBS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", VERBS)
-@pytest.mark.parametrize(
-    "name", ["SIGINT", pytest.param("SIGTERM", marks=pytest.mark.slow)], ids=["SIGINT", "SIGTERM"]
-)
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_signal_ends_every_verb_in_one_line_and_keeps_what_was_complete(
     verb: str, name: str, tiny_data, fitted: Path, tmp_path: Path
 ) -> None:

@@ -118,6 +118,7 @@ def _pbs_args(fitted: Path, archive_dir: Path, tiny_data: dict, out: Path, *extr
     return pp_args([ckpt], archive_dir / "*.nc", out, *job, *extra, analysis=tiny_data["analysis"])
 
 
+@pytest.mark.slow
 def test_a_queued_pbs_job_is_cancelled_with_qstat_comment(
     fake_pbs: Path, fitted, archive_dir, tiny_data, tmp_path, capsys
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 import xarray as xr
 
 from ensml.data.open import open_analysis
@@ -22,6 +23,7 @@ def _accumulated(tiny_data, path) -> None:
     an.to_netcdf(path)
 
 
+@pytest.mark.slow
 def test_an_accumulated_analysis_aligns_by_valid_time(tiny_data, tmp_path) -> None:
     path = tmp_path / "accumulated.nc"
     _accumulated(tiny_data, path)

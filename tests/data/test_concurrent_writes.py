@@ -52,6 +52,7 @@ def test_a_second_predict_into_the_same_folder_is_refused_while_the_first_runs(
             xr.testing.assert_allclose(ours.load(), single.load())
 
 
+@pytest.mark.slow
 def test_two_evaluates_into_one_folder_leave_the_whole_results_of_one(tiny_data, tmp_path: Path) -> None:
     # evaluate holds its folder only while it writes (a refused run creates nothing): of two runs
     # started together each writes whole, or stops in one line if the other is writing just then;

@@ -106,6 +106,7 @@ def test_the_root_and_the_working_folder_are_refused(tiny_data, tmp_path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_synth_replaces_only_its_own_outputs(tmp_path, capsys) -> None:
     out = tmp_path / "synth"
     assert main([*SYNTH, f"--out_dir={out}"]) == 0
@@ -197,6 +198,7 @@ def _no_partial_files(files: dict[str, int], out: str) -> None:
     assert not [p for p in files if "/.ensml/staging/" in p and not p.endswith("/lock")], files
 
 
+@pytest.mark.slow
 def test_synth_on_a_full_disk(tmp_path) -> None:
     skip_unless_mounts()
     args = ["data", "synth", "--out_dir=out", "--n_lat=16", "--n_lon=32", "--end=2017-03-31"]
@@ -210,6 +212,7 @@ def test_synth_on_a_full_disk(tmp_path) -> None:
     _no_partial_files(files, "out")
 
 
+@pytest.mark.slow
 def test_archive_on_a_full_disk_keeps_the_complete_files(tiny_data, tmp_path) -> None:
     skip_unless_mounts()
     report = run_cli_on_small_disk(tmp_path / "disk", archive(tiny_data, "arch"), "600k")
@@ -249,6 +252,7 @@ main(sys.argv[2:])
 """
 
 
+@pytest.mark.slow
 def test_archive_killed_then_rerun(tiny_data, tmp_path) -> None:
     out = tmp_path / "arch"
     args = archive(tiny_data, out)

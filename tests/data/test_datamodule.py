@@ -20,6 +20,7 @@ def dm(tiny_data) -> EnsembleDataModule:
     return module
 
 
+@pytest.mark.slow
 def test_sample_matches_files(dm: EnsembleDataModule, tiny_data) -> None:
     item = dm.test_set[3]
     init = dm.test_set.init_times[3]
@@ -56,6 +57,7 @@ def test_stats_come_from_training_split_only(dm: EnsembleDataModule, tiny_data) 
     np.testing.assert_allclose(dm.stats["spread_scale"][0], spread.values, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_random_member_subsets_depend_only_on_seed_epoch_and_index(tiny_data) -> None:
     def draws(seed: int, epoch: int) -> list[tuple[int, ...]]:
         module = EnsembleDataModule(
@@ -92,6 +94,7 @@ def test_batches(dm: EnsembleDataModule) -> None:
     assert len(dm.predict_dataloader().dataset) == len(dm.init_times("test"))
 
 
+@pytest.mark.slow
 def test_first_members_read_only_what_the_sample_uses(dm: EnsembleDataModule, tiny_data, tmp_path) -> None:
     """Members K.. are read at the target lead only: NaN elsewhere in them is never touched,
     and the sample is bit-identical to one computed from every member."""

@@ -94,6 +94,7 @@ def damaged(raw: bytes, how: tuple) -> bytes:
     return how[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", FILE_KINDS)
 @FUZZ
 @given(how=damage)

@@ -48,6 +48,7 @@ def test_grib_errors(real_data: Path, tmp_path: Path) -> None:
         open_forecast(bad)
 
 
+@pytest.mark.slow
 def test_grib_is_recognised_by_content_not_name(real_data: Path, tmp_path: Path) -> None:
     plain = tmp_path / "ST4.2010010112.24h"  # a GRIB file named as NCEP names them
     plain.write_bytes((real_data / "cfgrib" / "era5-levels-members.grib").read_bytes())
@@ -55,6 +56,7 @@ def test_grib_is_recognised_by_content_not_name(real_data: Path, tmp_path: Path)
     xr.testing.assert_equal(open_forecast(plain, ["t"]).load(), named.load())
 
 
+@pytest.mark.slow
 def test_real_spread_check_runs(real_data: Path) -> None:
     from ensml.experiments.real_spread import real_spread_check
 
@@ -72,6 +74,7 @@ def test_real_spread_check_runs(real_data: Path) -> None:
     assert (ddof1["bias"].to_numpy() > ddof0["bias"].to_numpy()).all()  # ddof 1 is the larger
 
 
+@pytest.mark.slow
 def test_single_time_grib_is_normalised_like_every_forecast(real_data: Path) -> None:
     ds = open_forecast(real_data / "metview-python" / "ztu_multi_dim.grib")
     assert ds["t"].dims == ("init_time", "lead_time", "member", "level", "latitude", "longitude")
@@ -79,6 +82,7 @@ def test_single_time_grib_is_normalised_like_every_forecast(real_data: Path) -> 
     np.testing.assert_array_equal(ds["valid_time"].values, (ds["init_time"] + ds["lead_time"]).values)
 
 
+@pytest.mark.slow
 def test_control_and_perturbed_members_merge_control_first(real_data: Path) -> None:
     path = real_data / "earthkit-data" / "ens_50.grib"
     ds = open_forecast(path)
@@ -138,6 +142,7 @@ def test_variable_cfgrib_skips_is_named_with_the_reason(analysis_grib, tmp_path,
     assert list(read_grib(mixed, filter_by_keys={"shortName": "u"}).data_vars) == ["u"]  # the advice works
 
 
+@pytest.mark.slow
 def test_an_ensemble_given_as_analysis_prints_one_line(real_data, tmp_path, capfd) -> None:
     from ensml.cli.main import main
 

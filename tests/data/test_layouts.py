@@ -36,6 +36,7 @@ def ens10(grib: Path, folder: str = "ens10") -> list[str]:
     return [str(grib / folder / "ens10_pl_*.grib"), str(grib / folder / "ens10_sfc_*.grib")]
 
 
+@pytest.mark.slow
 def test_ens10_layout_opens_as_one_dataset_sorted_by_init_time(grib) -> None:
     ds = open_forecast(ens10(grib))
     assert dict(ds.sizes) == {
@@ -66,6 +67,7 @@ def test_ens10_file_with_a_missing_date(grib) -> None:
         open_forecast(ens10(grib, "ens10_gap"))
 
 
+@pytest.mark.slow
 def test_data_module_on_the_ens10_layout_with_a_surface_variable(grib) -> None:
     dm = EnsembleDataModule(
         ens10(grib), variables=["z", "t", "t2m"], levels=[500, 850], k=2, batch_size=2, **ENS10_PERIODS
@@ -81,6 +83,7 @@ def test_data_module_on_the_ens10_layout_with_a_surface_variable(grib) -> None:
     np.testing.assert_allclose(batch["mean_k"][0, 1, 2, 0].numpy(), expected, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_control_and_perturbed_members(grib) -> None:
     ds = open_forecast(grib / "cfpf.grib")
     assert ds["member"].values.tolist() == [0, 1, 2, 3] and sorted(ds.data_vars) == ["t", "t2m", "z"]
@@ -98,6 +101,7 @@ def test_control_and_perturbed_members(grib) -> None:
     assert sorted(pl.data_vars) == ["t", "z"]
 
 
+@pytest.mark.slow
 def test_control_member_duplicated(grib) -> None:
     with pytest.raises(
         EnsmlError, match=r"^GRIB file .*cfpf_dup\.grib: the control member number 0 of '\w+' appears twice"
@@ -110,6 +114,7 @@ def test_filter_that_selects_nothing(grib) -> None:
         open_forecast(grib / "cfpf.grib", reader={"filter_by_keys": {"shortName": "q"}})
 
 
+@pytest.mark.slow
 def test_rename_and_a_rename_of_a_missing_variable(grib) -> None:
     ds = open_forecast(grib / "cfpf.grib", ["temperature"], reader={"rename": {"t": "temperature"}})
     assert list(ds.data_vars) == ["temperature"]

@@ -20,6 +20,7 @@ VARIANTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_one_step_forecast_opens_with_ensmls_dims_and_scores_alike(
     variant, tiny_data, tmp_path: Path

@@ -94,6 +94,7 @@ def test_read_only_out_dir(tiny_data, work, capsys, monkeypatch, command) -> Non
         ro.chmod(0o755)
 
 
+@pytest.mark.slow
 def test_evaluate_folder_holds_one_run(tiny_data, fitted, work) -> None:
     """A later run without spread predictions leaves no spread table of the earlier run."""
     spread = fitted / "runs" / "smoke" / "predictions.nc"

@@ -143,6 +143,7 @@ def test_not_writable(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     refused(home, "sibling/new/out", message)
 
 
+@pytest.mark.slow
 def test_a_read_only_mount(tmp_path: Path) -> None:
     skip_unless_mounts()
     folder = tmp_path / "ro"

@@ -88,6 +88,7 @@ def test_a_rename_failing_midway_is_undone(tmp_path: Path, monkeypatch: pytest.M
     assert list((out / ".ensml" / "staging").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_commit_cut_by_sigkill_is_finished_by_the_next_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     evaluate(out, "run 1")

@@ -66,6 +66,7 @@ def after_failure(out: Path, before: dict[str, str], messages: list[str], reason
     assert not [p for p in out.rglob("*") if p.is_file() and p.stat().st_size == 0 and p.name != "lock"]
 
 
+@pytest.mark.slow
 def test_file_size_limit(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = run_python(
@@ -87,6 +88,7 @@ attempt({str(out)!r}, WRITES)
     after_failure(out, before, result.stdout.splitlines(), "file too large")
 
 
+@pytest.mark.slow
 def test_a_full_disk(tmp_path: Path) -> None:
     skip_unless_mounts()
     disk = tmp_path / "disk"
@@ -133,6 +135,7 @@ print(json.dumps([before, user, *after]))
     assert not [k for k in after if "/.ensml/staging/" in k]
 
 
+@pytest.mark.slow
 def test_a_file_system_that_turns_read_only(tmp_path: Path) -> None:
     skip_unless_mounts()
     out = tmp_path / "ro" / "out"
@@ -227,6 +230,7 @@ def test_a_bug_is_not_disguised(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".ensml"]
 
 
+@pytest.mark.slow
 def test_a_library_saying_permission_denied_on_a_full_disk_is_told_the_cause(tmp_path: Path) -> None:
     # HDF5 reports a file it cannot create on a full disk as EACCES: the manifest of postprocess
     # recorded "permission denied" for units that failed for lack of space.

@@ -48,6 +48,7 @@ def kill(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_second_run_is_refused_until_the_first_is_killed(tmp_path: Path) -> None:
     out = tmp_path / "out"
     first = hold(out, "postprocess", then="folder.write_bytes('a.nc', b'product')")
@@ -127,6 +128,7 @@ def test_the_staging_mark_is_held_while_open(tmp_path: Path) -> None:
     assert not folder.run_dir.exists()
 
 
+@pytest.mark.slow
 def test_a_killed_runs_temporaries_go_with_the_next_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = hold(

@@ -35,6 +35,7 @@ def worker(staging: Staging, code: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_reserve_write_in_another_process_record(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with OutputFolder.open(out, "postprocess") as folder:
@@ -149,6 +150,7 @@ def test_adopt_what_a_library_wrote(tmp_path: Path) -> None:
         assert folder.ledger.entries["metrics.csv"].size == len("epoch\n0\n1\n")
 
 
+@pytest.mark.slow
 def test_zarr_regions_written_by_workers(tmp_path: Path) -> None:
     out = tmp_path / "out"
     inits = np.array(["2020-01-01", "2020-01-02", "2020-01-03"], dtype="datetime64[ns]")
@@ -223,6 +225,7 @@ def test_a_netcdf_file_grown_init_by_init_under_staging(tmp_path: Path) -> None:
     assert back.attrs["title"] == "t" and "ensml" in back.attrs["history"]
 
 
+@pytest.mark.slow
 def test_a_held_output_is_in_place_only_once_the_run_places_it(tmp_path: Path) -> None:
     """Staging.hold + OutputFolder.place: a worker's output waits in the staging folder; one the
     run never places (it was stopped) goes with the run, and nothing is left beside the records."""

@@ -71,6 +71,7 @@ def test_forcing_damps_boundary_layer_vorticity_and_heats_the_equator(core) -> N
     assert heating[:, np.abs(lat).argmax()].max() < 0  # and above T_eq ≈ 255 K at the poles
 
 
+@pytest.mark.slow
 def test_rest_state_stays_zonally_symmetric(core) -> None:
     state = core.advance(core.rest(1), 24)
     fields = core.on_pressure(state, [500, 850])
@@ -128,6 +129,7 @@ def tiny(tmp_path_factory) -> dict:
     return {"forecast": out / "forecast.nc", "analysis": out / "analysis.nc", "dir": out}
 
 
+@pytest.mark.slow
 def test_the_dataset_is_in_ensmls_vocabulary(tiny) -> None:
     from ensml.data.frame import build_frame
 
@@ -177,6 +179,7 @@ def test_si10_is_a_surface_wind_speed_for_the_truth_and_every_member(tiny) -> No
     # (drawn from those two days' anomalies) decay; on spun-up data it grows as for z and t.
 
 
+@pytest.mark.slow
 def test_the_analysis_is_the_cores_truth_state(tiny) -> None:
     """The truth's first analysis time, spun up again here: z, t and si10 are the core's fields of
     that state (si10 computed beside z and t, which it leaves as they were)."""
@@ -209,6 +212,7 @@ def test_same_seed_same_data_whatever_the_workers(tiny, tmp_path) -> None:
             xr.testing.assert_identical(a.drop_attrs(), b.drop_attrs())
 
 
+@pytest.mark.slow
 def test_every_verb_reads_it_evaluate(tiny, tmp_path) -> None:
     out = tmp_path / "eval"
     args = [

@@ -98,6 +98,7 @@ def batches(dm: EnsembleDataModule, epochs: int) -> list[dict[str, torch.Tensor]
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", ["first", "random"])
 def test_batches_are_identical_with_and_without_prefetching(tiny_data, sampling) -> None:
     kw = dict(batch_size=4, member_sampling=sampling, seed=3, **TINY_PERIODS)

@@ -75,6 +75,7 @@ def test_static_field_with_other_dims_is_refused(tmp_path: Path) -> None:
         read_static(tmp_path / "s.nc", ["lsm"], LAT, LON)
 
 
+@pytest.mark.slow
 def test_data_module_reads_static_fields(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     with xr.open_dataset(tiny_data["forecast"]) as fc:
         lat, lon = fc["latitude"].values, fc["longitude"].values

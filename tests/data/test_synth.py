@@ -43,6 +43,7 @@ def _wmean(a, lat):
     return float(np.mean(np.asarray(a) * _weights(lat)[:, None]))
 
 
+@pytest.mark.slow
 def test_files_dims_coords_attrs(data):
     paths, fc, _, orc = data
     assert set(paths) == {"forecast", "analysis", "oracle"}

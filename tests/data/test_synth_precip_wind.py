@@ -56,6 +56,7 @@ def _uniformity(u: np.ndarray) -> tuple[float, float]:
     return float(np.abs(hist - 0.1).max()), abs(float(u.mean()) - 0.5)
 
 
+@pytest.mark.slow
 def test_oracle_is_calibrated(data):
     """The key property: the analysis is a draw from the oracle at every init and lead."""
     _, fc, _, y, orc = data
@@ -212,6 +213,7 @@ def test_z_t_and_t2m_identical_with_or_without_precip_wind(tmp_path):
         assert {"tp", "si10"} <= set(xb.data_vars) or key == "oracle"
 
 
+@pytest.mark.slow
 def test_deterministic_by_seed(tmp_path):
     a = synth(tmp_path / "a", **TINY, precip_wind=True, seed=3)
     b = synth(tmp_path / "b", **TINY, precip_wind=True, seed=3)
@@ -224,6 +226,7 @@ def test_deterministic_by_seed(tmp_path):
         assert not np.array_equal(xa[new].values, xc[new].values)
 
 
+@pytest.mark.slow
 def test_zarr_store(tmp_path):
     paths = synth(tmp_path / "z", **TINY, members=2, leads=(0, 48), precip_wind=True, format="zarr")
     fc = xr.open_zarr(paths["forecast"], consolidated=False)

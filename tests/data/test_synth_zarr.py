@@ -22,6 +22,7 @@ def netcdf(tmp_path_factory) -> dict[str, Path]:
     return synth(tmp_path_factory.mktemp("nc"), **KW)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_zarr_stores_hold_what_the_netcdf_files_hold(netcdf, tmp_path, zarr_format) -> None:
     stores = synth(tmp_path, format="zarr", zarr_format=zarr_format, **KW)
@@ -52,6 +53,7 @@ def test_zarr_stores_hold_what_the_netcdf_files_hold(netcdf, tmp_path, zarr_form
         assert ds.attrs["Conventions"].startswith("CF")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_a_missing_chunk_is_refused_naming_store_variable_and_key(tmp_path, zarr_format) -> None:
     stores = synth(tmp_path, format="zarr", zarr_format=zarr_format, **KW)
@@ -88,6 +90,7 @@ def test_impossible_format_options(tmp_path, options, message) -> None:
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_existing_stores_are_kept_unless_overwrite(tmp_path) -> None:
     synth(tmp_path, format="zarr", **KW)
     with pytest.raises(

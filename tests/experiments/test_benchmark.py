@@ -139,6 +139,7 @@ def test_checkpoint_from_another_model(fitted: Path, tiny_data, monkeypatch, cap
     assert "holds a MixedTask 'unet3d' model, the config asks for a MixedTask 'unet3d_time'" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["default", "ablation", "physics"])
 def test_shipped_configs_build_every_model(name: str, tiny_data: dict[str, Path]) -> None:
     """The benchmark guide's configs parse and each of their models builds (no training)."""

@@ -307,6 +307,7 @@ def test_diverged_emos_fit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         benchmark_emos.fit(variant, data, torch.ones(2), 2, [True])
 
 
+@pytest.mark.slow
 def test_physics_wind_speed_without_oracle(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The physics testbed's si10 (no oracle): right-family EMOS and network, the event columns,
     and no gap closed (a stand-in generator: the synthetic data's z and si10, physics attributes)."""

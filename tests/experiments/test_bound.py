@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import xarray as xr
 
@@ -19,6 +20,7 @@ TINY = SynthOptions(
 )
 
 
+@pytest.mark.slow
 def test_bound_errs_by_the_k_member_noise(tiny_data: dict[str, Path]) -> None:
     """(μ_bound − μ*) is the mean of K member perturbations: standardised by its designed spread
     sqrt(σ_bound² − σ*²) it is standard normal; and the bound beats the raw subset mean's error."""

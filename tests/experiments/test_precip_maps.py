@@ -46,6 +46,7 @@ def test_reliability_rows_keep_the_forecasts_order_and_refuse_a_missing_dim() ->
         reliability_rows({"f": prob.isel(threshold=0)}, obs)
 
 
+@pytest.mark.slow
 def test_probability_map_is_a_png_and_checks_its_fields() -> None:
     lat, lon = np.linspace(-60, 60, 8), np.linspace(0, 350, 16)
     coords = {"latitude": lat, "longitude": lon}

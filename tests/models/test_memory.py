@@ -121,6 +121,7 @@ def test_checkpointing_halves_the_saved_bytes_or_better() -> None:
     assert levels <= 0.5 * none and swap <= 0.1 * none
 
 
+@pytest.mark.slow
 def test_swap_moves_the_saved_bytes_and_leaves_no_file(tmp_path) -> None:
     torch.manual_seed(0)
     net, x = UNet3d(4, 2, width=8, depth=2), torch.randn(2, 4, 2, 32, 64)

@@ -92,6 +92,7 @@ def test_channel_prune_zeroes_the_smallest_l2_channels_never_the_head(target: fl
     assert net(sample()).shape == (2, 2, 2, 8, 12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["channel", "magnitude"])
 def test_slim_copy_gives_the_outputs_of_the_zeroed_network(method: str) -> None:
     net = tiny_unet()
@@ -114,6 +115,7 @@ def test_slim_copy_refuses_groupnorm() -> None:
         P.slim_unet(tiny_unet(norm_groups=2))
 
 
+@pytest.mark.slow
 def test_masks_keep_pruned_weights_zero_while_training() -> None:
     net = tiny_unet()
     P.mask_magnitude(net, 0.7)

@@ -158,6 +158,7 @@ def test_fusion_keeps_state_dict_keys_and_checkpoints_load_either_way() -> None:
     assert_close_scaled(refused(x), fresh(x), rtol=1e-5, atol_rel=1e-5)
 
 
+@pytest.mark.slow
 def test_compile_shares_parameters_and_unwrap_gives_the_plain_keys() -> None:
     net = tiny_net(depth=1)
     keys = list(net.state_dict())

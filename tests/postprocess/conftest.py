@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -29,25 +32,47 @@ def _fit(tiny_data: dict[str, Path], work: Path, *overrides: str) -> Path:
     return work / "runs/smoke/checkpoints/best.ckpt"
 
 
+class _Checkpoints(Mapping[str, Path]):
+    """Smoke checkpoints by name, each trained the first time a test asks for it (a test that
+    needs only ``mixed48`` pays for no other fit)."""
+
+    def __init__(self, tiny_data: dict[str, Path], fitted: Path, factory: pytest.TempPathFactory) -> None:
+        self._tiny_data, self._factory = tiny_data, factory
+        self._paths = {"mixed48": fitted / "runs/smoke/checkpoints/best.ckpt"}
+
+    def __getitem__(self, name: str) -> Path:
+        if name not in self._paths:
+            overrides = OVERRIDES[name]  # a KeyError names an unknown checkpoint
+            # inside a test: the fit's progress must not reach the test's captured output
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                self._paths[name] = _fit(self._tiny_data, self._factory.mktemp(name), *overrides)
+        return self._paths[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["mixed48", *OVERRIDES])
+
+    def __len__(self) -> int:
+        return 1 + len(OVERRIDES)
+
+
+#: The fit options of each smoke checkpoint beside ``mixed48`` (the ``fitted`` run).
+OVERRIDES = {
+    "mixed24": ("--data.input_leads=[0, 24]", "--data.target_leads=24"),
+    "spread48": ("--model.class_path=ensml.train.tasks.SpreadTask",),
+    "noanalysis48": ("--model.init_args.use_analysis=false",),
+    "temporal48": ("--model.init_args.arch=unet3d_time",),
+    "mixed2448": ("--data.target_leads=[24, 48]",),
+}
+
+
 @pytest.fixture(scope="session")
 def checkpoints(
     tiny_data: dict[str, Path], fitted: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Path]:
+) -> Mapping[str, Path]:
     """Smoke checkpoints: mixed at 48 h (the ``fitted`` run) and 24 h, spread at 48 h, mixed
     without the analysis at initialisation, a temporal network (lead time as a dimension), and
-    one mixed model of both target leads, 24 and 48 h."""
-
-    def fit(name: str, *overrides: str) -> Path:
-        return _fit(tiny_data, tmp_path_factory.mktemp(name), *overrides)
-
-    return {
-        "mixed48": fitted / "runs/smoke/checkpoints/best.ckpt",
-        "mixed24": fit("mixed24", "--data.input_leads=[0, 24]", "--data.target_leads=24"),
-        "spread48": fit("spread48", "--model.class_path=ensml.train.tasks.SpreadTask"),
-        "noanalysis48": fit("noan48", "--model.init_args.use_analysis=false"),
-        "temporal48": fit("temporal48", "--model.init_args.arch=unet3d_time"),
-        "mixed2448": fit("mixed2448", "--data.target_leads=[24, 48]"),
-    }
+    one mixed model of both target leads, 24 and 48 h; each trained when first used."""
+    return _Checkpoints(tiny_data, fitted, tmp_path_factory)
 
 
 def pp_args(

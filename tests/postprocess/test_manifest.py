@@ -41,6 +41,7 @@ def run(checkpoints, tiny_data, inputs: Path, tmp_path: Path):
     return go
 
 
+@pytest.mark.slow
 def test_rerun_skips_current_outputs_and_redoes_what_changed(
     run, inputs: Path, tmp_path: Path, checkpoints
 ) -> None:
@@ -68,6 +69,7 @@ def test_rerun_skips_current_outputs_and_redoes_what_changed(
     assert {"input_size", "input_mtime_ns", "checkpoints", "options", "output_sha256"} <= set(records.columns)
 
 
+@pytest.mark.slow
 def test_verify_catches_an_output_changed_in_place(run, inputs: Path, tmp_path: Path) -> None:
     run()
     target = tmp_path / "out" / sorted(inputs.glob("*.nc"))[1].name
@@ -89,6 +91,7 @@ def cut_record(out: Path, text: str) -> None:
             f.write(text)
 
 
+@pytest.mark.slow
 def test_a_killed_runs_temporaries_go_and_the_users_hidden_files_stay(
     run, inputs: Path, tmp_path: Path
 ) -> None:
@@ -141,6 +144,7 @@ def test_a_second_run_on_the_same_folder_is_refused(
         pass
 
 
+@pytest.mark.slow
 def test_a_full_disk_ends_in_status_2_with_the_done_units_recorded(
     fitted: Path, tiny_data, archive_dir: Path, tmp_path: Path
 ) -> None:

@@ -32,6 +32,7 @@ def mixed_run(checkpoints, archive_dir: Path, tiny_data, tmp_path_factory) -> Pa
     return out
 
 
+@pytest.mark.slow
 def test_one_output_per_input_with_cf_products(mixed_run: Path, archive_dir: Path, checkpoints) -> None:
     inputs = sorted(archive_dir.glob("*.nc"))
     outputs = sorted(mixed_run.glob("*.nc"))
@@ -76,6 +77,7 @@ def test_products_follow_the_predictive_gaussian(mixed_run: Path, archive_dir: P
             np.testing.assert_allclose(p, [1 - dist.cdf(270.0), 1 - dist.cdf(280.0)], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_means_and_stds_equal_ensml_predict(mixed_run: Path, fitted: Path) -> None:
     pred = xr.open_dataset(fitted / "runs/smoke/predictions.nc")
     pp = xr.open_mfdataset(sorted(mixed_run.glob("*.nc"))).sel(lead_time=H48)
@@ -86,6 +88,7 @@ def test_means_and_stds_equal_ensml_predict(mixed_run: Path, fitted: Path) -> No
         np.testing.assert_allclose(pp[name].values, pred[name].values, rtol=1e-5, atol=1e-6 * scale)
 
 
+@pytest.mark.slow
 def test_evaluate_scores_gaussian_and_members(
     mixed_run: Path, tiny_data, tmp_path: Path, monkeypatch
 ) -> None:
@@ -117,6 +120,7 @@ def test_evaluate_scores_gaussian_and_members(
     assert 1.0 < ratio < 1.02
 
 
+@pytest.mark.slow
 def test_one_checkpoint_per_lead(
     checkpoints, archive_dir: Path, tiny_data, mixed_run: Path, tmp_path: Path
 ) -> None:
@@ -134,6 +138,7 @@ def test_one_checkpoint_per_lead(
         np.testing.assert_array_equal(np.argsort(a, axis=0), np.argsort(b, axis=0, kind="stable"))
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_several_leads(checkpoints, archive_dir: Path, tiny_data, tmp_path: Path) -> None:
     """One model trained on target leads [24, 48]: both leads in the products, each equal to the
     model's own forward pass; with another checkpoint of 48 h it is refused, one line."""
@@ -162,6 +167,7 @@ def test_a_checkpoint_of_several_leads(checkpoints, archive_dir: Path, tiny_data
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_spread_checkpoint_recovers_the_full_ensemble(checkpoints, archive_dir: Path, tmp_path: Path) -> None:
     assert (
         main(pp_args([checkpoints["spread48"]], archive_dir / "*.nc", tmp_path, "--products.members=20")) == 0
@@ -175,6 +181,7 @@ def test_spread_checkpoint_recovers_the_full_ensemble(checkpoints, archive_dir: 
     np.testing.assert_allclose(ds["z"].std("member"), ds["z_std"], rtol=0.1)
 
 
+@pytest.mark.slow
 def test_a_temporal_network_matches_its_own_task(
     checkpoints, archive_dir: Path, tiny_data, tmp_path: Path
 ) -> None:
@@ -199,6 +206,7 @@ def test_a_temporal_network_matches_its_own_task(
     np.testing.assert_allclose(out["z_std"].values, sigma[0, 0].numpy(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_model_without_analysis_runs_on_forecasts_alone(
     checkpoints, archive_dir: Path, tmp_path: Path
 ) -> None:
@@ -206,6 +214,7 @@ def test_model_without_analysis_runs_on_forecasts_alone(
     assert len(list((tmp_path / "a").glob("*.nc"))) == len(list(archive_dir.glob("*.nc")))
 
 
+@pytest.mark.slow
 def test_zarr_store_holds_the_same_products(
     mixed_run: Path, checkpoints, archive_dir: Path, tiny_data, tmp_path
 ) -> None:

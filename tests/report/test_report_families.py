@@ -313,6 +313,7 @@ def _arrays(**values: np.ndarray) -> dict[str, xr.DataArray]:
     return {k: xr.DataArray(v, dims="x") for k, v in values.items()}
 
 
+@pytest.mark.slow
 def test_z_and_t_unchanged_beside_precipitation_and_wind(tmp_path) -> None:
     """The synthetic data with precipitation and wind: z and t as on the same data without them."""
     from ensml.data.synth.generate import synth

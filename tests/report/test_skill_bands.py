@@ -131,6 +131,7 @@ def test_merge_keeps_the_rows_and_matches_surface_levels() -> None:
     assert have.equals(expect) and (merged.loc[expect, "variable"] == "t2m").any()
 
 
+@pytest.mark.slow
 def test_report_draws_evaluates_intervals(tiny_data: dict[str, Path], tmp_path, monkeypatch) -> None:
     """The report hands evaluate's table to the chart, its forecast names those of the by-lead
     rows, and the caption says what the bands and filled markers are."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pytest
 
 from ensml.scores.crps import crps_ensemble_array
 from ensml.scores.twcrps import twcrps_ensemble_array
@@ -43,5 +44,6 @@ def _digest() -> str:
 CRPS_SHA256 = "31e5aa044e5327612a1c98149de19eb219fdc9dc6005af2f6d37afecfdbbbcf8"
 
 
+@pytest.mark.slow
 def test_crps_kernels_are_pinned_bit_for_bit():
     assert _digest() == CRPS_SHA256

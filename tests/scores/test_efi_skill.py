@@ -25,6 +25,7 @@ def _efi_quadrature(members, climate):
     return 2 / np.pi * np.trapezoid((p - ff) / np.sqrt(p * (1 - p)), p)
 
 
+@pytest.mark.slow
 def test_efi_matches_definition_and_limits():
     rng = np.random.default_rng(0)
     clim = xr.DataArray(rng.normal(size=(4, 500)), dims=("x", "climate_sample"))

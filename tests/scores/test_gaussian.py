@@ -85,6 +85,7 @@ def test_float32_numpy_keeps_dtype_and_nan_propagates():
     assert np.isnan(got[1])
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(
     mu=st.floats(-5, 5),

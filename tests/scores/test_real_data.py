@@ -26,6 +26,7 @@ def test_reader_normalises_the_eda_file(eda) -> None:
     assert 4.6e4 < float(z500.min()) and float(z500.max()) < 6.0e4  # geopotential, m2 s-2
 
 
+@pytest.mark.slow
 def test_leave_one_member_out_z500_and_t850(eda) -> None:
     z = leave_one_member_out(eda.z).sel(level=500)
     t = leave_one_member_out(eda.t).sel(level=850)
@@ -41,6 +42,7 @@ def test_leave_one_member_out_z500_and_t850(eda) -> None:
     assert float(z.crps_by_member.mean()) == pytest.approx(float(z.crps), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_below_ground_mask(eda) -> None:
     z850 = eda.z.sel(level=850)
     # a made-up orography: a 2 km plateau (surface geopotential ~ 19600 m2 s-2) over 30-45°N 75-100°E

@@ -53,6 +53,7 @@ def ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
     return x[200:] * math.sqrt(1 - phi**2)  # unit variance
 
 
+@pytest.mark.slow
 def test_blocks_cover_the_true_skill_far_better_than_single_dates() -> None:
     """Reference r_t = 1 + 0.2 (c_t + a_t / 2), forecast s_t = 0.9 + 0.2 (c_t + b_t / 2), with c, a
     and b AR(1) of lag-1 correlation 0.6 (consecutive inits share weather): the true skill is

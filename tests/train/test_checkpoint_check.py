@@ -199,6 +199,7 @@ def test_postprocess_fails_each_file_on_another_grid(doctor, inputs, tmp_path, m
     assert not list((tmp_path / "pp").glob("*.nc"))
 
 
+@pytest.mark.slow
 def test_the_trained_checkpoint_passes_and_running_options_may_differ(inputs, tmp_path, monkeypatch) -> None:
     ckpt = read_checkpoint(inputs["best"])
     ckpt.check_options({"width": 4, "compile": True, "checkpointing": "levels"})

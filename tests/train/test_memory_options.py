@@ -55,6 +55,7 @@ def test_the_options_reach_every_network(tiny_data) -> None:
     assert policy_of(task.net) == policy_of(task.net_sigma) == ["recompute"] * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("override", "match"),
     [

@@ -25,6 +25,7 @@ def data(tiny_data: dict[str, Path]) -> tuple[EnsembleDataModule, dict]:
     return dm, next(iter(dm.val_dataloader()))
 
 
+@pytest.mark.slow
 def test_location_inputs_are_four_channels_of_the_grid(data) -> None:
     dm, batch = data
     plain = MixedTask.from_data(dm, width=4, depth=2)

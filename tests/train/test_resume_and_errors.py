@@ -73,6 +73,7 @@ def logged_steps(metrics: pd.DataFrame) -> list[int]:
 TWO_EPOCHS = [0, 1, 2, 2, 3, 4, 5, 5]
 
 
+@pytest.mark.slow
 def test_resume_keeps_earlier_metrics(resumed) -> None:
     _, first, second = resumed
     assert logged_steps(first) == TWO_EPOCHS[:4]
@@ -82,6 +83,7 @@ def test_resume_keeps_earlier_metrics(resumed) -> None:
     assert second["val/loss"].notna().sum() == 2
 
 
+@pytest.mark.slow
 def test_resume_from_older_checkpoint_does_not_repeat_rows(resumed, tiny_data, monkeypatch) -> None:
     work, first, _ = resumed
     monkeypatch.chdir(work)
@@ -93,6 +95,7 @@ def test_resume_from_older_checkpoint_does_not_repeat_rows(resumed, tiny_data, m
     assert not list(work.rglob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_last_checkpoint_is_the_last_epoch(tiny_data, tmp_path, monkeypatch) -> None:
     # lr = 1e-30 (0 is refused): steps below float32's resolution leave the weights as they were, so
     # validation never improves after the first epoch and best.ckpt stays at epoch 0.
@@ -192,6 +195,7 @@ def predict(data: dict[str, Path], ckpt: Path) -> list[str]:
     return ["predict", "--config", SMOKE, *tiny_data_args(data), f"--ckpt_path={ckpt}"]
 
 
+@pytest.mark.slow
 def test_predict_creates_output_folder(resumed, tiny_data, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(predict(tiny_data, resumed[0] / "epoch0.ckpt")) == 0

@@ -25,6 +25,7 @@ def fit(data: dict[str, Path], *extra: str) -> list[str]:
     return ["fit", "--config", SMOKE, *tiny_data_args(data), "--trainer.max_epochs=1", *extra]
 
 
+@pytest.mark.slow
 def test_fit_refuses_a_run_folder_of_the_users(tiny_data, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     make_sandbox(tmp_path / "runs" / "smoke", tmp_path / "elsewhere")
@@ -40,6 +41,7 @@ def test_fit_refuses_a_run_folder_of_the_users(tiny_data, tmp_path, monkeypatch,
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_fit_records_its_run_folder_in_the_ledger(tiny_data, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(fit(tiny_data)) == 0

@@ -17,6 +17,7 @@ from tests.conftest import SMOKE, tiny_data_args
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("sig", "code", "words"),
     [(signal.SIGINT, 130, "interrupted (Ctrl-C)"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],

@@ -64,6 +64,7 @@ def test_synth_t2m_is_the_1000_hpa_temperature_and_leaves_z_t_unchanged(tmp_path
         np.testing.assert_array_equal(oa["t2m_std"].values, ob["t_std"].sel(level=1000).values)
 
 
+@pytest.mark.slow
 def test_oracle_of_t2m_is_calibrated(surface_data) -> None:
     """(analysis − oracle mean) / oracle std is standard normal for the surface variable too."""
     with xr.open_dataset(surface_data["oracle"]) as orc, xr.open_dataset(surface_data["analysis"]) as an:
@@ -128,6 +129,7 @@ def surface_fit(surface_data, tmp_path_factory):
     return work / "runs/smoke"
 
 
+@pytest.mark.slow
 def test_fit_and_predict_write_the_surface_variable_without_level(surface_fit) -> None:
     with xr.open_dataset(surface_fit / "predictions.nc") as pred:
         assert pred["t2m_mean"].dims == ("init_time", "latitude", "longitude")
@@ -261,6 +263,7 @@ def test_evaluate_scores_a_surface_variable_once(surface_data, tmp_path) -> None
     assert "| t2m | surface | 48 | raw ensemble" in (tmp_path / "eval" / "scores.md").read_text()
 
 
+@pytest.mark.slow
 def test_report_scores_a_surface_variable_at_every_lead(surface_data, tmp_path) -> None:
     """The report's by-lead sections hold t2m as one 'surface' field: its CRPS at each lead is
     properscoring's, and the charts, rank histograms and reliability diagrams draw it."""

@@ -31,6 +31,7 @@ def data(tiny_data: dict[str, Path]) -> EnsembleDataModule:
     return dm
 
 
+@pytest.mark.slow
 def test_samples_hold_every_target_lead(data: EnsembleDataModule, tiny_data: dict[str, Path]) -> None:
     """obs and std_m are (T·V, D, H, W), lead-major: the analysis at each valid time and the
     M-member std (ddof 0) at each lead, read independently with xarray."""
@@ -69,6 +70,7 @@ def test_outputs_per_target_lead_start_from_the_subset(cls, data: EnsembleDataMo
         torch.testing.assert_close(out[0][:, 2:], batch["mean_k"][:, :, -1])
 
 
+@pytest.mark.slow
 def test_fit_and_predict_write_a_lead_dimension(
     tiny_data: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -107,6 +107,7 @@ def test_two_stage_needs_location_scale_families() -> None:
         MixedTask(width=4, depth=2, scheme="two_stage", distribution={"t": "csg0"})
 
 
+@pytest.mark.slow
 def test_fit_and_predict_write_the_families(tiny_data, tmp_path: Path, monkeypatch) -> None:
     from ensml.cli.main import main
 

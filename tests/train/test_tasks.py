@@ -33,6 +33,7 @@ def test_inverse_softplus() -> None:
     torch.testing.assert_close(F.softplus(inverse_softplus(x)), x)
 
 
+@pytest.mark.slow
 def test_untrained_spread_model_starts_at_subset_std(data) -> None:
     dm, batch = data
     task = make(SpreadTask, dm)
@@ -59,6 +60,7 @@ def test_mixed_loss_is_scaled_gaussian_crps(data) -> None:
     np.testing.assert_allclose(task.loss(batch).item(), expected, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [SpreadTask, MixedTask])
 def test_loss_decreases_on_one_batch(cls, data) -> None:
     dm, batch = data

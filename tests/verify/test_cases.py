@@ -125,6 +125,7 @@ def test_gaussian_quantile_members_match_closed_form() -> None:
     assert float(crps_ensemble(gaussian_members(mu, sd), y)) == pytest.approx(exact, rel=2e-3)
 
 
+@pytest.mark.slow
 def test_score_case_on_tiny_data(tiny_data) -> None:
     case = case_from_dict(CASE)
     res = score_case(case, tiny_data["forecast"], tiny_data["analysis"], oracle=str(tiny_data["oracle"]))

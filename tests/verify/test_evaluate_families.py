@@ -58,6 +58,7 @@ def _inputs(paths: dict[str, Path], source: str) -> tuple[xr.Dataset, xr.Dataset
     return ds, y, weights
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["predictions", "oracle"])
 def test_each_family_is_scored_with_its_crps(run: dict, source: str) -> None:
     ds, y, weights = _inputs(run["paths"], source)

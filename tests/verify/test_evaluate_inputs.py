@@ -136,6 +136,7 @@ def test_postprocess_spread_output_as_predictions(tiny_data, preds, work, capsys
     )
 
 
+@pytest.mark.slow
 def test_nan_in_forecast(tiny_data, work, capsys) -> None:
     # init 2017-12-27 (the last verified at 48 h), lead 48 h, member 1, level 500
     bad = _variant(tiny_data["forecast"], work / "f.nc", _set("z", (120, 2, 0, 0, 3, 7), np.nan))
@@ -157,6 +158,7 @@ def _members(tiny_data: dict[str, Path], preds: Path, dst: Path, change=None) ->
     return _variant(tiny_data["forecast"], dst, lambda ds: (change(ds) if change else ds).assign_attrs(attrs))
 
 
+@pytest.mark.slow
 def test_nan_in_members(tiny_data, preds, work, capsys) -> None:
     bad = _members(tiny_data, preds, work / "m.nc", _set("t", (110, 2, 4, 1, 0, 0), np.nan))
     run_failing(_evaluate(tiny_data, members=bad), capsys, f"members file {bad}: 1 NaN value in 't'")
@@ -199,6 +201,7 @@ def test_two_checkpoints_in_one_predictions_glob(tiny_data, preds, work, capsys)
     )
 
 
+@pytest.mark.slow
 def test_k_comes_from_the_run(tiny_data, preds, work, capsys) -> None:
     line = run_failing(_evaluate(tiny_data, "--k=3", predictions=preds), capsys, "k=3 was given")
     assert line == f"ensml: k=3 was given, but predictions {preds} was made from k=5 members; leave k unset"
@@ -250,6 +253,7 @@ def test_bad_option_values_are_one_line(tiny_data, work, capsys, args, match) ->
     run_failing(_evaluate(tiny_data, *args), capsys, match)
 
 
+@pytest.mark.slow
 def test_nan_in_oracle(tiny_data, work, capsys) -> None:
     with xr.open_dataset(tiny_data["oracle"]) as ds:
         index = (30, list(ds.lead_time.values).index(np.timedelta64(48, "h")), 0, 1, 1)

@@ -106,6 +106,7 @@ def _row(table: pd.DataFrame, lead_h: int, var: str, level: float, forecast: str
     return sel.iloc[0]
 
 
+@pytest.mark.slow
 def test_every_lead_of_the_predictions_is_scored(data, tmp_path) -> None:
     out = tmp_path / "eval"
     table = evaluate(
@@ -162,6 +163,7 @@ def test_every_lead_of_the_predictions_is_scored(data, tmp_path) -> None:
             )
 
 
+@pytest.mark.slow
 def test_one_lead_file_scores_its_lead_in_the_one_lead_layout(data, tmp_path) -> None:
     table = evaluate(
         str(data["forecast"]),
@@ -194,6 +196,7 @@ def test_one_lead_file_scores_its_lead_in_the_one_lead_layout(data, tmp_path) ->
         assert scores.attrs["init_times"] == one.attrs["init_times"]
 
 
+@pytest.mark.slow
 def test_no_predictions_scores_every_forecast_lead_but_zero(data, tmp_path) -> None:
     scores = evaluate(
         str(data["forecast"]), str(data["analysis"]), variables=["t"], out_dir=str(tmp_path / "e")
@@ -260,6 +263,7 @@ def test_bad_leads_are_one_line_and_write_nothing(
         assert "preds24dim.nc 24 h" in line and "spread48.nc 48 h" in line
 
 
+@pytest.mark.slow
 def test_common_leads_are_scored_and_the_dropped_ones_said(data, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     args = [
@@ -310,6 +314,7 @@ def test_skill_by_lead_refers_to_the_raw_ensemble_at_each_lead() -> None:
     np.testing.assert_allclose(out["skill_vs_raw_ensemble"], [0.0, 0.25, 0.0, 0.25, 0.0, 0.2])
 
 
+@pytest.mark.slow
 def test_report_plots_skill_by_lead(data, tmp_path) -> None:
     from ensml.report.assemble import report
 
@@ -333,6 +338,7 @@ def test_report_plots_skill_by_lead(data, tmp_path) -> None:
     assert (out / "figures" / "crps_skill_map.png").is_file()  # the map at the report's lead, 48 h
 
 
+@pytest.mark.slow
 def test_report_maps_the_last_lead_scored_by_default(data, tmp_path, monkeypatch, capsys) -> None:
     """Predictions of +24 h only: the maps, histograms and reliability are at +24 h, not +48 h."""
     monkeypatch.chdir(tmp_path)

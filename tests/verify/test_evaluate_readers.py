@@ -23,6 +23,7 @@ def _named(tiny_data: dict[str, Path], tmp_path: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
+@pytest.mark.slow
 def test_renames_make_two_vocabularies_one(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     """Scores of renamed files equal those of the originals, variable by variable."""
     fc, an = _named(tiny_data, tmp_path)
@@ -65,6 +66,7 @@ def test_reader_options_from_the_command_line(tiny_data: dict[str, Path], tmp_pa
     assert set(table["variable"]) == {"t"}
 
 
+@pytest.mark.slow
 def test_a_rename_of_a_missing_variable_is_one_line(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     fc, an = _named(tiny_data, tmp_path)
     args = [

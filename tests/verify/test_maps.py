@@ -45,6 +45,7 @@ def test_unwrap_longitude() -> None:
     np.testing.assert_allclose(unwrap_longitude(np.array([350.0, 355.0, 0.0, 5.0])), [350, 355, 360, 365])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lon", [np.r_[330:360:5.0, 0:40:5.0], np.r_[160:200:5.0] % 360])
 def test_region_maps_render(tmp_path, lon) -> None:
     f = field(np.arange(-30.0, -71.0, -5.0), lon)
@@ -55,6 +56,7 @@ def test_region_maps_render(tmp_path, lon) -> None:
     assert png.startswith(PNG) and out.stat().st_size > 20_000
 
 
+@pytest.mark.slow
 def test_global_map_renders(tmp_path) -> None:
     f = field(np.linspace(87.5, -87.5, 36), np.arange(0.0, 360.0, 10.0))
     png = draw_maps([[Panel(f, "global", "x", "1")]])

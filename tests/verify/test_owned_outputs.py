@@ -78,6 +78,7 @@ def _rel(path: str, out: Path) -> str:
     return Path(path).relative_to(out).as_posix() if Path(path).is_relative_to(out) else path
 
 
+@pytest.mark.slow
 def test_evaluate_rerun_replaces_only_its_own_files(tiny_data, tmp_path, capsys) -> None:
     out = tmp_path / "eval"
     case = tmp_path / "case.yaml"
@@ -103,6 +104,7 @@ def test_evaluate_rerun_replaces_only_its_own_files(tiny_data, tmp_path, capsys)
     assert not any(n.startswith("cases/") for n in _ledger(out))
 
 
+@pytest.mark.slow
 def test_evaluate_refuses_a_name_that_is_a_users_file(tiny_data, tmp_path, capsys) -> None:
     out = tmp_path / "eval"
     assert main(_args("evaluate", tiny_data, out)) == 0
@@ -135,6 +137,7 @@ def test_report_rerun_keeps_the_users_figures(tiny_data, fitted, tmp_path, capsy
     assert (out / "report.md").is_file() and (out / "tables" / "scores.csv").is_file()
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_and_leaves_nothing(tiny_data, tmp_path) -> None:
     out = tmp_path / "eval"
     code = f"""

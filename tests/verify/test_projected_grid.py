@@ -144,6 +144,7 @@ def test_projected_files_open_with_their_own_dims(polar: dict[str, Path]) -> Non
     assert "axis" not in fc["latitude"].attrs  # CF: axis only on 1-D coordinate variables
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("x_units", ["m", "km"])
 def test_latlon_from_grid_mapping_when_absent(tmp_path: Path, polar: dict[str, Path], x_units: str) -> None:
     bare = write_projected(tmp_path / x_units, with_latlon=False, x_units=x_units)
@@ -162,6 +163,7 @@ def _crps(members: np.ndarray, obs: np.ndarray) -> np.ndarray:
     return skill - 0.5 * np.abs(members[:, None] - members[None]).mean((0, 1))
 
 
+@pytest.mark.slow
 def test_evaluate_scores_a_polar_stereographic_ensemble(polar, tmp_path, capsys) -> None:
     out = tmp_path / "eval"
     assert main(_cli("evaluate", polar, out, f"--predictions={polar['predictions']}")) == 0
@@ -240,6 +242,7 @@ def test_case_region_on_a_projected_grid(polar: dict[str, Path]) -> None:
     assert empty.sizes["y"] == 0 and empty.sizes["x"] == 0
 
 
+@pytest.mark.slow
 def test_uniform_weights_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     # no latitude/longitude and no grid mapping: scored with uniform weights, one note, no map
     data = write_projected(tmp_path / "bare", with_latlon=False, with_mapping=False)
@@ -288,6 +291,7 @@ def test_maps_in_the_data_projection_or_from_2d_coordinates(polar: dict[str, Pat
         draw_maps([[Panel(field.drop_vars(["latitude", "longitude", GM]), "t", "t", "K")]])
 
 
+@pytest.mark.slow
 def test_rotated_pole_map_uses_the_rotated_frame() -> None:
     import cartopy.crs as ccrs
 

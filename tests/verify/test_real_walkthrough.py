@@ -64,6 +64,7 @@ def scores(folder: Path) -> pd.DataFrame:
     return pd.read_csv(folder / "scores.csv").set_index(["variable", "forecast"])
 
 
+@pytest.mark.slow
 def test_ens_perturbed_members_against_the_control(walk: Path, tmp_path: Path, real_data: Path) -> None:
     args = ["evaluate", "--forecast", str(walk / "ens_50"), "--reader", "{drop_control: true}"]
     args += ["--analysis", str(walk / "ens_50"), "--analysis_reader", "{filter_by_keys: {dataType: cf}}"]
@@ -86,6 +87,7 @@ def test_ens_perturbed_members_against_the_control(walk: Path, tmp_path: Path, r
     assert got.loc[("z", "raw ensemble (50 members)"), "crps"] == pytest.approx(by_hand, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_eda_leave_one_member_out_with_half_the_globe_not_observed(
     walk: Path, tmp_path: Path, capfd, real_data: Path
 ) -> None:
@@ -178,6 +180,7 @@ def test_scalar_init_time(tmp_path: Path, real_data: Path) -> None:
     assert main([*args, "--out_dir", str(tmp_path / "o")]) == 0
 
 
+@pytest.mark.slow
 def test_scalar_level_analysis(walk: Path, tmp_path: Path, real_data: Path) -> None:
     cf = grib(real_data, "earthkit-data/ens_50.grib", dataType="cf")
     cf = cf.assign_coords(time=cf.valid_time).expand_dims("time")  # isobaricInhPa stays a scalar

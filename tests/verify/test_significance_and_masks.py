@@ -101,6 +101,7 @@ def test_inf_in_the_analysis_is_still_an_error(tiny_data: dict[str, Path], tmp_p
         evaluate(str(tiny_data["forecast"]), str(an), leads=24, variables="t", levels=500, out_dir=None)
 
 
+@pytest.mark.slow
 def test_nan_in_the_forecast_is_still_an_error(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     with xr.open_dataset(tiny_data["forecast"]) as ds:
         ds = ds.load()
@@ -113,6 +114,7 @@ def test_nan_in_the_forecast_is_still_an_error(tiny_data: dict[str, Path], tmp_p
         )
 
 
+@pytest.mark.slow
 def test_the_decomposition_adds_up_to_the_crps_table(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     """decomposition.csv: crps = reliability - resolution + uncertainty = the scores table's CRPS
     of each ensemble, with and without unobserved analysis values."""
@@ -131,6 +133,7 @@ def test_the_decomposition_adds_up_to_the_crps_table(tiny_data: dict[str, Path],
         assert (parts["reliability"] >= 0).all()
 
 
+@pytest.mark.slow
 def test_missing_forecast_values_are_left_out_alike(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     """``missing_forecast=True``: a NaN member leaves its init time and point out of every score
     (as an unobserved analysis value), so the table equals that of the analysis masked there."""

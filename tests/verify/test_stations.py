@@ -263,6 +263,7 @@ def test_stations_outside_a_regional_grid_are_dropped_with_a_note(data: dict, tm
 
 
 # -- end to end on the tiny dataset ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_on_the_tiny_dataset(tiny_data: dict[str, Path], tmp_path: Path, monkeypatch, capsys) -> None:
     """Stations sampled from the analysis at grid points (some not observed): exit 0, the four files,
     the table on the terminal, and pairs counted as the file's values at the forecast's valid times."""

@@ -24,12 +24,14 @@ def _renamed(tiny_data: dict[str, Path], tmp_path: Path, units: str | None) -> t
     return paths[0], paths[1]
 
 
+@pytest.mark.slow
 def test_units_come_from_the_data(tiny_data: dict[str, Path], tmp_path: Path) -> None:
     fc, an = _renamed(tiny_data, tmp_path, "kg m-2")
     scores = evaluate(str(fc), str(an), leads=24, levels=500, out_dir=None)
     assert set(scores.table["units"]) == {"kg m-2"}
 
 
+@pytest.mark.slow
 def test_without_units_a_known_name_gets_ensmls_and_an_unknown_one_1(tiny_data, tmp_path) -> None:
     fc, an = _renamed(tiny_data, tmp_path, None)
     scores = evaluate(str(fc), str(an), leads=24, levels=500, out_dir=None)
