@@ -21,6 +21,7 @@ from ensml.data.layouts.options import ReaderOptions
 from ensml.data.open import open_analysis, open_forecast
 from ensml.data.prefetch import Prefetcher
 from ensml.data.sampling import EpochPlan, SampleKey, split_key
+from ensml.data.subset import Subset
 from ensml.data.surface import read_levels
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, TIME
@@ -197,7 +198,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
         """Indices of the K members used for sample ``index`` in ``epoch``."""
         k, m = self.spec.k, self.spec.members
         if self.member_sampling == "first":
-            return np.arange(k)
+            return np.array(Subset.first(k).members)
         rng = np.random.default_rng([self.seed, epoch, index])
         return np.sort(rng.permutation(m)[:k])
 
@@ -226,7 +227,7 @@ class EnsembleSamples(torch.utils.data.Dataset):
         init, variables, spec = self.init_times[index], self.spec.variables, self.spec
         at, what = {INIT_TIME: init}, f"forecast {self.forecast_paths}"
         if self.member_sampling == "first":
-            first_k = {MEMBER: slice(0, spec.k)}
+            first_k = {MEMBER: Subset.first(spec.k).positions}
             fc_k = read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what, first_k)
             blocks = {"fc_k": fc_k}
             if self.targets:

@@ -41,10 +41,16 @@ class Subset:
         """K, the subset's size."""
         return len(self.members)
 
-    def take(self, x: Members) -> Members:
-        """The subset's members of ``x`` (a lazy slice when they are the first K)."""
+    @property
+    def positions(self) -> slice | list[int]:
+        """Its members along ``member``: a slice for the first K (a lazy, contiguous read), else
+        the list of positions."""
         first = self.members == tuple(range(self.k))
-        return x.isel({MEMBER: slice(0, self.k) if first else list(self.members)})
+        return slice(0, self.k) if first else list(self.members)
+
+    def take(self, x: Members) -> Members:
+        """The subset's members of ``x``."""
+        return x.isel({MEMBER: self.positions})
 
     def ensembles(self, x: xr.DataArray) -> dict[str, xr.DataArray]:
         """``{raw ensemble (M members): x, raw subset (K members): its subset}``, the tables' names."""

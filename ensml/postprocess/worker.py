@@ -36,6 +36,7 @@ from ensml.data.samples import (
     subset_moments,
     to_tensors,
 )
+from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
 from ensml.postprocess.manifest import data_sha256
@@ -157,9 +158,8 @@ def predict_init(
     read = list(models.read_leads)
     by_lead: dict[np.timedelta64, list[dict[str, np.ndarray]]] = {}
     for info, task in zip(models.checkpoints, nets):
-        item = subset_moments(
-            block[:, [read.index(lead) for lead in info.input_leads]], np.arange(info.k), info.k
-        )
+        inputs = block[:, [read.index(lead) for lead in info.input_leads]]
+        item = subset_moments(inputs, np.array(Subset.first(info.k).members), info.k)
         if info.uses_analysis:
             item["analysis_init"] = analysis
         batch = {key: value[None].to(device) for key, value in to_tensors(item, 0).items()}

@@ -12,6 +12,7 @@ import xarray as xr
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from ensml.data.outputs import OutputFolder
+from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
@@ -179,7 +180,7 @@ def run_meta(task: L.LightningModule, ensemble_size: int, checkpoint: str | Path
     return RunMeta(
         task=type(task).__name__,
         k=int(hp.k),
-        members=tuple(range(int(hp.k))),
+        members=Subset.first(int(hp.k)).members,  # what a model reads at inference
         ensemble_size=int(ensemble_size),
         variables=tuple(hp.variables),
         levels=tuple(hp.levels),
