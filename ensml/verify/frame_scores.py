@@ -9,12 +9,13 @@ frame then reads. :func:`score_frame` reads that frame one lead at a time and sc
 variable at it: the CRPS rows, the spread rows, the per-point fields, the CRPS decomposition
 and the threshold scores of the bounded variables (:mod:`ensml.verify.events`).
 
-A caller that wants more of each lead than ``evaluate``'s tables passes a :data:`LeadHook` to
-:func:`score_frame`: it gets each lead's fields as they were scored, so the data are read and
-checked once, and whatever it computes covers the leads, init times and weights of
-``evaluate``'s tables. :func:`ensml.verify.evaluate.evaluate_grid` builds its frame with
-:func:`grid_frame` and scores it with one call of :func:`score_frame` (through
-:func:`ensml.verify.evaluate.score_grid`).
+A caller that wants more of each lead than ``evaluate``'s tables (``ensml report``: spread,
+RMSE, rank histograms and reliability by lead, :mod:`ensml.report.scores`) passes a
+:data:`LeadHook` to :func:`score_frame`: it gets each lead's fields as they were scored, so the
+data are read and checked once, and whatever it computes covers the leads, init times and
+weights of ``evaluate``'s tables. :func:`ensml.verify.evaluate.evaluate_grid` and the report
+both build their frame with :func:`grid_frame` and score it with one call of
+:func:`score_frame` (through :func:`ensml.verify.evaluate.score_grid`).
 """
 
 from __future__ import annotations
