@@ -23,8 +23,8 @@ score, once:
 Lead times (:func:`ensml.data.runfiles.choose_leads`): by default the leads of the runs given
 (every forecast lead but 0 h without one); a lead that one of their files lacks is an error
 naming the file and the lead, unless the leads asked for are ``"common"``: the leads every file
-holds, the others reported as dropped. A *partial* frame (case studies, the report's charts by
-lead) instead leaves a source out where it lacks a lead or a variable.
+holds, the others reported as dropped. A *partial* frame (case studies) instead leaves a source
+out where it lacks a lead or a variable.
 """
 
 from __future__ import annotations

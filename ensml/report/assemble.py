@@ -4,12 +4,15 @@ The report holds the global scores of ``ensml evaluate`` at every lead time the 
 hold, CRPS, CRPS skill and spread-skill by lead time, rank histograms, reliability diagrams and
 maps of the per-point CRPS skill at the report's lead (by default the last lead scored), and the
 case studies (from YAML files, the stored storms of the synthetic data and/or found
-automatically). The scores by lead time are read through the one frame builder
-(:func:`ensml.data.frame.build_frame`), so they cover the init times and weights of
-``evaluate``, and each predictive distribution (post-processed, oracle) is scored and drawn in
-its own family, through the functions of ``evaluate`` (:mod:`ensml.verify.families`);
-precipitation and wind speed get reliability diagrams at ``evaluate``'s event thresholds
-(:mod:`ensml.report.scores`). ``out_dir`` is checked before any work
+automatically). The data are read and scored once: the frame of ``evaluate``'s grid verb
+(:func:`ensml.verify.frame_scores.grid_frame`) is scored in ``evaluate``'s one pass over its
+leads, which also hands each lead's fields to the report's scores by lead time
+(:func:`ensml.report.scores.scores_by_lead`). So the charts by lead time cover the leads, init
+times and weights of the global scores: the leads ``evaluate`` scores (those every file holds;
+not a 0 h that the predictions lack), and their CRPS is that of the global table. Each
+predictive distribution (post-processed, oracle) is scored and drawn in its own family, through
+the functions of ``evaluate`` (:mod:`ensml.verify.families`); precipitation and wind speed get
+reliability diagrams at ``evaluate``'s event thresholds. ``out_dir`` is checked before any work
 (:class:`ensml.data.outputs.OutputFolder`: new, empty or a folder whose ledger ensml keeps);
 everything is computed in memory, then written through the folder's staging and committed
 whole: a failure leaves the folder as it was, and only files that an earlier report's ledger
@@ -27,7 +30,7 @@ import numpy as np
 import xarray as xr
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
-from ensml.data.frame import EnsembleFrame, build_frame
+from ensml.data.frame import EnsembleFrame
 from ensml.data.grid import describe, is_projected
 from ensml.data.open import check_lead_times, open_forecast
 from ensml.data.outputs import OutputFolder
@@ -38,12 +41,12 @@ from ensml.progress import Progress, note, seconds
 from ensml.report.page import Content, blocks
 from ensml.report.render import render
 from ensml.report.scores import scores_by_lead, skill_by_lead
-from ensml.times import LeadLike, lead_hours, parse_lead
+from ensml.times import LeadLike, format_lead, format_leads, lead_hours, parse_lead
 from ensml.verify.casefind import find_extreme_cases, storm_cases
 from ensml.verify.cases import Case, load_cases
 from ensml.verify.casestudy import score_case
-from ensml.verify.evaluate import Scores, evaluate_grid
-from ensml.verify.families import frame_families
+from ensml.verify.evaluate import Scores
+from ensml.verify.frame_scores import grid_frame
 from ensml.verify.options import Selection, Sources
 from ensml.verify.tables import write_files
 
@@ -102,13 +105,13 @@ def report(
         Size of the raw subset scored beside the full ensemble (members 0 … k-1), as for
         ``ensml evaluate``: the predictions' run metadata gives it.
     leads
-        Lead times of the global score table, as for ``ensml evaluate`` (default: every lead the
-        predictions hold; ``common`` for those all given files hold). The charts by lead cover
-        every forecast lead.
+        Lead times of the global score table and of the charts by lead, as for ``ensml evaluate``
+        (default: every lead the predictions hold, every forecast lead but 0 h without them;
+        ``common`` for those all given files hold).
     lead
         Lead time of the skill maps, rank histograms, reliability diagrams and automatic case
-        studies: hours (``48``) or a duration (``48h``, ``P2D``); default: the last lead of the
-        global score table.
+        studies: hours (``48``) or a duration (``48h``, ``P2D``), one of the leads scored;
+        default: the last lead of the global score table.
     variables
         Variables to report, one name (``tp``) or a list (default: all of the forecast's).
     levels
@@ -144,36 +147,21 @@ def report(
     case_list = load_cases(cases) if cases else []
     # the YAML cases first: a bad case fails in seconds, before the global scores
     studies = [score_case(c, forecast, analysis, predictions, oracle, k) for c in case_list]
-    progress = Progress("report", 4, "stages")
+    progress = Progress("report", 3, "stages")
 
     def stage(what: str) -> None:
         progress.advance(f"{what} in {seconds(progress.lap)}")
 
-    scores = evaluate_grid(
-        forecast,
-        analysis,
-        Sources(predictions, spread_predictions, oracle),
-        Selection(variables, levels, leads, k),
-        out_dir=None,
-    )
-    stage("global scores")
-    lead = scores.leads[-1] if lead is None else lead
-    frame = build_frame(
-        forecast,
-        analysis,
-        variables=scores.variables,
-        levels=scores.levels,
-        predictions=predictions,
-        oracle=oracle,
-        partial=True,
-        note=False,  # the global scores have noted uniform weights already
-    )
-    families = frame_families(frame)  # of each distribution source, as evaluate's
-    by_lead, hists, rel, events = scores_by_lead(frame, frame.subset(k), families)
-    reliable = {(v, lev): s for (at, v, lev), s in rel.items() if at == lead}
+    sources = Sources(predictions, spread_predictions, oracle)
+    grid = grid_frame(forecast, analysis, sources, Selection(variables, levels, leads, k))
+    frame = grid.frame
+    lead = _report_lead(lead, frame.leads)
+    scores, by_lead = scores_by_lead(grid)  # one pass: the global scores and those by lead time
+    reliable = {(v, lev): s for (at, v, lev), s in by_lead.rel.items() if at == lead}
+    events = by_lead.events
     if len(events):
         events = events[events["lead_h"] == lead_hours(lead)]
-    stage("scores by lead time, rank histograms and reliability")
+    stage("global scores, scores by lead time, rank histograms and reliability")
     found = _automatic_cases(frame, lead, n_storm_cases, n_extreme_cases, case_variable, case_level)
     for c in _new_cases(found, case_list, n_storm_cases):
         studies.append(score_case(c, forecast, analysis, predictions, oracle, k))
@@ -185,11 +173,11 @@ def report(
         scores,
         frame,
         lead,
-        skill_by_lead(by_lead),
-        hists[lead],
+        skill_by_lead(by_lead.table),
+        by_lead.hists[lead],
         reliable,
         studies,
-        families=families,
+        families=grid.families,
         events=events,
     )
     pages = render(blocks(content), title)
@@ -199,6 +187,19 @@ def report(
     stage("maps, charts and pages")
     progress.close()
     return Report(Path(out_dir), scores)
+
+
+def _report_lead(lead: np.timedelta64 | None, scored: np.ndarray) -> np.timedelta64:
+    """The lead of the maps, histograms and reliability: ``lead``, which must be scored, or the
+    last lead scored."""
+    if lead is None:
+        return scored[-1]
+    if lead not in scored:
+        raise EnsmlError(
+            f"report: lead +{format_lead(lead)} is not among the leads scored ({format_leads(scored)}); "
+            "give it in --leads too, or another --lead"
+        )
+    return lead
 
 
 def _check_grid(

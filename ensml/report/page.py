@@ -46,9 +46,9 @@ class Content:
     forecast: str  # the option values, as the text names them
     analysis: str
     scores: Scores  # the global scores, written to ``tables/``
-    frame: EnsembleFrame  # of the scores by lead time (its init times)
+    frame: EnsembleFrame  # the frame scored, once (its init times, grid and weights)
     lead: np.timedelta64  # of the maps, rank histograms and reliability
-    by_lead: pd.DataFrame  # rows of :func:`ensml.report.scores.scores_by_lead`, with skill
+    by_lead: pd.DataFrame  # the table of :func:`ensml.report.scores.scores_by_lead`, with skill
     hists: dict  # rank histograms at ``lead``, by (variable, level)
     rel: dict  # reliability at ``lead``, by (variable, level)
     studies: list[CaseResult]

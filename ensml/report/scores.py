@@ -1,5 +1,14 @@
 """Scores of the report by lead time: CRPS, spread, RMSE, SSR, rank histograms and reliability.
 
+The report reads and scores its data once. :func:`scores_by_lead` runs ``evaluate``'s one pass
+over the leads of its frame (:func:`ensml.verify.evaluate.score_grid` on the frame of
+:func:`ensml.verify.frame_scores.grid_frame`), and :class:`LeadScores`, the pass's hook, computes
+what the report shows beyond ``evaluate``'s tables from the same fields of each lead. The CRPS
+of each row by lead is that of ``evaluate``'s table (the same area-weighted mean); the rows
+cover the leads, init times and weights of the global scores: the leads ``evaluate`` scores
+(those every file holds), not every lead of the forecast (a 0 h that the predictions lack has no
+point in the charts by lead).
+
 Ensembles are scored with the empirical ensemble CRPS; the predictive distributions (the
 post-processed predictions, the oracle) each in its own family, through the functions
 ``evaluate`` uses (:mod:`ensml.verify.families`: the family from the predictions' run metadata
@@ -13,12 +22,15 @@ Reliability: of the event "analysis above its monthly climatological mean + 1 st
 point (distributions through 100 quantiles, :func:`ensml.verify.families.family_members`); for
 a variable that gets ``evaluate``'s event scores (a family bounded below, or the name of
 precipitation or wind speed: :func:`ensml.verify.thresholds.bounded_variables`), of the events
-``y > t`` at evaluate's thresholds (:func:`ensml.verify.thresholds.thresholds_for`) instead,
-with P(Y > t) of each distribution from its family and the fraction of members above ``t`` of
-the raw ensemble, in evaluate's bins (:data:`ensml.verify.events.RELIABILITY_BINS`).
+``y > t`` at evaluate's thresholds (:func:`ensml.verify.thresholds.thresholds_for`) instead:
+the rows of ``evaluate``'s ``reliability_<var>.csv`` of the raw ensemble (the fraction of its
+members above ``t``) and of each distribution (P(Y > t) from its family), in evaluate's bins
+(:data:`ensml.verify.events.RELIABILITY_BINS`).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -29,77 +41,101 @@ from ensml.data.grid import horizontal_dims
 from ensml.data.subset import Subset
 from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, TIME, VALID_TIME, raw_ensemble_name
 from ensml.scores.calibration import ensemble_mean_rmse, rank_histogram, spread_skill_ratio
-from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
-from ensml.scores.predictive import exceedance_family
-from ensml.scores.probability import THRESHOLD, exceedance_probability, probability_reliability, reliability
-from ensml.scores.reduce import reduce_score
+from ensml.scores.probability import reliability
 from ensml.times import lead_hours
-from ensml.verify.events import RELIABILITY_BINS, reliability_rows
-from ensml.verify.families import (
-    distribution_crps,
-    distributions,
-    family_members,
-    family_moments,
-    family_params,
-    frame_families,
-    reading_families,
-)
+from ensml.verify.evaluate import Scores, score_grid
+from ensml.verify.families import distributions, family_members, family_moments, family_params
+from ensml.verify.frame_scores import GridFrame
 from ensml.verify.levels import at, levels_of, per_level, table_level
 from ensml.verify.thresholds import EventThresholds, bounded_variables, thresholds_for
 
 Families = dict[str, dict[str, Family]]
+#: The columns that name a row by lead: what ``evaluate``'s table and the report's rows share.
+KEYS = ["variable", "level_hPa", "lead_h", "forecast"]
 
 
-def scores_by_lead(
-    frame: EnsembleFrame, subset: Subset | int, families: Families | None = None
-) -> tuple[pd.DataFrame, dict, dict, pd.DataFrame]:
-    """CRPS / spread / RMSE / SSR rows by lead, rank histograms and reliability at each lead.
+class ByLead(NamedTuple):
+    """The report's scores by lead time (:func:`scores_by_lead`)."""
 
-    ``frame`` (:func:`ensml.data.frame.build_frame`, a partial frame: the post-processed
-    predictions and the oracle, where they hold a lead) is read one lead at a time; means are
-    weighted by its area weights over the init times and the horizontal dims; the raw ``subset``
-    (:meth:`ensml.data.frame.EnsembleFrame.subset`, or K for the first K members) is scored
-    beside the raw ensemble. Rows come
-    variable by variable, each at every lead. A surface variable (no level dimension) has one
-    level, ``None`` (``level_hPa`` NaN). ``families``: of each distribution source
-    (:func:`ensml.verify.families.frame_families`, computed here when not given).
+    #: ``crps``, ``spread``, ``rmse``, ``ssr`` of each ensemble and distribution: a row per
+    #: variable, level, lead and forecast, variable by variable, each at every lead; a surface
+    #: variable (no level dimension) has one level, ``None`` (``level_hPa`` NaN)
+    table: pd.DataFrame
+    #: the raw ensemble's rank histograms, ``{lead: {(var, level): counts}}``
+    hists: dict
+    #: the reliability of the climatological event, ``{(lead, var, level): {forecast: table}}``
+    rel: dict
+    #: the reliability of the threshold events of the bounded variables (the rows of ``evaluate``'s
+    #: ``reliability_<var>.csv`` of the raw ensemble and each distribution; empty without them)
+    events: pd.DataFrame
+
+
+def scores_by_lead(grid: GridFrame) -> tuple[Scores, ByLead]:
+    """``evaluate``'s global scores of ``grid`` and the report's scores by lead time, in one pass.
+
+    ``grid`` (:func:`ensml.verify.frame_scores.grid_frame`) is read one lead at a time, once:
+    :func:`ensml.verify.evaluate.score_grid` scores each lead's fields for ``evaluate``'s tables
+    and hands them to :class:`LeadScores`. Means are weighted by the frame's area weights over
+    the init times and the horizontal dims; the raw subset is scored beside the raw ensemble.
 
     Returns
     -------
     tuple
-        The rows (a DataFrame), the rank histograms ``{lead: {(var, level): counts}}``, the
-        reliability of the climatological event ``{(lead, var, level): {forecast: table}}`` and
-        that of the threshold events of the bounded variables (a DataFrame: the columns of
-        ``evaluate``'s ``reliability_<var>.csv``; empty without such variables).
+        ``evaluate``'s :class:`~ensml.verify.evaluate.Scores` (nothing written) and the
+        report's :class:`ByLead`, whose CRPS is that of the scores' table.
     """
-    subset = subset if isinstance(subset, Subset) else Subset.first(subset)
-    families = frame_families(frame) if families is None else families
-    frame = reading_families(frame, families)  # each distribution's parameter variables
-    events = event_thresholds(frame, families)
-    climates = {var: _monthly_climate(frame.analysis[var]) for var in frame.variables if var not in events}
-    rows: dict[str, list[dict]] = {var: [] for var in frame.variables}
-    hists: dict = {}
-    rel: dict = {}
-    event_rel: list[dict] = []
-    for lead in frame.leads:
-        lf = frame.at(lead)
-        month = xr.DataArray(pd.DatetimeIndex(frame.inits + lead).month, dims=[INIT_TIME])
-        climate = {
-            var: tuple(
-                c.sel(month=month).drop_vars("month").assign_coords({INIT_TIME: frame.inits}) for c in cs
-            )
-            for var, cs in climates.items()
-        }
-        for var in frame.variables:
-            dists = distributions(lf, families, var)
-            rows[var] += _rows_at(frame, lf, var, dists, subset, hists)
-            if var in events:
-                event_rel += _event_reliability(frame, lf, var, dists, events[var])
-            else:
-                _climate_reliability(frame, lf, var, dists, climate[var], rel)
-    by_lead = pd.DataFrame([row for var in frame.variables for row in rows[var]])
-    return by_lead, hists, rel, pd.DataFrame(event_rel)
+    extra = LeadScores(grid.frame, grid.subset, grid.families)
+    scores = score_grid(grid, collect=extra)
+    return scores, extra.result(scores)
+
+
+class LeadScores:
+    """The report's scores of each lead beyond ``evaluate``'s tables: spread, RMSE and SSR of
+    each ensemble and distribution, the raw ensemble's rank histograms and the reliability of the
+    climatological event, from the fields ``evaluate``'s pass has just scored.
+
+    A :data:`~ensml.verify.frame_scores.LeadHook`: ``score_grid(grid, collect=LeadScores(...))``
+    calls it with each lead's fields and each variable; :meth:`result` then adds the CRPS and the
+    threshold reliability of ``evaluate``'s scores. ``frame``, ``subset`` and ``families``: those
+    of the :class:`~ensml.verify.frame_scores.GridFrame` scored.
+    """
+
+    def __init__(self, frame: EnsembleFrame, subset: Subset, families: Families) -> None:
+        self.frame, self.subset, self.families = frame, subset, families
+        events = event_thresholds(frame, families)  # their reliability is evaluate's
+        self.climates = {v: _monthly_climate(frame.analysis[v]) for v in frame.variables if v not in events}
+        self.rows: dict[str, list[dict]] = {var: [] for var in frame.variables}
+        self.hists: dict = {}
+        self.rel: dict = {}
+        self.drawn: dict[str, set[str]] = {}  # each variable's forecasts: the raw ensemble, the distributions
+
+    def __call__(self, lf: LeadFrame, var: str) -> None:
+        """Score ``var`` at the lead of ``lf`` (the fields ``evaluate`` scored)."""
+        dists = distributions(lf, self.families, var)
+        self.rows[var] += _rows_at(self.frame, lf, var, dists, self.subset, self.hists)
+        self.drawn[var] = {raw_ensemble_name(lf.forecast.sizes[MEMBER]), *dists}
+        if var in self.climates:
+            _climate_reliability(self.frame, lf, var, dists, self._climate(var, lf.lead), self.rel)
+
+    def _climate(self, var: str, lead: np.timedelta64) -> tuple[xr.DataArray, xr.DataArray]:
+        """The monthly mean and std of ``var`` at the valid time of each init time at ``lead``."""
+        inits = self.frame.inits
+        month = xr.DataArray(pd.DatetimeIndex(inits + lead).month, dims=[INIT_TIME])
+        mean, std = (
+            c.sel(month=month).drop_vars("month").assign_coords({INIT_TIME: inits})
+            for c in self.climates[var]
+        )
+        return mean, std
+
+    def result(self, scores: Scores) -> ByLead:
+        """What was collected, with the CRPS of ``scores.table`` (``evaluate``'s, of the same
+        pass) and the threshold reliability of ``scores.events``."""
+        rows = pd.DataFrame([row for var in self.frame.variables for row in self.rows[var]])
+        table = _merge(rows, scores.table[[*KEYS, "crps"]], KEYS)[[*KEYS, "crps", "spread", "rmse", "ssr"]]
+        reliable = scores.events.reliability if scores.events is not None else []
+        events = [row for row in reliable if row["forecast"] in self.drawn.get(row["variable"], ())]
+        return ByLead(table, self.hists, self.rel, pd.DataFrame(events))
 
 
 def event_thresholds(frame: EnsembleFrame, families: Families) -> dict[str, EventThresholds]:
@@ -138,8 +174,8 @@ def _rows_at(
     subset: Subset,
     hists: dict,
 ) -> list[dict]:
-    """The rows of ``var`` at one lead (``dists``: its distributions, by label); its rank
-    histograms go into ``hists``."""
+    """The rows of ``var`` at one lead (``dists``: its distributions, by label), without the
+    CRPS (``evaluate``'s table has it); its rank histograms go into ``hists``."""
     lead, w = lf.lead, frame.weights
     over = [INIT_TIME, *horizontal_dims(frame.forecast)]
     levels = levels_of(frame.forecast[var], frame.levels)  # [None] for a surface variable
@@ -150,7 +186,6 @@ def _rows_at(
     for name, ens in subset.ensembles(x).items():
         kw = {"preserve_dims": per_level(x), "weights": w}
         scores = {
-            "crps": crps_ensemble(ens, y, **kw),
             "spread": np.sqrt((ens.var(MEMBER, ddof=1)).weighted(w).mean(over)),
             "rmse": ensemble_mean_rmse(ens, y, **kw),
             "ssr": spread_skill_ratio(ens, y, finite_ensemble_correction=True, **kw),
@@ -160,15 +195,12 @@ def _rows_at(
         ]
     for name, (ds, family) in dists.items():
         ds = _fields(ds)
-        source = f"{name} {var}"
-        per_point = distribution_crps(ds, var, family, y, list(y.dims), source=source)
-        crps = reduce_score(per_point, preserve_dims=per_level(y), weights=w)
-        mu, sd = family_moments(family, family_params(ds, var, family, source))
+        mu, sd = family_moments(family, family_params(ds, var, family, f"{name} {var}"))
         spread = np.sqrt((sd**2).weighted(w).mean(over))
         rmse = np.sqrt(((mu - y) ** 2).weighted(w).mean(over))
         for lev in levels:
             s_, r_ = float(at(spread, lev)), float(at(rmse, lev))
-            scores = {"crps": float(at(crps, lev)), "spread": s_, "rmse": r_, "ssr": s_ / r_}
+            scores = {"spread": s_, "rmse": r_, "ssr": s_ / r_}
             rows.append(_row(var, lev, h, name, scores))
     hists.setdefault(lead, {}).update(
         {(var, lev): rank_histogram(at(x, lev), at(y, lev), weights=w) for lev in levels}
@@ -215,37 +247,6 @@ def _standardised_members(
     return (family_members(family, params) - m0) / s0
 
 
-def _event_reliability(
-    frame: EnsembleFrame,
-    lf: LeadFrame,
-    var: str,
-    dists: dict[str, tuple[xr.Dataset, Family]],
-    thresholds: EventThresholds,
-) -> list[dict]:
-    """Reliability rows of the events ``y > t`` at ``thresholds.events`` for the raw ensemble
-    (fraction of members above t) and each distribution (its family's P(Y > t)) at one lead."""
-    x = lf.forecast[var].drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
-    y = lf.analysis[var]
-    events = list(thresholds.events)
-    t = xr.DataArray(np.asarray(events, dtype=np.float64), dims=[THRESHOLD], coords={THRESHOLD: events})
-    probs = {raw_ensemble_name(x.sizes[MEMBER]): exceedance_probability(x, t)}
-    for name, (ds, family) in dists.items():
-        params = family_params(_fields(ds), var, family, f"{name} {var}")
-        probs[name] = exceedance_family(family, params, events)
-    units = y.attrs.get("units") or thresholds.units
-    out = []
-    for name, p in probs.items():
-        table = probability_reliability(
-            p.transpose(THRESHOLD, *y.dims),
-            y,
-            n_bins=RELIABILITY_BINS,
-            preserve_dims=per_level(y),
-            weights=frame.weights,
-        )
-        out += reliability_rows(table, var, frame.levels, lead_hours(lf.lead), name, units)
-    return out
-
-
 def _row(var: str, level: float | None, lead_h: int, forecast: str, scores: dict[str, float]) -> dict:
     return {
         "variable": var,
@@ -265,15 +266,24 @@ def skill_by_lead(by_lead: pd.DataFrame) -> pd.DataFrame:
     """
     keys = ["variable", "level_hPa", "lead_h"]
     raw = by_lead[by_lead["forecast"].str.startswith("raw ensemble")][[*keys, "crps"]]
-    raw = raw.rename(columns={"crps": "crps_raw"})
-    # level_hPa is NaN for a surface variable: merge on a key that matches NaN with NaN
-    merged = by_lead.assign(_lev=by_lead["level_hPa"].fillna(-1.0)).merge(
-        raw.assign(_lev=raw["level_hPa"].fillna(-1.0)).drop(columns="level_hPa"),
-        on=["variable", "_lev", "lead_h"],
-        how="left",
-    )
+    merged = _merge(by_lead, raw.rename(columns={"crps": "crps_raw"}), keys)
     skill = 1.0 - merged["crps"].to_numpy() / merged["crps_raw"].to_numpy()
     return by_lead.assign(skill_vs_raw_ensemble=skill)
 
 
-__all__ = ["event_thresholds", "scores_by_lead", "skill_by_lead"]
+def _merge(left: pd.DataFrame, right: pd.DataFrame, on: list[str]) -> pd.DataFrame:
+    """``left`` with the columns of ``right`` whose ``on`` columns match (a left join, one row of
+    ``right`` at most per row of ``left``); ``level_hPa`` is NaN for a surface variable, so it is
+    matched on a key that matches NaN with NaN."""
+
+    def keyed(df: pd.DataFrame) -> pd.DataFrame:
+        return df.assign(_lev=df["level_hPa"].fillna(-1.0))
+
+    keys = ["_lev" if c == "level_hPa" else c for c in on]
+    merged = keyed(left).merge(
+        keyed(right).drop(columns="level_hPa"), on=keys, how="left", validate="many_to_one"
+    )
+    return merged.drop(columns="_lev").set_axis(left.index)
+
+
+__all__ = ["ByLead", "LeadScores", "event_thresholds", "scores_by_lead", "skill_by_lead"]

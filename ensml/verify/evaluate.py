@@ -26,12 +26,18 @@ or infinite value in a forecast or prediction is accepted, which NaN-skipping me
 silently drop; NaN in the analysis means "not observed": those init times and points are left
 out of every forecast's score alike, and the tables' ``n_scored`` say how many values were
 scored (:mod:`ensml.verify.inputs`). Nothing is written before everything is scored.
+
+This module is the verb: :func:`evaluate` checks which options go together and hands them to
+:func:`evaluate_grid` (or to :func:`ensml.verify.stations.evaluate_stations`), which scores the
+cases, builds the frame (:func:`ensml.verify.frame_scores.grid_frame`), scores it in one pass
+over its leads (:func:`score_grid`, through :func:`ensml.verify.frame_scores.score_frame`) and
+writes :class:`Scores`' files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -40,37 +46,21 @@ import pandas as pd
 import xarray as xr
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
-from ensml.data.frame import EnsembleFrame, LeadFrame, build_frame
-from ensml.data.grid import horizontal_dims
 from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
-from ensml.data.subset import Subset
-from ensml.names import INIT_TIME, LEVEL, MEMBER, as_list, raw_ensemble_name, raw_subset_name, units_of
-from ensml.progress import Progress, note, seconds
-from ensml.scores.crps import crps_ensemble
-from ensml.scores.distributions import Family
-from ensml.scores.hersbach import crps_decomposition
-from ensml.scores.significance import skill_tests
-from ensml.times import LeadLike, format_lead, format_leads, lead_hours
+from ensml.names import as_list
+from ensml.progress import note
+from ensml.times import LeadLike, format_leads
 from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
 from ensml.verify.event_tables import event_files
-from ensml.verify.events import EventTables, crps_as_event_row, event_setups, score_events
-from ensml.verify.families import (
-    distribution_crps,
-    distributions,
-    estimator,
-    frame_families,
-    reading_families,
-)
-from ensml.verify.inputs import check_complete, check_observed, count_observed, missing_as_unobserved
+from ensml.verify.events import EventTables
+from ensml.verify.frame_scores import GridFrame, LeadHook, grid_frame, score_frame
 from ensml.verify.options import Selection, Sources
-from ensml.verify.rows import by_lead, crps_rows, decomposition_rows, on_grid, slug, spread_scores
 from ensml.verify.stations import StationScores, evaluate_stations, gridded_options, station_options
 from ensml.verify.tables import Content, score_files, write_files
-from ensml.verify.thresholds import EventThresholds
 
 
 @dataclass
@@ -349,37 +339,50 @@ def evaluate_grid(
         ]
         names += ["cases/cases.csv", "cases/cases.md"] if cases else []
         OutputFolder.check(out_dir, "evaluate", names=names)  # before the work: fails in seconds
-    leads = leads_option(selection.leads)  # a bad lead fails before the cases
+    selection = replace(selection, leads=leads_option(selection.leads))  # a bad lead fails before the cases
     # cases are scored first: a bad case fails before any other work (they are small)
     readers = {"reader": as_reader(reader), "analysis_reader": as_reader(analysis_reader)}
     predictions, oracle, k = sources.predictions, sources.oracle, selection.k
     studies = [
         score_case(c, forecast, analysis, predictions, oracle, k, **readers) for c in load_cases(cases or [])
     ]
-    frame = build_frame(
-        forecast,
-        analysis,
-        variables=selection.variables,
-        levels=selection.levels,
-        leads=leads,
-        predictions=predictions,
-        spread_predictions=sources.spread_predictions,
-        members=sources.members,
-        oracle=oracle,
-        **readers,
-    )
-    subset = frame.subset(k)
-    families = frame_families(frame)
-    frame = reading_families(frame, families)  # each distribution's parameter variables
-    if frame.dropped.size:
-        note(
-            f"evaluate: scoring {format_leads(frame.leads)}, the leads every file holds; dropped "
-            f"{format_leads(frame.dropped)}"
-        )
+    grid = grid_frame(forecast, analysis, sources, selection, **readers)
+    scores = score_grid(grid, fair=fair, missing_forecast=missing_forecast, thresholds=thresholds)
+    scores.cases = studies
+    if out_dir is not None:
+        note(f"evaluate: writing the tables and per-point scores to {out_dir}")
+        with OutputFolder.open(out_dir, "evaluate", whole=True) as folder:  # one run's results, whole
+            write_files(folder, scores.files())
+        scores.out_dir = Path(out_dir)
+    return scores
+
+
+def score_grid(
+    grid: GridFrame,
+    *,
+    fair: bool = False,
+    missing_forecast: bool = False,
+    thresholds: dict[str, list[float]] | None = None,
+    collect: LeadHook | None = None,
+) -> Scores:
+    """``evaluate``'s scores of ``grid`` (:func:`~ensml.verify.frame_scores.grid_frame`), in one
+    pass over its leads (:func:`~ensml.verify.frame_scores.score_frame`); nothing is written.
+
+    ``fair``, ``missing_forecast`` and ``thresholds`` are :func:`evaluate`'s options;
+    ``collect`` gets each lead's fields and each variable as they are scored
+    (:data:`~ensml.verify.frame_scores.LeadHook`: ``ensml report``'s scores by lead time).
+    """
+    frame = grid.frame
     table, spread, per_point, decomposition, events = score_frame(
-        frame, subset, fair, missing_forecast, families=families, thresholds=thresholds
+        frame,
+        grid.subset,
+        fair,
+        missing_forecast,
+        families=grid.families,
+        thresholds=thresholds,
+        collect=collect,
     )
-    scores = Scores(
+    return Scores(
         table,
         spread,
         n_inits=frame.inits.size,
@@ -389,192 +392,9 @@ def evaluate_grid(
         variables=frame.variables,
         levels=frame.levels,
         per_point=per_point,
-        cases=studies,
         decomposition=decomposition,
         events=events,
     )
-    if out_dir is not None:
-        note(f"evaluate: writing the tables and per-point scores to {out_dir}")
-        with OutputFolder.open(out_dir, "evaluate", whole=True) as folder:  # one run's results, whole
-            write_files(folder, scores.files())
-        scores.out_dir = Path(out_dir)
-    return scores
 
 
-def score_frame(
-    frame: EnsembleFrame,
-    subset: Subset,
-    fair: bool = False,
-    missing_forecast: bool = False,
-    *,
-    families: dict[str, dict[str, Family]] | None = None,
-    thresholds: dict[str, list[float]] | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame | None, xr.Dataset, pd.DataFrame, EventTables | None]:
-    """The CRPS table, the spread table (or ``None``), the per-point scores of ``frame``, the
-    CRPS decomposition of its ensembles and the event scores of its bounded variables (``None``
-    without any).
-
-    Reads one lead at a time (each value checked complete); the raw ``subset``
-    (:func:`ensml.data.subset.raw_subset`) is scored beside the full ensemble; ``fair``:
-    ensembles with the fair CRPS; ``missing_forecast``: NaN in the raw forecast is "not
-    observed" (see :func:`evaluate`); ``families``: of each distribution source
-    (:func:`ensml.verify.families.frame_families`, whose parameters ``frame`` reads:
-    :func:`~ensml.verify.families.reading_families`);
-    ``thresholds``: as :func:`evaluate`'s.
-    """
-    for lead in frame.leads:  # a lead of no whole hours has no row in the tables: fail before the work
-        lead_hours(lead)
-    families = frame_families(frame) if families is None else families
-    setups = event_setups(frame, families, thresholds)
-    events = EventTables() if setups else None
-    rows, spread_rows, parts, per_lead = [], [], [], []
-    progress = Progress("evaluate", len(frame.leads) * len(frame.variables), "fields")
-    for lead in frame.leads:
-        at_lead = frame.at(
-            lead,
-            check=check_complete,
-            check_analysis=check_observed,
-            check_forecast=check_observed if missing_forecast else None,
-        )
-        if missing_forecast:
-            at_lead = missing_as_unobserved(at_lead)
-        fields: dict[str, xr.DataArray] = {}
-        for var in frame.variables:
-            crps, spread, decomposition = score_variable(
-                frame,
-                at_lead,
-                var,
-                subset,
-                fields,
-                fair,
-                families=families,
-                events=events,
-                setup=setups.get(var),
-            )
-            rows += crps
-            spread_rows += spread
-            parts += decomposition
-            progress.advance(f"{var} at +{format_lead(lead)} scored in {seconds(progress.lap)}")
-        per_lead.append(xr.Dataset(fields))
-    progress.close()
-    spread_table = pd.DataFrame(spread_rows) if spread_rows else None
-    per_point = on_grid(by_lead(per_lead, frame.leads), frame.forecast)
-    return pd.DataFrame(rows), spread_table, per_point, pd.DataFrame(parts), events
-
-
-def score_variable(
-    frame: EnsembleFrame,
-    lf: LeadFrame,
-    var: str,
-    subset: Subset,
-    fields: dict[str, xr.DataArray],
-    fair: bool = False,
-    *,
-    families: dict[str, dict[str, Family]] | None = None,
-    events: EventTables | None = None,
-    setup: tuple[EventThresholds, xr.Dataset | None] | None = None,
-) -> tuple[list[dict], list[dict], list[dict]]:
-    """CRPS rows, spread rows and CRPS decomposition rows of ``var`` at one lead; its per-point
-    fields are added to ``fields``; with ``setup`` (its thresholds and climatology), its event
-    scores are added to ``events``."""
-    x, y, m = lf.forecast[var], lf.analysis[var], lf.forecast.sizes[MEMBER]
-    raw_key, k = raw_ensemble_name(m), subset.k
-    ensembles = subset.ensembles(x)
-    if "members" in lf.runs:
-        calibrated = lf.runs["members"][var]
-        ensembles[f"post-processed members ({calibrated.sizes[MEMBER]})"] = calibrated
-    dists = distributions(lf, families if families is not None else frame_families(frame), var)
-    sources = _crps_fields(frame, lf, var, ensembles, fair, dists)
-    for name, crps in sources.items():  # the mean over the init times that observe each point
-        fields[f"crps_{slug(name)}_{var}"] = crps.mean(INIT_TIME)
-    count_observed(y, var, lf.lead, fields)
-    h, weights, levels = lead_hours(lf.lead), frame.weights, frame.levels
-    units = y.attrs.get("units") or None  # the data's own units, else ensml's table (names.py)
-    ensemble = "fair ensemble" if fair else "empirical ensemble"
-    tests = skill_tests(sources, weights, raw_key, lf.lead)
-    oracle = next((name for name in dists if name.startswith("oracle")), "oracle (Gaussian)")
-    estimators = {name: estimator(family) for name, (_, family) in dists.items()}
-    rows = crps_rows(
-        sources,
-        weights,
-        var,
-        levels,
-        h,
-        raw_key,
-        units=units,
-        ensemble=ensemble,
-        init_first=True,
-        tests=tests,
-        oracle_key=oracle,
-        estimators=estimators,
-    )
-    if events is not None and setup is not None:
-        events.rows += [crps_as_event_row(row) for row in rows]
-        thr, clim = setup
-        score_events(
-            frame,
-            y,
-            var,
-            lf.lead,
-            ensembles,
-            dists,
-            thr,
-            raw_key,
-            events,
-            fair=fair,
-            climate=clim,
-            units=units or units_of(var),
-        )
-    parts = decomposition_rows(_decomposed(ensembles, y, weights), var, levels, h, units=units)
-    if "spread predictions" not in lf.runs:
-        return rows, [], parts
-    target = x.std(MEMBER, ddof=0)
-    estimators = {
-        f"{k}-member sample std (ddof 1)": ensembles[raw_subset_name(k)].std(MEMBER, ddof=1),
-        "spread model": lf.runs["spread predictions"][f"{var}_std"],
-    }
-    for name, est in estimators.items():
-        fields[f"spread_rmse_{slug(name)}_{var}"] = np.sqrt(((est - target) ** 2).mean(INIT_TIME))
-    return rows, spread_scores(estimators, target, weights, var, levels, h, m, units=units), parts
-
-
-def _crps_fields(
-    frame: EnsembleFrame,
-    lf: LeadFrame,
-    var: str,
-    ensembles: dict[str, xr.DataArray],
-    fair: bool,
-    dists: dict[str, tuple[xr.Dataset, Family]],
-) -> dict[str, xr.DataArray]:
-    """The CRPS of every ensemble and predictive distribution of ``var`` by init time and point
-    (NaN where the analysis is not observed): the intervals of the tables resample init times."""
-    y = lf.analysis[var]
-    dims = [d for d in [INIT_TIME, LEVEL, *horizontal_dims(frame.forecast)] if d in y.dims]
-    sources = {name: crps_ensemble(x, y, preserve_dims=dims, fair=fair) for name, x in ensembles.items()}
-    for name, (ds, family) in dists.items():
-        sources[name] = distribution_crps(ds, var, family, y, dims, source=f"{name} {var}")
-    post = [name for name in dists if name.startswith("post-processed")]
-    oracle = [name for name in dists if name.startswith("oracle")]
-    order = [*list(ensembles)[:2], *post, *list(ensembles)[2:], *oracle]
-    return {name: sources[name] for name in order if name in sources}  # the tables' row order
-
-
-def _decomposed(
-    ensembles: dict[str, xr.DataArray], y: xr.DataArray, weights: xr.DataArray
-) -> dict[str, xr.Dataset]:
-    """The Hersbach decomposition of each ensemble's area-weighted mean CRPS, per level, over the
-    init times and points where ``y`` is observed (a NaN gets weight 0, as in the CRPS table);
-    an ensemble of one member (a deterministic run) has none: its bins are only the outliers."""
-    observed = y.notnull()
-    if not bool(observed.all()):  # weight 0: the values there are never used
-        weights, y = weights * observed, y.where(observed, 0.0)
-        ensembles = {name: x.where(observed, 0.0) for name, x in ensembles.items()}  # missing_forecast
-    keep = [LEVEL] if LEVEL in y.dims else []
-    return {
-        name: crps_decomposition(x, y, preserve_dims=keep, weights=weights)
-        for name, x in ensembles.items()
-        if x.sizes[MEMBER] > 1
-    }
-
-
-__all__ = ["Scores", "evaluate", "evaluate_grid"]
+__all__ = ["Scores", "evaluate", "evaluate_grid", "score_grid"]

@@ -12,10 +12,14 @@ import xarray as xr
 import yaml
 
 from ensml.cli.main import main
+from ensml.data.frame import EnsembleFrame
 from ensml.errors import EnsmlError
+from ensml.report import plots
+from ensml.report.assemble import report
 from ensml.scores.calibration import spread_skill_ratio
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.twcrps import twcrps_ensemble
+from ensml.times import lead_hours, parse_lead
 from tests.verify.test_cases import CASE, run_failing, write_case
 
 FIGURES = {"crps_by_lead.png", "spread_skill.png", "rank_histograms.png", "reliability.png"}
@@ -73,6 +77,31 @@ def test_report_replaces_old_report(tiny_data, tmp_path) -> None:
     assert (out / "figures" / "mine.png").read_text() == "a user's" and (out / "report.html").is_file()
     assert FIGURES <= {p.name for p in (out / "figures").iterdir()}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary folder left"
+
+
+def test_report_reads_each_lead_once(tiny_data, tmp_path, monkeypatch) -> None:
+    """One frame, one pass: the global scores and the scores by lead time, rank histograms and
+    reliability come from one read of the forecast at each lead scored (the report's by-lead
+    rows cover those leads, and no other: not the forecast's 0 h, which evaluate does not score)."""
+    read: list[np.timedelta64] = []
+    at = EnsembleFrame.at
+
+    def counted(self: EnsembleFrame, lead, **kwargs):
+        read.append(parse_lead(lead))
+        return at(self, lead, **kwargs)
+
+    monkeypatch.setattr(EnsembleFrame, "at", counted)
+    charted: list[pd.DataFrame] = []
+    chart = plots.scores_by_lead
+    monkeypatch.setattr(plots, "scores_by_lead", lambda df, *a: charted.append(df) or chart(df, *a))
+    fc, an = str(tiny_data["forecast"]), str(tiny_data["analysis"])
+    out = tmp_path / "report"
+    done = report(fc, an, oracle=str(tiny_data["oracle"]), variables="z", levels=500, out_dir=str(out))
+    scored = list(done.scores.leads)
+    assert len(scored) == 2 and np.timedelta64(0, "h") not in scored  # the tiny forecast has 0 h too
+    assert read == scored  # each lead once, in order
+    (by_lead,) = charted
+    assert set(by_lead["lead_h"]) == {lead_hours(x) for x in scored} == set(done.scores.table["lead_h"])
 
 
 def _variant(src: Path, dst: Path, change) -> Path:

@@ -370,3 +370,17 @@ def test_report_lead_the_forecast_lacks_is_one_line(data, tmp_path, monkeypatch,
         "--out_dir=report",
     ]
     run_failing(args, capsys, "has no lead time(s) 72 h (found: 0, 24, 48 h)", tmp_path)
+
+
+def test_report_lead_not_scored_is_one_line(data, tmp_path, monkeypatch, capsys) -> None:
+    """The report's lead is one of the leads scored: the forecast's 0 h, which evaluate does not
+    score without a run, is refused before any lead is read."""
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "report",
+        f"--forecast={data['forecast']}",
+        f"--analysis={data['analysis']}",
+        "--lead=0",
+        "--out_dir=report",
+    ]
+    run_failing(args, capsys, "report: lead +0 h is not among the leads scored (24, 48 h)", tmp_path)
