@@ -95,13 +95,28 @@ def collected(name: str, keep: Callable[[logging.LogRecord], bool]) -> Iterator[
     logger = logging.getLogger(name)
     handler = _Collect(keep)
     propagate = logger.propagate
+    # A logging set-up made after the library was imported (``logging.config.dictConfig`` keeps
+    # its default ``disable_existing_loggers``, as import-linter's does) disables its loggers,
+    # whose records would then never reach us: e.g. a damaged GRIB read as fewer times, silently.
+    family = [logger, *(lg for n, lg in _loggers() if n.startswith(f"{name}."))]
+    disabled = {lg: lg.disabled for lg in family}
     logger.addHandler(handler)
     logger.propagate = verbose()
+    for lg in family:
+        lg.disabled = False
     try:
         yield handler.records
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
+        for lg, was in disabled.items():
+            lg.disabled = was
+
+
+def _loggers() -> list[tuple[str, logging.Logger]]:
+    """The loggers created so far, by name (placeholders left out)."""
+    known = dict(logging.Logger.manager.loggerDict)
+    return [(n, lg) for n, lg in known.items() if isinstance(lg, logging.Logger)]
 
 
 __all__ = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import logging.config
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +161,22 @@ def test_an_ensemble_given_as_analysis_prints_one_line(real_data, tmp_path, capf
         err.count("\n") == 1 and err.startswith("ensml: analysis file") and "unexpected member" in err
     )  # an ensemble, not one field
     assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_grib_is_found_after_a_logging_set_up_disabled_the_loggers(analysis_grib, tmp_path) -> None:
+    """``logging.config.dictConfig`` disables the loggers that exist (its default; import-linter's
+    does so): cfgrib's report of a damaged message must still reach ensml."""
+    open_forecast(analysis_grib)  # cfgrib imported: its loggers exist
+    path = tmp_path / "truncated.grib"
+    path.write_bytes(analysis_grib.read_bytes()[:-300])
+    loggers = [lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
+    before = {lg: lg.disabled for lg in loggers}
+    try:
+        logging.config.dictConfig({"version": 1})
+        assert logging.getLogger("cfgrib.messages").disabled
+        with pytest.raises(EnsmlError, match=r"is damaged: 1 message\(s\) cannot be read"):
+            open_forecast(path)
+        assert logging.getLogger("cfgrib.messages").disabled  # as the set-up left it
+    finally:
+        for lg, was in before.items():
+            lg.disabled = was
