@@ -155,6 +155,7 @@ def test_the_dataset_is_in_ensmls_vocabulary(tiny) -> None:
     assert 0.01 < float(np.sqrt(np.mean(err**2))) < 1.0  # the analysis error: a fraction of a kelvin
 
 
+@pytest.mark.slow  # the tiny physics run (20 s) is the fixture
 def test_si10_is_a_surface_wind_speed_for_the_truth_and_every_member(tiny) -> None:
     with xr.open_dataset(tiny["forecast"]) as fc, xr.open_dataset(tiny["analysis"]) as an:
         fc, an = fc.load(), an.load()
@@ -245,6 +246,7 @@ def test_without_the_extra_one_line_and_nothing_written(tmp_path, monkeypatch, c
     assert not out.exists()
 
 
+@pytest.mark.slow  # the tiny physics run (20 s) is the fixture
 def test_the_benchmark_reuses_it_by_its_attributes_and_refuses_other_options(tiny) -> None:
     from ensml.errors import EnsmlError
     from ensml.experiments.benchmark_data import ensure_data

@@ -143,7 +143,7 @@ def test_sort_column_sorts_in_registers(p, dtype):
         np.testing.assert_array_equal(got, np.sort(x, axis=0), err_msg=str(m))
 
 
-@numba.njit
+@numba.njit(cache=True)  # cached as the kernels are: a warm run compiles nothing
 def _sort_columns(buf, p, n, m, lo=-np.inf, hi=np.inf):
     for k0 in range(0, n, _simd.VECTOR_BYTES // buf.itemsize):
         _simd.sort_column(buf, p, k0, m, lo, hi)
