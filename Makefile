@@ -39,10 +39,10 @@ test: env
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25 tests
 
-# The fast tier for everyday work (a few minutes on 2 cores once numba's kernels are compiled and
+# The fast tier for everyday work (under 5 min on 2 cores once numba's kernels are compiled and
 # cached, which the first run in a checkout does): everything but the tests marked slow (the docs
-# build and its notebooks, killed-and-resumed training, torch.compile, whole benchmarks, end-to-end
-# runs of the verbs, a process per case, anything longer than a few seconds) or distributed
+# build and its notebooks, killed-and-resumed training, a signal to every verb, torch.compile,
+# whole benchmarks, end-to-end runs of the verbs, anything over about 2 s) or distributed
 # (process groups, dask and SLURM clusters). `make test` (the full suite, what CI runs) stays the gate.
 check: env
 	$(BIN)/ruff check .
