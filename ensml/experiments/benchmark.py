@@ -11,8 +11,8 @@ local EMOS, :mod:`ensml.experiments.benchmark_maps`); see :mod:`ensml.experiment
 Every model sees the same :class:`EnsembleDataModule`, hence the same splits, subsets and
 normalisation statistics; each is seeded with ``seed`` before it is built and before it is
 trained, so the same configuration gives the same table on CPU (apart from the wall-clock
-column ``train_s``). Scoring goes through :func:`ensml.verify.evaluate.crps_rows` and
-:func:`~ensml.verify.evaluate.spread_scores`, the code behind ``ensml evaluate``; see
+column ``train_s``). Scoring goes through :func:`ensml.verify.rows.crps_rows` and
+:func:`~ensml.verify.rows.spread_scores`, the code behind ``ensml evaluate``; see
 :mod:`ensml.experiments.benchmark_score`. Each model predicts, and is scored in, each variable's
 family (:mod:`ensml.experiments.benchmark_predictions`): a mixed model's ``options.distribution``,
 an EMOS variant's ``distribution`` (:mod:`ensml.experiments.benchmark_emos`; plain ``global`` and
