@@ -42,9 +42,9 @@ import xarray as xr
 
 from ensml.data.grid import describe
 from ensml.data.layouts.formats import detect_format
-from ensml.data.open import open_dataset
+from ensml.data.open import load_dataset
 from ensml.data.points import Points, locate
-from ensml.errors import EnsmlError, exception_reason
+from ensml.errors import EnsmlError
 from ensml.names import ELEVATION, LATITUDE, LEVEL, LONGITUDE, STATION, TIME, VALID_TIME
 from ensml.progress import note
 
@@ -248,12 +248,9 @@ def _variable_along(ds: xr.Dataset, names: tuple[str, ...], standard: tuple[str,
 
 
 def _from_netcdf(path: Path, name: str) -> xr.Dataset:
-    try:
-        ds = open_dataset(path, "observations").load()
-    except EnsmlError:
-        raise
-    except Exception as exc:  # corrupt data behind readable metadata
-        raise EnsmlError(f"{name} cannot be read ({exception_reason(exc)})") from None
+    # Read whole and closed here: a file left to the garbage collector is closed by whichever
+    # thread collects it, and HDF5 crashed when that raced with an open in another thread.
+    ds = load_dataset(path, "observations")
     if STATION not in ds.dims:
         raise EnsmlError(f"{name} has no {STATION} dim (dims: {', '.join(map(str, ds.dims)) or 'none'})")
     if TIME not in ds.dims and VALID_TIME in ds.dims:

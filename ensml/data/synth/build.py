@@ -13,6 +13,7 @@ import xarray as xr
 
 from ensml import __version__, names
 from ensml.data.synth import model as synth_model
+from ensml.data.synth import stations as synth_stations
 from ensml.data.synth.precip_wind import TP_ATTRS
 
 # Stored values are rounded, far below the local uncertainty, so that zlib can shrink them:
@@ -99,6 +100,7 @@ class SynthConfig:
     seed: int
     surface: bool = False
     precip_wind: bool = False
+    stations: int = 0
 
 
 def _coord_attrs(ds: xr.Dataset) -> xr.Dataset:
@@ -185,7 +187,17 @@ def build_datasets(
         [f"{v}:normal" for v in written]
         + [f"{v}:{fam}" for v, (_, fam) in PRECIP_WIND.items() if cfg.precip_wind]
     )
-    return {"forecast": _coord_attrs(fc), "analysis": _coord_attrs(an), "oracle": _coord_attrs(orc)}
+    out = {"forecast": _coord_attrs(fc), "analysis": _coord_attrs(an), "oracle": _coord_attrs(orc)}
+    if cfg.stations:
+        what = {
+            "orography": "model orography",
+            "stations": "station observations by valid time",
+            "stations_oracle": "oracle predictive distribution at the stations (see ensml_distribution)",
+        }
+        for key, ds in synth_stations.station_datasets(cfg.seed, cfg.stations, an, orc).items():
+            ds.attrs = {**_global_attrs(cfg, what[key]), **ds.attrs}
+            out[key] = _coord_attrs(ds)
+    return out
 
 
 def _written(cfg: SynthConfig, gen_levels: list[int]) -> dict[str, tuple[str, slice | int]]:

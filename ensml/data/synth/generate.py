@@ -128,6 +128,7 @@ from jsonargparse.typing import NonNegativeFloat, PositiveInt, restricted_number
 from ensml.data.outputs import OutputFolder
 from ensml.data.outputs.generated import check_generated
 from ensml.data.synth.build import SynthConfig, build_datasets, encodings
+from ensml.data.synth.stations import STATION_FILES
 from ensml.errors import EnsmlError
 from ensml.progress import EVERY_S, Progress
 from ensml.seeds import Seed, check_seed
@@ -159,6 +160,11 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
     if not (np.isfinite(cfg.storms_per_year) and 0 <= cfg.storms_per_year <= 365):
         raise EnsmlError(f"synth storms_per_year must be in 0..365, got {cfg.storms_per_year}")
     check_seed(cfg.seed, "synth: option --seed")
+    if cfg.stations and not (cfg.surface or cfg.precip_wind):
+        raise EnsmlError(
+            f"synth: stations={cfg.stations} observe the surface variables, and none is written; "
+            "add --surface true (t2m) or --precip_wind true (tp, si10)"
+        )
     t0, t1 = parse_date(cfg.start, "synth: option --start"), parse_date(cfg.end, "synth: option --end")
     if t1 < t0:
         raise EnsmlError(f"synth date range is empty: end {cfg.end} is before start {cfg.start}")
@@ -173,6 +179,8 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
 #: The grid sizes and ensemble sizes ``synth`` accepts.
 GridSize = restricted_number_type("GridSize", int, [(">=", 4), ("<=", 2000)])
 Members = restricted_number_type("Members", int, [(">=", 2), ("<=", 1000)])
+#: The numbers of synthetic stations ``synth`` accepts (0: none).
+StationCount = restricted_number_type("StationCount", int, [(">=", 0), ("<=", 100_000)])
 
 
 def synth(
@@ -190,6 +198,7 @@ def synth(
     seed: Seed = 0,
     surface: bool = False,
     precip_wind: bool = False,
+    stations: StationCount = 0,
     format: Literal["netcdf", "zarr"] = "netcdf",
     zarr_format: Literal[2, 3] = 3,
     overwrite: bool = False,
@@ -241,6 +250,15 @@ def synth(
         shifted gamma (``tp_shape``, ``tp_scale``, ``tp_shift``), ``si10`` normal truncated to
         [0, ∞) (``si10_loc``, ``si10_scale``). ``z``, ``t`` and ``t2m`` are the same bit for bit
         with or without it.
+    stations
+        Also write observations at this many random stations (0 … 100,000) of the surface
+        variables written (``t2m``, ``tp``, ``si10``; so ``surface`` or ``precip_wind`` is
+        needed), with a known truth: ``stations.nc`` (the observations, by valid time, as
+        ``evaluate --observations`` reads them), ``stations_oracle.nc`` (their exact predictive
+        distribution by init time, lead and station, and each station's known height offset,
+        bias, noise and exposure factors) and ``orography.nc`` (the model's orography ``orog``,
+        for ``evaluate --model_height``); see :mod:`ensml.data.synth.stations`. The grid files
+        are the same bit for bit with or without them.
     format
         ``netcdf`` (``forecast.nc`` …) or ``zarr`` (``forecast.zarr`` … stores, zstd-compressed,
         consolidated metadata). Either way a forecast chunk holds one member's field at one
@@ -255,7 +273,8 @@ def synth(
     Returns
     -------
     dict[str, Path]
-        ``{"forecast": ..., "analysis": ..., "oracle": ...}`` paths.
+        ``{"forecast": ..., "analysis": ..., "oracle": ...}`` paths (with ``stations``, also
+        ``"orography"``, ``"stations"`` and ``"stations_oracle"``).
 
     Raises
     ------
@@ -279,6 +298,7 @@ def synth(
             seed=int(seed),
             surface=bool(surface),
             precip_wind=bool(precip_wind),
+            stations=int(stations),
         )
     except (TypeError, ValueError) as err:
         raise EnsmlError(f"synth: invalid option ({err})") from err
@@ -288,13 +308,14 @@ def synth(
         raise EnsmlError(f"synth zarr_format must be 2 or 3, got {zarr_format!r}")
     inits, leads = _validate(cfg)
     out_dir = Path(out_dir)
-    names = [f + SUFFIXES[format] for f in NAMES]
+    outputs = NAMES + (STATION_FILES if cfg.stations else ())
+    names = [f + SUFFIXES[format] for f in outputs]
     check_generated(out_dir, "synth", names, overwrite)
     # Members are drawn lazily, block by block, as the files are written.
     with Progress("ensml synth", len(inits), "init times drawn and written", every_s=EVERY_S) as progress:
         datasets = build_datasets(cfg, inits, leads, on_progress=lambda n: progress.advance(n=n))
         options = {"zarr_format": zarr_format} if format == "zarr" else {}
-        return _write_all(datasets, encodings(datasets), out_dir, cfg, dict(zip(NAMES, names)), options)
+        return _write_all(datasets, encodings(datasets), out_dir, cfg, dict(zip(outputs, names)), options)
 
 
 def _write_all(
