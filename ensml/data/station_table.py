@@ -1,0 +1,259 @@
+"""Station training data: the raw subset at every station and init time, beside the observation.
+
+A station model (a distributional regression network with station embeddings, Rasp & Lerch
+2018; station-wise EMOS) learns from pairs (what the ensemble said at the station, what the
+station observed). :func:`station_table` reads them from a :class:`~ensml.data.station_frame.
+StationFrame` (which opens, checks and aligns the forecast and the observations, places the
+stations on the grid and moves 2 m temperature to their heights), lead by lead, into one
+dataset with dims ``(lead_time, init_time, [member,] [level,] station)``:
+
+* ``{var}`` ``(…, member, …)``: the K members of the raw subset at the station (``nearest`` or
+  ``bilinear``, as the frame extracts; 2 m temperature height-corrected when the frame has a
+  model height);
+* ``{var}_mean``, ``{var}_std``: their mean and standard deviation (ddof 0, as the spread
+  targets);
+* with ``radius_km``, ``{var}_nbr_mean`` and ``{var}_nbr_std``: the mean and standard deviation
+  of the K members pooled over every grid point within ``radius_km`` of the station on the
+  great circle (at least the nearest point), of the grid's field as it is (not height-corrected:
+  the points lie at different heights);
+* ``{var}_obs``: the observation at ``init_time + lead_time`` (NaN: not observed, or no
+  forecast of that init verifies then);
+
+and the stations' static facts along ``station``: ``latitude``, ``longitude``, ``elevation``
+(when the observations give it), ``model_height`` and ``height_difference`` (elevation less
+model height, m; with a model height).
+
+:func:`table_rows` flattens one variable's table into the rows a station model trains on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+from scipy import sparse
+from scipy.spatial import cKDTree
+
+from ensml.data.grid import horizontal_dims
+from ensml.data.points import EARTH_RADIUS_M
+from ensml.data.station_frame import StationFrame
+from ensml.data.subset import Subset
+from ensml.errors import EnsmlError
+from ensml.names import (
+    ELEVATION,
+    INIT_TIME,
+    LATITUDE,
+    LEAD_TIME,
+    LEVEL,
+    LONGITUDE,
+    MEMBER,
+    STATION,
+    VALID_TIME,
+)
+from ensml.progress import Progress
+from ensml.times import hours_of
+
+#: The features :func:`table_rows` gives a station model, in order (``nbr_*`` with a radius).
+FEATURES = ("mean", "std", "nbr_mean", "nbr_std", "lead_hours", "doy_sin", "doy_cos")
+#: The station facts among them, when the table has them.
+STATIC = (LATITUDE, LONGITUDE, ELEVATION, "height_difference")
+
+
+def _unit(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
+    lat, lon = np.deg2rad(lat), np.deg2rad(lon)
+    return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], axis=-1)
+
+
+@dataclass(frozen=True)
+class Neighbourhood:
+    """Grid points within a radius of each station: ``matrix`` (station × grid point, each row
+    the equal weights of its points, summing to 1), over the grid flattened in its horizontal
+    dims' order, and ``counts``, the points of each station."""
+
+    radius_km: float
+    dims: tuple[str, str]
+    matrix: sparse.csr_matrix
+    counts: np.ndarray
+
+    def mean(self, field: xr.DataArray) -> xr.DataArray:
+        """The neighbourhood mean of ``field`` (…, lat, lon) at each station: (…, station)."""
+        lead = [d for d in field.dims if d not in self.dims]
+        flat = field.transpose(*lead, *self.dims).values.reshape(-1, self.matrix.shape[1])
+        out = (self.matrix @ flat.T).T.reshape(*(field.sizes[d] for d in lead), -1)
+        return xr.DataArray(
+            out, dims=(*lead, STATION), coords={d: field[d] for d in lead if d in field.coords}
+        )
+
+
+def neighbourhood(
+    grid: xr.Dataset, latitude: np.ndarray, longitude: np.ndarray, radius_km: float
+) -> Neighbourhood:
+    """The grid points within ``radius_km`` (great circle) of each station (at least its nearest).
+
+    Raises
+    ------
+    EnsmlError
+        A radius that is not a positive number, or a grid without latitude/longitude.
+    """
+    if not (np.isfinite(radius_km) and radius_km > 0):
+        raise EnsmlError(f"the neighbourhood radius must be a positive number of km, got {radius_km!r}")
+    dims = horizontal_dims(grid)
+    if dims is None or LATITUDE not in grid.coords or LONGITUDE not in grid.coords:
+        raise EnsmlError("the forecast has no latitude/longitude grid to take neighbourhoods from")
+    glat, glon = grid[LATITUDE], grid[LONGITUDE]
+    if glat.ndim == 1:  # a regular grid: 1-D latitude and longitude along the two dims
+        glat, glon = xr.broadcast(glat, glon)
+    points = _unit(glat.transpose(*dims).values.ravel(), glon.transpose(*dims).values.ravel())
+    stations = _unit(np.asarray(latitude, dtype=float), np.asarray(longitude, dtype=float))
+    tree = cKDTree(points)
+    chord = 2.0 * np.sin(min(radius_km * 1e3 / EARTH_RADIUS_M, np.pi) / 2.0)
+    found = tree.query_ball_point(stations, chord)
+    nearest = tree.query(stations)[1]
+    rows, cols, counts = [], [], np.zeros(len(stations), dtype=int)
+    for s, idx in enumerate(found):
+        idx = idx or [int(nearest[s])]
+        rows += [s] * len(idx)
+        cols += list(idx)
+        counts[s] = len(idx)
+    weights = 1.0 / counts[np.asarray(rows, dtype=int)]
+    matrix = sparse.csr_matrix((weights, (rows, cols)), shape=(len(stations), len(points)))
+    return Neighbourhood(float(radius_km), dims, matrix, counts)
+
+
+def station_table(frame: StationFrame, subset: Subset, radius_km: float | None = None) -> xr.Dataset:
+    """The station table of ``frame`` for the raw ``subset`` (see the module docstring).
+
+    Raises
+    ------
+    EnsmlError
+        A subset with members the forecast lacks, a bad radius, or a forecast without a grid.
+    """
+    n_members = frame.forecast.sizes[MEMBER]
+    if max(subset.members) >= n_members:
+        raise EnsmlError(
+            f"{frame.names['forecast']} has {n_members} members; the subset asks for member "
+            f"positions up to {max(subset.members)}"
+        )
+    obs = frame.observations
+    nbr = (
+        neighbourhood(frame.forecast, obs[LATITUDE].values, obs[LONGITUDE].values, radius_km)
+        if radius_km
+        else None
+    )
+    inits = frame.forecast[INIT_TIME].values
+    per_lead = []
+    with Progress("station table", len(frame.leads), "leads read") as progress:
+        for lead in frame.leads:
+            at = frame.at(lead)
+            members = subset.take(at.forecast)
+            one = xr.Dataset()
+            for var in frame.variables:
+                x = members[var]
+                one[var] = x
+                one[f"{var}_mean"] = x.mean(MEMBER)
+                one[f"{var}_std"] = x.std(MEMBER)
+                if nbr is not None:
+                    one = one.merge(
+                        _neighbourhood_stats(frame, subset, nbr, var, lead, at.forecast[INIT_TIME])
+                    )
+                one[f"{var}_obs"] = at.observed[var]
+            one = one.drop_vars(VALID_TIME, errors="ignore")  # the lead's own: the table has many
+            per_lead.append(one.reindex({INIT_TIME: inits}).expand_dims({LEAD_TIME: [lead]}))
+            progress.advance()
+    table = xr.concat(per_lead, dim=LEAD_TIME, coords="minimal", compat="override")
+    table = table.assign_coords({c: obs[c] for c in obs[STATION].coords if c != STATION})
+    if frame.model_height is not None:
+        height = frame.model_height.assign_coords({STATION: obs[STATION].values})
+        table = table.assign_coords(model_height=height.reset_coords(drop=True))
+        if ELEVATION in table.coords:
+            table = table.assign_coords(height_difference=table[ELEVATION] - table["model_height"])
+    table.attrs.update(
+        k=subset.k,
+        members=list(subset.members),
+        extraction=frame.points.method,
+        radius_km=float(radius_km) if radius_km else 0.0,
+    )
+    return table
+
+
+def _neighbourhood_stats(
+    frame: StationFrame,
+    subset: Subset,
+    nbr: Neighbourhood,
+    var: str,
+    lead: np.timedelta64,
+    inits: xr.DataArray,
+) -> xr.Dataset:
+    """The members' mean and std pooled over each station's neighbourhood, at one lead."""
+    levels = {LEVEL: frame.levels} if LEVEL in frame.forecast[var].dims else {}
+    field = subset.take(frame.forecast[var].sel({INIT_TIME: inits.values, LEAD_TIME: lead, **levels}))
+    field = field.astype(np.float64).load()
+    first = nbr.mean(field.mean(MEMBER))
+    second = nbr.mean((field**2).mean(MEMBER))
+    std = np.sqrt(np.maximum(second - first**2, 0.0))
+    return xr.Dataset({f"{var}_nbr_mean": first, f"{var}_nbr_std": std}).assign_coords(
+        {INIT_TIME: inits.values}
+    )
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One variable's station table as training rows: ``features`` (N, F), the ``station``
+    positions (N,), the observations ``obs`` (N,) and the feature ``names`` (F); rows whose
+    observation or a feature is missing are left out (``dropped`` counts them)."""
+
+    features: np.ndarray
+    station: np.ndarray
+    obs: np.ndarray
+    names: tuple[str, ...]
+    dropped: int
+
+
+def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
+    """The rows of ``var`` (at pressure ``level`` for a variable on levels) for a station model.
+
+    Features: the raw subset's mean and std at the station, the neighbourhood's (with a
+    radius), the lead in hours, the day of the year as sine and cosine of the valid time, and
+    the station facts the table has (:data:`STATIC`).
+
+    Raises
+    ------
+    EnsmlError
+        The table has no ``var``, or ``var`` is on levels and ``level`` is missing or not one
+        of them.
+    """
+    if f"{var}_obs" not in table:
+        found = sorted(str(v)[:-4] for v in table.data_vars if str(v).endswith("_obs"))
+        raise EnsmlError(f"the station table has no variable {var!r} (it has: {', '.join(found)})")
+    one = table[[v for v in table.data_vars if str(v).startswith(f"{var}_")]]
+    if LEVEL in one.dims:
+        levels = one[LEVEL].values
+        if level is None or level not in levels:
+            raise EnsmlError(
+                f"{var!r} is on levels {', '.join(f'{x:g}' for x in levels)} hPa; choose one, got {level}"
+            )
+        one = one.sel({LEVEL: level})
+    one = one.transpose(LEAD_TIME, INIT_TIME, STATION)
+    shape = one[f"{var}_obs"].shape
+    valid = one[INIT_TIME].values[None, :] + one[LEAD_TIME].values[:, None]
+    doy = 2 * np.pi * (valid.astype("datetime64[D]") - valid.astype("datetime64[Y]")).astype(float) / 365.25
+    columns = {
+        "mean": one[f"{var}_mean"].values,
+        "std": one[f"{var}_std"].values,
+        "nbr_mean": one[f"{var}_nbr_mean"].values if f"{var}_nbr_mean" in one else None,
+        "nbr_std": one[f"{var}_nbr_std"].values if f"{var}_nbr_std" in one else None,
+        "lead_hours": hours_of(one[LEAD_TIME].values)[:, None, None],
+        "doy_sin": np.sin(doy)[:, :, None],
+        "doy_cos": np.cos(doy)[:, :, None],
+    }
+    columns |= {c: table[c].values[None, None, :] for c in STATIC if c in table.coords}
+    names = tuple(k for k, v in columns.items() if v is not None)
+    x = np.stack([np.broadcast_to(columns[k], shape) for k in names], axis=-1).reshape(-1, len(names))
+    y = one[f"{var}_obs"].values.reshape(-1)
+    station = np.broadcast_to(np.arange(shape[2]), shape).reshape(-1)
+    keep = np.isfinite(y) & np.isfinite(x).all(axis=1)
+    return Rows(x[keep], station[keep], y[keep], names, int((~keep).sum()))
+
+
+__all__ = ["FEATURES", "STATIC", "Neighbourhood", "Rows", "neighbourhood", "station_table", "table_rows"]

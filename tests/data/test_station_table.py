@@ -1,0 +1,122 @@
+"""Tests for the station table (``ensml.data.station_table``): a station model's training data.
+
+Against hand computations on synthetic stations (``synth --stations``): the members at the
+station are the forecast at its nearest grid point (found by brute-force great-circle distance),
+the observation is the station's at ``init_time + lead_time``, and the neighbourhood statistics
+are the pooled mean and std of the members over the points within the radius (haversine).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from ensml import names
+from ensml.data.heights import STANDARD_LAPSE_RATE
+from ensml.data.station_frame import build_station_frame
+from ensml.data.station_table import neighbourhood, station_table, table_rows
+from ensml.data.subset import Subset
+from ensml.data.synth.generate import synth
+from ensml.errors import EnsmlError
+
+SMALL = {
+    "n_lat": 8,
+    "n_lon": 16,
+    "start": "2020-01-01",
+    "end": "2020-01-31",
+    "members": 4,
+    "surface": True,
+    "precip_wind": True,
+    "stations": 40,
+}
+RADIUS_KM = 2500.0
+
+
+def _haversine_km(lat1, lon1, lat2, lon2):
+    p1, p2, dl = np.deg2rad(lat1), np.deg2rad(lat2), np.deg2rad(lon2 - lon1)
+    h = np.sin((p2 - p1) / 2) ** 2 + np.cos(p1) * np.cos(p2) * np.sin(dl / 2) ** 2
+    return 2 * 6371.0 * np.arcsin(np.sqrt(h))
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    paths = synth(tmp_path_factory.mktemp("station_table") / "out", **SMALL)
+    frame = build_station_frame(
+        str(paths["forecast"]), str(paths["stations"]), k=2, model_height=str(paths["orography"])
+    )
+    table = station_table(frame, Subset.first(2), radius_km=RADIUS_KM)
+    files = {k: xr.load_dataset(p) for k, p in paths.items()}
+    return files, table
+
+
+def _distances(fc: xr.Dataset, table: xr.Dataset) -> np.ndarray:
+    """(station, lat, lon) great-circle distances in km, by brute force."""
+    glat, glon = np.meshgrid(fc[names.LATITUDE].values, fc[names.LONGITUDE].values, indexing="ij")
+    lat, lon = table[names.LATITUDE].values, table[names.LONGITUDE].values
+    return _haversine_km(lat[:, None, None], lon[:, None, None], glat[None], glon[None])
+
+
+def test_members_mean_and_observations(made):
+    files, table = made
+    fc, obs, orog = files["forecast"], files["stations"], files["orography"]["orog"]
+    d = _distances(fc, table)
+    i, j = np.unravel_index(d.reshape(len(d), -1).argmin(axis=1), d.shape[1:])
+    lead = np.timedelta64(24, "h")
+    at = table.sel({names.LEAD_TIME: lead})
+    raw = fc["t2m"].sel({names.LEAD_TIME: lead}).isel({names.MEMBER: slice(0, 2)}).values[..., i, j]
+    height = orog.values[i, j]
+    corrected = raw + STANDARD_LAPSE_RATE * (height - table[names.ELEVATION].values)
+    got = at["t2m"].transpose(names.INIT_TIME, names.MEMBER, names.STATION).values
+    np.testing.assert_allclose(got, corrected, rtol=1e-6)
+    np.testing.assert_allclose(at["t2m_mean"], got.mean(axis=1), rtol=1e-10)
+    np.testing.assert_allclose(at["t2m_std"], got.std(axis=1), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(table["height_difference"], table[names.ELEVATION] - height, atol=1e-3)
+    valid = at[names.INIT_TIME].values + lead
+    expected = obs["t2m"].sel({names.STATION: table[names.STATION], names.TIME: valid})
+    got_obs = at["t2m_obs"].transpose(names.STATION, names.INIT_TIME).values
+    np.testing.assert_array_equal(got_obs, expected.transpose(names.STATION, names.TIME).values)
+    assert table.attrs["k"] == 2 and table.attrs["members"] == [0, 1]
+
+
+def test_neighbourhood_statistics(made):
+    files, table = made
+    fc = files["forecast"]
+    within = _distances(fc, table) <= RADIUS_KM
+    lead = np.timedelta64(48, "h")
+    x = fc["tp"].sel({names.LEAD_TIME: lead}).isel({names.MEMBER: slice(0, 2)}).values  # (init, m, lat, lon)
+    for s in range(0, table.sizes[names.STATION], 7):
+        pooled = x[:, :, within[s]].reshape(x.shape[0], -1)
+        at = table.sel({names.LEAD_TIME: lead}).isel({names.STATION: s})
+        np.testing.assert_allclose(at["tp_nbr_mean"], pooled.mean(axis=1), rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(at["tp_nbr_std"], pooled.std(axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_neighbourhood_takes_at_least_the_nearest_point():
+    grid = xr.Dataset(
+        coords={names.LATITUDE: [45.0, 15.0, -15.0, -45.0], names.LONGITUDE: np.arange(8) * 45.0}
+    )
+    nbr = neighbourhood(grid, np.array([44.0, 0.0]), np.array([1.0, 22.5]), radius_km=10.0)
+    assert nbr.counts.tolist() == [1, 1] and np.allclose(nbr.matrix.sum(axis=1), 1)
+    # from (0°N, 22.5°E) the four points at 15°N/S, 0° and 45°E are 2,980 km away, the next 5,450 km
+    nbr = neighbourhood(grid, np.array([0.0]), np.array([22.5]), radius_km=3000.0)
+    assert nbr.counts.tolist() == [4]
+    with pytest.raises(EnsmlError, match="positive number of km"):
+        neighbourhood(grid, np.array([0.0]), np.array([0.0]), radius_km=-1)
+
+
+def test_rows(made):
+    _, table = made
+    rows = table_rows(table, "si10")
+    observed = int(np.isfinite(table["si10_obs"]).sum())
+    assert rows.features.shape == (observed, len(rows.names)) and rows.obs.shape == (observed,)
+    assert rows.dropped == table["si10_obs"].size - observed
+    assert rows.names[:5] == ("mean", "std", "nbr_mean", "nbr_std", "lead_hours")
+    assert {"latitude", "elevation", "height_difference"} <= set(rows.names)
+    assert set(np.unique(rows.features[:, rows.names.index("lead_hours")])) == {
+        24.0,
+        48.0,
+    }  # the frame's leads: all but 0 h
+    assert rows.station.max() < table.sizes[names.STATION]
+    with pytest.raises(EnsmlError, match="no variable 'msl'"):
+        table_rows(table, "msl")
