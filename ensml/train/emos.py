@@ -29,6 +29,8 @@ def fit_emos(
     ----------
     mean, std, obs
         (N, V, D, H, W) ensemble mean, ensemble std and verifying analysis of N training samples.
+        An observation may be missing (NaN, a station's gap): it weighs nothing in the fit; every
+        point (local EMOS) needs one observation at least.
     mode
         ``"global"``: one (a, b, c, d) per variable and level; ``"local"``: per grid point too.
     weights
@@ -61,10 +63,20 @@ def fit_emos(
     _, v, d, h, w = mean.shape
     model = EMOS(v, d, (h, w) if mode == "local" else None, n_extra=family.n_raw - 2).to(mean.device)
     dims = (0, 3, 4)
-    model.loc.copy_(mean.mean(dims)[..., None, None])
-    model.scale.copy_((obs - mean).std(dims).clamp_min(1e-12)[..., None, None])
+    # Observations may be missing (NaN: a station's gaps): they weigh 0, with a placeholder value.
+    seen = torch.isfinite(obs)
+    seen = None if bool(seen.all()) else seen.to(mean.dtype)
+    if seen is not None:
+        if not bool((seen.sum(0) > 0).all() if mode == "local" else seen.sum() > 0):
+            raise EnsmlError(
+                f"the {mode} EMOS fit needs an observation at every point (station); "
+                "leave out those never observed"
+            )
+        obs = torch.where(seen > 0, obs, mean)
+    model.loc.copy_(_mean(mean, dims, seen)[0, ..., 0, 0][..., None, None])
+    model.scale.copy_(_std(obs - mean, dims, seen).clamp_min(1e-12)[..., None, None])
     with torch.no_grad():
-        _moment_start(model, mean, std, obs, (0,) if mode == "local" else dims)
+        _moment_start(model, mean, std, obs, (0,) if mode == "local" else dims, seen)
     wt = torch.ones(h, device=mean.device) if weights is None else weights.to(mean.device, mean.dtype)
     wt = (wt / wt.mean())[:, None]
     opt = torch.optim.LBFGS(
@@ -79,7 +91,12 @@ def fit_emos(
         else:
             crps = family.crps(emos_distribution(model, family, mean, std), obs) / model.scale
         # Local EMOS: the sum over points keeps each point's problem at its own scale.
-        loss = (crps * wt).mean(0).sum() if mode == "local" else (crps * wt).mean()
+        if seen is None:
+            loss = (crps * wt).mean(0).sum() if mode == "local" else (crps * wt).mean()
+        elif mode == "local":
+            loss = ((crps * wt * seen).sum(0) / seen.sum(0)).sum()
+        else:
+            loss = (crps * wt * seen).sum() / seen.sum()
         loss.backward()
         return loss
 
@@ -101,23 +118,40 @@ def emos_distribution(model: EMOS, family: str | Family, mean: torch.Tensor, std
     return family.from_moments(mu, sigma, extra, model.scale)
 
 
-def _moment_start(model: EMOS, mean: torch.Tensor, std: torch.Tensor, obs: torch.Tensor, dims) -> None:
-    """Method-of-moments starting point, in the model's standardised units, reducing ``dims``."""
+def _mean(x: torch.Tensor, dims, seen: torch.Tensor | None) -> torch.Tensor:
+    """The mean over ``dims`` (kept), of the observed samples only when ``seen`` is given."""
+    if seen is None:
+        return x.mean(dims, keepdim=True)
+    return (x * seen).sum(dims, keepdim=True) / seen.sum(dims, keepdim=True).clamp_min(1)
+
+
+def _std(x: torch.Tensor, dims, seen: torch.Tensor | None) -> torch.Tensor:
+    """The standard deviation (ddof 1) over ``dims``, of the observed samples when ``seen`` is given."""
+    if seen is None:
+        return x.std(dims)
+    n = seen.sum(dims, keepdim=True)
+    var = (seen * (x - _mean(x, dims, seen)) ** 2).sum(dims, keepdim=True) / (n - 1).clamp_min(1)
+    return var.sqrt().squeeze(dims)
+
+
+def _moment_start(
+    model: EMOS, mean: torch.Tensor, std: torch.Tensor, obs: torch.Tensor, dims, seen: torch.Tensor | None
+) -> None:
+    """Method-of-moments starting point, in the model's standardised units, reducing ``dims``
+    (over the observed samples, ``seen``, when some are missing)."""
     m = (mean - model.loc) / model.scale
     y = (obs - model.loc) / model.scale
     s2 = (std / model.scale) ** 2
 
     def regress(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        xm, tm = x.mean(dims, keepdim=True), t.mean(dims, keepdim=True)
-        slope = ((x - xm) * (t - tm)).mean(dims, keepdim=True) / ((x - xm) ** 2).mean(
-            dims, keepdim=True
-        ).clamp_min(1e-12)
+        xm, tm = _mean(x, dims, seen), _mean(t, dims, seen)
+        slope = _mean((x - xm) * (t - tm), dims, seen) / _mean((x - xm) ** 2, dims, seen).clamp_min(1e-12)
         return (tm - slope * xm)[0], slope[0]
 
     a, b = regress(m, y)
     c, d = regress(s2, (y - a - b * m) ** 2)
     d = d.clamp(0.05, 10.0)
-    c = torch.maximum(c, 1e-3 * ((y - a - b * m) ** 2).mean(dims, keepdim=True)[0]).clamp_min(1e-6)
+    c = torch.maximum(c, 1e-3 * _mean((y - a - b * m) ** 2, dims, seen)[0]).clamp_min(1e-6)
     model.a.copy_(a.expand_as(model.a))
     model.b.copy_(b.expand_as(model.b))
     model.c_raw.copy_((c + torch.log(-torch.expm1(-c))).expand_as(model.c_raw))
