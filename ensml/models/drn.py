@@ -48,7 +48,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ensml.data.points import great_circle_m
 from ensml.errors import EnsmlError
 
 NewStationMethod = Literal["nearest", "zero"]
@@ -155,6 +154,8 @@ class DRN(nn.Module):
 
         Ties go to the lowest index. Needs the trained stations' positions (set by the fit).
         """
+        from ensml.data.points import great_circle_m  # ensml.data loads xarray: only needed here
+
         lat, lon = check_positions(lat, lon, "new station")
         trained = self.trained.cpu().numpy()
         tlat = self.station_lat.cpu().numpy().astype(np.float64)[trained]
