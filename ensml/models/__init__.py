@@ -3,7 +3,8 @@
 The 3D U-Net of the research (:class:`UNet3d`; its spatially partitioned twin, with the same
 parameters, is :class:`ensml.models.spatial.SpatialUNet3d`), the temporal networks
 (:class:`ConvGRUUNet`, :class:`TimeUNet`), the research's per-grid-point affine layer
-(:class:`LocalAffine`) and EMOS (:class:`EMOS`; fitted by :func:`ensml.train.emos.fit_emos`). Tasks
+(:class:`LocalAffine`), EMOS (:class:`EMOS`; fitted by :func:`ensml.train.emos.fit_emos`) and the
+station network :class:`DRN` (fitted by :func:`ensml.train.drn.fit_drn`). Tasks
 build them by name through :func:`build_network`.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from torch import nn
 
 from ensml.errors import EnsmlError
+from ensml.models.drn import DRN
 from ensml.models.emos import EMOS
 from ensml.models.local import LocalAffine
 from ensml.models.temporal import ConvGRUUNet, TimeUNet
@@ -41,6 +43,7 @@ def build_network(arch: str, in_channels: int, out_channels: int, **kwargs) -> n
 
 __all__ = [
     "ARCHITECTURES",
+    "DRN",
     "EMOS",
     "ConvGRUUNet",
     "LocalAffine",
