@@ -1,0 +1,38 @@
+"""The Python walkthrough of docs/guide/stations.md, run as the guide shows it (its one python
+block, unchanged) on the smallest synthetic stations that keep its train and test years."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scoringrules as sr
+
+from ensml.data.synth.generate import synth
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "stations.md"
+TINY = {"n_lat": 8, "n_lon": 16, "members": 6, "surface": True, "stations": 12}
+
+
+@pytest.mark.slow
+def test_the_guides_walkthrough_runs(tmp_path, monkeypatch, capsys):
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
+    assert len(blocks) == 1
+    synth(tmp_path / "data" / "stations", start="2019-09-01", end="2020-02-28", **TINY)
+    monkeypatch.chdir(tmp_path)
+    names: dict = {}
+    exec(compile(blocks[0], str(GUIDE), "exec"), names)  # the guide's own code
+    capsys.readouterr()
+    test, rows = names["test"], names["test_rows"]
+    y = test["t2m_obs"].transpose("lead_time", "init_time", "station").values
+    emos = names["emos_params"]
+    emos_crps = np.nanmean(sr.crps_normal(y, emos["mean"].values, emos["std"].values))
+    drn = {k: v.detach().numpy() for k, v in names["drn_params"].items()}
+    drn_crps = np.mean(sr.crps_normal(rows.obs, drn["mean"], drn["std"]))
+    raw = np.nanmean(
+        sr.crps_ensemble(y, test["t2m"].transpose("lead_time", "init_time", "station", "member").values)
+    )
+    assert np.isfinite(emos_crps) and np.isfinite(drn_crps)
+    assert emos_crps < raw and drn_crps < raw  # both post-processings beat the raw subset
