@@ -49,7 +49,7 @@ def fit_drn(
     hidden: int | Sequence[int] = 64,
     embedding_dim: int = 2,
     epochs: int = 300,
-    batch_size: int = 256,
+    batch_size: int = 4096,
     lr: float = 5e-3,
     val_fraction: float = 0.2,
     patience: int = 20,
@@ -78,7 +78,9 @@ def fit_drn(
         The network (:class:`ensml.models.drn.DRN`): hidden widths, embedding length (0: none).
     epochs, batch_size, lr
         At most ``epochs`` passes over the training rows in shuffled mini-batches of
-        ``batch_size``, Adam with learning rate ``lr``.
+        ``batch_size``, Adam with learning rate ``lr``. On 425,000 rows of synthetic stations
+        (one thread), batches of 4,096 reached a lower test CRPS than 256 in 149 s instead of
+        376 s (0.597 against 0.600 K; docs/guide/stations.md).
     val_fraction
         Share of the rows (random by ``seed``) held out for early stopping: the weights of the
         epoch with the lowest mean validation CRPS are kept; training stops after ``patience``
