@@ -54,9 +54,7 @@ from ensml.names import (
 from ensml.progress import Progress
 from ensml.times import hours_of
 
-#: The features :func:`table_rows` gives a station model, in order (``nbr_*`` with a radius).
-FEATURES = ("mean", "std", "nbr_mean", "nbr_std", "lead_hours", "doy_sin", "doy_cos")
-#: The station facts among them, when the table has them.
+#: The station facts :func:`table_rows` adds to the features, when the table has them.
 STATIC = (LATITUDE, LONGITUDE, ELEVATION, "height_difference")
 
 
@@ -256,4 +254,4 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
     return Rows(x[keep], station[keep], y[keep], names, int((~keep).sum()))
 
 
-__all__ = ["FEATURES", "STATIC", "Neighbourhood", "Rows", "neighbourhood", "station_table", "table_rows"]
+__all__ = ["STATIC", "Neighbourhood", "Rows", "neighbourhood", "station_table", "table_rows"]
