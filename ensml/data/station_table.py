@@ -2,10 +2,10 @@
 
 A station model (a distributional regression network with station embeddings, Rasp & Lerch
 2018; station-wise EMOS) learns from pairs (what the ensemble said at the station, what the
-station observed). :func:`station_table` reads them from a :class:`~ensml.data.station_frame.
-StationFrame` (which opens, checks and aligns the forecast and the observations, places the
-stations on the grid and moves 2 m temperature to their heights), lead by lead, into one
-dataset with dims ``(lead_time, init_time, [member,] [level,] station)``:
+station observed). :func:`station_table` reads them from a
+:class:`~ensml.data.station_frame.StationFrame` (which opens, checks and aligns the forecast and
+the observations, places the stations on the grid and moves 2 m temperature to their heights),
+lead by lead, into one dataset with dims ``(lead_time, init_time, [member,] [level,] station)``:
 
 * ``{var}`` ``(…, member, …)``: the K members of the raw subset at the station (``nearest`` or
   ``bilinear``, as the frame extracts; 2 m temperature height-corrected when the frame has a
