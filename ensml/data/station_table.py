@@ -21,7 +21,8 @@ lead by lead, into one dataset with dims ``(lead_time, init_time, [member,] [lev
 
 and the stations' static facts along ``station``: ``latitude``, ``longitude``, ``elevation``
 (when the observations give it), ``model_height`` and ``height_difference`` (elevation less
-model height, m; with a model height).
+model height, m; with a model height), and the fields of a static file (``static``: a land
+fraction, a roughness …, at the stations).
 
 :func:`table_rows` flattens one variable's table into the rows a station model trains on.
 """
@@ -35,7 +36,8 @@ import xarray as xr
 from scipy import sparse
 from scipy.spatial import cKDTree
 
-from ensml.data.grid import horizontal_dims
+from ensml.data.grid import check_same_grid, horizontal_dims
+from ensml.data.open import load_dataset
 from ensml.data.points import EARTH_RADIUS_M
 from ensml.data.station_frame import StationFrame
 from ensml.data.subset import Subset
@@ -119,14 +121,56 @@ def neighbourhood(
     return Neighbourhood(float(radius_km), dims, matrix, counts)
 
 
-def station_table(frame: StationFrame, subset: Subset, radius_km: float | None = None) -> xr.Dataset:
-    """The station table of ``frame`` for the raw ``subset`` (see the module docstring).
+def read_static(path: str, grid: xr.Dataset) -> dict[str, xr.DataArray]:
+    """The fields of a file of static facts on ``grid`` (a land fraction, a roughness …), by name.
+
+    Every variable must be one finite field on the forecast's horizontal grid (dims of length 1
+    besides, a time, are dropped) whose name is not already a station fact.
 
     Raises
     ------
     EnsmlError
-        A subset with members the forecast lacks, a bad radius, or a forecast without a grid.
+        One line naming the file: unreadable, another grid, a variable with more than one field
+        or non-finite values, or a name that is taken.
     """
+    name = f"static fields file {path}"
+    ds = load_dataset(path, "static fields")
+    check_same_grid(grid, ds, "forecast", name)
+    dims = horizontal_dims(grid) or ()
+    fields = {}
+    for var, field in ds.data_vars.items():
+        extra = [d for d in field.dims if d not in dims]
+        if any(field.sizes[d] > 1 for d in extra) or set(dims) - set(field.dims):
+            raise EnsmlError(
+                f"{name}: {var!r} has dims ({', '.join(map(str, field.dims))}); give one field on the grid"
+            )
+        if str(var) in (*STATIC, "model_height", STATION):
+            raise EnsmlError(f"{name}: {var!r} is a station fact the table has already; rename it")
+        field = field.isel({d: 0 for d in extra}, drop=True).astype(np.float64)
+        if not np.isfinite(field.values).all():
+            raise EnsmlError(f"{name}: {var!r} holds NaN or infinite values; a static fact must be complete")
+        fields[str(var)] = field
+    if not fields:
+        raise EnsmlError(f"{name} holds no field")
+    return fields
+
+
+def station_table(
+    frame: StationFrame, subset: Subset, radius_km: float | None = None, static: str | None = None
+) -> xr.Dataset:
+    """The station table of ``frame`` for the raw ``subset`` (see the module docstring).
+
+    ``static``: a file of fields on the forecast's grid (:func:`read_static`: a land fraction,
+    a roughness …), each taken at the stations as the frame extracts (nearest or bilinear) and
+    added as a station fact (and so a feature of :func:`table_rows`).
+
+    Raises
+    ------
+    EnsmlError
+        A subset with members the forecast lacks, a bad radius, a forecast without a grid, or a
+        static fields file that :func:`read_static` refuses.
+    """
+    fields = read_static(static, frame.forecast) if static is not None else {}
     n_members = frame.forecast.sizes[MEMBER]
     if max(subset.members) >= n_members:
         raise EnsmlError(
@@ -166,7 +210,11 @@ def station_table(frame: StationFrame, subset: Subset, radius_km: float | None =
         table = table.assign_coords(model_height=height.reset_coords(drop=True))
         if ELEVATION in table.coords:
             table = table.assign_coords(height_difference=table[ELEVATION] - table["model_height"])
+    for var, field in fields.items():
+        at = frame.points.extract(field).values
+        table = table.assign_coords({var: (STATION, at, dict(field.attrs))})
     table.attrs.update(
+        static=list(fields),
         k=subset.k,
         members=list(subset.members),
         extraction=frame.points.method,
@@ -213,7 +261,7 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
 
     Features: the raw subset's mean and std at the station, the neighbourhood's (with a
     radius), the lead in hours, the day of the year as sine and cosine of the valid time, and
-    the station facts the table has (:data:`STATIC`).
+    the station facts the table has (:data:`STATIC`, then the static fields).
 
     Raises
     ------
@@ -245,7 +293,8 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
         "doy_sin": np.sin(doy)[:, :, None],
         "doy_cos": np.cos(doy)[:, :, None],
     }
-    columns |= {c: table[c].values[None, None, :] for c in STATIC if c in table.coords}
+    facts = [c for c in STATIC if c in table.coords] + list(table.attrs.get("static", []))
+    columns |= {c: table[c].values[None, None, :] for c in facts}
     names = tuple(k for k, v in columns.items() if v is not None)
     x = np.stack([np.broadcast_to(columns[k], shape) for k in names], axis=-1).reshape(-1, len(names))
     y = one[f"{var}_obs"].values.reshape(-1)
@@ -254,4 +303,4 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
     return Rows(x[keep], station[keep], y[keep], names, int((~keep).sum()))
 
 
-__all__ = ["STATIC", "Neighbourhood", "Rows", "neighbourhood", "station_table", "table_rows"]
+__all__ = ["STATIC", "Neighbourhood", "Rows", "neighbourhood", "read_static", "station_table", "table_rows"]

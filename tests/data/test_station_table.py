@@ -42,12 +42,16 @@ def _haversine_km(lat1, lon1, lat2, lon2):
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     paths = synth(tmp_path_factory.mktemp("station_table") / "out", **SMALL)
+    orog = xr.load_dataset(paths["orography"])["orog"]
+    static = paths["orography"].parent.parent / "static.nc"  # a land fraction beside the data
+    land = (orog > 0).astype("float64").expand_dims(time=[np.datetime64("2020-01-01", "ns")])
+    land.to_dataset(name="lsm").to_netcdf(static)
     frame = build_station_frame(
         str(paths["forecast"]), str(paths["stations"]), k=2, model_height=str(paths["orography"])
     )
-    table = station_table(frame, Subset.first(2), radius_km=RADIUS_KM)
-    files = {k: xr.load_dataset(p) for k, p in paths.items()}
-    return files, table
+    table = station_table(frame, Subset.first(2), radius_km=RADIUS_KM, static=str(static))
+    files = {k: xr.load_dataset(p) for k, p in paths.items()} | {"static": xr.load_dataset(static)}
+    return files, table, frame
 
 
 def _distances(fc: xr.Dataset, table: xr.Dataset) -> np.ndarray:
@@ -58,7 +62,7 @@ def _distances(fc: xr.Dataset, table: xr.Dataset) -> np.ndarray:
 
 
 def test_members_mean_and_observations(made):
-    files, table = made
+    files, table, _ = made
     fc, obs, orog = files["forecast"], files["stations"], files["orography"]["orog"]
     d = _distances(fc, table)
     i, j = np.unravel_index(d.reshape(len(d), -1).argmin(axis=1), d.shape[1:])
@@ -80,7 +84,7 @@ def test_members_mean_and_observations(made):
 
 
 def test_neighbourhood_statistics(made):
-    files, table = made
+    files, table, _ = made
     fc = files["forecast"]
     within = _distances(fc, table) <= RADIUS_KM
     lead = np.timedelta64(48, "h")
@@ -106,7 +110,7 @@ def test_neighbourhood_takes_at_least_the_nearest_point():
 
 
 def test_rows(made):
-    _, table = made
+    _, table, _ = made
     rows = table_rows(table, "si10")
     observed = int(np.isfinite(table["si10_obs"]).sum())
     assert rows.features.shape == (observed, len(rows.names)) and rows.obs.shape == (observed,)
@@ -120,3 +124,28 @@ def test_rows(made):
     assert rows.station.max() < table.sizes[names.STATION]
     with pytest.raises(EnsmlError, match="no variable 'msl'"):
         table_rows(table, "msl")
+
+
+def test_static_fields_are_station_facts(made, tmp_path):
+    files, table, frame = made
+    d = _distances(files["forecast"], table)
+    i, j = np.unravel_index(d.reshape(len(d), -1).argmin(axis=1), d.shape[1:])
+    lsm = files["static"]["lsm"].values[0]
+    np.testing.assert_array_equal(table["lsm"].values, lsm[i, j])
+    assert table.attrs["static"] == ["lsm"] and "lsm" in table_rows(table, "t2m").names
+    bad = {
+        "other grid": (
+            xr.Dataset(
+                {"lsm": (("latitude", "longitude"), np.zeros((4, 8)))},
+                coords={"latitude": [60.0, 20.0, -20.0, -60.0], "longitude": np.arange(8) * 45.0},
+            ),
+            "different grids",
+        ),
+        "a taken name": (files["static"].rename({"lsm": "elevation"}), "'elevation' is a station fact"),
+        "not finite": (files["static"].where(files["static"]["lsm"] > 0), "NaN or infinite"),
+    }
+    for label, (ds, message) in bad.items():
+        path = tmp_path / f"{label}.nc"
+        ds.to_netcdf(path)
+        with pytest.raises(EnsmlError, match=message):
+            station_table(frame, Subset.first(2), static=str(path))
