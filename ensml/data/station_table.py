@@ -18,6 +18,8 @@ lead by lead, into one dataset with dims ``(lead_time, init_time, [member,] [lev
   the points lie at different heights);
 * ``{var}_obs``: the observation at ``init_time + lead_time`` (NaN: not observed, or no
   forecast of that init verifies then);
+* with ``analysis``, ``{var}_analysis``: the gridded analysis at the station then (height-
+  corrected as the members are);
 
 and the stations' static facts along ``station``: ``latitude``, ``longitude``, ``elevation``
 (when the observations give it), ``model_height`` and ``height_difference`` (elevation less
@@ -37,7 +39,8 @@ from scipy import sparse
 from scipy.spatial import cKDTree
 
 from ensml.data.grid import check_same_grid, horizontal_dims
-from ensml.data.open import load_dataset
+from ensml.data.heights import is_t2m, lapse_rate_correction
+from ensml.data.open import load_dataset, open_analysis
 from ensml.data.points import EARTH_RADIUS_M
 from ensml.data.station_frame import StationFrame
 from ensml.data.subset import Subset
@@ -51,6 +54,7 @@ from ensml.names import (
     LONGITUDE,
     MEMBER,
     STATION,
+    TIME,
     VALID_TIME,
 )
 from ensml.progress import Progress
@@ -156,21 +160,31 @@ def read_static(path: str, grid: xr.Dataset) -> dict[str, xr.DataArray]:
 
 
 def station_table(
-    frame: StationFrame, subset: Subset, radius_km: float | None = None, static: str | None = None
+    frame: StationFrame,
+    subset: Subset,
+    radius_km: float | None = None,
+    static: str | None = None,
+    analysis: str | list[str] | None = None,
 ) -> xr.Dataset:
     """The station table of ``frame`` for the raw ``subset`` (see the module docstring).
 
     ``static``: a file of fields on the forecast's grid (:func:`read_static`: a land fraction,
     a roughness …), each taken at the stations as the frame extracts (nearest or bilinear) and
-    added as a station fact (and so a feature of :func:`table_rows`).
+    added as a station fact (and so a feature of :func:`table_rows`). ``analysis``: the gridded
+    analysis file(s) on the forecast's grid; ``{var}_analysis`` is then the analysis at the
+    station at ``init_time + lead_time`` (2 m temperature moved to the station's height as the
+    members are; NaN where the analysis lacks that time): the truth of the model's world where
+    a station did not observe.
 
     Raises
     ------
     EnsmlError
-        A subset with members the forecast lacks, a bad radius, a forecast without a grid, or a
-        static fields file that :func:`read_static` refuses.
+        A subset with members the forecast lacks, a bad radius, a forecast without a grid, a
+        static fields file that :func:`read_static` refuses, or an analysis that cannot be read,
+        lacks a variable or is on another grid.
     """
     fields = read_static(static, frame.forecast) if static is not None else {}
+    an = _open_analysis(analysis, frame) if analysis is not None else None
     n_members = frame.forecast.sizes[MEMBER]
     if max(subset.members) >= n_members:
         raise EnsmlError(
@@ -200,6 +214,8 @@ def station_table(
                         _neighbourhood_stats(frame, subset, nbr, var, lead, at.forecast[INIT_TIME])
                     )
                 one[f"{var}_obs"] = at.observed[var]
+                if an is not None:
+                    one[f"{var}_analysis"] = _analysis_at(frame, an, var, lead, at.forecast[INIT_TIME])
             one = one.drop_vars(VALID_TIME, errors="ignore")  # the lead's own: the table has many
             per_lead.append(one.reindex({INIT_TIME: inits}).expand_dims({LEAD_TIME: [lead]}))
             progress.advance()
@@ -221,6 +237,27 @@ def station_table(
         radius_km=float(radius_km) if radius_km else 0.0,
     )
     return table
+
+
+def _open_analysis(paths: str | list[str], frame: StationFrame) -> xr.Dataset:
+    """The analysis of the frame's variables, lazily, checked to be on the forecast's grid."""
+    an = open_analysis(paths, variables=frame.variables)
+    check_same_grid(frame.forecast, an, frame.names["forecast"], f"analysis {paths}")
+    return an
+
+
+def _analysis_at(
+    frame: StationFrame, an: xr.Dataset, var: str, lead: np.timedelta64, inits: xr.DataArray
+) -> xr.DataArray:
+    """The analysis of ``var`` at the stations at ``inits + lead`` (t2m height-corrected)."""
+    levels = {LEVEL: frame.levels} if LEVEL in an[var].dims else {}
+    valid = inits.values + lead
+    field = an[var].reindex({TIME: valid}).sel(levels) if levels else an[var].reindex({TIME: valid})
+    at = frame.points.extract(field).load().rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits.values})
+    if frame.model_height is not None and is_t2m(var):
+        elevation = frame.observations[ELEVATION]
+        at = lapse_rate_correction(at, frame.model_height, elevation, frame.lapse_rate)
+    return at.drop_vars([c for c in at.coords if c not in at.dims])
 
 
 def _neighbourhood_stats(

@@ -49,7 +49,9 @@ def made(tmp_path_factory):
     frame = build_station_frame(
         str(paths["forecast"]), str(paths["stations"]), k=2, model_height=str(paths["orography"])
     )
-    table = station_table(frame, Subset.first(2), radius_km=RADIUS_KM, static=str(static))
+    table = station_table(
+        frame, Subset.first(2), radius_km=RADIUS_KM, static=str(static), analysis=str(paths["analysis"])
+    )
     files = {k: xr.load_dataset(p) for k, p in paths.items()} | {"static": xr.load_dataset(static)}
     return files, table, frame
 
@@ -149,3 +151,26 @@ def test_static_fields_are_station_facts(made, tmp_path):
         ds.to_netcdf(path)
         with pytest.raises(EnsmlError, match=message):
             station_table(frame, Subset.first(2), static=str(path))
+
+
+def test_the_analysis_at_the_stations(made):
+    """The analysis column is the nearest cell's analysis moved to the station's height, so the
+    observation less it is what the station adds: its bias (stations_oracle.nc) plus noise."""
+    files, table, _ = made
+    d = _distances(files["forecast"], table)
+    i, j = np.unravel_index(d.reshape(len(d), -1).argmin(axis=1), d.shape[1:])
+    lead = np.timedelta64(48, "h")
+    at = table.sel({names.LEAD_TIME: lead}).transpose(names.INIT_TIME, names.STATION, ...)
+    valid = at[names.INIT_TIME].values + lead
+    cell = files["analysis"]["t2m"].sel({names.TIME: valid}).values[:, i, j]
+    height = files["orography"]["orog"].values[i, j]
+    expected = cell + STANDARD_LAPSE_RATE * (height - table[names.ELEVATION].values)
+    np.testing.assert_allclose(at["t2m_analysis"].values, expected, rtol=1e-6)
+    np.testing.assert_allclose(
+        at["si10_analysis"].values,
+        files["analysis"]["si10"].sel({names.TIME: valid}).values[:, i, j],
+        rtol=1e-6,
+    )
+    added = (table["t2m_obs"] - table["t2m_analysis"]).mean((names.LEAD_TIME, names.INIT_TIME))
+    bias = files["stations_oracle"]["t2m_bias"].sel({names.STATION: table[names.STATION]})
+    assert np.corrcoef(added.values, bias.values)[0, 1] > 0.8
