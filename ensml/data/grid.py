@@ -280,6 +280,7 @@ __all__ = [
     "is_projected",
     "projection_coords",
     "projection_dims",
+    "single_field",
     "to_crs",
 ]
 
@@ -296,3 +297,15 @@ def check_same_grid(a: xr.Dataset, b: xr.Dataset, name_a: str, name_b: str) -> N
                 f"{name_a} and {name_b} are on different grids: {dim} has {va.size} points "
                 f"[{va[0]:g} … {va[-1]:g}] vs {vb.size} [{vb[0]:g} … {vb[-1]:g}]"
             )
+
+
+def single_field(field: xr.DataArray, grid: Obj, name: str) -> xr.DataArray:
+    """``field`` as one field on ``grid``'s horizontal dims: dims of length 1 besides them (a
+    time, a member) dropped; raises, in one line naming ``name`` and the variable, when it has
+    other dims longer than 1 or lacks one of the grid's."""
+    dims = horizontal_dims(grid) or ()
+    extra = [d for d in field.dims if d not in dims]
+    if any(field.sizes[d] > 1 for d in extra) or set(dims) - set(field.dims):
+        shown = ", ".join(f"{d}={field.sizes[d]}" for d in field.dims)
+        raise EnsmlError(f"{name}: {field.name!r} has dims ({shown}); give one field on the grid")
+    return field.isel({d: 0 for d in extra}, drop=True)

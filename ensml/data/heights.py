@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
-from ensml.data.grid import check_same_grid, horizontal_dims
+from ensml.data.grid import check_same_grid, single_field
 from ensml.data.open import open_dataset
 from ensml.errors import EnsmlError
 
@@ -87,13 +87,7 @@ def read_model_height(path: str, grid: xr.Dataset, what: str = "forecast") -> xr
     ds = open_dataset(path, "model height")
     var, geopotential = _pick(ds, name)
     check_same_grid(grid, ds, what, name)
-    h = ds[var]
-    dims = horizontal_dims(grid) or ()
-    extra = [d for d in h.dims if d not in dims]
-    if any(h.sizes[d] > 1 for d in extra):
-        sizes = ", ".join(f"{d}={h.sizes[d]}" for d in extra)
-        raise EnsmlError(f"{name}: {var!r} has dims besides the grid's ({sizes}); give one field")
-    h = h.isel({d: 0 for d in extra}, drop=True).astype(np.float64).load()
+    h = single_field(ds[var], grid, name).astype(np.float64).load()
     h = h / GRAVITY if geopotential else h
     lo, hi = float(h.min()), float(h.max())
     if not (np.isfinite(lo) and np.isfinite(hi) and PLAUSIBLE_M[0] <= lo and hi <= PLAUSIBLE_M[1]):

@@ -65,6 +65,14 @@ class StationFrame:
         inits = self.forecast[INIT_TIME].values
         return inits[np.isin(inits + lead, self.observations[TIME].values)]
 
+    def at_station_height(self, var: str, values: xr.DataArray) -> xr.DataArray:
+        """Grid ``values`` of ``var`` at the stations (…, station) moved to the stations'
+        heights: 2 m temperature when the frame has a model height, anything else unchanged."""
+        if self.model_height is None or not is_t2m(var):
+            return values
+        elevation = self.observations[ELEVATION]
+        return lapse_rate_correction(values, self.model_height, elevation, self.lapse_rate)
+
     def at(self, lead: np.timedelta64) -> StationLead:
         """The forecast at the stations (2 m temperature height-corrected, with a model height)
         and the observations, at ``lead``; raises on a NaN or infinite forecast value."""
@@ -74,10 +82,7 @@ class StationFrame:
         fc = self.points.extract(fc).load()
         _check_finite(fc, f"{self.names['forecast']} at the stations")
         for var in self.variables:
-            if self.model_height is not None and is_t2m(var):
-                fc[var] = lapse_rate_correction(
-                    fc[var], self.model_height, self.observations[ELEVATION], self.lapse_rate
-                )
+            fc[var] = self.at_station_height(var, fc[var])
         obs_levels = {LEVEL: self.levels} if LEVEL in self.observations.dims else {}
         obs = self.observations.reindex({TIME: inits + lead, **obs_levels})
         obs = obs.rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits})

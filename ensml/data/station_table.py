@@ -38,8 +38,7 @@ import xarray as xr
 from scipy import sparse
 from scipy.spatial import cKDTree
 
-from ensml.data.grid import check_same_grid, horizontal_dims
-from ensml.data.heights import is_t2m, lapse_rate_correction
+from ensml.data.grid import check_same_grid, horizontal_dims, single_field
 from ensml.data.open import load_dataset, open_analysis
 from ensml.data.points import EARTH_RADIUS_M
 from ensml.data.station_frame import StationFrame
@@ -140,17 +139,11 @@ def read_static(path: str, grid: xr.Dataset) -> dict[str, xr.DataArray]:
     name = f"static fields file {path}"
     ds = load_dataset(path, "static fields")
     check_same_grid(grid, ds, "forecast", name)
-    dims = horizontal_dims(grid) or ()
     fields = {}
     for var, field in ds.data_vars.items():
-        extra = [d for d in field.dims if d not in dims]
-        if any(field.sizes[d] > 1 for d in extra) or set(dims) - set(field.dims):
-            raise EnsmlError(
-                f"{name}: {var!r} has dims ({', '.join(map(str, field.dims))}); give one field on the grid"
-            )
         if str(var) in (*STATIC, "model_height", STATION):
             raise EnsmlError(f"{name}: {var!r} is a station fact the table has already; rename it")
-        field = field.isel({d: 0 for d in extra}, drop=True).astype(np.float64)
+        field = single_field(field, grid, name).astype(np.float64)
         if not np.isfinite(field.values).all():
             raise EnsmlError(f"{name}: {var!r} holds NaN or infinite values; a static fact must be complete")
         fields[str(var)] = field
@@ -186,7 +179,7 @@ def station_table(
     fields = read_static(static, frame.forecast) if static is not None else {}
     an = _open_analysis(analysis, frame) if analysis is not None else None
     n_members = frame.forecast.sizes[MEMBER]
-    if max(subset.members) >= n_members:
+    if not subset.fits(n_members):
         raise EnsmlError(
             f"{frame.names['forecast']} has {n_members} members; the subset asks for member "
             f"positions up to {max(subset.members)}"
@@ -252,11 +245,9 @@ def _analysis_at(
     """The analysis of ``var`` at the stations at ``inits + lead`` (t2m height-corrected)."""
     levels = {LEVEL: frame.levels} if LEVEL in an[var].dims else {}
     valid = inits.values + lead
-    field = an[var].reindex({TIME: valid}).sel(levels) if levels else an[var].reindex({TIME: valid})
+    field = an[var].reindex({TIME: valid}).sel(levels)
     at = frame.points.extract(field).load().rename({TIME: INIT_TIME}).assign_coords({INIT_TIME: inits.values})
-    if frame.model_height is not None and is_t2m(var):
-        elevation = frame.observations[ELEVATION]
-        at = lapse_rate_correction(at, frame.model_height, elevation, frame.lapse_rate)
+    at = frame.at_station_height(var, at)
     return at.drop_vars([c for c in at.coords if c not in at.dims])
 
 
@@ -293,12 +284,13 @@ class Rows:
     dropped: int
 
 
-def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
-    """The rows of ``var`` (at pressure ``level`` for a variable on levels) for a station model.
+#: The per-variable columns of a station table beside the members, ``{var}_{suffix}``.
+COLUMNS = ("mean", "std", "nbr_mean", "nbr_std", "obs", "analysis")
 
-    Features: the raw subset's mean and std at the station, the neighbourhood's (with a
-    radius), the lead in hours, the day of the year as sine and cosine of the valid time, and
-    the station facts the table has (:data:`STATIC`, then the static fields).
+
+def variable_table(table: xr.Dataset, var: str, level: float | None = None) -> xr.Dataset:
+    """``var``'s columns of the table (:data:`COLUMNS`, those it has), at pressure ``level`` for
+    a variable on levels, with dims ``(lead_time, init_time, station)``.
 
     Raises
     ------
@@ -309,7 +301,7 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
     if f"{var}_obs" not in table:
         found = sorted(str(v)[:-4] for v in table.data_vars if str(v).endswith("_obs"))
         raise EnsmlError(f"the station table has no variable {var!r} (it has: {', '.join(found)})")
-    one = table[[v for v in table.data_vars if str(v).startswith(f"{var}_")]]
+    one = table[[f"{var}_{c}" for c in COLUMNS if f"{var}_{c}" in table]]
     if LEVEL in one.dims:
         levels = one[LEVEL].values
         if level is None or level not in levels:
@@ -317,7 +309,22 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
                 f"{var!r} is on levels {', '.join(f'{x:g}' for x in levels)} hPa; choose one, got {level}"
             )
         one = one.sel({LEVEL: level})
-    one = one.transpose(LEAD_TIME, INIT_TIME, STATION)
+    return one.transpose(LEAD_TIME, INIT_TIME, STATION)
+
+
+def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
+    """The rows of ``var`` (at pressure ``level`` for a variable on levels) for a station model.
+
+    Features: the raw subset's mean and std at the station, the neighbourhood's (with a
+    radius), the lead in hours, the day of the year as sine and cosine of the valid time, and
+    the station facts the table has (:data:`STATIC`, then the static fields).
+
+    Raises
+    ------
+    EnsmlError
+        As :func:`variable_table`.
+    """
+    one = variable_table(table, var, level)
     shape = one[f"{var}_obs"].shape
     valid = one[INIT_TIME].values[None, :] + one[LEAD_TIME].values[:, None]
     doy = 2 * np.pi * (valid.astype("datetime64[D]") - valid.astype("datetime64[Y]")).astype(float) / 365.25
@@ -340,4 +347,14 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
     return Rows(x[keep], station[keep], y[keep], names, int((~keep).sum()))
 
 
-__all__ = ["STATIC", "Neighbourhood", "Rows", "neighbourhood", "read_static", "station_table", "table_rows"]
+__all__ = [
+    "COLUMNS",
+    "STATIC",
+    "Neighbourhood",
+    "Rows",
+    "neighbourhood",
+    "read_static",
+    "station_table",
+    "table_rows",
+    "variable_table",
+]

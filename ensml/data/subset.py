@@ -48,6 +48,10 @@ class Subset:
         first = self.members == tuple(range(self.k))
         return slice(0, self.k) if first else list(self.members)
 
+    def fits(self, n_members: int) -> bool:
+        """Whether an ensemble of ``n_members`` holds every member of the subset."""
+        return 0 <= min(self.members) and max(self.members) < n_members
+
     def take(self, x: Members) -> Members:
         """The subset's members of ``x``."""
         return x.isel({MEMBER: self.positions})
@@ -102,7 +106,7 @@ def raw_subset(
     if forecast is not None:
         check_members(forecast, subset.k, name)
         m = forecast.sizes[MEMBER]
-        if max(subset.members) >= m or min(subset.members) < 0:
+        if not subset.fits(m):
             raise EnsmlError(
                 f"{runs[0]} was made from members {_listed(subset.members)}, and {name} has {m} members"
             )

@@ -15,7 +15,7 @@ import xarray as xr
 from ensml import names
 from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.station_frame import build_station_frame
-from ensml.data.station_table import neighbourhood, station_table, table_rows
+from ensml.data.station_table import neighbourhood, station_table, table_rows, variable_table
 from ensml.data.subset import Subset
 from ensml.data.synth.generate import synth
 from ensml.errors import EnsmlError
@@ -174,3 +174,12 @@ def test_the_analysis_at_the_stations(made):
     added = (table["t2m_obs"] - table["t2m_analysis"]).mean((names.LEAD_TIME, names.INIT_TIME))
     bias = files["stations_oracle"]["t2m_bias"].sel({names.STATION: table[names.STATION]})
     assert np.corrcoef(added.values, bias.values)[0, 1] > 0.8
+
+
+def test_variable_table_takes_only_its_own_columns():
+    """``t`` and ``t2m`` side by side: ``t``'s columns are ``t_*`` alone, not ``t2m_*``."""
+    dims = (names.LEAD_TIME, names.INIT_TIME, names.STATION)
+    table = xr.Dataset(
+        {f"{v}_{c}": (dims, np.zeros((1, 2, 3))) for v in ("t", "t2m") for c in ("mean", "std", "obs")}
+    )
+    assert sorted(variable_table(table, "t").data_vars) == ["t_mean", "t_obs", "t_std"]
