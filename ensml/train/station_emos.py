@@ -21,9 +21,10 @@ import numpy as np
 import torch
 import xarray as xr
 
+from ensml.data.station_table import variable_table
 from ensml.errors import EnsmlError
 from ensml.models.emos import EMOS
-from ensml.names import INIT_TIME, LEAD_TIME, LEVEL, STATION
+from ensml.names import INIT_TIME, LEAD_TIME, STATION
 from ensml.scores.distributions import get_family
 from ensml.train.emos import emos_distribution, fit_emos
 
@@ -33,9 +34,9 @@ StationMode = Literal["global", "station"]
 @dataclass
 class StationEMOS:
     """EMOS fitted at stations for ``var`` (at ``level``), one fit per lead: ``global_models[lead]``
-    for every station, and (station-wise) ``models[lead]`` for the stations observed at that
-    lead in training (``observed[lead]``, a mask over :attr:`stations`); the others get the
-    global coefficients."""
+    for every station (global mode), and (station-wise) ``models[lead]`` for the stations observed
+    at that lead in training (``observed[lead]``, a mask over :attr:`stations`); station-wise, a
+    global fit is made only when some station was never observed, and gives it its coefficients."""
 
     var: str
     family: str
@@ -73,16 +74,17 @@ class StationEMOS:
             )
         family = get_family(self.family)
         out: dict[str, list[np.ndarray]] = {p: [] for p in family.params}
+        fitted = self.observed if self.mode == "station" else self.global_models
         for i, lead in enumerate(table[LEAD_TIME].values):
-            if lead not in self.global_models:
+            if lead not in fitted:
                 raise EnsmlError(f"EMOS of {self.var} was not fitted at lead {lead}")
             m, s = _tensor(mean[i]), _tensor(std[i])
-            params = {
-                k: v.detach().numpy()[:, 0, 0, 0, :]
-                for k, v in emos_distribution(self.global_models[lead], family, m, s).items()
-            }
-            if self.mode == "station":
-                cols = self.observed[lead]
+            cols = self.observed.get(lead, np.zeros(mean.shape[2], dtype=bool))  # station-wise
+            params = {k: np.empty(mean.shape[1:]) for k in family.params}
+            if not cols.all():
+                for k, v in emos_distribution(self.global_models[lead], family, m, s).items():
+                    params[k][:] = v.detach().numpy()[:, 0, 0, 0, :]
+            if cols.any():
                 local = emos_distribution(self.models[lead], family, m[..., cols], s[..., cols])
                 for k, v in local.items():
                     params[k][:, cols] = v.detach().numpy()[:, 0, 0, 0, :]
@@ -95,14 +97,7 @@ class StationEMOS:
 
 def _arrays(table: xr.Dataset, var: str, level: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean, std and observation ``(lead, init, station)`` of ``var`` in the table."""
-    if f"{var}_obs" not in table:
-        raise EnsmlError(f"the station table has no variable {var!r}")
-    one = table[[f"{var}_mean", f"{var}_std", f"{var}_obs"]]
-    if LEVEL in one.dims:
-        if level is None or level not in one[LEVEL].values:
-            raise EnsmlError(f"{var!r} is on levels; choose one of {one[LEVEL].values.tolist()}, got {level}")
-        one = one.sel({LEVEL: level})
-    one = one.transpose(LEAD_TIME, INIT_TIME, STATION)
+    one = variable_table(table, var, level)
     return one[f"{var}_mean"].values, one[f"{var}_std"].values, one[f"{var}_obs"].values
 
 
@@ -138,7 +133,8 @@ def fit_station_emos(
             raise EnsmlError(f"no observation of {var} at lead {lead} to fit EMOS on")
         rows = np.isfinite(mean[i]).all(axis=1)  # the inits that verify at this lead
         m, s, y = (_tensor(a[i][rows]) for a in (mean, std, obs))
-        fitted.global_models[lead] = fit_emos(m, s, y, mode="global", family=family, max_iter=max_iter)
+        if mode == "global" or not seen.all():  # station-wise: only for the stations never observed
+            fitted.global_models[lead] = fit_emos(m, s, y, mode="global", family=family, max_iter=max_iter)
         if mode == "station":
             cols = torch.from_numpy(seen)
             fitted.observed[lead] = seen

@@ -94,3 +94,20 @@ def test_bad_inputs(split):
     fitted = fit_station_emos(train.isel({names.STATION: slice(0, 5)}), "t2m", max_iter=5)
     with pytest.raises(EnsmlError, match="fitted on 5 other stations"):
         fitted.distribution(test)
+
+
+@pytest.mark.slow  # the fixture
+def test_a_station_never_observed_gets_the_global_coefficients(split):
+    train, test, _ = split
+    gone = str(train[names.STATION].values[3])
+    train = train.copy()
+    train["t2m_obs"] = train["t2m_obs"].where(train[names.STATION] != gone)
+    fitted = fit_station_emos(train, "t2m", mode="station")
+    assert fitted.global_stations == [gone]
+    params = fitted.distribution(test)
+    alone = fit_station_emos(train, "t2m", mode="global").distribution(test)
+    for k in ("mean", "std"):
+        xr.testing.assert_allclose(params[k].sel({names.STATION: gone}), alone[k].sel({names.STATION: gone}))
+        assert not np.allclose(
+            params[k].isel({names.STATION: 0}), alone[k].isel({names.STATION: 0}), equal_nan=True
+        )
