@@ -47,7 +47,7 @@ import xarray as xr
 
 from ensml import names
 from ensml.data.heights import STANDARD_LAPSE_RATE
-from ensml.data.points import locate
+from ensml.data.points import Points, locate
 from ensml.data.stations import COORD_ATTRS
 from ensml.data.synth.fields import GaussianFields, stream
 
@@ -84,6 +84,7 @@ class StationDraw:
     t2m_noise: np.ndarray  # K, std
     tp_factor: np.ndarray
     si10_factor: np.ndarray
+    cells: Points  # each station's grid cell (the nearest centre), on the synthetic grid
 
     @property
     def t2m_offset(self) -> np.ndarray:
@@ -116,7 +117,8 @@ def draw_stations(seed: int, n: int, orog: xr.DataArray) -> StationDraw:
     lo, hi = np.sin(np.deg2rad([lat.min(), lat.max()]))
     latitude = np.rad2deg(np.arcsin(rng.uniform(lo, hi, n)))
     longitude = rng.uniform(0.0, 360.0, n)
-    model_height = locate(orog, latitude, longitude, "nearest").extract(orog).values.astype(np.float64)
+    cells = locate(orog, latitude, longitude, "nearest")
+    model_height = cells.extract(orog).values.astype(np.float64)
     return StationDraw(
         ids=np.array([f"SYN{i + 1:05d}" for i in range(n)]),
         latitude=latitude,
@@ -127,6 +129,7 @@ def draw_stations(seed: int, n: int, orog: xr.DataArray) -> StationDraw:
         t2m_noise=rng.uniform(*T2M_NOISE_K, n),
         tp_factor=np.exp(TP_FACTOR * rng.standard_normal(n)),
         si10_factor=np.exp(SI10_FACTOR * rng.standard_normal(n)),
+        cells=cells,
     )
 
 
@@ -142,7 +145,7 @@ def _station_coords(draw: StationDraw) -> dict:
 def observations(seed: int, draw: StationDraw, analysis: xr.Dataset) -> xr.Dataset:
     """The stations' observations ``(station, time)`` of the analysis's surface variables."""
     rng = stream(seed, STREAM, 2)
-    at = locate(analysis, draw.latitude, draw.longitude, "nearest").extract
+    at = draw.cells.extract
     data = {}
     for var in (v for v in OBSERVED if v in analysis):
         grid = at(analysis[var]).transpose(names.STATION, names.TIME).values.astype(np.float64)
@@ -164,7 +167,7 @@ def observations(seed: int, draw: StationDraw, analysis: xr.Dataset) -> xr.Datas
 def oracle(draw: StationDraw, grid_oracle: xr.Dataset) -> xr.Dataset:
     """The stations' exact predictive distribution ``(init_time, lead_time, station)``, and the
     known differences from the grid (per station)."""
-    at = locate(grid_oracle, draw.latitude, draw.longitude, "nearest").extract
+    at = draw.cells.extract
     station = names.STATION
     out = {}
     if "t2m_mean" in grid_oracle:
