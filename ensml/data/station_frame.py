@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
+from ensml.data.grid import check_same_grid
 from ensml.data.heights import (
     STANDARD_LAPSE_RATE,
     check_heights,
@@ -29,7 +30,7 @@ from ensml.data.layouts.options import ReaderOptions
 from ensml.data.open import check_lead_times, check_levels, open_inputs
 from ensml.data.points import Points
 from ensml.data.runfiles import choose_leads
-from ensml.data.stations import on_grid, read_observations
+from ensml.data.stations import on_grid, read_observations, read_stations
 from ensml.errors import EnsmlError
 from ensml.names import DEFAULT_K, ELEVATION, INIT_TIME, LEAD_TIME, LEVEL, STATION, TIME, units_of
 from ensml.times import LeadLike, format_leads
@@ -129,18 +130,50 @@ def _levels(
     return levels
 
 
+def _model_height(source: str | xr.DataArray, fc: xr.Dataset, what: str) -> xr.DataArray:
+    """The model's surface height on ``fc``'s grid: read from a file, or given (a station model
+    keeps the field it was trained with), checked to be on the forecast's grid."""
+    if isinstance(source, xr.DataArray):
+        check_same_grid(fc, source.to_dataset(name="model_height"), what, "the model height")
+        return source
+    return read_model_height(source, fc, what)
+
+
+def _unobserved(
+    stations: xr.Dataset,
+    fc: xr.Dataset,
+    variables: Sequence[str],
+    leads: np.ndarray,
+    levels: Sequence[float] | None,
+) -> xr.Dataset:
+    """``stations`` with every variable NaN at every valid time of ``fc`` at ``leads`` (and at
+    ``levels``, or the forecast's, for a variable on levels)."""
+    valid = np.unique(fc[INIT_TIME].values[:, None] + np.asarray(leads)[None, :])
+    ds = stations.assign_coords({TIME: valid})
+    for var in variables:
+        if var not in fc:
+            continue  # open_inputs has named it
+        on_levels = LEVEL in fc[var].dims
+        at = np.asarray(levels if levels is not None else fc[LEVEL].values, np.float64) if on_levels else None
+        dims = (STATION, TIME, *((LEVEL,) if on_levels else ()))
+        shape = (ds.sizes[STATION], valid.size, *((at.size,) if on_levels else ()))
+        ds[var] = xr.DataArray(np.full(shape, np.nan), dims=dims, coords={LEVEL: at} if on_levels else {})
+    return ds
+
+
 def build_station_frame(
     forecast: str | list[str],
-    observations: str,
+    observations: str | xr.Dataset,
     *,
     variables: Sequence[str] | None = None,
     levels: Sequence[float] | None = None,
     leads: LeadLike | Sequence[LeadLike] | None = None,
     k: int = DEFAULT_K,
     extraction: str = "nearest",
-    model_height: str | None = None,
+    model_height: str | xr.DataArray | None = None,
     lapse_rate: float = STANDARD_LAPSE_RATE,
     reader: ReaderOptions | None = None,
+    observed: bool = True,
 ) -> StationFrame:
     """Open, check and align a forecast and station observations (see the module docstring).
 
@@ -149,6 +182,12 @@ def build_station_frame(
     :func:`ensml.data.runfiles.choose_leads` (every forecast lead but 0 h by default); ``k``: the
     subset size, checked against the members; ``extraction``: ``nearest`` or ``bilinear``.
 
+    ``observed=False`` builds the frame of a station *list* (a forecast for places, nothing to
+    verify): ``observations`` is then any file :func:`ensml.data.stations.read_stations` reads
+    (its observations, if any, are left aside) or its dataset of station coordinates,
+    ``variables`` must be given, and every init time
+    counts at every lead, its observation NaN.
+
     Raises
     ------
     EnsmlError
@@ -156,14 +195,26 @@ def build_station_frame(
         level or lead the forecast lacks, fewer than ``k`` members, no station inside the grid,
         a model height without station elevations or 2 m temperature, no valid time observed.
     """
-    names = {"forecast": f"forecast {forecast}", "observations": f"observations {observations}"}
-    obs = read_observations(observations)
-    variables = _variables(obs, variables, names["observations"])
+    what = "observations" if observed else "stations"
+    given = isinstance(observations, xr.Dataset)
+    source = observations.attrs.get("source", "given") if given else observations
+    names = {"forecast": f"forecast {forecast}", "observations": f"{what} {source}"}
+    if observed:
+        if given:
+            raise EnsmlError("observations are read from a file (a station list alone has none)")
+        obs = read_observations(observations)
+        variables = _variables(obs, variables, names["observations"])
+    elif not variables:
+        raise EnsmlError(f"a forecast at the stations of {observations} needs the variables to extract")
+    else:
+        obs = observations if given else read_stations(observations)
     fc = open_inputs(
         forecast, variables=variables, k=k, names=(names["forecast"], ""), reader=reader
     ).forecast
-    levels = _levels(fc, obs, variables, levels, names)
     lead_list, _ = choose_leads(leads, [], fc[LEAD_TIME].values)
+    if not observed:  # nothing observed: every valid time of the forecast, NaN
+        obs = _unobserved(obs, fc, variables, lead_list, levels)
+    levels = _levels(fc, obs, variables, levels, names)
     check_lead_times(fc, lead_list, names["forecast"])
     obs, points = on_grid(obs, fc, extraction, (names["observations"], names["forecast"]))
     if model_height is not None:  # the stations inside need their elevations
@@ -177,8 +228,14 @@ def build_station_frame(
                 f"{names['observations']}: {var!r} is in {obs_units}, the forecast's in {fc_units}; "
                 "give both in the same units"
             )
-    heights = points.extract(read_model_height(model_height, fc, names["forecast"])) if model_height else None
-    if not any(np.isin(fc[INIT_TIME].values + lead, obs[TIME].values).any() for lead in lead_list):
+    heights = (
+        points.extract(_model_height(model_height, fc, names["forecast"]))
+        if model_height is not None
+        else None
+    )
+    if observed and not any(
+        np.isin(fc[INIT_TIME].values + lead, obs[TIME].values).any() for lead in lead_list
+    ):
         valid = fc[INIT_TIME].values[:, None] + lead_list[None, :]
         t = obs[TIME].values
         raise EnsmlError(

@@ -31,6 +31,7 @@ fraction, a roughness …, at the stations).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,7 +157,7 @@ def station_table(
     frame: StationFrame,
     subset: Subset,
     radius_km: float | None = None,
-    static: str | None = None,
+    static: str | Mapping[str, xr.DataArray] | None = None,
     analysis: str | list[str] | None = None,
 ) -> xr.Dataset:
     """The station table of ``frame`` for the raw ``subset`` (see the module docstring).
@@ -176,7 +177,7 @@ def station_table(
         static fields file that :func:`read_static` refuses, or an analysis that cannot be read,
         lacks a variable or is on another grid.
     """
-    fields = read_static(static, frame.forecast) if static is not None else {}
+    fields = _static_fields(static, frame.forecast)
     an = _open_analysis(analysis, frame) if analysis is not None else None
     n_members = frame.forecast.sizes[MEMBER]
     if not subset.fits(n_members):
@@ -220,7 +221,7 @@ def station_table(
         if ELEVATION in table.coords:
             table = table.assign_coords(height_difference=table[ELEVATION] - table["model_height"])
     for var, field in fields.items():
-        at = frame.points.extract(field).values
+        at = frame.points.extract(field).values  # (station,)
         table = table.assign_coords({var: (STATION, at, dict(field.attrs))})
     table.attrs.update(
         static=list(fields),
@@ -230,6 +231,20 @@ def station_table(
         radius_km=float(radius_km) if radius_km else 0.0,
     )
     return table
+
+
+def _static_fields(
+    static: str | Mapping[str, xr.DataArray] | None, grid: xr.Dataset
+) -> dict[str, xr.DataArray]:
+    """The static fields by name: read from a file (:func:`read_static`), or given (a station
+    model keeps the fields it was trained with), checked to be on ``grid``."""
+    if static is None:
+        return {}
+    if isinstance(static, str):
+        return read_static(static, grid)
+    for name, field in static.items():
+        check_same_grid(grid, field.to_dataset(name=name), "forecast", f"static field {name}")
+    return dict(static)
 
 
 def _open_analysis(paths: str | list[str], frame: StationFrame) -> xr.Dataset:
@@ -312,8 +327,11 @@ def variable_table(table: xr.Dataset, var: str, level: float | None = None) -> x
     return one.transpose(LEAD_TIME, INIT_TIME, STATION)
 
 
-def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
-    """The rows of ``var`` (at pressure ``level`` for a variable on levels) for a station model.
+def table_features(
+    table: xr.Dataset, var: str, level: float | None = None
+) -> tuple[tuple[str, ...], np.ndarray]:
+    """The features of ``var`` (at pressure ``level`` for a variable on levels) at every lead,
+    init time and station: their names (F) and values ``(lead_time, init_time, station, F)``.
 
     Features: the raw subset's mean and std at the station, the neighbourhood's (with a
     radius), the lead in hours, the day of the year as sine and cosine of the valid time, and
@@ -325,7 +343,7 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
         As :func:`variable_table`.
     """
     one = variable_table(table, var, level)
-    shape = one[f"{var}_obs"].shape
+    shape = one[f"{var}_mean"].shape
     valid = one[INIT_TIME].values[None, :] + one[LEAD_TIME].values[:, None]
     doy = 2 * np.pi * (valid.astype("datetime64[D]") - valid.astype("datetime64[Y]")).astype(float) / 365.25
     columns = {
@@ -340,8 +358,22 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
     facts = [c for c in STATIC if c in table.coords] + list(table.attrs.get("static", []))
     columns |= {c: table[c].values[None, None, :] for c in facts}
     names = tuple(k for k, v in columns.items() if v is not None)
-    x = np.stack([np.broadcast_to(columns[k], shape) for k in names], axis=-1).reshape(-1, len(names))
-    y = one[f"{var}_obs"].values.reshape(-1)
+    return names, np.stack([np.broadcast_to(columns[k], shape) for k in names], axis=-1)
+
+
+def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
+    """The rows of ``var`` (at pressure ``level`` for a variable on levels) for a station model:
+    the features of :func:`table_features` and the observation, where both are complete.
+
+    Raises
+    ------
+    EnsmlError
+        As :func:`variable_table`.
+    """
+    names, features = table_features(table, var, level)
+    shape = features.shape[:3]
+    x = features.reshape(-1, len(names))
+    y = variable_table(table, var, level)[f"{var}_obs"].values.reshape(-1)
     station = np.broadcast_to(np.arange(shape[2]), shape).reshape(-1)
     keep = np.isfinite(y) & np.isfinite(x).all(axis=1)
     return Rows(x[keep], station[keep], y[keep], names, int((~keep).sum()))
@@ -355,6 +387,7 @@ __all__ = [
     "neighbourhood",
     "read_static",
     "station_table",
+    "table_features",
     "table_rows",
     "variable_table",
 ]

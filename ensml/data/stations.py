@@ -34,6 +34,7 @@ with a note those outside its domain, and refusing a file none of whose stations
 from __future__ import annotations
 
 import csv
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -100,9 +101,60 @@ def read_observations(path: str | Path) -> xr.Dataset:
     return ds
 
 
+def read_stations(path: str | Path) -> xr.Dataset:
+    """The stations of a file, without observations: a dataset with no variables whose
+    coordinates are ``station`` (the ids), ``latitude``, ``longitude`` (in [0, 360)) and, when
+    given, ``elevation``, along ``station``.
+
+    ``path`` is either any file :func:`read_observations` reads (its observations are left
+    aside) or a *station list*: a CSV with the station id, latitude and longitude columns (and
+    optionally the elevation) of :data:`COLUMNS`, one row per station, and no time column.
+
+    Raises
+    ------
+    EnsmlError
+        As :func:`read_observations`; a station id on two rows at different positions.
+    """
+    p = Path(path)
+    name = f"stations file {p}"
+    if p.is_file() and p.stat().st_size > 0 and detect_format(p) is None:
+        table, found, _ = _csv_rows(p, name, (STATION, LATITUDE, LONGITUDE))
+        if found[TIME] is None:
+            rows = _station_columns(table, found, name)
+            stations = _station_table(rows, name)
+            ds = xr.Dataset(
+                coords={
+                    STATION: stations.index.to_numpy(dtype=str),
+                    **{c: (STATION, stations[c].to_numpy(dtype=np.float64)) for c in stations.columns},
+                }
+            )
+            _check_positions(ds, name)
+            ds = ds.assign_coords({LONGITUDE: ds[LONGITUDE] % 360.0})
+            for coord in (STATION, ELEVATION):
+                if coord in ds.coords:
+                    ds[coord].attrs.update(COORD_ATTRS[coord])
+            ds.attrs = {"source": str(p)}
+            return ds
+    obs = read_observations(p)
+    return obs.drop_vars(list(obs.data_vars)).drop_dims([d for d in obs.dims if d != STATION])
+
+
+def station_set_id(stations: xr.Dataset) -> str:
+    """The identity of a station list: the SHA-256 of its ids, positions and elevations (to a
+    micro-degree and a millimetre), in order. What a station model and its products record, so
+    that a file for one list is never read against another."""
+    digest = hashlib.sha256()
+    digest.update("\n".join(str(s) for s in stations[STATION].values).encode())
+    for coord, decimals in ((LATITUDE, 6), (LONGITUDE, 6), (ELEVATION, 3)):
+        values = stations[coord].values if coord in stations.coords else np.array([])
+        digest.update(coord.encode() + np.round(np.asarray(values, np.float64), decimals).tobytes())
+    return digest.hexdigest()
+
+
 # -- CSV ------------------------------------------------------------------------------------------
-def _read_csv(path: Path, name: str) -> pd.DataFrame:
-    """The long table (station, latitude, longitude, time, [elevation, level], variable, value, line)."""
+def _csv_rows(path: Path, name: str, required: tuple[str, ...]) -> tuple[pd.DataFrame, dict, list[str]]:
+    """The CSV's rows as text (with their ``line`` numbers), the column found for each role of
+    :data:`COLUMNS` (None where absent; the ``required`` roles must be there) and the header."""
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (UnicodeDecodeError, OSError) as exc:
@@ -119,7 +171,7 @@ def _read_csv(path: Path, name: str) -> pd.DataFrame:
         role: next((header[lower.index(a)] for a in aliases if a in lower), None)
         for role, aliases in COLUMNS.items()
     }
-    for role in REQUIRED:
+    for role in required:
         if found[role] is None:
             names = ", ".join(COLUMNS[role])
             raise EnsmlError(f"{name} has no {role} column (one of: {names}; found: {', '.join(header)})")
@@ -131,14 +183,27 @@ def _read_csv(path: Path, name: str) -> pd.DataFrame:
         )
     table = pd.DataFrame(body, columns=header, dtype=str)
     table["line"] = [n for n, _ in numbered[1:]]
-    long = "variable" in lower and "value" in lower
+    return table, found, header
+
+
+def _station_columns(table: pd.DataFrame, found: dict, name: str) -> pd.DataFrame:
+    """The station id, position (elevation, level) of each row, as numbers, with its line."""
     out = pd.DataFrame({STATION: table[found[STATION]].str.strip(), "line": table["line"]})
     for role in (LATITUDE, LONGITUDE, ELEVATION, LEVEL):
         if found[role] is not None:
             out[role] = _numbers(table[found[role]], found[role], table["line"], name)
-    out[TIME] = _times(table[found[TIME]], found[TIME], table["line"], name)
     for role in (STATION, LATITUDE, LONGITUDE):
         _no_missing(out, role, found[role], name)
+    return out
+
+
+def _read_csv(path: Path, name: str) -> pd.DataFrame:
+    """The long table (station, latitude, longitude, time, [elevation, level], variable, value, line)."""
+    table, found, header = _csv_rows(path, name, REQUIRED)
+    lower = [h.lower() for h in header]
+    long = "variable" in lower and "value" in lower
+    out = _station_columns(table, found, name)
+    out[TIME] = _times(table[found[TIME]], found[TIME], table["line"], name)
     if long:
         var_col, val_col = header[lower.index("variable")], header[lower.index("value")]
         out["variable"] = table[var_col].str.strip()
@@ -351,11 +416,11 @@ def on_grid(
     if outside.size == points.inside.size:
         raise EnsmlError(f"{names[0]}: none of its {outside.size} stations lies inside {where}: {listed}")
     note(
-        f"evaluate: {outside.size} of {points.inside.size} stations of {names[0]} lie outside {where} "
+        f"{outside.size} of {points.inside.size} stations of {names[0]} lie outside {where} "
         f"and are left out: {listed}"
     )
     keep = np.flatnonzero(points.inside)
     return obs.isel({STATION: keep}), points.subset(keep)
 
 
-__all__ = ["COLUMNS", "on_grid", "read_observations"]
+__all__ = ["COLUMNS", "on_grid", "read_observations", "read_stations", "station_set_id"]
