@@ -29,7 +29,7 @@ from ensml.times import format_leads, iso_lead, parse_leads
 
 PREFIX = "ensml_"
 #: The tasks whose outputs carry run metadata.
-TASKS = ("MixedTask", "SpreadTask")
+TASKS = ("MixedTask", "SpreadTask", "StationDRN")
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -48,8 +48,9 @@ class RunMeta:
     Attributes
     ----------
     task
-        ``MixedTask`` (a Gaussian predictive distribution of the analysis) or ``SpreadTask``
-        (the estimated spread of the full ensemble).
+        ``MixedTask`` (a Gaussian predictive distribution of the analysis), ``SpreadTask``
+        (the estimated spread of the full ensemble) or ``StationDRN`` (a predictive
+        distribution at stations, :mod:`ensml.train.station_model`).
     k
         Members the model read as input.
     members
@@ -68,6 +69,9 @@ class RunMeta:
         The predictive family of each variable (``MixedTask``), in the order of ``variables``
         (:mod:`ensml.scores.distributions`); empty for a spread model, and for files written
         before families existed, whose predictions are all Gaussian.
+    station_set
+        The identity of the station list of station products
+        (:func:`ensml.data.stations.station_set_id`); empty for a grid.
     version
         The ensml version that wrote the file.
     """
@@ -82,6 +86,7 @@ class RunMeta:
     checkpoints: tuple[str, ...] = ()
     surface: tuple[str, ...] = ()
     families: tuple[str, ...] = ()
+    station_set: str = ""
     version: str = field(default=__version__)
 
     def __post_init__(self) -> None:
@@ -92,7 +97,7 @@ class RunMeta:
             raise EnsmlError(
                 f"run metadata names {len(families)} families for {len(self.variables)} variables"
             )
-        if not families and self.task == "MixedTask":
+        if not families and self.task in ("MixedTask", "StationDRN"):
             families = ("normal",) * len(self.variables)
         object.__setattr__(self, "families", families)
         object.__setattr__(self, "members", tuple(int(m) for m in self.members))
@@ -113,21 +118,25 @@ class RunMeta:
 
     def to_attrs(self) -> dict[str, Any]:
         """The metadata as global attributes of a netCDF or zarr file."""
-        return {
-            f"{PREFIX}task": self.task,
-            f"{PREFIX}k": int(self.k),
-            f"{PREFIX}members": " ".join(str(m) for m in self.members),
-            f"{PREFIX}ensemble_size": int(self.ensemble_size),
-            f"{PREFIX}variables": " ".join(self.variables),
-            f"{PREFIX}surface_variables": " ".join(self.surface),
-            f"{PREFIX}levels": " ".join(f"{x:g}" for x in self.levels),
-            f"{PREFIX}leads": " ".join(iso_lead(lead) for lead in self.leads),
-            f"{PREFIX}checkpoint_sha256": " ".join(self.checkpoints),
-            f"{PREFIX}version": self.version,
-        } | (
-            {f"{PREFIX}distribution": " ".join(f"{v}:{f}" for v, f in zip(self.variables, self.families))}
-            if self.families
-            else {}
+        return (
+            {
+                f"{PREFIX}task": self.task,
+                f"{PREFIX}k": int(self.k),
+                f"{PREFIX}members": " ".join(str(m) for m in self.members),
+                f"{PREFIX}ensemble_size": int(self.ensemble_size),
+                f"{PREFIX}variables": " ".join(self.variables),
+                f"{PREFIX}surface_variables": " ".join(self.surface),
+                f"{PREFIX}levels": " ".join(f"{x:g}" for x in self.levels),
+                f"{PREFIX}leads": " ".join(iso_lead(lead) for lead in self.leads),
+                f"{PREFIX}checkpoint_sha256": " ".join(self.checkpoints),
+                f"{PREFIX}version": self.version,
+            }
+            | (
+                {f"{PREFIX}distribution": " ".join(f"{v}:{f}" for v, f in zip(self.variables, self.families))}
+                if self.families
+                else {}
+            )
+            | ({f"{PREFIX}station_set": self.station_set} if self.station_set else {})
         )
 
     @classmethod
@@ -166,6 +175,7 @@ class RunMeta:
                 checkpoints=tuple(get("checkpoint_sha256", "").split()),
                 surface=tuple(get("surface_variables", "").split()),
                 families=_families(get("distribution", ""), variables),
+                station_set=get("station_set", ""),
                 version=get("version"),
             )
         except (ValueError, EnsmlError) as exc:

@@ -1,16 +1,22 @@
 """``ensml fit|validate|test|predict``: LightningCLI over ensml's tasks and data module.
 
 The options are the task's (``--model``), the data module's (``--data``) and Lightning's
-trainer's (``--trainer``); see :mod:`ensml.train.lightning_cli`.
+trainer's (``--trainer``); see :mod:`ensml.train.lightning_cli`. A *station config* (a YAML
+with ``observations`` and no ``model``, ``data`` or ``trainer`` section) makes ``ensml fit``
+fit a station model instead (:func:`ensml.train.station_fit.fit_stations`, whose signature
+declares its options).
 """
 
 from __future__ import annotations
 
+#: What ``ensml fit`` runs for a station config.
+STATION_FIT = "ensml.train.station_fit:fit_stations"
 #: The Lightning verbs and their one-line summaries (their options come from LightningCLI: no
 #: function of ensml's declares them, so :data:`COMMANDS` is empty).
 COMMANDS: dict = {}
 SUMMARIES = {
-    "fit": "Train a model (spread or post-processing) from a YAML config: --config configs/mixed.yaml.",
+    "fit": "Train a model (spread or post-processing) from a YAML config: --config configs/mixed.yaml "
+    "(a station config, configs/stations.yaml, fits a station model).",
     "validate": "Score a checkpoint on the validation split (--ckpt_path).",
     "test": "Score a checkpoint on the test split (--ckpt_path).",
     "predict": "Write a checkpoint's predictions for the test split to netCDF (--ckpt_path).",
@@ -28,6 +34,13 @@ def run(args: list[str]) -> None:
 
     if print_stored(args):
         return
+    if args and args[0] == "fit" and is_station_config(args[1:]):
+        from ensml.cli.verb import run_function
+
+        fitted = run_function(STATION_FIT, args)
+        if fitted is not None:
+            print(f"fit: {fitted.model.describe()}; wrote {fitted.out_dir}")
+        return
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from ensml.errors import EnsmlError
@@ -42,6 +55,26 @@ def run(args: list[str]) -> None:
         if "is not in bounds, numpy accepts" not in str(exc):  # seed_everything's own check
             raise
         raise EnsmlError(out_of_range("option --seed_everything", str(exc).split()[0])) from None
+
+
+def is_station_config(args: list[str]) -> bool:
+    """Whether ``args`` give a station config: a ``--config`` YAML mapping with ``observations``
+    and none of LightningCLI's sections (an unreadable file is LightningCLI's to report)."""
+    import yaml
+
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name != "--config":
+            continue
+        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        try:
+            with open(value, encoding="utf-8") as f:
+                config = yaml.safe_load(f)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return False
+        if isinstance(config, dict) and "observations" in config:
+            return not {"model", "data", "trainer"} & set(config)
+    return False
 
 
 def trainer_problem(exc: Exception) -> str:
