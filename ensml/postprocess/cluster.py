@@ -309,9 +309,8 @@ def for_workers(job: Job, units: list[Unit]) -> tuple[Job, list[Unit]]:
 
     A unit's output stays a name relative to the output folder: its staging (absolute) writes it.
     """
-    checkpoints = tuple(replace(c, path=os.path.abspath(c.path)) for c in job.models.checkpoints)
     analysis = None if job.analysis is None else tuple(os.path.abspath(p) for p in job.analysis)
-    job = replace(job, models=replace(job.models, checkpoints=checkpoints), analysis=analysis)
+    job = replace(job, models=job.models.with_absolute_paths(), analysis=analysis)
     return job, [replace(u, input=os.path.abspath(u.input)) for u in units]
 
 

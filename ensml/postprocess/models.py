@@ -9,9 +9,10 @@ its own input leads and its own K first members.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,12 @@ class ModelSet:
     @property
     def task(self) -> str:
         return self.checkpoints[0].task
+
+    def with_absolute_paths(self) -> ModelSet:
+        """The same checkpoints named by absolute paths (for workers in another folder)."""
+        return replace(
+            self, checkpoints=tuple(replace(c, path=os.path.abspath(c.path)) for c in self.checkpoints)
+        )
 
     @property
     def variables(self) -> list[str]:

@@ -15,7 +15,7 @@ from ensml.names import VARIABLE_ATTRS, default_family
 
 #: Probability levels of the ECC quantiles (see :func:`ensml.postprocess.ecc.ecc_levels`).
 EccSpacing = Literal["centred", "rank"]
-OutputFormat = Literal["netcdf", "zarr"]
+OutputFormat = Literal["netcdf", "zarr", "csv"]
 ClusterKind = Literal["local", "slurm", "pbs", "none"]
 Device = Literal["cpu", "cuda", "auto"]
 

@@ -3,8 +3,8 @@
 A unit's output is a name relative to the output folder, the name its ledger records
 (:mod:`ensml.data.outputs`). netCDF output: one unit per input file, written to ``<path
 relative to the inputs' common folder>.nc`` (the input folders are mirrored, so equal names in
-different folders do not collide). zarr output: one unit per init time, each a region of
-``products.zarr``.
+different folders do not collide); CSV output (station products) the same with ``.csv``.
+zarr output: one unit per init time, each a region of ``products.zarr``.
 """
 
 from __future__ import annotations
@@ -35,15 +35,16 @@ def expand_inputs(patterns: str | Sequence[str], what: str = "forecast") -> list
     return list(found)
 
 
-def netcdf_units(inputs: Sequence[Path], out_dir: Path) -> list[Unit]:
-    """One unit per input; outputs mirror the inputs' folders below their common folder."""
+def netcdf_units(inputs: Sequence[Path], out_dir: Path, suffix: str = ".nc") -> list[Unit]:
+    """One unit per input; outputs (``suffix``: ``.nc``, or ``.csv`` for station products as
+    CSV) mirror the inputs' folders below their common folder."""
     root = Path(os.path.commonpath([p.parent for p in inputs]))
     real = out_dir.resolve()
     units, seen = [], {}
     for p in inputs:
         if p.is_relative_to(real):
             raise EnsmlError(f"forecast file {p} is inside the output folder {out_dir}")
-        name = (p.parent.relative_to(root) / (p.name.removesuffix(p.suffix) + ".nc")).as_posix()
+        name = (p.parent.relative_to(root) / (p.name.removesuffix(p.suffix) + suffix)).as_posix()
         if name in seen:
             raise EnsmlError(f"forecast files {seen[name]} and {p} would both be written to {out_dir / name}")
         seen[name] = p

@@ -2,7 +2,9 @@
 
 For every variable ``v`` of the checkpoints, dims (init_time, lead_time, [member | quantile |
 threshold], level, latitude, longitude), float32, in the variable's units, from its predictive
-family (:mod:`ensml.scores.distributions`, named by the run metadata's ``ensml_distribution``):
+family (:mod:`ensml.scores.distributions`, named by the run metadata's ``ensml_distribution``);
+at stations (:func:`station_product_dataset`) ``station`` takes the place of latitude and
+longitude, which become coordinates along it (CF discrete sampling geometry, ``timeSeries``):
 
 ===========================  ==========================================================
 ``v_mean``, ``v_std``        normal (mixed): the calibrated Gaussian's mean and std;
@@ -40,9 +42,11 @@ import numpy as np
 import xarray as xr
 
 from ensml.data.outputs import DEFAULT_COMPRESSION
+from ensml.data.stations import COORD_ATTRS as STATION_ATTRS
 from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
+    ELEVATION,
     INIT_TIME,
     LATITUDE,
     LEAD_TIME,
@@ -50,6 +54,7 @@ from ensml.names import (
     LONGITUDE,
     MEMBER,
     QUANTILE,
+    STATION,
     VALID_TIME,
     VARIABLE_ATTRS,
 )
@@ -73,8 +78,6 @@ LEAD_ENCODING = {"units": "hours", "dtype": "int64"}
 ECC_SEED = 20130601
 #: The normal's parameters (its products keep these names: ``v_mean``, ``v_std``).
 NORMAL_PARAMS = ("mean", "std")
-
-FIELD_DIMS = (INIT_TIME, LEAD_TIME, LEVEL, LATITUDE, LONGITUDE)
 
 
 def _describe(var: str, what: str, *, keep_standard_name: bool, units: str | None = None) -> dict:
@@ -152,6 +155,52 @@ def product_dataset(
         A variable's parameters are missing, of another shape than its raw members, or outside
         their family's range (one line naming the variable, the init and the parameter).
     """
+    places = {
+        LATITUDE: np.asarray(latitude, dtype=np.float64),
+        LONGITUDE: np.asarray(longitude, dtype=np.float64),
+    }
+    return _products(init, meta, (LATITUDE, LONGITUDE), places, params, raw, products, thresholds)
+
+
+def station_product_dataset(
+    init: np.datetime64,
+    meta: RunMeta,
+    stations: xr.Dataset,
+    params: Sequence[Mapping[str, np.ndarray]],
+    raw: np.ndarray,
+    products: Products,
+    thresholds: Sequence[ThresholdSet],
+) -> xr.Dataset:
+    """The products of one init time at stations: :func:`product_dataset` with the grid's
+    (latitude, longitude) replaced by ``station``, as CF discrete sampling geometry
+    (``featureType: timeSeries``).
+
+    ``stations`` gives the ``station`` ids (``cf_role: timeseries_id``) and their latitude,
+    longitude and elevation (when known) as coordinates along ``station``; ``params`` are
+    (L, D, S) and ``raw`` (V, L, M, D, S), S the stations.
+    """
+    places = {STATION: (STATION, stations[STATION].values.astype(str), dict(STATION_ATTRS[STATION]))}
+    for coord in (LATITUDE, LONGITUDE, ELEVATION):
+        if coord in stations.coords:
+            attrs = {**COORD_ATTRS.get(coord, {}), **STATION_ATTRS.get(coord, {})}
+            places[coord] = (STATION, np.asarray(stations[coord].values, np.float64), attrs)
+    ds = _products(init, meta, (STATION,), places, params, raw, products, thresholds)
+    ds.attrs["featureType"] = "timeSeries"
+    ds.attrs["Conventions"] = "CF-1.8"
+    return ds
+
+
+def _products(
+    init: np.datetime64,
+    meta: RunMeta,
+    horizontal: tuple[str, ...],
+    places: Mapping[str, object],
+    params: Sequence[Mapping[str, np.ndarray]],
+    raw: np.ndarray,
+    products: Products,
+    thresholds: Sequence[ThresholdSet],
+) -> xr.Dataset:
+    """The products of one init on the ``horizontal`` dims, whose coordinates ``places`` gives."""
     if len(params) != len(meta.variables):
         raise EnsmlError(f"products: {len(params)} sets of parameters for the variables {meta.variables}")
     n = raw.shape[2] if products.members is None else products.members
@@ -160,9 +209,8 @@ def product_dataset(
     coords = {
         INIT_TIME: inits,
         LEAD_TIME: leads,
-        LEVEL: np.asarray(meta.levels, dtype=np.float64),
-        LATITUDE: np.asarray(latitude, dtype=np.float64),
-        LONGITUDE: np.asarray(longitude, dtype=np.float64),
+        LEVEL: np.asarray(meta.levels or (np.nan,), dtype=np.float64),  # surface only: one, dropped
+        **places,
         VALID_TIME: ((INIT_TIME, LEAD_TIME), inits[:, None] + leads[None, :]),
     }
     ds = xr.Dataset(coords=coords, attrs=meta.to_attrs())
@@ -176,14 +224,16 @@ def product_dataset(
         for i, (var, p) in enumerate(zip(meta.variables, params))
     ]
     for i, dist in enumerate(dists):
-        _variable_products(ds, dist, raw[i], q, n, products.ecc_spacing, init)
+        _variable_products(ds, dist, raw[i], q, n, products.ecc_spacing, init, horizontal)
     for t in thresholds:
-        _exceedance(ds, t, dists[list(meta.variables).index(t.variable)], meta.levels)
+        _exceedance(ds, t, dists[list(meta.variables).index(t.variable)], meta.levels, horizontal)
     for name in ds.coords:
-        ds[name].attrs.update(COORD_ATTRS.get(str(name), {}))
+        if name not in (STATION, ELEVATION):
+            ds[name].attrs.update(COORD_ATTRS.get(str(name), {}))
     if n:
         ds[MEMBER].attrs.update(standard_name="realization", long_name="calibrated member number")
-    return _without_levels(ds, meta.surface)
+    ds = _without_levels(ds, meta.surface)
+    return ds if meta.levels else ds.drop_vars(LEVEL)
 
 
 def _family(var: str, name: str) -> Family:
@@ -306,29 +356,31 @@ def _variable_products(
     n: int,
     spacing: str,
     init: np.datetime64,
+    horizontal: tuple[str, ...],
 ) -> None:
     """Add ``dist``'s parameters, mean, P(0), quantiles and ECC members to ``ds``.
 
-    ``raw`` (L, M, D, H, W) is the ECC template.
+    ``raw`` (L, M, D, *horizontal) is the ECC template.
     """
     var, names = dist.var, dist.names
+    field_dims = (INIT_TIME, LEAD_TIME, LEVEL, *horizontal)
     if dist.family is None:
         ds[f"{var}_mean"] = (
-            FIELD_DIMS,
+            field_dims,
             dist.params["mean"][None],
             _describe(var, names["centre"], keep_standard_name=True),
         )
         ds[f"{var}_std"] = (
-            FIELD_DIMS,
+            field_dims,
             dist.params["std"][None],
             _describe(var, names["width"], keep_standard_name=False),
         )
     else:
         attrs = dist.family.param_attrs(var, VARIABLE_ATTRS.get(var, {"long_name": var}))
         for k, values in dist.params.items():
-            ds[f"{var}_{k}"] = (FIELD_DIMS, values.astype(np.float32)[None], attrs[k])
+            ds[f"{var}_{k}"] = (field_dims, values.astype(np.float32)[None], attrs[k])
         ds[f"{var}_mean"] = (
-            FIELD_DIMS,
+            field_dims,
             dist.mean()[None],
             _describe(var, names["centre"], keep_standard_name=True),
         )
@@ -336,14 +388,14 @@ def _variable_products(
         if p0 is not None:
             what = f"probability of zero, P({var} = 0) ({names['dist']})"
             ds[f"{var}_probability_of_zero"] = (
-                FIELD_DIMS,
+                field_dims,
                 p0[None],
                 _describe(var, what, keep_standard_name=False, units="1"),
             )
     if q.size:
         attrs = _describe(var, f"quantile of {names['dist']}", keep_standard_name=True)
         ds[f"{var}_quantile"] = (
-            (INIT_TIME, LEAD_TIME, QUANTILE, *FIELD_DIMS[2:]),
+            (INIT_TIME, LEAD_TIME, QUANTILE, *field_dims[2:]),
             dist.quantiles(q, axis=1)[None],
             attrs,
         )
@@ -354,13 +406,15 @@ def _variable_products(
         if dist.family is not None:
             attrs["ecc_ties"] = "broken at random, seeded by the init time and the variable"
         ds[var] = (
-            (INIT_TIME, LEAD_TIME, MEMBER, *FIELD_DIMS[2:]),
+            (INIT_TIME, LEAD_TIME, MEMBER, *field_dims[2:]),
             dist.members(raw, n, spacing, init)[None],
             attrs,
         )
 
 
-def _exceedance(ds: xr.Dataset, t: ThresholdSet, dist: Predictive, levels: Sequence[float]) -> None:
+def _exceedance(
+    ds: xr.Dataset, t: ThresholdSet, dist: Predictive, levels: Sequence[float], horizontal: tuple[str, ...]
+) -> None:
     """Add ``P(X > threshold)`` of one ``products.thresholds`` entry to ``ds``."""
     dim = f"{t.key}_threshold"
     ds.coords[dim] = (dim, np.asarray(t.values), _describe(t.variable, "threshold", keep_standard_name=True))
@@ -370,12 +424,12 @@ def _exceedance(ds: xr.Dataset, t: ThresholdSet, dist: Predictive, levels: Seque
     values = np.asarray(t.values)
     if t.level is None:
         p = dist.exceedance(values, axis=1)[None]
-        ds[f"{t.key}_exceedance"] = ((INIT_TIME, LEAD_TIME, dim, LEVEL, LATITUDE, LONGITUDE), p, attrs)
+        ds[f"{t.key}_exceedance"] = ((INIT_TIME, LEAD_TIME, dim, LEVEL, *horizontal), p, attrs)
     else:
         j = [float(x) for x in levels].index(t.level)
         p = dist.at_level(j).exceedance(values, axis=1)[None]
         attrs["level"], attrs["level_units"] = t.level, "hPa"
-        ds[f"{t.key}_exceedance"] = ((INIT_TIME, LEAD_TIME, dim, LATITUDE, LONGITUDE), p, attrs)
+        ds[f"{t.key}_exceedance"] = ((INIT_TIME, LEAD_TIME, dim, *horizontal), p, attrs)
 
 
 def product_encoding(ds: xr.Dataset, zarr: bool = False) -> dict[str, dict]:
@@ -386,7 +440,7 @@ def product_encoding(ds: xr.Dataset, zarr: bool = False) -> dict[str, dict]:
         LEAD_TIME: dict(LEAD_ENCODING),
     }
     for name, var in ds.data_vars.items():
-        chunks = tuple(1 if d not in (LEVEL, LATITUDE, LONGITUDE) else ds.sizes[d] for d in var.dims)
+        chunks = tuple(1 if d not in (LEVEL, LATITUDE, LONGITUDE, STATION) else ds.sizes[d] for d in var.dims)
         if zarr:
             enc[str(name)] = {"chunks": chunks, "dtype": "float32"}
         else:

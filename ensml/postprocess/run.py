@@ -39,11 +39,14 @@ from ensml.postprocess.options import (
 from ensml.postprocess.plan import ZARR_STORE, expand_inputs, netcdf_units, zarr_units
 from ensml.postprocess.products import placeholder_params, product_dataset, product_encoding
 from ensml.postprocess.progress import run_progress, summary
+from ensml.postprocess.stations import StationModels, is_station_model
 from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
 from ensml.provenance import command
 from ensml.times import format_leads
 
 COMMAND = "postprocess"
+#: The file suffix of each output format with one file per input.
+SUFFIX = {"netcdf": ".nc", "csv": ".csv"}
 ECC_REFERENCE = "ECC-Q: Schefzik, Thorarinsdottir and Gneiting (2013), Statistical Science 28, 616-640"
 
 
@@ -52,7 +55,7 @@ class Settings:
     """What a run was asked for, checked before any side effect: the checkpoints and the options
     that shape every output."""
 
-    models: ModelSet
+    models: ModelSet | StationModels
     format: OutputFormat
     products: Products
     thresholds: list[ThresholdSet]
@@ -108,6 +111,7 @@ def postprocess(
     verify: bool = False,
     force: bool = False,
     dry_run: bool = False,
+    stations: str | None = None,
 ) -> dict[str, int]:
     """Post-process forecast files with trained checkpoints into calibrated products.
 
@@ -121,7 +125,8 @@ def postprocess(
     ----------
     checkpoints
         One checkpoint per target lead time (``ensml fit`` output; all MixedTask or all SpreadTask,
-        same variables, levels and grid).
+        same variables, levels and grid), or one station model (``station_model.pt`` of ``ensml
+        fit`` with a station config): its products are at stations (see ``stations``).
     forecasts
         Forecast files or globs (netCDF, GRIB; one or many init times per file).
     analysis
@@ -132,7 +137,9 @@ def postprocess(
         not write is refused). It holds the products, ``manifest.jsonl`` and ``.ensml`` (ledger,
         lock, staging); files of the user's there are never replaced or removed.
     format
-        ``netcdf`` (one file per input) or ``zarr`` (one store, ``products.zarr``, one region per init).
+        ``netcdf`` (one file per input) or ``zarr`` (one store, ``products.zarr``, one region per
+        init); station products: ``netcdf`` (CF discrete sampling geometry, ``featureType:
+        timeSeries``) or ``csv`` (one row per station, init and lead), one file per input.
     products
         Quantile levels, exceedance thresholds and ECC members (see :class:`Products`).
     cluster
@@ -157,6 +164,11 @@ def postprocess(
         Redo every output, current or not.
     dry_run
         Print what would be done (and the batch job script for slurm/pbs); write nothing.
+    stations
+        With a station model: the stations to forecast for, a station list (CSV: id, latitude,
+        longitude, elevation) or an observations file (default: the model's own stations).
+        Stations the model was not trained on get an embedding by its rule (the nearest trained
+        station's, or zero); an id the model knows at another place is refused.
 
     Returns
     -------
@@ -175,7 +187,7 @@ def postprocess(
             log_dir=os.path.join(os.path.abspath(out_dir), STATE_DIR, "logs"),  # batch logs: not the cwd
         )
         spec.check(submit=not dry_run)
-        models = ModelSet.from_paths(checkpoints)
+        models = _models(checkpoints, stations, format)
         thresholds = check_products(products, models.variables, models.levels, models.run_meta().families)
         inputs = expand_inputs(forecasts)
         analysis_files = _analysis_files(models, analysis)
@@ -270,7 +282,29 @@ class _Finisher:
         self.progress.advance(ok=record["status"] == "done")
 
 
-def _analysis_files(models: ModelSet, analysis: str | list[str] | None) -> tuple[str, ...] | None:
+def _models(checkpoints: list[str], stations: str | None, format: OutputFormat) -> ModelSet | StationModels:
+    """The grid checkpoints or the station model of the run, checked against the format."""
+    if isinstance(checkpoints, list) and any(is_station_model(p) for p in checkpoints):
+        if len(checkpoints) != 1:
+            raise EnsmlError(
+                f"checkpoints: a station model is post-processed alone, got {len(checkpoints)} files"
+            )
+        if format == "zarr":
+            raise EnsmlError("format: station products are netcdf or csv files, not zarr")
+        return StationModels.from_path(checkpoints[0], stations)
+    if stations is not None:
+        raise EnsmlError(
+            "stations: products at stations come from a station model (ensml fit with a station config); "
+            "to score grid products at stations use ensml evaluate --observations"
+        )
+    if format == "csv":
+        raise EnsmlError("format: csv is for station products; grid products are netcdf or zarr")
+    return ModelSet.from_paths(checkpoints)
+
+
+def _analysis_files(
+    models: ModelSet | StationModels, analysis: str | list[str] | None
+) -> tuple[str, ...] | None:
     """The analysis files, for checkpoints that use the analysis at initialisation (else None)."""
     if not models.uses_analysis:
         return None
@@ -311,7 +345,7 @@ def _plan(inputs: list[Path], folder: OutputFolder, settings: Settings) -> Plan:
     """
     models, products = settings.models, settings.products
     if settings.format != "zarr":
-        units = netcdf_units(inputs, Path(folder.display))
+        units = netcdf_units(inputs, Path(folder.display), SUFFIX[settings.format])
         return Plan(units, _identities(units, models, settings.options()), products)
 
     unplanned: list[dict[str, Any]] = []
@@ -364,7 +398,7 @@ def _template(
 
 
 def _identities(
-    units: Iterable[Unit], models: ModelSet, options: dict[str, Any]
+    units: Iterable[Unit], models: ModelSet | StationModels, options: dict[str, Any]
 ) -> dict[str, dict[str, Any]]:
     opts = plain_options(**options)
     return {
@@ -398,7 +432,9 @@ def _output_names(inputs: list[Path], out: Path, format: OutputFormat) -> list[s
     (:meth:`OutputFolder.check`: the folder is new, empty or ensml's, no name is a user's file).
     Only reads the file system."""
     OutputFolder.check(out, COMMAND, names=[MANIFEST])  # the folder first: `/`, a file, a user's folder
-    products = [ZARR_STORE] if format == "zarr" else [u.output for u in netcdf_units(inputs, out)]
+    products = (
+        [ZARR_STORE] if format == "zarr" else [u.output for u in netcdf_units(inputs, out, SUFFIX[format])]
+    )
     OutputFolder.check(out, COMMAND, names=[MANIFEST, *products])
     return [MANIFEST, *products]
 
@@ -430,7 +466,7 @@ def _dry_run(
     if settings.format == "zarr":
         units, _ = zarr_units(inputs, lambda p, r: console.print(f"  would fail: {p}: {r}"))
     else:
-        units = netcdf_units(inputs, out)
+        units = netcdf_units(inputs, out, SUFFIX[settings.format])
     identities = _identities(units, models, settings.options())
     current = (
         0

@@ -43,6 +43,7 @@ from ensml.postprocess.manifest import data_sha256
 from ensml.postprocess.models import LOAD_COUNT, ModelSet, check_grid, load_models
 from ensml.postprocess.options import OutputFormat, Products, ThresholdSet
 from ensml.postprocess.products import product_dataset, product_encoding
+from ensml.postprocess.stations import StationForecast, StationModels, load_station_model, products_csv
 from ensml.predictions import file_sha256
 
 PLUGIN_NAME = "ensml-models"
@@ -52,7 +53,7 @@ PLUGIN_NAME = "ensml-models"
 class Job:
     """What every unit of a run shares (small: pickled with each task, models load per worker)."""
 
-    models: ModelSet
+    models: ModelSet | StationModels
     products: Products
     thresholds: tuple[ThresholdSet, ...]
     analysis: tuple[str, ...] | None
@@ -224,20 +225,28 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
     try:
         staging = _staging(unit)
         record["output"] = str(staging.final(unit.output))
-        nets = load_models(job.models, job.device)
-        device = str(nets[0].device)
-        fc = _Forecast(unit.input, job.models, job.analysis)
+        if isinstance(job.models, StationModels):
+            fc: _Forecast | StationForecast = StationForecast(unit.input, job.models)
+
+            def products(init: np.datetime64) -> Any:
+                return fc.products(init, job.products, job.thresholds)
+
+        else:
+            nets = load_models(job.models, job.device)
+            device = str(nets[0].device)
+            fc = _Forecast(unit.input, job.models, job.analysis)
+
+            def products(init: np.datetime64) -> Any:
+                params, raw = predict_init(fc, init, job.models, nets, device)
+                meta = job.models.run_meta()
+                return product_dataset(
+                    init, meta, fc.latitude, fc.longitude, params, raw, job.products, job.thresholds
+                )
+
         inits = fc.inits if unit.init is None else np.array([unit.init], dtype="datetime64[ns]")
         if unit.init is not None and unit.init not in fc.inits:
             raise EnsmlError(f"{fc.what} no longer holds init {str(unit.init)[:16]}")
         attrs = {**job.attrs, "ensml_input": str(unit.input)}
-
-        def products(init: np.datetime64) -> Any:
-            params, raw = predict_init(fc, init, job.models, nets, device)
-            meta = job.models.run_meta()
-            return product_dataset(
-                init, meta, fc.latitude, fc.longitude, params, raw, job.products, job.thresholds
-            )
 
         if job.format == "zarr":
             ds = products(inits[0])
@@ -247,7 +256,9 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
         else:
             # Held in the run's staging folder when every init is in; the run places it (see finish).
             with staging.hold(unit.output) as tmp:
-                for i, init in enumerate(inits):
+                if job.format == "csv":
+                    tmp.write_text(products_csv([products(init) for init in inits]), encoding="utf-8")
+                for i, init in enumerate(inits if job.format == "netcdf" else ()):
                     ds = products(init)
                     append_netcdf_init(tmp, ds, i, {**attrs, **ds.attrs}, job.history, product_encoding(ds))
             # Its size and mtime are the folder ledger's, recorded when the run places it.
@@ -280,14 +291,17 @@ class ModelPlugin(WorkerPlugin):
 
     name = PLUGIN_NAME
 
-    def __init__(self, models: ModelSet, device: str, torch_threads: int) -> None:
+    def __init__(self, models: ModelSet | StationModels, device: str, torch_threads: int) -> None:
         self.models, self.device, self.torch_threads = models, device, torch_threads
 
     def setup(self, worker: Any) -> None:
         torch.set_num_threads(self.torch_threads)
         restore_malloc_thresholds()
         try:
-            load_models(self.models, self.device)
+            if isinstance(self.models, StationModels):
+                load_station_model(self.models)
+            else:
+                load_models(self.models, self.device)
         except EnsmlError:
             pass  # each unit then fails with the one-line reason
 

@@ -1,0 +1,156 @@
+"""Bad inputs of the station verbs (``ensml fit`` with a station config, ``ensml postprocess`` of
+a station model): one ``ensml:`` line, exit status 1, and a sandbox of user files, the inputs
+and the fitted model byte-identical afterwards (the table of ``test_cli_table.py``, for the
+inputs that only stations have).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+import yaml
+
+from ensml import names
+from ensml.cli.main import main
+from ensml.data.stations import read_stations
+from ensml.data.synth.generate import synth
+from ensml.train.station_model import read_station_model
+from tests.cli.test_cli_table import Row, _check, _hashes, _sandbox
+from tests.train.test_station_fit import station_config
+
+SYNTH = {"n_lat": 8, "n_lon": 16, "start": "2019-01-01", "end": "2019-03-31", "members": 4, "surface": True}
+pytestmark = pytest.mark.slow  # the fixture fits a station model (about 10 s)
+
+PP = "postprocess --checkpoints [{model}] --forecasts {fc} --out_dir out"
+FIT = "fit --config {dir}/"
+
+ROWS: list[Row] = [
+    (
+        "postprocess: a station id at another place",
+        PP + " --stations {dir}/moved.csv",
+        1,
+        ("SYN", "knows it at", "a station id names one place"),
+    ),
+    (
+        "postprocess: one id at two places in the list",
+        PP + " --stations {dir}/twice.csv",
+        1,
+        ("twice.csv", "PLACE", "a station has one position"),
+    ),
+    (
+        "postprocess: no elevation for the height correction",
+        PP + " --stations {dir}/no_elevation.csv",
+        1,
+        ("no_elevation.csv", "elevation"),
+    ),
+    (
+        "postprocess: no station inside the grid",
+        PP.replace("{model}", "{dir}/regional.pt") + " --stations {dir}/far.csv",
+        1,
+        ("none of its", "far.csv"),
+    ),
+    (
+        "postprocess: stations with a grid checkpoint",
+        PP.replace("{model}", "{dir}/no.ckpt") + " --stations {dir}/far.csv",
+        1,
+        ("station model",),
+    ),
+    ("postprocess: station products as zarr", PP + " --format zarr", 1, ("zarr",)),
+    (
+        "postprocess: grid products as csv",
+        PP.replace("{model}", "{dir}/no.ckpt") + " --format csv",
+        1,
+        ("csv",),
+    ),
+    (
+        "postprocess: a damaged station model",
+        PP.replace("{model}", "{dir}/damaged.pt"),
+        1,
+        ("damaged.pt", "station model"),
+    ),
+    (
+        "postprocess: a station model and a checkpoint",
+        PP.replace("{model}", "{model},{dir}/no.ckpt"),
+        1,
+        ("alone",),
+    ),
+    (
+        "fit stations: no init in the train period",
+        FIT + "empty_period.yaml",
+        1,
+        ("train_period", "no init time"),
+    ),
+    ("fit stations: observations the forecasts miss", FIT + "late.yaml", 1, ("holds no time among them",)),
+    ("fit stations: a quantile family", FIT + "bqn.yaml", 1, ("distribution.t2m", "parametric")),
+    ("fit stations: out_dir holds a user's files", FIT + "into_sibling.yaml", 1, ("sibling",)),
+    ("fit stations: no elevation for the height correction", FIT + "no_elevation.yaml", 1, ("elevation",)),
+]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The synthetic data, a fitted station model and the bad files of the rows."""
+    work = tmp_path_factory.mktemp("station-bad")
+    paths = synth(work / "data", **SYNTH, stations=12)
+    folder = work / "inputs"
+    folder.mkdir()
+    run = work / "runs" / "stations"
+    good = station_config(paths, run, train_period=["2019-01-01", "2019-02-28"], test_period=None, epochs=2)
+    (folder / "good.yaml").write_text(yaml.safe_dump(good))
+    torch.set_num_threads(1)
+    assert main(["fit", "--config", str(folder / "good.yaml")]) == 0
+    st = read_stations(paths["stations"])
+    first = st.isel({names.STATION: 0})
+    sid, lat, lon = first.station.item(), first.latitude.item(), first.longitude.item()
+    (folder / "moved.csv").write_text(f"station,lat,lon,elevation\n{sid},{lat + 5:.4f},{lon:.4f},10\n")
+    (folder / "twice.csv").write_text("station,lat,lon,elevation\nPLACE,10,10,5\nPLACE,11,10,5\n")
+    (folder / "no_elevation.csv").write_text("station,lat,lon\nNEW,10,10\n")
+    (folder / "far.csv").write_text("station,lat,lon,elevation\nSOUTH,-60,0,5\n")
+    (folder / "damaged.pt").write_bytes(b"PK\x03\x04 not really a model")
+    model = read_station_model(run / "station_model.pt")  # as if trained on the northern half
+    model.model_height = model.model_height.where(model.model_height[names.LATITUDE] > 0, drop=True)
+    (folder / "regional.pt").write_bytes(model.to_bytes())
+    configs = {
+        "empty_period": {"train_period": ["2018-01-01", "2018-06-30"]},
+        "bqn": {"distribution": {"t2m": "bqn"}},
+        "into_sibling": {"out_dir": "sibling"},
+    }
+    obs = xr.load_dataset(paths["stations"])
+    late = obs.assign_coords({names.TIME: obs[names.TIME].values + np.timedelta64(3650, "D")})
+    late.to_netcdf(folder / "late.nc")
+    configs["late"] = {"observations": str(folder / "late.nc")}
+    table = "station,lat,lon,time,t2m\n" + "".join(
+        f"{s},{a:.4f},{o:.4f},2019-01-03T00:00,280\n"
+        for s, a, o in zip(st.station.values, st.latitude.values, st.longitude.values)
+    )
+    (folder / "obs_no_elevation.csv").write_text(table)
+    configs["no_elevation"] = {"observations": str(folder / "obs_no_elevation.csv")}
+    for name, change in configs.items():
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump({**good, "out_dir": str(work / name), **change}))
+    return {
+        "fc": str(paths["forecast"]),
+        "dir": str(folder),
+        "model": str(run / "station_model.pt"),
+        "work": str(work),
+    }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("row", ROWS, ids=[row[0] for row in ROWS])
+def test_bad_station_input_is_one_line_and_harmless(
+    row: Row,
+    inputs: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _sandbox(tmp_path)
+    roots = (tmp_path, Path(inputs["work"]))
+    before = _hashes(*roots)
+    status = main([word.format(**inputs) for word in row[1].split()])
+    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))

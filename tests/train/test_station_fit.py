@@ -1,0 +1,220 @@
+"""Station models from fit to postprocess: ``ensml fit`` with a station config, the station
+model file, and ``ensml postprocess`` of it into station products (netCDF and CSV).
+
+On synthetic stations with a known truth (``synth --stations``). The scores the fit writes are
+checked against scoringrules (``crps_ensemble`` of the raw members, ``crps_normal`` of the
+model's distribution); the products against the model applied in this process and the normal's
+closed-form quantiles (scipy).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scoringrules as sr
+import torch
+import xarray as xr
+import yaml
+from scipy import stats
+
+from ensml import names
+from ensml.cli.main import main
+from ensml.data.station_frame import build_station_frame
+from ensml.data.station_table import station_table
+from ensml.data.stations import read_stations, station_set_id
+from ensml.data.subset import Subset
+from ensml.data.synth.generate import synth
+from ensml.train.station_model import read_station_model
+from tests.conftest import CONFIGS
+
+SYNTH = {
+    "n_lat": 8,
+    "n_lon": 16,
+    "start": "2019-01-01",
+    "end": "2019-12-31",
+    "members": 4,
+    "surface": True,
+    "stations": 30,
+}
+DIMS = (names.LEAD_TIME, names.INIT_TIME, names.STATION)
+TEST_PERIOD = ["2019-11-01", "2019-12-31"]
+
+
+def station_config(paths: dict[str, Path], out_dir: Path, **extra: object) -> dict:
+    """``configs/stations.yaml`` pointed at the synthetic data: t2m, k = 2, a small DRN."""
+    config = yaml.safe_load((CONFIGS / "stations.yaml").read_text())
+    config.update(
+        forecast=str(paths["forecast"]),
+        observations=str(paths["stations"]),
+        model_height=str(paths["orography"]),
+        variables=["t2m"],
+        k=2,
+        radius_km=2000,
+        train_period=["2019-01-01", "2019-10-31"],
+        test_period=TEST_PERIOD,
+        hidden=[16],
+        epochs=40,
+        batch_size=256,
+        patience=5,
+        out_dir=str(out_dir),
+    )
+    return {**config, **extra}
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    work = tmp_path_factory.mktemp("station_fit")
+    paths = synth(work / "data", **SYNTH)
+    config = work / "stations.yaml"
+    config.write_text(yaml.safe_dump(station_config(paths, work / "runs" / "stations")))
+    torch.set_num_threads(1)
+    assert main(["fit", "--config", str(config)]) == 0
+    test_fc = work / "inputs" / "forecast_test.nc"
+    test_fc.parent.mkdir()
+    with xr.open_dataset(paths["forecast"]) as fc:
+        fc.sel({names.INIT_TIME: slice("2019-12-01", "2019-12-06")}).to_netcdf(test_fc)
+    return {
+        "paths": paths,
+        "run": work / "runs" / "stations",
+        "config": config,
+        "work": work,
+        "test_fc": test_fc,
+    }
+
+
+def _test_table(fitted: dict) -> xr.Dataset:
+    paths = fitted["paths"]
+    frame = build_station_frame(
+        str(paths["forecast"]), str(paths["stations"]), k=2, model_height=str(paths["orography"])
+    )
+    table = station_table(frame, Subset.first(2), radius_km=2000)
+    inits = table[names.INIT_TIME].values
+    lo, hi = (np.datetime64(d) for d in TEST_PERIOD)
+    return table.sel({names.INIT_TIME: inits[(inits >= lo) & (inits <= hi + np.timedelta64(1, "D"))]})
+
+
+@pytest.mark.slow
+def test_fit_writes_the_model_and_scores_checked_by_scoringrules(fitted: dict) -> None:
+    run = fitted["run"]
+    assert sorted(p.name for p in run.iterdir() if not p.name.startswith(".")) == [
+        "scores.csv",
+        "station_model.pt",
+    ]
+    model = read_station_model(run / "station_model.pt")
+    assert model.variables == ("t2m",) and model.families == ("normal",) and model.k == 2
+    assert model.model_height is not None and model.radius_km == 2000
+    assert model.stations.sizes[names.STATION] == 30
+    test = _test_table(fitted)
+    params = model.distribution(test)["t2m"]
+    rows = list(csv.DictReader((run / "scores.csv").open()))
+    assert [int(r["lead_hours"]) for r in rows] == [24, 48]
+    for i, row in enumerate(rows):
+        y = test["t2m_obs"].transpose(*DIMS).values[i]
+        raw = test["t2m"].transpose(*DIMS, names.MEMBER).values[i]
+        mu, sd = (params[k].transpose(*DIMS).values[i] for k in ("mean", "std"))
+        ok = np.isfinite(y)
+        assert int(row["n"]) == ok.sum()
+        np.testing.assert_allclose(float(row["crps_raw"]), sr.crps_ensemble(y[ok], raw[ok]).mean(), rtol=1e-5)
+        np.testing.assert_allclose(
+            float(row["crps_drn"]), sr.crps_normal(y[ok], mu[ok], sd[ok]).mean(), rtol=1e-5
+        )
+        # the stations' known height offsets and biases: the DRN learns what the raw members lack
+        assert float(row["skill_vs_raw"]) > 0.05
+
+
+@pytest.mark.slow
+def test_the_model_file_gives_back_the_same_distribution(fitted: dict, tmp_path: Path) -> None:
+    model = read_station_model(fitted["run"] / "station_model.pt")
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(model.to_bytes())
+    again = read_station_model(copy)
+    test = _test_table(fitted).isel({names.INIT_TIME: slice(0, 5)})
+    a, b = model.distribution(test)["t2m"], again.distribution(test)["t2m"]
+    for k in ("mean", "std"):
+        np.testing.assert_array_equal(a[k].values, b[k].values)
+    assert (
+        again.station_set == model.station_set == station_set_id(read_stations(fitted["paths"]["stations"]))
+    )
+
+
+@pytest.mark.slow
+def test_postprocess_writes_station_products_once(fitted: dict, capsys: pytest.CaptureFixture) -> None:
+    out = fitted["work"] / "products"
+    model_file = fitted["run"] / "station_model.pt"
+    args = ["postprocess", "--checkpoints", f"[{model_file}]", "--forecasts", str(fitted["test_fc"])]
+    args += ["--out_dir", str(out), "--cluster", "none"]
+    assert main(args) == 0
+    ds = xr.load_dataset(out / "forecast_test.nc")
+    assert ds.attrs["featureType"] == "timeSeries" and ds.attrs["ensml_task"] == "StationDRN"
+    assert ds[names.STATION].attrs["cf_role"] == "timeseries_id"
+    assert ds["elevation"].attrs["units"] == "m"
+    assert ds.attrs["ensml_station_set"] == station_set_id(ds.drop_vars(list(ds.data_vars)))
+    model = read_station_model(model_file)
+    assert ds.attrs["ensml_checkpoint_sha256"] == model.sha256
+    assert ds["t2m_mean"].dims == (names.INIT_TIME, names.LEAD_TIME, names.STATION)
+    # the model applied here, to the station table of the same file
+    frame = build_station_frame(
+        str(fitted["test_fc"]),
+        str(fitted["paths"]["stations"]),
+        variables=["t2m"],
+        k=2,
+        model_height=str(fitted["paths"]["orography"]),
+        observed=False,
+    )
+    table = station_table(frame, Subset.first(2), radius_km=2000)
+    params = model.distribution(table)["t2m"]
+    order = (names.INIT_TIME, names.LEAD_TIME, names.STATION)
+    mean, std = (params[k].transpose(*order).values for k in ("mean", "std"))
+    np.testing.assert_allclose(ds["t2m_mean"].values, mean, rtol=1e-6)
+    np.testing.assert_allclose(ds["t2m_std"].values, std, rtol=1e-6)
+    q = ds["quantile"].values
+    expected = stats.norm.ppf(q[None, None, :, None], mean[:, :, None, :], std[:, :, None, :])
+    np.testing.assert_allclose(ds["t2m_quantile"].values, expected, rtol=1e-5, atol=1e-3)
+    # ECC members: as many as the model read (the K that exist), in the raw members' rank order
+    assert ds["t2m"].sizes[names.MEMBER] == 2
+    raw = table["t2m"].transpose(names.INIT_TIME, names.LEAD_TIME, names.MEMBER, names.STATION).values
+    calibrated = ds["t2m"].values
+    np.testing.assert_array_equal(np.argsort(raw, axis=2), np.argsort(calibrated, axis=2))
+    # exactly once: a second run finds the output current
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "up to date │     1" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_csv_products_hold_the_netcdf_values_at_new_stations(fitted: dict, tmp_path: Path) -> None:
+    stations = read_stations(fitted["paths"]["stations"])
+    known = stations.isel({names.STATION: 0})
+    listed = tmp_path / "places.csv"
+    listed.write_text(
+        "station,latitude,longitude,elevation\n"
+        f"{known.station.item()},{known.latitude.item():.6f},{known.longitude.item():.6f},{known.elevation.item()}\n"
+        "AIRPORT,47.45,8.56,432\n"
+    )
+    model_file = fitted["run"] / "station_model.pt"
+    common = ["--checkpoints", f"[{model_file}]", "--forecasts", str(fitted["test_fc"]), "--cluster", "none"]
+    common += ["--stations", str(listed)]
+    assert main(["postprocess", *common, "--out_dir", str(tmp_path / "nc")]) == 0
+    assert main(["postprocess", *common, "--out_dir", str(tmp_path / "csv"), "--format", "csv"]) == 0
+    ds = xr.load_dataset(tmp_path / "nc" / "forecast_test.nc")
+    assert list(ds[names.STATION].values) == [known.station.item(), "AIRPORT"]
+    rows = list(csv.DictReader((tmp_path / "csv" / "forecast_test.csv").open()))
+    assert len(rows) == ds.sizes[names.INIT_TIME] * ds.sizes[names.LEAD_TIME] * 2
+    first = rows[1]  # init 0, lead 0, the second station
+    assert first["station"] == "AIRPORT" and first["lead_hours"] == "24"
+    np.testing.assert_allclose(float(first["t2m_mean"]), ds["t2m_mean"].values[0, 0, 1], rtol=1e-5)
+    np.testing.assert_allclose(
+        float(first["t2m_quantile_0.5"]), ds["t2m_quantile"].values[0, 0, 3, 1], rtol=1e-5
+    )
+    np.testing.assert_allclose(float(first["t2m_member_1"]), ds["t2m"].values[0, 0, 1, 1], rtol=1e-5)
+    # the new station has the nearest trained station's embedding
+    model = read_station_model(model_file)
+    nearest = model.nets["t2m"].nearest_trained(np.array([47.45]), np.array([8.56]))[0]
+    net = model.nets["t2m"].with_new_stations(np.array([47.45]), np.array([8.56]))
+    np.testing.assert_array_equal(
+        net.embedding.weight[-1].detach().numpy(),
+        model.nets["t2m"].embedding.weight[nearest].detach().numpy(),
+    )
