@@ -1,7 +1,7 @@
 """The files of ``ensml predict`` / ``ensml postprocess`` given to a verb, and the lead times scored.
 
 :func:`scan_run` reads (without data) the run metadata of every file given to one option
-(:data:`ROLES`: ``predictions``, ``spread predictions``, ``members``)
+(:data:`ROLES`: ``predictions``, ``spread predictions``, ``members``, ``station predictions``)
 (:meth:`ensml.predictions.RunMeta.from_attrs`; a file without it is refused): the task that made
 it must be the one its option scores, and the files of one option must come from one run
 (:func:`ensml.predictions.one_run`, naming two checkpoints that differ).
@@ -54,6 +54,7 @@ ROLES = {
     "predictions": Role("MixedTask", (), "--predictions", family=True),
     "spread predictions": Role("SpreadTask", ("_std",), "--spread_predictions"),
     "members": Role(None, ("",), "--members", member=True),
+    "station predictions": Role("StationDRN", (), "--predictions", family=True),
 }
 
 
@@ -118,14 +119,12 @@ def scan_run(paths: Paths, what: str, variables: Sequence[str], partial: bool = 
         name = _file(ds, what, paths)
         meta = metas[str(ds.encoding.get("source") or paths)] = RunMeta.from_attrs(ds.attrs, name)
         if role.task and meta.task != role.task:
-            kind, other = (
-                ("a spread model's", "spread predictions")
-                if meta.is_spread
-                else ("Gaussian (post-processing)", "predictions")
+            where = (
+                "with --observations, --predictions takes station products (of a station model)"
+                if role.task == "StationDRN"
+                else _where(meta)
             )
-            raise EnsmlError(
-                f"{name} holds {kind} predictions (ensml_task {meta.task}): pass it as {ROLES[other].option}"
-            )
+            raise EnsmlError(f"{name} holds {_kind(meta)} (ensml_task {meta.task}): {where}")
         needed[:] = needed or role.needed(variables, meta)
         absent = [n for n in needed if n not in ds.data_vars or (role.member and MEMBER not in ds[n].dims)]
         if absent and not partial:
@@ -197,6 +196,21 @@ def choose_leads(
 
 def without_leads(ds: xr.Dataset) -> xr.Dataset:
     return ds.drop_vars([c for c in (LEAD_TIME, VALID_TIME) if c in ds.coords])
+
+
+def _kind(meta: RunMeta) -> str:
+    if meta.task == "StationDRN":
+        return "station products"
+    return "a spread model's predictions" if meta.is_spread else "Gaussian (post-processing) predictions"
+
+
+def _where(meta: RunMeta) -> str:
+    """Where a file of the run ``meta`` is scored."""
+    if meta.task == "StationDRN":
+        return "score them at their stations with --predictions and --observations"
+    if meta.is_spread:
+        return "pass it as --spread_predictions"
+    return "pass it as --predictions"
 
 
 def _file(ds: xr.Dataset, what: str, paths: Paths) -> str:

@@ -146,7 +146,9 @@ def evaluate(
         parameters ``<var>_<param>`` (``<var>_mean``, ``<var>_std`` for a normal;
         ``tp_shape``, ``tp_scale``, ``tp_shift`` for a censored shifted gamma), scored with the
         family's CRPS. Every file must hold ensml's run metadata (``ensml_*`` attributes), all
-        from one run (one checkpoint); a spread model's file here is an error.
+        from one run (one checkpoint); a spread model's file here is an error. With
+        ``observations``: station products of ``ensml postprocess`` (a station model's), scored
+        at the stations they share with the observations, on their init times.
     spread_predictions
         The same from a spread model (``<var>_std``): scored by RMSE and correlation against the
         M-member spread (std, ddof 0), beside the K-member sample std. A post-processing
@@ -212,9 +214,10 @@ def evaluate(
         where the station observed. Writes ``scores.csv``, ``scores.md`` (pooled over
         stations: unweighted means over the station-times, with the pairs counted),
         ``stations.csv`` (per station) and ``stations.nc`` (the CRPS of every station-time);
-        ``predictions``, ``spread_predictions``, ``oracle``, ``members``, ``cases`` and
-        ``analysis_reader`` do not apply. Stations outside the forecast's grid are left out,
-        with a note.
+        each pooled skill has its 95 % interval and Diebold-Mariano test against the raw
+        ensemble. ``predictions`` are then station products; ``spread_predictions``,
+        ``oracle``, ``members``, ``cases`` and ``analysis_reader`` do not apply. Stations
+        outside the forecast's grid are left out, with a note.
     extraction
         How the forecast is taken at a station (with ``observations``): ``nearest``, the grid
         point nearest on the great circle, or ``bilinear`` between the four around it (in
@@ -271,7 +274,6 @@ def evaluate(
         station_options(
             analysis,
             observations,
-            predictions=predictions,
             spread_predictions=spread_predictions,
             oracle=oracle,
             members=members,
@@ -290,6 +292,7 @@ def evaluate(
             lapse_rate=lapse_rate,
             out_dir=out_dir,
             reader=as_reader(reader),
+            predictions=predictions,
         )
     gridded_options(extraction=extraction, model_height=model_height, lapse_rate=lapse_rate)
     return evaluate_grid(

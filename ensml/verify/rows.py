@@ -132,7 +132,7 @@ def crps_rows(
                 "skill_vs_raw_ensemble": 1.0 - value / raw,
             }
             if tests is not None:
-                row.update(_NO_TEST if name == raw_key else _test_columns(tests[name, lev]))
+                row.update(NO_TEST if name == raw_key else skill_test_columns(tests[name, lev]))
             if oracle_key in means:
                 best = float(at(means[oracle_key], lev))
                 row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
@@ -194,7 +194,7 @@ def score_rows(
                 "skill_vs_raw_ensemble": 1.0 - value / raw if raw > 0 else np.nan,
             }
             test = None if tests is None or name == raw_key else tests.get((name, lev))
-            row.update(_NO_TEST if test is None else _test_columns(test))
+            row.update(NO_TEST if test is None else skill_test_columns(test))
             if oracle_key is not None and oracle_key in means:
                 best = float(at(means[oracle_key], lev))
                 row["gap_closed"] = (raw - value) / (raw - best) if raw != best else np.nan
@@ -208,11 +208,11 @@ def score_rows(
 #: The columns of a skill against the raw ensemble and its test: the skill, its 95 % interval, the
 #: Diebold-Mariano statistic and p-value, and the bootstrap's block length.
 SKILL_COLUMNS = ["skill_vs_raw_ensemble", "skill_low", "skill_high", "dm_stat", "dm_p", "block_length"]
-_NO_TEST = dict.fromkeys(SKILL_COLUMNS[1:], np.nan)
+NO_TEST = dict.fromkeys(SKILL_COLUMNS[1:], np.nan)
 
 
-def _test_columns(t: SkillTest) -> dict[str, float]:
-    """The table columns of a skill test (the reference's own row: :data:`_NO_TEST`)."""
+def skill_test_columns(t: SkillTest) -> dict[str, float]:
+    """The table columns of a skill test (the reference's own row: :data:`NO_TEST`)."""
     block = t.block_length if t.block_length else np.nan  # 0: no bootstrap was run (too few inits)
     return {
         "skill_low": t.low,

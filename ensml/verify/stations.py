@@ -15,6 +15,19 @@ k-1), by lead, variable and level:
   ``spread_skill`` = sqrt((M+1)/M) · spread / rmse, 1 for a reliable ensemble of M members
   (Fortin et al. 2014, J. Hydrometeor. 15, 1708).
 
+With ``predictions``, station products of ``ensml postprocess`` (a station model's
+predictive distribution at each station, :mod:`ensml.postprocess.stations`) are scored too: the
+CRPS of their family in closed form (:meth:`ensml.scores.distributions.Family.crps`), on the
+stations they share with the observations and the init times they cover; the raw ensemble and
+subset are then scored on the same station-times, so that every row compares the same pairs.
+A products file names the stations it holds (``ensml_station_set``): a file whose stations
+differ from it, or a station id at another place than in the observations, is refused.
+
+Every forecast's pooled skill over the raw ensemble gets its 95 % interval (a moving-block
+bootstrap over init times of the station-mean scores) and the Diebold-Mariano test against the
+raw ensemble (``skill_low``, ``skill_high``, ``dm_stat``, ``dm_p``, ``block_length``:
+:mod:`ensml.scores.significance`, as on the grid).
+
 ``scores.csv``/``scores.md`` pool every station; ``stations.csv`` has the same per station
 (means over its init times); ``stations.nc`` the CRPS of every station-time (``lead_time``,
 ``init_time``, ``[level]``, ``station``; NaN where not observed).
@@ -23,7 +36,7 @@ k-1), by lead, variable and level:
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,15 +46,19 @@ import xarray as xr
 from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions
 from ensml.data.outputs import OutputFolder
-from ensml.data.runfiles import leads_option
+from ensml.data.runfiles import RunFiles, leads_option, scan_run
 from ensml.data.station_frame import StationFrame, StationLead, build_station_frame
+from ensml.data.stations import station_set_id
 from ensml.data.subset import Subset, raw_subset
 from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
     ELEVATION,
     INIT_TIME,
+    LATITUDE,
     LEAD_TIME,
+    LEVEL,
+    LONGITUDE,
     MEMBER,
     STATION,
     VALID_TIME,
@@ -50,12 +67,16 @@ from ensml.names import (
 )
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
+from ensml.scores.distributions import get_family
+from ensml.scores.significance import skill_tests
 from ensml.times import LEAD_DTYPE, format_lead, lead_hours
 from ensml.verify.levels import at, levels_of, table_level
 from ensml.verify.options import Selection
-from ensml.verify.rows import slug
+from ensml.verify.rows import NO_TEST, skill_test_columns, slug
 from ensml.verify.tables import Content, to_markdown, write_files
 
+#: How far (degrees) a station of one id may lie from where the products have it.
+SAME_PLACE_DEG = 1e-4
 #: What ``evaluate --observations`` writes.
 FILES = ["scores.csv", "scores.md", "stations.csv", "stations.nc"]
 #: The columns of ``scores.csv`` (pooled) and ``stations.csv`` (per station), in order.
@@ -68,6 +89,11 @@ COLUMNS = [
     "crps",
     "units",
     "skill_vs_raw_ensemble",
+    "skill_low",
+    "skill_high",
+    "dm_stat",
+    "dm_p",
+    "block_length",
     "n_pairs",
     "rmse",
     "mae",
@@ -132,13 +158,16 @@ class StationScores:
 
 
 def _summaries(
-    ens: xr.DataArray, y: xr.DataArray, crps: xr.DataArray, dims: list[str]
+    ens: xr.DataArray | None, centre: xr.DataArray, y: xr.DataArray, crps: xr.DataArray, dims: list[str]
 ) -> dict[str, xr.DataArray]:
-    """n_pairs, crps, rmse, mae, spread, spread_skill over ``dims``, on the pairs ``y`` observes."""
+    """n_pairs, crps, rmse, mae, spread, spread_skill over ``dims``, on the pairs ``y`` observes.
+
+    ``centre``: the ensemble mean, or a predictive distribution's mean (``ens`` None: no spread).
+    """
     seen = np.isfinite(y)
-    err = ens.mean(MEMBER) - y
-    m = ens.sizes[MEMBER]
+    err = centre - y
     n = seen.sum(dims)
+    m = ens.sizes[MEMBER] if ens is not None else 0
     spread = (
         np.sqrt(ens.var(MEMBER, ddof=1).where(seen).mean(dims)) if m > 1 else xr.full_like(n, np.nan, float)
     )
@@ -149,29 +178,45 @@ def _summaries(
         "rmse": rmse,
         "mae": np.abs(err).mean(dims),
         "spread": spread,
-        "spread_skill": np.sqrt((m + 1) / m) * spread / rmse,
+        "spread_skill": np.sqrt((m + 1) / m) * spread / rmse if m else spread,
     }
 
 
 def _rows(
-    frame: StationFrame, sl: StationLead, var: str, subset: Subset, fair: bool, per_pair: dict
+    frame: StationFrame,
+    sl: StationLead,
+    var: str,
+    subset: Subset,
+    fair: bool,
+    per_pair: dict,
+    products: StationProducts | None = None,
 ) -> tuple[list, list]:
     """Pooled and per-station rows of ``var`` at one lead; its per-pair CRPS added to ``per_pair``."""
     x, y = sl.forecast[var], sl.observed[var]
     ensembles = subset.ensembles(x)
     raw_key = raw_ensemble_name(x.sizes[MEMBER])
     scopes = {"pooled": [INIT_TIME, STATION], "station": [INIT_TIME]}
+    est = "fair ensemble" if fair else "empirical ensemble"
+    crps_of = {name: crps_ensemble(ens, y, preserve_dims="all", fair=fair) for name, ens in ensembles.items()}
+    estimators = dict.fromkeys(ensembles, est)
+    centres = {name: ens.mean(MEMBER) for name, ens in ensembles.items()}
+    if products is not None and var in products.variables:
+        name, crps, centre = products.score(var, sl, y)
+        crps_of[name], estimators[name], centres[name] = crps, f"{products.family(var)} closed form", centre
     summary: dict[str, dict[str, dict[str, xr.DataArray]]] = {}
-    for name, ens in ensembles.items():
-        crps = crps_ensemble(ens, y, preserve_dims="all", fair=fair)
+    for name, crps in crps_of.items():
         per_pair[f"crps_{slug(name)}_{var}"] = crps.drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
         with warnings.catch_warnings():  # a station or lead with nothing observed: NaN, counted 0
             warnings.simplefilter("ignore", RuntimeWarning)
-            summary[name] = {scope: _summaries(ens, y, crps, dims) for scope, dims in scopes.items()}
-    est = "fair ensemble" if fair else "empirical ensemble"
+            ens = ensembles.get(name)
+            summary[name] = {
+                scope: _summaries(ens, centres[name], y, crps, dims) for scope, dims in scopes.items()
+            }
+    weights = xr.ones_like(y[STATION], dtype=float)
+    tests = skill_tests(crps_of, weights, raw_key, sl.lead)
     units = y.attrs.get("units") or x.attrs.get("units") or units_of(var)
     out: dict[str, list[dict]] = {"pooled": [], "station": []}
-    for name in ensembles:
+    for name in crps_of:
         for scope, s in ((scope, summary[name][scope]) for scope in scopes):
             for lev in levels_of(s["crps"], frame.levels):
                 head = {
@@ -179,16 +224,119 @@ def _rows(
                     "level_hPa": table_level(lev),
                     "lead_h": lead_hours(sl.lead),
                     "forecast": name,
-                    "estimator": est,
+                    "estimator": estimators[name],
                     "units": units,
                 }
                 vals = {key: at(v, lev) for key, v in s.items()}
                 vals["skill_vs_raw_ensemble"] = 1.0 - vals["crps"] / at(summary[raw_key][scope]["crps"], lev)
                 if scope == "pooled":
-                    out[scope].append({**head, **{key: v.item() for key, v in vals.items()}})
+                    row = {**head, **{key: v.item() for key, v in vals.items()}}
+                    row.update(NO_TEST if name == raw_key else skill_test_columns(tests[name, lev]))
+                    out[scope].append(row)
                 else:
                     out[scope] += _station_rows(head, vals)
     return out["pooled"], out["station"]
+
+
+@dataclass(frozen=True)
+class StationProducts:
+    """Station products of ``ensml postprocess`` (:data:`ensml.data.runfiles.ROLES`'s ``station
+    predictions``), scanned and checked against the observations' stations."""
+
+    run: RunFiles
+    variables: list[str]  # scored: the products' variables among the frame's
+
+    def family(self, var: str) -> str:
+        return self.run.meta.family_of(var)
+
+    def name(self, var: str) -> str:
+        """The forecast's name in the tables: ``station DRN (normal)``."""
+        return f"station DRN ({self.family(var)})"
+
+    def score(self, var: str, sl: StationLead, y: xr.DataArray) -> tuple[str, xr.DataArray, xr.DataArray]:
+        """The name, the per-pair CRPS and the predictive mean of ``var`` at ``sl``'s lead."""
+        inits = y[INIT_TIME].values
+        levels = {LEVEL: [float(x) for x in y[LEVEL].values]} if LEVEL in y.dims else {}
+        got = self.run.read(sl.lead, inits, levels, lambda ds: ds.sel({STATION: y[STATION].values}), None)
+        family = get_family(self.family(var))
+        params = {p: got[f"{var}_{p}"].transpose(*y.dims) for p in family.params}
+        crps = family.crps({k: v.values for k, v in params.items()}, y.values)
+        mean = (
+            family.mean({k: v.values for k, v in params.items()})
+            if family.name != "normal"
+            else params["mean"].values
+        )
+        like = y.copy(data=np.asarray(crps, dtype=np.float64))
+        return self.name(var), like, y.copy(data=np.asarray(mean, dtype=np.float64))
+
+
+def read_station_products(
+    predictions: str | list[str], frame: StationFrame
+) -> tuple[StationProducts, StationFrame]:
+    """The station products of ``predictions`` and ``frame`` restricted to what they cover: the
+    stations they share with the observations and their init times.
+
+    Raises
+    ------
+    EnsmlError
+        Files that are not station products (or of two runs), products whose stations differ
+        from the station list they record, a station id at another place than in the
+        observations, no station or init time in common, no variable in common.
+    """
+    first = scan_run(predictions, "station predictions", [])
+    meta = first.meta
+    variables = [v for v in frame.variables if v in meta.variables]
+    if not variables:
+        raise EnsmlError(
+            f"predictions {predictions} hold {', '.join(meta.variables)}; the observations "
+            f"{', '.join(frame.variables)}: nothing to score"
+        )
+    run = scan_run(predictions, "station predictions", variables)
+    coords = run.coords
+    where = f"predictions {predictions}"
+    if station_set_id(coords) != meta.station_set:
+        raise EnsmlError(
+            f"{where}: the stations the files hold are not the station list they record "
+            "(ensml_station_set): changed after ensml postprocess wrote them"
+        )
+    obs = frame.observations
+    index = {str(s): i for i, s in enumerate(obs[STATION].values)}
+    keep, missing = [], []
+    for j, sid in enumerate(str(s) for s in coords[STATION].values):
+        i = index.get(sid)
+        if i is None:
+            missing.append(sid)
+            continue
+        dlat = abs(float(coords[LATITUDE][j]) - float(obs[LATITUDE][i]))
+        dlon = abs((float(coords[LONGITUDE][j]) - float(obs[LONGITUDE][i]) + 180.0) % 360.0 - 180.0)
+        if max(dlat, dlon) > SAME_PLACE_DEG:
+            raise EnsmlError(
+                f"{where} are for another station list: station {sid!r} is at "
+                f"{float(coords[LATITUDE][j]):.4f}°N {float(coords[LONGITUDE][j]):.4f}°E there and at "
+                f"{float(obs[LATITUDE][i]):.4f}°N {float(obs[LONGITUDE][i]):.4f}°E in "
+                f"{frame.names['observations']}"
+            )
+        keep.append(i)
+    if not keep:
+        raise EnsmlError(
+            f"{where}: none of their {len(missing)} stations is among {frame.names['observations']}"
+        )
+    if missing:
+        note(f"evaluate: {len(missing)} stations of {where} have no observations and are not scored")
+    inits = np.intersect1d(frame.forecast[INIT_TIME].values, coords[INIT_TIME].values)
+    if inits.size == 0:
+        raise EnsmlError(f"{where}: no init time in common with {frame.names['forecast']}")
+    if run.meta.k > frame.forecast.sizes[MEMBER]:
+        raise EnsmlError(f"{where} were made from {run.meta.k} members; {frame.names['forecast']} has fewer")
+    keep = np.array(sorted(keep))
+    restricted = replace(
+        frame,
+        forecast=frame.forecast.sel({INIT_TIME: inits}),
+        observations=obs.isel({STATION: keep}),
+        points=frame.points.subset(keep),
+        model_height=None if frame.model_height is None else frame.model_height.isel({STATION: keep}),
+    )
+    return StationProducts(run, variables), restricted
 
 
 def _station_rows(head: dict, vals: dict[str, xr.DataArray]) -> list[dict]:
@@ -212,8 +360,11 @@ def _per_pair(fields: list[xr.Dataset], leads: list[np.timedelta64], frame: Stat
     return ds.assign_coords({c: frame.observations[c] for c in frame.observations[STATION].coords})
 
 
-def score_stations(frame: StationFrame, subset: Subset, fair: bool = False) -> StationScores:
-    """Score every lead and variable of ``frame`` (one lead read at a time)."""
+def score_stations(
+    frame: StationFrame, subset: Subset, fair: bool = False, products: StationProducts | None = None
+) -> StationScores:
+    """Score every lead and variable of ``frame`` (one lead read at a time), and ``products``
+    where given (:func:`read_station_products`, on the frame it restricted)."""
     for lead in frame.leads:  # a lead of no whole hours has no row: fail before the work
         lead_hours(lead)
     pooled, by_station, fields, leads, inits = [], [], [], [], []
@@ -226,7 +377,7 @@ def score_stations(frame: StationFrame, subset: Subset, fair: bool = False) -> S
         sl = frame.at(lead)
         per_pair: dict[str, xr.DataArray] = {}
         for var in frame.variables:
-            p, s = _rows(frame, sl, var, subset, fair, per_pair)
+            p, s = _rows(frame, sl, var, subset, fair, per_pair, products)
             pooled += p
             by_station += s
         fields.append(xr.Dataset(per_pair))
@@ -271,7 +422,8 @@ def station_options(analysis: object, observations: str | None, **others: object
     if given:
         raise EnsmlError(
             f"evaluate: --{given[0]} does not apply to --observations (station scores are of the raw "
-            "ensemble and its subset); drop it, or score against --analysis"
+            "ensemble, its subset and station products of --predictions); drop it, or score against "
+            "--analysis"
         )
 
 
@@ -296,9 +448,11 @@ def evaluate_stations(
     lapse_rate: float = STANDARD_LAPSE_RATE,
     out_dir: str | None = "runs/eval",
     reader: ReaderOptions | None = None,
+    predictions: str | list[str] | None = None,
 ) -> StationScores:
     """Score ``forecast`` against station ``observations`` (options: :func:`ensml.verify.evaluate.evaluate`;
-    ``selection``: its variables, levels, leads and ``k``).
+    ``selection``: its variables, levels, leads and ``k``), and the station products
+    ``predictions`` of ``ensml postprocess`` where given (their run sets ``k``).
 
     Raises
     ------
@@ -313,7 +467,8 @@ def evaluate_stations(
     if not np.isfinite(lapse_rate) or abs(lapse_rate) > 0.1:  # K/m: 0.1 is ten times the dry adiabat
         standard = STANDARD_LAPSE_RATE
         raise EnsmlError(f"lapse_rate {lapse_rate!r} is not a lapse rate in K/m (the standard is {standard})")
-    subset = raw_subset((), selection.k)  # no run files: the first k (checked against the forecast below)
+    runs = () if predictions is None else (scan_run(predictions, "station predictions", []),)
+    subset = raw_subset(runs, selection.k)  # the products' members, or the first k
     frame = build_station_frame(
         forecast,
         observations,
@@ -326,7 +481,10 @@ def evaluate_stations(
         lapse_rate=lapse_rate,
         reader=reader,
     )
-    scores = score_stations(frame, subset, fair)
+    products = None
+    if predictions is not None:
+        products, frame = read_station_products(predictions, frame)
+    scores = score_stations(frame, subset, fair, products)
     if not scores.table.empty:
         n = int(scores.table.loc[scores.table["forecast"].str.startswith("raw ensemble"), "n_pairs"].sum())
         note(
@@ -343,9 +501,11 @@ def evaluate_stations(
 
 __all__ = [
     "FILES",
+    "StationProducts",
     "StationScores",
     "evaluate_stations",
     "gridded_options",
+    "read_station_products",
     "score_stations",
     "station_options",
 ]

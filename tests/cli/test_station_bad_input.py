@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow  # the fixture fits a station model (about 10 s)
 
 PP = "postprocess --checkpoints [{model}] --forecasts {fc} --out_dir out"
 FIT = "fit --config {dir}/"
+EV = "evaluate --forecast {fc} --observations {obs} --out_dir out --predictions "
 
 ROWS: list[Row] = [
     (
@@ -79,6 +80,25 @@ ROWS: list[Row] = [
         ("alone",),
     ),
     (
+        "evaluate: station products whose stations were changed",
+        EV + "{dir}/edited.nc",
+        1,
+        ("edited.nc", "not the station list they record"),
+    ),
+    (
+        "evaluate: station products of another station list",
+        EV.replace("{obs}", "{dir}/moved_obs.nc") + "{products}",
+        1,
+        ("another station list", "moved_obs.nc"),
+    ),
+    ("evaluate: grid predictions at stations", EV + "{dir}/mixed.nc", 1, ("mixed.nc", "station products")),
+    (
+        "evaluate: station products against a gridded analysis",
+        "evaluate --forecast {fc} --analysis {an} --out_dir out --predictions {products}",
+        1,
+        ("station products", "--observations"),
+    ),
+    (
         "fit stations: no init in the train period",
         FIT + "empty_period.yaml",
         1,
@@ -129,10 +149,29 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     )
     (folder / "obs_no_elevation.csv").write_text(table)
     configs["no_elevation"] = {"observations": str(folder / "obs_no_elevation.csv")}
+    products = work / "products"
+    args = [
+        "postprocess",
+        "--checkpoints",
+        f"[{run / 'station_model.pt'}]",
+        "--forecasts",
+        str(paths["forecast"]),
+    ]
+    assert main([*args, "--out_dir", str(products), "--cluster", "none"]) == 0
+    made = xr.load_dataset(products / "forecast.nc")
+    made.assign_coords({names.LATITUDE: made[names.LATITUDE] + 1.0}).to_netcdf(folder / "edited.nc")
+    made.assign_attrs(ensml_task="MixedTask").to_netcdf(folder / "mixed.nc")
+    moved = obs.assign_coords(
+        {names.LATITUDE: obs[names.LATITUDE] + np.where(np.arange(obs.sizes[names.STATION]) == 0, 2.0, 0.0)}
+    )
+    moved.to_netcdf(folder / "moved_obs.nc")
     for name, change in configs.items():
         (folder / f"{name}.yaml").write_text(yaml.safe_dump({**good, "out_dir": str(work / name), **change}))
     return {
         "fc": str(paths["forecast"]),
+        "an": str(paths["analysis"]),
+        "obs": str(paths["stations"]),
+        "products": str(products / "forecast.nc"),
         "dir": str(folder),
         "model": str(run / "station_model.pt"),
         "work": str(work),

@@ -13,6 +13,7 @@ import csv
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import scoringrules as sr
 import torch
@@ -75,7 +76,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict:
     test_fc = work / "inputs" / "forecast_test.nc"
     test_fc.parent.mkdir()
     with xr.open_dataset(paths["forecast"]) as fc:
-        fc.sel({names.INIT_TIME: slice("2019-12-01", "2019-12-06")}).to_netcdf(test_fc)
+        fc.sel({names.INIT_TIME: slice("2019-11-01", "2019-12-31")}).to_netcdf(test_fc)
     return {
         "paths": paths,
         "run": work / "runs" / "stations",
@@ -217,4 +218,43 @@ def test_csv_products_hold_the_netcdf_values_at_new_stations(fitted: dict, tmp_p
     np.testing.assert_array_equal(
         net.embedding.weight[-1].detach().numpy(),
         model.nets["t2m"].embedding.weight[nearest].detach().numpy(),
+    )
+
+
+@pytest.mark.slow
+def test_evaluate_scores_station_products_on_the_same_pairs(fitted: dict, tmp_path: Path) -> None:
+    """The products' CRPS (scoringrules' closed form on the file's parameters) beside the raw
+    ensemble's on the same station-times, pooled and per station, with intervals and DM tests."""
+    out = tmp_path / "products"
+    model_file = fitted["run"] / "station_model.pt"
+    args = ["postprocess", "--checkpoints", f"[{model_file}]", "--forecasts", str(fitted["test_fc"])]
+    assert main([*args, "--out_dir", str(out), "--cluster", "none"]) == 0
+    paths = fitted["paths"]
+    args = ["evaluate", "--forecast", str(paths["forecast"]), "--observations", str(paths["stations"])]
+    args += ["--model_height", str(paths["orography"]), "--predictions", str(out / "forecast_test.nc")]
+    assert main([*args, "--variables", "t2m", "--out_dir", str(tmp_path / "eval")]) == 0
+    table = pd.read_csv(tmp_path / "eval" / "scores.csv")
+    products = xr.load_dataset(out / "forecast_test.nc")
+    obs = xr.load_dataset(paths["stations"])
+    for lead_h in (24, 48):
+        lead = np.timedelta64(lead_h, "h")
+        valid = products[names.INIT_TIME].values + lead
+        y = obs["t2m"].sel({names.STATION: products[names.STATION].values}).reindex({names.TIME: valid})
+        y = y.transpose(names.TIME, names.STATION).values
+        at = products.sel({names.LEAD_TIME: lead})
+        mu, sd = at["t2m_mean"].values, at["t2m_std"].values
+        ok = np.isfinite(y)
+        rows = table[table["lead_h"] == lead_h].set_index("forecast")
+        drn = rows.loc["station DRN (normal)"]
+        np.testing.assert_allclose(drn["crps"], sr.crps_normal(y[ok], mu[ok], sd[ok]).mean(), rtol=1e-5)
+        assert drn["n_pairs"] == ok.sum()
+        raw = rows.loc["raw ensemble (4 members)"]
+        assert raw["n_pairs"] == ok.sum()  # the same station-times
+        assert drn["skill_low"] <= drn["skill_vs_raw_ensemble"] <= drn["skill_high"] or np.isnan(
+            drn["skill_low"]
+        )
+        assert 0 <= drn["dm_p"] <= 1
+    per_station = pd.read_csv(tmp_path / "eval" / "stations.csv")
+    assert set(per_station[per_station["forecast"] == "station DRN (normal)"]["station"]) <= set(
+        products[names.STATION].values
     )

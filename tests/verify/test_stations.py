@@ -238,8 +238,8 @@ def test_model_height_needs_elevations_and_2m_temperature(data: dict, tmp_path: 
     [
         ({"analysis": "an.nc", "observations": "obs.csv"}, "not both"),
         (
-            {"observations": "obs.csv", "predictions": "p.nc"},
-            "--predictions does not apply to --observations",
+            {"observations": "obs.csv", "spread_predictions": "p.nc"},
+            "--spread_predictions does not apply to --observations",
         ),
         ({"observations": "obs.csv", "cases": ["c.yaml"]}, "--cases does not apply"),
         ({"analysis": "an.nc", "model_height": "h.nc"}, "--model_height applies with --observations only"),
