@@ -14,9 +14,13 @@ from collections.abc import Mapping
 
 import numpy as np
 import xarray as xr
+from jsonargparse.typing import restricted_number_type
 
 from ensml import names
 from ensml.data.stations import COORD_ATTRS
+
+#: The numbers of stations the generators accept (0: none).
+StationCount = restricted_number_type("StationCount", int, [(">=", 0), ("<=", 100_000)])
 
 
 def draw_places(rng: np.random.Generator, n: int, latitude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -62,4 +66,11 @@ def observations_dataset(data: Mapping, coords: Mapping, time: np.ndarray) -> xr
     return ds
 
 
-__all__ = ["draw_places", "observations_dataset", "observed_attrs", "station_coords", "station_ids"]
+__all__ = [
+    "StationCount",
+    "draw_places",
+    "observations_dataset",
+    "observed_attrs",
+    "station_coords",
+    "station_ids",
+]
