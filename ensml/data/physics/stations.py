@@ -203,7 +203,7 @@ def station_datasets(seed: int, n: int, analysis: xr.Dataset, wind: xr.Dataset) 
     st, time, level = names.STATION, names.TIME, names.LEVEL
     times = analysis[time].values
     levels = analysis[level].values
-    lowest = analysis["t"].sel({level: levels.max()})
+    lowest = analysis["t"].sel({level: levels.max()}).astype(np.float64)
     anomaly_grid = lowest - lowest.mean(names.LONGITUDE)
     w = _station_time(at(analysis["si10"]), (st, time))
     u, v = (_station_time(at(wind[c]), (st, time)) for c in ("u10", "v10"))
