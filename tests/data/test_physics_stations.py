@@ -182,7 +182,7 @@ def test_observations_are_the_formulas_of_the_truth_run_by_hand(runs) -> None:
     np.testing.assert_array_equal(truth["si10_cell"].values, si10)
     t = cell["t"].transpose(names.STATION, names.TIME, names.LEVEL).values
     np.testing.assert_array_equal(truth["t_cell"].values, t)
-    zonal = an["t"].sel(level=850).mean("longitude").astype(np.float64)
+    zonal = an["t"].sel(level=850).astype(np.float64).mean("longitude")
     row = _nearest_cell(an, st)[names.LATITUDE]
     anomaly = t[:, :, 1] - zonal.isel(latitude=row).transpose(names.STATION, names.TIME).values
     np.testing.assert_allclose(truth["t_anomaly"].values, anomaly, rtol=1e-6, atol=1e-6)
