@@ -154,14 +154,10 @@ def si10_station(
 ) -> np.ndarray:
     """The stations' 10 m wind speed (m s-1) from the cell's ``w``, the wind's ``direction`` (from,
     degrees), the temperature ``anomaly`` (K) and the noise ``eps``, all ``(station, time)``."""
-
-    def per_station(x: np.ndarray) -> np.ndarray:
-        return x[:, None]
-
-    response = per_station(draw.si10_factor) * W0 * (w / W0) ** per_station(draw.si10_exponent)
-    sheltered = shelter(direction, per_station(draw.shelter_direction), per_station(draw.shelter_depth))
-    stability = np.exp(-per_station(draw.stability) * anomaly)
-    return response * sheltered * stability * np.exp(per_station(draw.si10_noise) * eps)
+    c, p = draw.si10_factor[:, None], draw.si10_exponent[:, None]
+    sheltered = shelter(direction, draw.shelter_direction[:, None], draw.shelter_depth[:, None])
+    stability = np.exp(-draw.stability[:, None] * anomaly)
+    return c * W0 * (w / W0) ** p * sheltered * stability * np.exp(draw.si10_noise[:, None] * eps)
 
 
 def temperature_gradient(t: xr.DataArray) -> xr.DataArray:
