@@ -72,6 +72,7 @@ from ensml.data.station_draw import (
     station_ids,
 )
 from ensml.data.synth.fields import stream
+from ensml.times import hours_of
 
 #: The random stream of the stations (the runs draw from generators of their own).
 STREAM = 10
@@ -216,7 +217,7 @@ def station_datasets(seed: int, n: int, analysis: xr.Dataset, wind: xr.Dataset) 
     length = representativeness_length(analysis.sizes[names.LATITUDE])
     spread = draw.t_noise[:, None, None] + length * gradient
     t_obs = t_cell + draw.t_bias[:, None, None] + spread * eta
-    hours = (times - times.astype("datetime64[D]")) // np.timedelta64(1, "h")
+    hours = hours_of(times - times.astype("datetime64[D]"))  # of the day, UTC
     launched = draw.sounding[:, None] & np.isin(hours, SOUNDING_HOURS)[None, :]
     t_obs[~launched] = np.nan
     t_obs[rng.random(t_cell.shape) < MISSING] = np.nan
