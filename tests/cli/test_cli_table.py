@@ -305,6 +305,8 @@ ROWS: list[Row] = [
     ("data physics: no spin-up", PHYS + " --spinup_days 1", 1, ("spinup_days", "at least 2")),
     ("data physics: zero inits", PHYS + " --inits 0", 1, ("--inits", RANGE)),
     ("data physics: start not a date", PHYS + " --start notadate", 1, ("notadate",)),
+    ("data physics: stations negative", PHYS + " --stations -5", 1, ("--stations", RANGE)),
+    ("data physics: stations too many", PHYS + " --stations 200000", 1, ("--stations", RANGE)),
     ("data physics: out_dir holds a user's files", "data physics --out_dir sibling", 1, ("sibling",)),
     ("data archive: period reversed", ARCHIVE + " --period [2019-01-01,2018-01-01]", 1, ("2018-01-01",)),
     ("data archive: period not dates", ARCHIVE + " --period [bad,2018-01-01]", 1, ("bad",)),

@@ -201,6 +201,15 @@ class Core:
         speed = torch.hypot(u[:, 0], v[:, 0]) * (self.wind_factor / self.metre_per_second)
         return speed.transpose(-1, -2).flip(-2).numpy().astype(np.float32)
 
+    def wind(self, state) -> tuple[np.ndarray, np.ndarray]:
+        """The 10 m wind's components (m s⁻¹): eastward ``u10`` and northward ``v10``, each (batch,
+        lat, lon), latitudes north to south: the lowest σ layer's (u, v) times the log-law factor
+        of :meth:`wind_speed`, whose speed they have up to float32 rounding (not written to the
+        grid files; the physics stations' wind direction, :mod:`ensml.data.physics.stations`)."""
+        u, v = self.grid.vor_div_to_uv_nodal(state.vorticity[:, -1:], state.divergence[:, -1:], clip=False)
+        scale = self.wind_factor / self.metre_per_second
+        return tuple((c[:, 0] * scale).transpose(-1, -2).flip(-2).numpy().astype(np.float32) for c in (u, v))
+
     def outputs(self, state, levels_hpa) -> dict[str, np.ndarray]:
         """Every field written: z and t on ``levels_hpa`` (:meth:`on_pressure`) and ``si10``
         (:meth:`wind_speed`)."""

@@ -6,7 +6,9 @@ run and whose ensemble comes from perturbed initial states run by an imperfect m
 (:mod:`ensml.data.physics.runs` states the experiment). The model error is physical, so it
 depends on the flow, and no oracle exists: post-processing is judged against the raw ensemble
 and EMOS. The files look like the synthetic data's (``forecast.nc``, ``analysis.nc``, the same
-names, units and CF attributes), so every verb reads them.
+names, units and CF attributes), so every verb reads them. ``stations=N`` adds observations of
+the truth run at N random stations whose errors depend on the flow
+(:mod:`ensml.data.physics.stations`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from ensml import __version__, names
 from ensml.data.outputs import OutputFolder
 from ensml.data.outputs.generated import check_generated
+from ensml.data.physics import stations as physics_stations
 from ensml.data.physics.core import TRUNCATIONS, dinosaur
-from ensml.data.physics.runs import VARIABLES, Plan, core_for, run_all
+from ensml.data.physics.runs import TRUTH_WIND, VARIABLES, Plan, core_for, run_all
+from ensml.data.station_draw import StationCount
 from ensml.data.synth.build import encodings
 from ensml.errors import EnsmlError
 from ensml.progress import EVERY_S, Progress, note, seconds
@@ -103,6 +107,7 @@ def physics(
     every_hours: PositiveInt = 24,
     spinup_days: NonNegativeInt = 120,
     seed: Seed = 0,
+    stations: StationCount = 0,
     workers: PositiveInt | None = None,
     overwrite: bool = False,
 ) -> dict[str, Path]:
@@ -141,6 +146,14 @@ def physics(
         Days the truth runs from rest before the first init (about 100 reach its climate).
     seed
         Seed of the spin-up noise and of every initial perturbation, 0 … 2**32 - 1.
+    stations
+        Also write observations of the truth run at this many random stations (0 … 100,000),
+        whose errors depend on the flow (wind direction, stability, a power law of the wind
+        speed): ``stations.nc`` (``si10`` at every station, ``t`` on every level at every
+        fourth, at 00 and 12 UTC; by valid time, as ``evaluate --observations`` reads it) and
+        ``stations_truth.nc`` (each station's parameters, and the truth and noise that made
+        each observation); see :mod:`ensml.data.physics.stations`. The stations have their own
+        random stream: the grid files are the same bit for bit with or without them.
     workers
         Processes for the forecasts (default: the cores, at most 8); the truth runs beside them.
     overwrite
@@ -149,16 +162,18 @@ def physics(
     Returns
     -------
     dict[str, Path]
-        ``{"forecast": ..., "analysis": ...}`` paths.
+        ``{"forecast": ..., "analysis": ...}`` paths (with ``stations``, also ``"stations"`` and
+        ``"stations_truth"``).
 
     Raises
     ------
     EnsmlError
         For impossible options, a missing ``dinosaur-torch``, an ``out_dir`` that cannot be
         written or is not ensml's, an earlier dataset there without ``overwrite``, or a failed
-        write (one line naming the file). Nothing is written unless both files are complete.
+        write (one line naming the file). Nothing is written unless every file is complete.
     """
-    options = {k: v for k, v in locals().items() if k not in ("out_dir", "workers", "overwrite")}
+    # the grid files record the runs' options only: the same with or without stations
+    options = {k: v for k, v in locals().items() if k not in ("out_dir", "stations", "workers", "overwrite")}
     plan = _plan(truncation, layers, levels, leads, members, inits, every_hours, spinup_days, seed)
     t0 = pd.Timestamp(parse_date(start, "physics: option --start"))
     # the truth runs from the first init to the last init's longest lead: datetime64[ns] must hold it
@@ -168,7 +183,8 @@ def physics(
     )
     n_workers = int(workers) if workers else max(1, min(8, os.cpu_count() or 1))
     dinosaur()  # the extra is installed, before anything is written
-    check_generated(out_dir, "physics", [f"{n}.nc" for n in NAMES], overwrite)
+    outputs = NAMES + (physics_stations.STATION_FILES if stations else ())
+    check_generated(out_dir, "physics", [f"{n}.nc" for n in outputs], overwrite)
     truth_days = spinup_days + plan.records * plan.record_hours / 24
     forecast_days = inits * members * max(plan.lead_hours) / 24
     parallel = max(1, min(os.cpu_count() or 1, n_workers))
@@ -180,7 +196,9 @@ def physics(
     with Progress("ensml data physics", inits, "init times forecast", every_s=EVERY_S) as progress:
         truth, forecast = run_all(plan, n_workers, lambda n: progress.advance(n=n))
     datasets = _datasets(plan, t0, truth, forecast, options)
-    return _write(datasets, Path(out_dir), options)
+    if stations:
+        datasets |= _station_datasets(datasets["analysis"], truth, options, int(stations))
+    return _write(datasets, Path(out_dir), options, int(stations))
 
 
 def _datasets(
@@ -216,6 +234,23 @@ def _datasets(
     return {"forecast": fc, "analysis": an}
 
 
+def _station_datasets(an: xr.Dataset, truth: dict, options: dict, n: int) -> dict[str, xr.Dataset]:
+    """``stations`` and ``stations_truth`` for ``n`` stations observing the truth ``an``."""
+    horizontal = (names.TIME, names.LATITUDE, names.LONGITUDE)
+    wind = xr.Dataset({c: (horizontal, truth[c]) for c in TRUTH_WIND}, coords={d: an[d] for d in horizontal})
+    made = physics_stations.station_datasets(int(options["seed"]), n, an, wind)
+    what = {
+        "stations": "station observations of the truth run by valid time",
+        "stations_truth": "what made the station observations: station parameters, truth and noise",
+    }
+    attrs = {**options, "stations": n}
+    for key, ds in made.items():
+        ds.attrs = {**_global_attrs(attrs, what[key]), **ds.attrs}
+        for name in ds.coords:
+            ds[name].attrs.update(names.COORD_ATTRS.get(str(name), {}))
+    return made
+
+
 def _dims(dims: tuple[str, ...], variable: str) -> tuple[str, ...]:
     """``dims``, without the level for the single-level (surface) variables."""
     return tuple(d for d in dims if d != names.LEVEL) if variable in SURFACE else dims
@@ -243,15 +278,21 @@ def _global_attrs(options: dict, what: str) -> dict:
     }
 
 
-def _write(datasets: dict[str, xr.Dataset], out_dir: Path, options: dict) -> dict[str, Path]:
-    """Both files staged and renamed into place together (a failure leaves the folder as it was)."""
-    history = (
-        "physics(" + ", ".join(f"{k}={v!r}" for k, v in options.items()) + f", out_dir={str(out_dir)!r})"
-    )
+def _write(datasets: dict[str, xr.Dataset], out_dir: Path, options: dict, stations: int) -> dict[str, Path]:
+    """Every file staged and renamed into place together (a failure leaves the folder as it was).
+
+    The grid files' history names the runs' options only (as without stations); the station
+    files' adds ``stations``.
+    """
+
+    def history(opts: dict) -> str:
+        return "physics(" + ", ".join(f"{k}={v!r}" for k, v in opts.items()) + f", out_dir={str(out_dir)!r})"
+
     paths, encoding = {key: out_dir / f"{key}.nc" for key in datasets}, encodings(datasets)
     with OutputFolder.open(out_dir, "physics", names=[p.name for p in paths.values()], whole=True) as folder:
         for key, ds in datasets.items():
-            folder.write_netcdf(ds, paths[key].name, encoding[key], history=history)
+            opts = options if key in NAMES else {**options, "stations": stations}
+            folder.write_netcdf(ds, paths[key].name, encoding[key], history=history(opts))
     return paths
 
 

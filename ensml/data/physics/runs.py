@@ -58,6 +58,9 @@ SPINUP_NOISE_K = 0.1
 #: The fields written, as :meth:`~ensml.data.physics.core.Core.outputs` returns them: z and t on
 #: pressure levels, the 10 m wind speed si10 on none.
 VARIABLES = ("z", "t", "si10")
+#: The truth's 10 m wind components (:meth:`~ensml.data.physics.core.Core.wind`), kept beside its
+#: fields for the stations' wind direction and never written to the grid files.
+TRUTH_WIND = ("u10", "v10")
 
 
 @dataclass(frozen=True)
@@ -118,18 +121,20 @@ def initial_states(plan: Plan, init: int, truth: dict, anomalies: dict) -> dict[
 
 def run_truth(plan: Plan, core: Core, on_init: Callable[[int, dict], None]) -> dict[str, np.ndarray]:
     """The truth at every analysis time: (records, level, lat, lon) for z and t on pressure
-    levels, (records, lat, lon) for si10 (:meth:`~ensml.data.physics.core.Core.outputs`).
+    levels, (records, lat, lon) for si10 (:meth:`~ensml.data.physics.core.Core.outputs`) and for
+    the 10 m wind components of :data:`TRUTH_WIND` (:meth:`~ensml.data.physics.core.Core.wind`).
 
     ``on_init(i, members)`` is called with the members' initial states of every init time as
     the run passes it (:func:`initial_states`), so forecasts can start while the truth goes on.
     """
     state, anomalies = spin_up(plan, core)
-    fields: dict[str, list] = {name: [] for name in VARIABLES}
+    fields: dict[str, list] = {name: [] for name in VARIABLES + TRUTH_WIND}
     per_init = plan.every_hours // plan.record_hours
     for r in range(plan.records):
         if r:
             state = core.advance(state, plan.record_hours)
-        for name, values in core.outputs(state, plan.levels).items():
+        wind = dict(zip(TRUTH_WIND, core.wind(state)))
+        for name, values in {**core.outputs(state, plan.levels), **wind}.items():
             fields[name].append(values[0])
         if r % per_init == 0 and r // per_init < plan.inits:
             on_init(r // per_init, initial_states(plan, r // per_init, core.state_arrays(state), anomalies))
@@ -169,7 +174,8 @@ def run_all(plan: Plan, workers: int, on_forecasts: Callable[[int], None]) -> tu
     """The truth (in this process) and every forecast (in ``workers`` processes, or here if 1).
 
     Returns (analysis, forecast): per variable, (records, [level,] lat, lon) and (init, lead,
-    member, [level,] lat, lon), the level for z and t only. ``on_forecasts(n)`` is called as
+    member, [level,] lat, lon), the level for z and t only; the analysis also holds the truth's
+    10 m wind components (:data:`TRUTH_WIND`). ``on_forecasts(n)`` is called as
     ``n`` more inits are done.
     """
     torch.set_num_threads(1)

@@ -127,6 +127,7 @@ from jsonargparse.typing import NonNegativeFloat, PositiveInt, restricted_number
 
 from ensml.data.outputs import OutputFolder
 from ensml.data.outputs.generated import check_generated
+from ensml.data.station_draw import StationCount
 from ensml.data.synth.build import SynthConfig, build_datasets, encodings
 from ensml.data.synth.stations import STATION_FILES
 from ensml.errors import EnsmlError
@@ -179,8 +180,6 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
 #: The grid sizes and ensemble sizes ``synth`` accepts.
 GridSize = restricted_number_type("GridSize", int, [(">=", 4), ("<=", 2000)])
 Members = restricted_number_type("Members", int, [(">=", 2), ("<=", 1000)])
-#: The numbers of synthetic stations ``synth`` accepts (0: none).
-StationCount = restricted_number_type("StationCount", int, [(">=", 0), ("<=", 100_000)])
 
 
 def synth(

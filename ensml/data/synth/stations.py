@@ -48,7 +48,13 @@ import xarray as xr
 from ensml import names
 from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.points import Points, locate
-from ensml.data.stations import COORD_ATTRS
+from ensml.data.station_draw import (
+    draw_places,
+    observations_dataset,
+    observed_attrs,
+    station_coords,
+    station_ids,
+)
 from ensml.data.synth.fields import GaussianFields, stream
 
 #: The random stream of the stations (see :mod:`ensml.data.synth.model` for the others).
@@ -113,14 +119,11 @@ def orography(seed: int, latitude: np.ndarray, longitude: np.ndarray) -> xr.Data
 def draw_stations(seed: int, n: int, orog: xr.DataArray) -> StationDraw:
     """``n`` stations on the grid of ``orog``, uniform on the sphere between its outer latitudes."""
     rng = stream(seed, STREAM, 1)
-    lat = orog[names.LATITUDE].values
-    lo, hi = np.sin(np.deg2rad([lat.min(), lat.max()]))
-    latitude = np.rad2deg(np.arcsin(rng.uniform(lo, hi, n)))
-    longitude = rng.uniform(0.0, 360.0, n)
+    latitude, longitude = draw_places(rng, n, orog[names.LATITUDE].values)
     cells = locate(orog, latitude, longitude, "nearest")
     model_height = cells.extract(orog).values.astype(np.float64)
     return StationDraw(
-        ids=np.array([f"SYN{i + 1:05d}" for i in range(n)]),
+        ids=station_ids("SYN", n),
         latitude=latitude,
         longitude=longitude,
         elevation=np.maximum(0.0, model_height + RELIEF_M * rng.standard_normal(n)),
@@ -134,12 +137,7 @@ def draw_stations(seed: int, n: int, orog: xr.DataArray) -> StationDraw:
 
 
 def _station_coords(draw: StationDraw) -> dict:
-    return {
-        names.STATION: (names.STATION, draw.ids, COORD_ATTRS[names.STATION]),
-        names.LATITUDE: (names.STATION, draw.latitude, names.COORD_ATTRS[names.LATITUDE]),
-        names.LONGITUDE: (names.STATION, draw.longitude, names.COORD_ATTRS[names.LONGITUDE]),
-        names.ELEVATION: (names.STATION, draw.elevation, COORD_ATTRS[names.ELEVATION]),
-    }
+    return station_coords(draw.ids, draw.latitude, draw.longitude, draw.elevation)
 
 
 def observations(seed: int, draw: StationDraw, analysis: xr.Dataset) -> xr.Dataset:
@@ -155,13 +153,9 @@ def observations(seed: int, draw: StationDraw, analysis: xr.Dataset) -> xr.Datas
         else:
             value = grid * (draw.tp_factor if var == "tp" else draw.si10_factor)[:, None]
         value[rng.random(grid.shape) < MISSING] = np.nan
-        attrs = {k: v for k, v in analysis[var].attrs.items() if k != "comment"}
-        data[var] = ((names.STATION, names.TIME), value.astype(np.float32), {**attrs, "comment": NOTE})
-    coords = {**_station_coords(draw), names.TIME: analysis[names.TIME].values}
-    ds = xr.Dataset(data, coords=coords)
-    ds[names.TIME].attrs.update(COORD_ATTRS[names.TIME])
-    ds.attrs["featureType"] = "timeSeries"
-    return ds
+        attrs = observed_attrs(analysis[var].attrs, NOTE)
+        data[var] = ((names.STATION, names.TIME), value.astype(np.float32), attrs)
+    return observations_dataset(data, _station_coords(draw), analysis[names.TIME].values)
 
 
 def oracle(draw: StationDraw, grid_oracle: xr.Dataset) -> xr.Dataset:
