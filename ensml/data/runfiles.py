@@ -136,7 +136,8 @@ def scan_run(paths: Paths, what: str, variables: Sequence[str], partial: bool = 
             )
         missing.update(absent)
         present = [n for n in needed if n not in absent]
-        return without_leads(ds[present]).drop_vars(present)
+        kept = ds[present] if present else ds.drop_vars(list(ds.data_vars))  # nothing asked: the coords
+        return without_leads(kept).drop_vars(present)
 
     coords = load_dataset(paths, what, select)
     leads = {f"{what} file {path}": np.asarray(m.leads, dtype=LEAD_DTYPE) for path, m in metas.items()}
