@@ -11,6 +11,8 @@ import io
 import numpy as np
 import pandas as pd
 
+from ensml.times import LeadLike, format_lead, parse_lead
+
 #: Line colours by the start of a forecast's name (others: orange).
 COLOURS = {"raw ensemble": "k", "raw subset": "0.55", "post-processed": "tab:blue", "oracle": "tab:green"}
 
@@ -81,4 +83,109 @@ def reliability_diagram(rows: pd.DataFrame, title: str) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["reliability_diagram"]
+def station_skill_map(
+    rows: pd.DataFrame, forecast: str, reference: str, title: str, coast: bool = True
+) -> bytes:
+    """The CRPS skill of ``forecast`` over ``reference`` at each station, a map per lead.
+
+    ``rows``: per-station rows of one variable and level (``stations.csv``: ``station``,
+    ``latitude``, ``longitude``, ``lead_h``, ``forecast``, ``crps``). Each station is a dot
+    coloured by ``1 - crps / crps_reference`` (blue: better than the reference, red: worse; the
+    colour scale symmetric about 0 and capped at the 95th percentile of |skill|), over the
+    shipped coastlines (``coast``) on a plate carrée map of the stations' extent.
+    """
+    import cartopy.crs as ccrs
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from ensml.verify.maps import coastlines
+
+    keys = ["station", "lead_h"]
+    own = rows[rows["forecast"] == forecast].set_index(keys)
+    ref = rows[rows["forecast"] == reference].set_index(keys)["crps"]
+    table = own.assign(skill=1.0 - own["crps"] / ref.reindex(own.index)).reset_index()
+    leads = sorted(table["lead_h"].unique())
+    finite = np.abs(table["skill"].to_numpy(dtype=float))
+    finite = finite[np.isfinite(finite)]
+    limit = float(np.percentile(finite, 95)) if finite.size else 1.0
+    limit = limit if limit > 0 else 1.0
+    lon = ((table["longitude"].to_numpy(dtype=float) + 180.0) % 360.0) - 180.0
+    lat = table["latitude"].to_numpy(dtype=float)
+    pad = 5.0
+    extent = [
+        max(lon.min() - pad, -180),
+        min(lon.max() + pad, 180),
+        max(lat.min() - pad, -90),
+        min(lat.max() + pad, 90),
+    ]
+    fig = Figure(figsize=(5.2 * len(leads), 3.6))
+    FigureCanvasAgg(fig)
+    proj = ccrs.PlateCarree()
+    for i, lead in enumerate(leads):
+        ax = fig.add_subplot(1, len(leads), i + 1, projection=proj)
+        ax.set_extent(extent, crs=proj)
+        if coast:
+            ax.add_geometries([coastlines()], crs=proj, facecolor="none", edgecolor="0.4", linewidth=0.6)
+        one = table[table["lead_h"] == lead]
+        dots = ax.scatter(
+            ((one["longitude"].to_numpy(dtype=float) + 180.0) % 360.0) - 180.0,
+            one["latitude"].to_numpy(dtype=float),
+            c=one["skill"].to_numpy(dtype=float),
+            cmap="RdBu",
+            vmin=-limit,
+            vmax=limit,
+            s=14,
+            edgecolors="0.2",
+            linewidths=0.3,
+            transform=proj,
+        )
+        better = float(np.mean(one["skill"] > 0)) if len(one) else float("nan")
+        ax.set_title(f"+{lead:g} h: better at {better:.0%} of {len(one)} stations", fontsize=9)
+        bar = fig.colorbar(dots, ax=ax, orientation="horizontal", fraction=0.05, pad=0.06)
+        bar.set_label(f"CRPS skill over {reference}", fontsize=8)
+        bar.ax.tick_params(labelsize=7)
+    fig.suptitle(title, fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+def station_plume(products, observations, station: str, var: str, lead: LeadLike, title: str = "") -> bytes:
+    """One station's forecast plume at one ``lead`` against what it observed: the predictive median,
+    the central 50 % and 90 % intervals (the products' quantiles nearest 0.05, 0.25, 0.75 and
+    0.95) by valid time, and the observations as dots.
+
+    ``products``: a station products dataset of ``ensml postprocess`` (``<var>_quantile``);
+    ``observations``: the stations' observations (:func:`ensml.data.stations.read_observations`).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    lead = parse_lead(lead)
+    q = products[f"{var}_quantile"].sel(station=station).sel(lead_time=lead)
+    levels = q["quantile"].values
+    valid = products["init_time"].values + lead
+
+    def at(level: float) -> np.ndarray:
+        return q.isel(quantile=int(np.argmin(np.abs(levels - level)))).values
+
+    obs = observations[var].sel(station=station).reindex(time=valid).values
+    fig = Figure(figsize=(8.0, 3.4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.fill_between(valid, at(0.05), at(0.95), color="tab:blue", alpha=0.18, lw=0, label="90 % interval")
+    ax.fill_between(valid, at(0.25), at(0.75), color="tab:blue", alpha=0.35, lw=0, label="50 % interval")
+    ax.plot(valid, at(0.5), color="tab:blue", lw=1.2, label="median")
+    ax.plot(valid, obs, "o", color="k", ms=2.5, label="observed")
+    units = products[f"{var}_quantile"].attrs.get("units", "")
+    ax.set_ylabel(f"{var} ({units})" if units else var)
+    ax.set_title(title or f"{var} at {station}, +{format_lead(lead)}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=4, loc="upper left")
+    fig.autofmt_xdate()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+__all__ = ["reliability_diagram", "station_plume", "station_skill_map"]

@@ -70,6 +70,7 @@ from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import get_family
 from ensml.scores.significance import skill_tests
 from ensml.times import LEAD_DTYPE, format_lead, lead_hours
+from ensml.verify.charts import station_skill_map
 from ensml.verify.levels import at, levels_of, table_level
 from ensml.verify.options import Selection
 from ensml.verify.rows import NO_TEST, skill_test_columns, slug
@@ -149,12 +150,31 @@ class StationScores:
         per_pair.attrs.update(
             title="ensml CRPS at stations, per station-time", pooling=POOLING, extraction=self.extraction
         )
-        return {
+        files: dict[str, Content] = {
             "scores.csv": self.table.to_csv(index=False),
             "scores.md": header + to_markdown(self.table),
             "stations.csv": self.stations.to_csv(index=False),
             "stations.nc": per_pair,
         }
+        return files | self.skill_maps()
+
+    def skill_maps(self) -> dict[str, bytes]:
+        """``figures/station_skill_<var>[_<level>].png``: each station product's CRPS skill
+        over the raw ensemble by station, a map per lead (none without station products)."""
+        out = {}
+        rows = self.stations
+        level = rows["level_hPa"].map(lambda v: None if pd.isna(v) else float(v))
+        products = [f for f in rows["forecast"].unique() if str(f).startswith("station DRN")]
+        for name in products:
+            for var, lev in dict.fromkeys(zip(rows["variable"][rows["forecast"] == name], level)):
+                part = rows[(rows["variable"] == var) & (level.map(lambda v, lev=lev: v == lev))]
+                reference = next(f for f in part["forecast"].unique() if str(f).startswith("raw ensemble"))
+                suffix, where = ("", "") if lev is None else (f"_{lev:g}", f" {lev:g} hPa")
+                title = f"{var}{where}: {name} against the observations"
+                out[f"figures/station_skill_{var}{suffix}.png"] = station_skill_map(
+                    part, name, reference, title
+                )
+        return out
 
 
 def _summaries(

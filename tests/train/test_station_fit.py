@@ -29,6 +29,7 @@ from ensml.data.stations import read_stations, station_set_id
 from ensml.data.subset import Subset
 from ensml.data.synth.generate import synth
 from ensml.train.station_model import read_station_model
+from ensml.verify.charts import station_plume
 from tests.conftest import CONFIGS
 
 SYNTH = {
@@ -258,3 +259,7 @@ def test_evaluate_scores_station_products_on_the_same_pairs(fitted: dict, tmp_pa
     assert set(per_station[per_station["forecast"] == "station DRN (normal)"]["station"]) <= set(
         products[names.STATION].values
     )
+    skill_map = tmp_path / "eval" / "figures" / "station_skill_t2m.png"
+    assert skill_map.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plume = station_plume(products, obs, str(products[names.STATION].values[0]), "t2m", "24h")
+    assert plume[:8] == b"\x89PNG\r\n\x1a\n" and len(plume) > 10_000
