@@ -36,3 +36,39 @@ def test_the_guides_walkthrough_runs(tmp_path, monkeypatch, capsys):
     )
     assert np.isfinite(emos_crps) and np.isfinite(drn_crps)
     assert emos_crps < raw and drn_crps < raw  # both post-processings beat the raw subset
+
+
+#: What makes each command of the guide's shell blocks small (appended: the last value counts).
+SMALLEST = {
+    "data synth": "--n_lat 8 --n_lon 16 --members 6 --start 2019-09-01 --end 2020-02-28 --stations 12",
+    "fit": "--train_period [2019-09-01,2019-12-31] --test_period [2020-01-01,2020-02-28] "
+    "--epochs 2 --hidden [8]",
+    "postprocess": "--cluster none",
+}
+
+
+@pytest.mark.slow
+def test_the_guides_commands_run_from_fit_to_scores(tmp_path, monkeypatch, capsys):
+    """Every ``ensml`` command of the guide's shell blocks, in order, at its smallest setting."""
+    import shlex
+
+    import pandas as pd
+
+    from ensml.cli.main import main
+    from tests.test_readme import _commands
+
+    monkeypatch.chdir(tmp_path)
+    commands = _commands(GUIDE.read_text(encoding="utf-8"))
+    assert [c.split()[1] for c in commands] == ["data", "fit", "data", "postprocess", "evaluate"]
+    for line in commands:
+        words = shlex.split(line)[1:]
+        verb = " ".join(words[:2]) if words[0] == "data" else words[0]
+        words = [str(GUIDE.parents[2] / w) if w.startswith("configs/") else w for w in words]
+        assert main(words + SMALLEST.get(verb, "").split()) == 0, line
+    capsys.readouterr()
+    assert (tmp_path / "runs" / "stations" / "station_model.pt").is_file()
+    products = sorted((tmp_path / "runs" / "station-products").glob("*.nc"))
+    assert len(products) == len(list((tmp_path / "data" / "stations" / "2020").glob("*.nc"))) > 0
+    table = pd.read_csv(tmp_path / "runs" / "station-eval" / "scores.csv")
+    assert {"station DRN (normal)", "station DRN (truncnormal)"} <= set(table["forecast"])
+    assert (tmp_path / "runs" / "station-eval" / "figures" / "station_skill_t2m.png").is_file()
