@@ -96,6 +96,31 @@ def _left(out: Path) -> tuple[list[str], set[str]]:
     return files, recorded
 
 
+def _station_fit(work: Path) -> tuple[list[str], str, str]:
+    """``ensml fit`` of a station config on small synthetic stations (made here, not a fixture:
+    only this verb needs them); paused after the first lead of the station table."""
+    import yaml
+
+    from ensml.data.synth.generate import synth
+    from tests.train.test_station_fit import station_config
+
+    paths = synth(
+        work / "stdata",
+        n_lat=8,
+        n_lon=16,
+        start="2019-01-01",
+        end="2019-02-28",
+        members=4,
+        surface=True,
+        stations=8,
+    )
+    config = station_config(
+        paths, Path("out"), train_period=["2019-01-01", "2019-01-31"], test_period=None, epochs=2
+    )
+    (work / "stations.yaml").write_text(yaml.safe_dump(config))
+    return ["fit", "--config", str(work / "stations.yaml")], "advance", "nothing"
+
+
 VERBS = [
     "data synth",
     "data archive",
@@ -106,6 +131,7 @@ VERBS = [
     "prune",
     "plan-memory",
     "benchmark",
+    "fit stations",
 ]
 
 
@@ -115,7 +141,10 @@ VERBS = [
 def test_a_signal_ends_every_verb_in_one_line_and_keeps_what_was_complete(
     verb: str, name: str, tiny_data, fitted: Path, tmp_path: Path
 ) -> None:
-    args, where, keeps = _verbs(tiny_data, fitted / "runs/smoke/checkpoints/best.ckpt", tmp_path)[verb]
+    if verb == "fit stations":
+        args, where, keeps = _station_fit(tmp_path)
+    else:
+        args, where, keeps = _verbs(tiny_data, fitted / "runs/smoke/checkpoints/best.ckpt", tmp_path)[verb]
     sig, code, words = SIGNALS[name]
     proc = _start(args, where, tmp_path)
     deadline = time.monotonic() + 200
