@@ -37,6 +37,49 @@ from ensml.times import LeadLike, format_leads
 
 
 @dataclass(frozen=True)
+class Predictor:
+    """A forecast field a station model reads beside the observed variables: ``key`` as given
+    (``z850``: a variable on levels and its level in hPa; ``msl``: a surface variable)."""
+
+    key: str
+    variable: str
+    level: float | None
+
+
+def parse_predictors(keys: Sequence[str], fc: xr.Dataset, name: str) -> tuple[Predictor, ...]:
+    """The predictors ``keys`` of the forecast ``fc`` (named ``name`` in errors).
+
+    A key that is a variable of ``fc`` without levels is that field; otherwise its trailing
+    digits are the level of the variable before them (``t850``).
+
+    Raises
+    ------
+    EnsmlError
+        A key that names no field of ``fc`` (naming its variables and levels), or one given twice.
+    """
+    out = []
+    for key in keys:
+        key = str(key)
+        if key in fc.data_vars and LEVEL not in fc[key].dims:
+            out.append(Predictor(key, key, None))
+            continue
+        var, digits = key.rstrip("0123456789"), key[len(key.rstrip("0123456789")) :]
+        levels = [float(v) for v in np.atleast_1d(fc[LEVEL].values)] if LEVEL in fc.coords else []
+        if not digits or var not in fc.data_vars or LEVEL not in fc[var].dims or float(digits) not in levels:
+            fields = ", ".join(str(v) for v in fc.data_vars)
+            raise EnsmlError(
+                f"{name}: predictor {key!r} is no field of it: give a surface variable or a variable on "
+                f"levels followed by its level in hPa (variables: {fields}; levels: "
+                f"{', '.join(f'{x:g}' for x in levels) or 'none'})"
+            )
+        out.append(Predictor(key, var, float(digits)))
+    seen = [p.key for p in out]
+    if len(set(seen)) != len(seen):
+        raise EnsmlError(f"{name}: a predictor is given twice ({', '.join(seen)})")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class StationLead:
     """One lead at the stations, in memory: ``forecast`` (init_time, member, [level], station),
     ``observed`` (init_time, [level], station; NaN: not observed), the init times whose valid time
@@ -60,6 +103,7 @@ class StationFrame:
     names: dict[str, str]
     model_height: xr.DataArray | None = None  # m, at the stations (station)
     lapse_rate: float = STANDARD_LAPSE_RATE
+    predictors: tuple[Predictor, ...] = ()  # further forecast fields a station model reads
 
     def inits_at(self, lead: np.timedelta64) -> np.ndarray:
         """The forecast's init times whose valid time at ``lead`` the observations hold."""
@@ -78,8 +122,9 @@ class StationFrame:
         """The forecast at the stations (2 m temperature height-corrected, with a model height)
         and the observations, at ``lead``; raises on a NaN or infinite forecast value."""
         inits = self.inits_at(lead)
-        levels = {LEVEL: self.levels} if LEVEL in self.forecast.dims else {}
-        fc = self.forecast.sel({INIT_TIME: inits, LEAD_TIME: lead, **levels})
+        fc = self.forecast[self.variables]  # not the predictors (ensml.data.station_table reads them)
+        levels = {LEVEL: self.levels} if LEVEL in fc.dims else {}
+        fc = fc.sel({INIT_TIME: inits, LEAD_TIME: lead, **levels})
         fc = self.points.extract(fc).load()
         _check_finite(fc, f"{self.names['forecast']} at the stations")
         for var in self.variables:
@@ -174,6 +219,7 @@ def build_station_frame(
     lapse_rate: float = STANDARD_LAPSE_RATE,
     reader: ReaderOptions | None = None,
     observed: bool = True,
+    predictors: Sequence[str] = (),
 ) -> StationFrame:
     """Open, check and align a forecast and station observations (see the module docstring).
 
@@ -181,6 +227,9 @@ def build_station_frame(
     ``levels``: those observed by default (hPa, for upper-air observations); ``leads`` as
     :func:`ensml.data.runfiles.choose_leads` (every forecast lead but 0 h by default); ``k``: the
     subset size, checked against the members; ``extraction``: ``nearest`` or ``bilinear``.
+
+    ``predictors``: further forecast fields a station model reads (:func:`parse_predictors`:
+    ``z850``, ``msl``), opened beside the variables.
 
     ``observed=False`` builds the frame of a station *list* (a forecast for places, nothing to
     verify): ``observations`` is then any file :func:`ensml.data.stations.read_stations` reads
@@ -208,9 +257,15 @@ def build_station_frame(
         raise EnsmlError(f"a forecast at the stations of {observations} needs the variables to extract")
     else:
         obs = observations if given else read_stations(observations)
-    fc = open_inputs(
-        forecast, variables=variables, k=k, names=(names["forecast"], ""), reader=reader
-    ).forecast
+    read = None if predictors else variables  # predictors: every field, to find theirs
+    fc = open_inputs(forecast, variables=read, k=k, names=(names["forecast"], ""), reader=reader).forecast
+    missing = [v for v in variables if v not in fc.data_vars]
+    if missing:  # as open_inputs says it when it opens the variables alone
+        fc = open_inputs(
+            forecast, variables=variables, k=k, names=(names["forecast"], ""), reader=reader
+        ).forecast
+    chosen = parse_predictors(predictors, fc, names["forecast"])
+    fc = fc[list(dict.fromkeys([*variables, *(p.variable for p in chosen)]))]
     lead_list, _ = choose_leads(leads, [], fc[LEAD_TIME].values)
     if not observed:  # nothing observed: every valid time of the forecast, NaN
         obs = _unobserved(obs, fc, variables, lead_list, levels)
@@ -255,7 +310,8 @@ def build_station_frame(
         names=names,
         model_height=heights,
         lapse_rate=float(lapse_rate),
+        predictors=chosen,
     )
 
 
-__all__ = ["StationFrame", "StationLead", "build_station_frame"]
+__all__ = ["Predictor", "StationFrame", "StationLead", "build_station_frame", "parse_predictors"]

@@ -20,6 +20,11 @@ lead by lead, into one dataset with dims ``(lead_time, init_time, [member,] [lev
   forecast of that init verifies then);
 * with ``analysis``, ``{var}_analysis``: the gridded analysis at the station then (height-
   corrected as the members are);
+* for each predictor of the frame (``z850``, ``msl``: further forecast fields,
+  :func:`ensml.data.station_frame.parse_predictors`), ``{p}_mean``, ``{p}_grad_east`` and
+  ``{p}_grad_north``: the subset mean of the field at the station and the eastward and
+  northward components of its gradient there (per metre), the flow around the station that
+  the observed variable alone does not give;
 
 and the stations' static facts along ``station``: ``latitude``, ``longitude``, ``elevation``
 (when the observations give it), ``model_height`` and ``height_difference`` (elevation less
@@ -42,7 +47,7 @@ from scipy.spatial import cKDTree
 from ensml.data.grid import check_same_grid, horizontal_dims, single_field
 from ensml.data.open import load_dataset, open_analysis
 from ensml.data.points import EARTH_RADIUS_M
-from ensml.data.station_frame import StationFrame
+from ensml.data.station_frame import Predictor, StationFrame
 from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
 from ensml.names import (
@@ -210,6 +215,8 @@ def station_table(
                 one[f"{var}_obs"] = at.observed[var]
                 if an is not None:
                     one[f"{var}_analysis"] = _analysis_at(frame, an, var, lead, at.forecast[INIT_TIME])
+            for predictor in frame.predictors:
+                one = one.merge(_predictor_stats(frame, subset, predictor, lead, at.forecast[INIT_TIME]))
             one = one.drop_vars(VALID_TIME, errors="ignore")  # the lead's own: the table has many
             per_lead.append(one.reindex({INIT_TIME: inits}).expand_dims({LEAD_TIME: [lead]}))
             progress.advance()
@@ -229,6 +236,7 @@ def station_table(
         members=list(subset.members),
         extraction=frame.points.method,
         radius_km=float(radius_km) if radius_km else 0.0,
+        predictors=[p.key for p in frame.predictors],
     )
     return table
 
@@ -286,6 +294,47 @@ def _neighbourhood_stats(
     )
 
 
+def _predictor_stats(
+    frame: StationFrame, subset: Subset, predictor: Predictor, lead: np.timedelta64, inits: xr.DataArray
+) -> xr.Dataset:
+    """A predictor's subset mean at the stations and the east and north components of its
+    gradient there (per metre: centred differences on the great circle, periodic in longitude
+    on a global grid, one-sided at a regional grid's edges), at one lead."""
+    if horizontal_dims(frame.forecast) != (LATITUDE, LONGITUDE):
+        raise EnsmlError(
+            f"{frame.names['forecast']}: predictor {predictor.key!r} needs a regular latitude/longitude "
+            "grid (its gradient)"
+        )
+    level = {LEVEL: predictor.level} if predictor.level is not None else {}
+    field = frame.forecast[predictor.variable].sel({INIT_TIME: inits.values, LEAD_TIME: lead, **level})
+    mean = subset.take(field).astype(np.float64).mean(MEMBER).transpose(INIT_TIME, LATITUDE, LONGITUDE).load()
+    lat = np.deg2rad(mean[LATITUDE].values)
+    lon = np.deg2rad(mean[LONGITUDE].values)
+    values = mean.values
+    north = np.gradient(values, lat, axis=1) / EARTH_RADIUS_M
+    step = np.diff(lon).mean() if lon.size > 1 else 0.0
+    if lon.size > 2 and abs(step * lon.size - 2 * np.pi) < 1e-3 * 2 * np.pi:  # global: periodic
+        d_lon = (np.roll(values, -1, axis=2) - np.roll(values, 1, axis=2)) / (2 * step)
+    else:
+        d_lon = np.gradient(values, lon, axis=2)
+    east = d_lon / (EARTH_RADIUS_M * np.maximum(np.cos(lat), 1e-6)[None, :, None])
+    key, units = predictor.key, field.attrs.get("units", "")
+    grid = xr.Dataset(
+        {
+            f"{key}_mean": mean,
+            f"{key}_grad_east": mean.copy(data=east),
+            f"{key}_grad_north": mean.copy(data=north),
+        }
+    )
+    at = frame.points.extract(grid)
+    for name, what, per in (("mean", "subset mean", ""), ("grad_east", "eastward gradient", " m-1")):
+        at[f"{key}_{name}"].attrs.update(long_name=f"{key}: {what}", units=f"{units}{per}".strip())
+    at[f"{key}_grad_north"].attrs.update(long_name=f"{key}: northward gradient", units=f"{units} m-1".strip())
+    return at.assign_coords({INIT_TIME: inits.values}).drop_vars(
+        [c for c in at.coords if c not in (INIT_TIME, STATION)], errors="ignore"
+    )
+
+
 @dataclass(frozen=True)
 class Rows:
     """One variable's station table as training rows: ``features`` (N, F), the ``station``
@@ -299,6 +348,9 @@ class Rows:
     dropped: int
 
 
+#: The columns of a predictor ``p`` (``{p}_{suffix}``): its subset mean at the station and the
+#: eastward and northward components of its gradient there.
+PREDICTOR_COLUMNS = ("mean", "grad_east", "grad_north")
 #: The per-variable columns of a station table beside the members, ``{var}_{suffix}``.
 COLUMNS = ("mean", "std", "nbr_mean", "nbr_std", "obs", "analysis")
 
@@ -334,8 +386,9 @@ def table_features(
     init time and station: their names (F) and values ``(lead_time, init_time, station, F)``.
 
     Features: the raw subset's mean and std at the station, the neighbourhood's (with a
-    radius), the lead in hours, the day of the year as sine and cosine of the valid time, and
-    the station facts the table has (:data:`STATIC`, then the static fields).
+    radius), the lead in hours, the day of the year as sine and cosine of the valid time, the
+    predictors' columns (:data:`PREDICTOR_COLUMNS`), and the station facts the table has
+    (:data:`STATIC`, then the static fields).
 
     Raises
     ------
@@ -355,6 +408,9 @@ def table_features(
         "doy_sin": np.sin(doy)[:, :, None],
         "doy_cos": np.cos(doy)[:, :, None],
     }
+    for key in table.attrs.get("predictors", []):
+        for part in PREDICTOR_COLUMNS:
+            columns[f"{key}_{part}"] = table[f"{key}_{part}"].transpose(LEAD_TIME, INIT_TIME, STATION).values
     facts = [c for c in STATIC if c in table.coords] + list(table.attrs.get("static", []))
     columns |= {c: table[c].values[None, None, :] for c in facts}
     names = tuple(k for k, v in columns.items() if v is not None)
@@ -381,6 +437,7 @@ def table_rows(table: xr.Dataset, var: str, level: float | None = None) -> Rows:
 
 __all__ = [
     "COLUMNS",
+    "PREDICTOR_COLUMNS",
     "STATIC",
     "Neighbourhood",
     "Rows",

@@ -169,6 +169,7 @@ class StationForecast:
             model_height=model.model_height,
             lapse_rate=model.lapse_rate,
             observed=False,
+            predictors=model.predictors,
         )
         self.members = int(frame.forecast.sizes[MEMBER])
         table = station_table(

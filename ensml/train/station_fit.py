@@ -80,6 +80,7 @@ def fit_stations(
     model_height: str | None = None,
     static: str | None = None,
     radius_km: NonNegativeFloat = 0.0,
+    predictors: list[str] = [],  # noqa: B006 (jsonargparse shows the default)
     distribution: dict[str, str] | None = None,
     train_period: tuple[str, str] = ("2017-01-01", "2019-12-31"),
     test_period: tuple[str, str] | None = ("2020-01-01", "2020-12-31"),
@@ -121,6 +122,11 @@ def fit_stations(
     radius_km
         With a radius, the members' mean and std pooled over the grid points within it are
         features too (0: none).
+    predictors
+        Further forecast fields the network reads, each as its subset mean at the station and
+        the eastward and northward components of its gradient there (the flow: a geopotential's
+        gradient is the geostrophic wind): ``z850`` (a variable on levels and its level in
+        hPa), ``msl`` (a surface variable).
     distribution
         The family of each variable (``{tp: csg0}``), default as ``ensml fit``'s: normal for
         temperature, csg0 for precipitation, truncated normal for wind speed.
@@ -147,6 +153,7 @@ def fit_stations(
         k=k,
         extraction=extraction,
         model_height=model_height,
+        predictors=predictors,
     )
     inits = frame.forecast[INIT_TIME].values
     for option, bounds in periods.items():  # before the table is read: a period without inits fails at once
@@ -203,6 +210,7 @@ def fit_stations(
         features=tuple(features),
         extraction=extraction,
         radius_km=float(radius_km),
+        predictors=tuple(p.key for p in frame.predictors),
         lapse_rate=STANDARD_LAPSE_RATE,
         stations=stations,
         nets=nets,

@@ -9,7 +9,8 @@ features were made of, so that the same features are made again wherever it is a
 * the run: the raw subset (``k``, the member positions, the ensemble size), the variables,
   their families, the pressure level of the variables on levels, the leads trained on;
 * the features: their names (:func:`ensml.data.station_table.table_features`), the extraction
-  (``nearest`` or ``bilinear``), the neighbourhood radius, and the fields the features read
+  (``nearest`` or ``bilinear``), the neighbourhood radius, the further forecast fields read
+  (``predictors``), and the fields the features read
   from the grid: the model's surface height (for the lapse-rate correction of 2 m temperature
   and the stations' height difference) and the static fields (a land fraction …), kept whole
   on the training grid;
@@ -66,6 +67,7 @@ class StationModel:
     extraction: str
     radius_km: float
     lapse_rate: float
+    predictors: tuple[str, ...]  # further forecast fields read (ensml.data.station_frame.parse_predictors)
     stations: xr.Dataset  # station coords: ids, latitude, longitude, [elevation]
     nets: dict[str, DRN]
     untrained: NewStationMethod = "nearest"
@@ -209,6 +211,7 @@ class StationModel:
             "features": list(self.features),
             "extraction": self.extraction,
             "radius_km": float(self.radius_km),
+            "predictors": list(self.predictors),
             "lapse_rate": float(self.lapse_rate),
             "untrained": self.untrained,
             "stations": _stations_state(self.stations),
@@ -258,6 +261,7 @@ def read_station_model(path: str | Path) -> StationModel:
             features=tuple(state["features"]),
             extraction=str(state["extraction"]),
             radius_km=float(state["radius_km"]),
+            predictors=tuple(str(p) for p in state["predictors"]),
             lapse_rate=float(state["lapse_rate"]),
             untrained=state["untrained"],
             stations=_stations_from(state["stations"], p),

@@ -98,6 +98,7 @@ ROWS: list[Row] = [
         1,
         ("station products", "--observations"),
     ),
+    ("fit stations: a predictor the forecast lacks", FIT + "z300.yaml", 1, ("predictor 'z300' is no field",)),
     (
         "fit stations: no init in the train period",
         FIT + "empty_period.yaml",
@@ -137,6 +138,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     configs = {
         "empty_period": {"train_period": ["2018-01-01", "2018-06-30"]},
         "bqn": {"distribution": {"t2m": "bqn"}},
+        "z300": {"predictors": ["z300"]},
         "into_sibling": {"out_dir": "sibling"},
     }
     obs = xr.load_dataset(paths["stations"])

@@ -183,3 +183,48 @@ def test_variable_table_takes_only_its_own_columns():
         {f"{v}_{c}": (dims, np.zeros((1, 2, 3))) for v in ("t", "t2m") for c in ("mean", "std", "obs")}
     )
     assert sorted(variable_table(table, "t").data_vars) == ["t_mean", "t_obs", "t_std"]
+
+
+def test_predictors_mean_and_gradient_by_hand(made):
+    """A predictor's subset mean at the station and its gradient there, against centred
+    differences worked here at the station's nearest grid point (periodic in longitude)."""
+    files, _, frame = made
+    paths_fc = frame.forecast.encoding.get("source") or files["forecast"].encoding["source"]
+    with_z = build_station_frame(
+        str(paths_fc), frame.names["observations"].split(" ", 1)[1], k=2, predictors=["z500"]
+    )
+    table = station_table(with_z, Subset.first(2))
+    fc = files["forecast"]
+    d = _distances(fc, table)
+    i, j = np.unravel_index(d.reshape(len(d), -1).argmin(axis=1), d.shape[1:])
+    lead = np.timedelta64(48, "h")
+    z = (
+        fc["z"]
+        .sel({names.LEAD_TIME: lead, names.LEVEL: 500})
+        .isel({names.MEMBER: slice(0, 2)})
+        .mean(names.MEMBER)
+    )
+    z = z.transpose(names.INIT_TIME, names.LATITUDE, names.LONGITUDE).values.astype(np.float64)
+    lat = np.deg2rad(fc[names.LATITUDE].values)
+    dlon = np.deg2rad(360.0 / fc.sizes[names.LONGITUDE])
+    n_lon, r = fc.sizes[names.LONGITUDE], 6_371_000.0  # the sphere of ensml.data.points
+    east = (z[:, i, (j + 1) % n_lon] - z[:, i, (j - 1) % n_lon]) / (2 * dlon * r * np.cos(lat[i]))
+    at = table.sel({names.LEAD_TIME: lead})
+    np.testing.assert_allclose(
+        at["z500_mean"].transpose(names.INIT_TIME, names.STATION), z[:, i, j], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        at["z500_grad_east"].transpose(names.INIT_TIME, names.STATION), east, rtol=1e-4, atol=1e-9
+    )
+    inner = (i > 0) & (i < lat.size - 1)
+    north = (z[:, i[inner] + 1, j[inner]] - z[:, i[inner] - 1, j[inner]]) / (
+        r * (lat[i[inner] + 1] - lat[i[inner] - 1])
+    )
+    got = at["z500_grad_north"].transpose(names.INIT_TIME, names.STATION).values[:, inner]
+    np.testing.assert_allclose(got, north, rtol=1e-4, atol=1e-9)
+    rows = table_rows(table, "t2m")
+    assert {"z500_mean", "z500_grad_east", "z500_grad_north"} <= set(rows.names)
+    with pytest.raises(EnsmlError, match="predictor 'z300' is no field"):
+        build_station_frame(
+            str(paths_fc), frame.names["observations"].split(" ", 1)[1], k=2, predictors=["z300"]
+        )

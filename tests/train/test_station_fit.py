@@ -43,6 +43,8 @@ SYNTH = {
 }
 DIMS = (names.LEAD_TIME, names.INIT_TIME, names.STATION)
 TEST_PERIOD = ["2019-11-01", "2019-12-31"]
+#: The flow at 500 hPa as the DRN's further input (its mean and gradient at the station).
+PREDICTORS = ["z500"]
 
 
 def station_config(paths: dict[str, Path], out_dir: Path, **extra: object) -> dict:
@@ -55,6 +57,7 @@ def station_config(paths: dict[str, Path], out_dir: Path, **extra: object) -> di
         variables=["t2m"],
         k=2,
         radius_km=2000,
+        predictors=PREDICTORS,
         train_period=["2019-01-01", "2019-10-31"],
         test_period=TEST_PERIOD,
         hidden=[16],
@@ -90,7 +93,11 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _test_table(fitted: dict) -> xr.Dataset:
     paths = fitted["paths"]
     frame = build_station_frame(
-        str(paths["forecast"]), str(paths["stations"]), k=2, model_height=str(paths["orography"])
+        str(paths["forecast"]),
+        str(paths["stations"]),
+        k=2,
+        model_height=str(paths["orography"]),
+        predictors=PREDICTORS,
     )
     table = station_table(frame, Subset.first(2), radius_km=2000)
     inits = table[names.INIT_TIME].values
@@ -107,7 +114,8 @@ def test_fit_writes_the_model_and_scores_checked_by_scoringrules(fitted: dict) -
     ]
     model = read_station_model(run / "station_model.pt")
     assert model.variables == ("t2m",) and model.families == ("normal",) and model.k == 2
-    assert model.model_height is not None and model.radius_km == 2000
+    assert model.model_height is not None and model.radius_km == 2000 and model.predictors == ("z500",)
+    assert {"z500_mean", "z500_grad_east", "z500_grad_north"} <= set(model.features)
     assert model.stations.sizes[names.STATION] == 30
     test = _test_table(fitted)
     params = model.distribution(test)["t2m"]
@@ -165,6 +173,7 @@ def test_postprocess_writes_station_products_once(fitted: dict, capsys: pytest.C
         k=2,
         model_height=str(fitted["paths"]["orography"]),
         observed=False,
+        predictors=PREDICTORS,
     )
     table = station_table(frame, Subset.first(2), radius_km=2000)
     params = model.distribution(table)["t2m"]
