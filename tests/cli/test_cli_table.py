@@ -479,10 +479,10 @@ ROWS: list[Row] = [
         ("nope.csv", "does not exist"),
     ),
     (
-        "evaluate: observations with predictions",
-        "evaluate --forecast {fc} --observations {dir}/readme.txt --predictions {fc} --out_dir out",
+        "evaluate: observations with spread predictions",
+        "evaluate --forecast {fc} --observations {dir}/readme.txt --spread_predictions {fc} --out_dir out",
         1,
-        ("--predictions does not apply",),
+        ("--spread_predictions does not apply",),
     ),
     (
         "evaluate: observations with missing_forecast",
