@@ -20,7 +20,8 @@ together.
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -32,7 +33,7 @@ from ensml.data.heights import STANDARD_LAPSE_RATE, read_model_height
 from ensml.data.outputs import OutputFolder
 from ensml.data.splits import check_periods
 from ensml.data.station_frame import build_station_frame
-from ensml.data.station_table import read_static, station_table, table_rows
+from ensml.data.station_table import Rows, read_static, station_table, table_rows
 from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
 from ensml.models.drn import NewStationMethod
@@ -81,6 +82,7 @@ def fit_stations(
     static: str | None = None,
     radius_km: NonNegativeFloat = 0.0,
     predictors: list[str] = [],  # noqa: B006 (jsonargparse shows the default)
+    drop_features: list[str] = [],  # noqa: B006
     distribution: dict[str, str] | None = None,
     train_period: tuple[str, str] = ("2017-01-01", "2019-12-31"),
     test_period: tuple[str, str] | None = ("2020-01-01", "2020-12-31"),
@@ -127,6 +129,10 @@ def fit_stations(
         the eastward and northward components of its gradient there (the flow: a geopotential's
         gradient is the geostrophic wind): ``z850`` (a variable on levels and its level in
         hPa), ``msl`` (a surface variable).
+    drop_features
+        Features of the station table to leave out, by name (``[doy_sin, doy_cos]``: the day of
+        the year, for a world without seasons such as the physics testbed); the names are
+        those of :func:`ensml.data.station_table.table_features`.
     distribution
         The family of each variable (``{tp: csg0}``), default as ``ensml fit``'s: normal for
         temperature, csg0 for precipitation, truncated normal for wind speed.
@@ -172,7 +178,7 @@ def fit_stations(
     surface = tuple(v for v in frame.variables if LEVEL not in frame.forecast[v].dims)
     nets, fit, features = {}, {}, ()
     for var, fam in zip(frame.variables, families):
-        rows = table_rows(train, var, None if var in surface else level)
+        rows = _without(table_rows(train, var, None if var in surface else level), drop_features)
         if rows.dropped:
             note(f"fit: {rows.dropped} station-times of {var} without an observation or a feature left out")
         nets[var] = fit_drn(
@@ -234,6 +240,19 @@ def fit_stations(
         if scores is not None:
             folder.write_text(SCORES_FILE, _csv(scores))
     return StationFit(model, Path(out_dir), scores)
+
+
+def _without(rows: Rows, drop: Sequence[str]) -> Rows:
+    """``rows`` without the features named in ``drop`` (each must be one of them)."""
+    unknown = [name for name in drop if name not in rows.names]
+    if unknown:
+        raise EnsmlError(
+            f"drop_features: {', '.join(map(repr, unknown))} is no feature of the station table "
+            f"(its features: {', '.join(rows.names)})"
+        )
+    keep = [i for i, name in enumerate(rows.names) if name not in drop]
+    names = tuple(rows.names[i] for i in keep)
+    return replace(rows, features=rows.features[:, keep], names=names)
 
 
 def _period_inits(inits: np.ndarray, bounds: tuple, option: str) -> np.ndarray:

@@ -174,11 +174,13 @@ class StationModel:
         out: dict[str, dict[str, xr.DataArray]] = {}
         for var, family in zip(self.variables, self.families):
             names, x = table_features(table, var, self.level if var not in self.surface else None)
-            if names != self.features:
+            missing = [f for f in self.features if f not in names]
+            if missing:
                 raise EnsmlError(
                     f"the station model {self.path} reads the features {', '.join(self.features)}; "
-                    f"the table gives {', '.join(names)}"
+                    f"the table lacks {', '.join(missing)}"
                 )
+            x = x[..., [names.index(f) for f in self.features]]  # the model's, in its order
             net = self.nets[var]
             if new.any():
                 net = net.with_new_stations(

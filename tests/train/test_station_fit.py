@@ -28,6 +28,8 @@ from ensml.data.station_table import station_table
 from ensml.data.stations import read_stations, station_set_id
 from ensml.data.subset import Subset
 from ensml.data.synth.generate import synth
+from ensml.errors import EnsmlError
+from ensml.train.station_fit import fit_stations
 from ensml.train.station_model import read_station_model
 from ensml.verify.charts import station_plume
 from tests.conftest import CONFIGS
@@ -272,3 +274,19 @@ def test_evaluate_scores_station_products_on_the_same_pairs(fitted: dict, tmp_pa
     assert skill_map.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     plume = station_plume(products, obs, str(products[names.STATION].values[0]), "t2m", "24h")
     assert plume[:8] == b"\x89PNG\r\n\x1a\n" and len(plume) > 10_000
+
+
+@pytest.mark.slow
+def test_features_can_be_left_out(fitted: dict, tmp_path: Path) -> None:
+    """``drop_features``: the model reads the others (in its order) wherever it is applied."""
+    config = station_config(fitted["paths"], tmp_path / "run", drop_features=["doy_sin", "doy_cos"], epochs=2)
+    fit = fit_stations(**config)
+    assert "doy_sin" not in fit.model.features and "z500_mean" in fit.model.features
+    again = read_station_model(tmp_path / "run" / "station_model.pt")
+    test = _test_table(fitted).isel({names.INIT_TIME: slice(0, 3)})
+    np.testing.assert_array_equal(
+        again.distribution(test)["t2m"]["mean"].values, fit.model.distribution(test)["t2m"]["mean"].values
+    )
+    with pytest.raises(EnsmlError, match="'doy' is no feature of the station table"):
+        fit_stations(**{**config, "drop_features": ["doy"], "out_dir": str(tmp_path / "other")})
+    assert not (tmp_path / "other").exists()
