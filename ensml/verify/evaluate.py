@@ -215,8 +215,9 @@ def evaluate(
         stations: unweighted means over the station-times, with the pairs counted),
         ``stations.csv`` (per station) and ``stations.nc`` (the CRPS of every station-time);
         each pooled skill has its 95 % interval and Diebold-Mariano test against the raw
-        ensemble. ``predictions`` are then station products; ``spread_predictions``,
-        ``oracle``, ``members``, ``cases`` and ``analysis_reader`` do not apply. Stations
+        ensemble. ``predictions`` are then station products and ``oracle`` the station oracle
+        (``stations_oracle.nc``, with ``gap_closed``); ``spread_predictions``, ``members``,
+        ``cases`` and ``analysis_reader`` do not apply. Stations
         outside the forecast's grid are left out, with a note.
     extraction
         How the forecast is taken at a station (with ``observations``): ``nearest``, the grid
@@ -275,7 +276,6 @@ def evaluate(
             analysis,
             observations,
             spread_predictions=spread_predictions,
-            oracle=oracle,
             members=members,
             cases=cases,
             analysis_reader=analysis_reader,
@@ -293,6 +293,7 @@ def evaluate(
             out_dir=out_dir,
             reader=as_reader(reader),
             predictions=predictions,
+            oracle=oracle,
         )
     gridded_options(extraction=extraction, model_height=model_height, lapse_rate=lapse_rate)
     return evaluate_grid(

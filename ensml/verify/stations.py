@@ -45,6 +45,7 @@ import xarray as xr
 
 from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions
+from ensml.data.open import load_dataset
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import RunFiles, leads_option, scan_run
 from ensml.data.station_frame import StationFrame, StationLead, build_station_frame
@@ -65,12 +66,14 @@ from ensml.names import (
     raw_ensemble_name,
     units_of,
 )
+from ensml.predictions import PREFIX
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
-from ensml.scores.distributions import get_family
+from ensml.scores.distributions import Family, get_family
 from ensml.scores.significance import skill_tests
 from ensml.times import LEAD_DTYPE, format_lead, lead_hours
 from ensml.verify.charts import station_skill_map
+from ensml.verify.families import oracle_families
 from ensml.verify.levels import at, levels_of, table_level
 from ensml.verify.options import Selection
 from ensml.verify.rows import NO_TEST, skill_test_columns, slug
@@ -95,6 +98,7 @@ COLUMNS = [
     "dm_stat",
     "dm_p",
     "block_length",
+    "gap_closed",
     "n_pairs",
     "rmse",
     "mae",
@@ -210,6 +214,7 @@ def _rows(
     fair: bool,
     per_pair: dict,
     products: StationProducts | None = None,
+    oracle: StationOracle | None = None,
 ) -> tuple[list, list]:
     """Pooled and per-station rows of ``var`` at one lead; its per-pair CRPS added to ``per_pair``."""
     x, y = sl.forecast[var], sl.observed[var]
@@ -223,6 +228,14 @@ def _rows(
     if products is not None and var in products.variables:
         name, crps, centre = products.score(var, sl, y)
         crps_of[name], estimators[name], centres[name] = crps, f"{products.family(var)} closed form", centre
+    best = None
+    if oracle is not None and var in oracle.families:
+        best, crps, centre = oracle.score(var, sl, y)
+        crps_of[best], estimators[best], centres[best] = (
+            crps,
+            f"{oracle.families[var].name} closed form",
+            centre,
+        )
     summary: dict[str, dict[str, dict[str, xr.DataArray]]] = {}
     for name, crps in crps_of.items():
         per_pair[f"crps_{slug(name)}_{var}"] = crps.drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
@@ -249,6 +262,9 @@ def _rows(
                 }
                 vals = {key: at(v, lev) for key, v in s.items()}
                 vals["skill_vs_raw_ensemble"] = 1.0 - vals["crps"] / at(summary[raw_key][scope]["crps"], lev)
+                if best is not None:  # the share of the raw ensemble's excess over the oracle removed
+                    raw, low = (at(summary[n][scope]["crps"], lev) for n in (raw_key, best))
+                    vals["gap_closed"] = (raw - vals["crps"]) / (raw - low)
                 if scope == "pooled":
                     row = {**head, **{key: v.item() for key, v in vals.items()}}
                     row.update(NO_TEST if name == raw_key else skill_test_columns(tests[name, lev]))
@@ -320,35 +336,19 @@ def read_station_products(
             "(ensml_station_set): changed after ensml postprocess wrote them"
         )
     obs = frame.observations
-    index = {str(s): i for i, s in enumerate(obs[STATION].values)}
-    keep, missing = [], []
-    for j, sid in enumerate(str(s) for s in coords[STATION].values):
-        i = index.get(sid)
-        if i is None:
-            missing.append(sid)
-            continue
-        dlat = abs(float(coords[LATITUDE][j]) - float(obs[LATITUDE][i]))
-        dlon = abs((float(coords[LONGITUDE][j]) - float(obs[LONGITUDE][i]) + 180.0) % 360.0 - 180.0)
-        if max(dlat, dlon) > SAME_PLACE_DEG:
-            raise EnsmlError(
-                f"{where} are for another station list: station {sid!r} is at "
-                f"{float(coords[LATITUDE][j]):.4f}°N {float(coords[LONGITUDE][j]):.4f}°E there and at "
-                f"{float(obs[LATITUDE][i]):.4f}°N {float(obs[LONGITUDE][i]):.4f}°E in "
-                f"{frame.names['observations']}"
-            )
-        keep.append(i)
-    if not keep:
+    keep = _same_places(coords, frame, where)
+    missing = np.setdiff1d(coords[STATION].values.astype(str), obs[STATION].values.astype(str))
+    if not keep.size:
         raise EnsmlError(
-            f"{where}: none of their {len(missing)} stations is among {frame.names['observations']}"
+            f"{where}: none of their {missing.size} stations is among {frame.names['observations']}"
         )
-    if missing:
-        note(f"evaluate: {len(missing)} stations of {where} have no observations and are not scored")
+    if missing.size:
+        note(f"evaluate: {missing.size} stations of {where} have no observations and are not scored")
     inits = np.intersect1d(frame.forecast[INIT_TIME].values, coords[INIT_TIME].values)
     if inits.size == 0:
         raise EnsmlError(f"{where}: no init time in common with {frame.names['forecast']}")
     if run.meta.k > frame.forecast.sizes[MEMBER]:
         raise EnsmlError(f"{where} were made from {run.meta.k} members; {frame.names['forecast']} has fewer")
-    keep = np.array(sorted(keep))
     restricted = replace(
         frame,
         forecast=frame.forecast.sel({INIT_TIME: inits}),
@@ -357,6 +357,92 @@ def read_station_products(
         model_height=None if frame.model_height is None else frame.model_height.isel({STATION: keep}),
     )
     return StationProducts(run, variables), restricted
+
+
+@dataclass(frozen=True)
+class StationOracle:
+    """The exact predictive distribution at the stations (``stations_oracle.nc`` of ``ensml data
+    synth --stations``): the best CRPS any forecast could reach there."""
+
+    ds: xr.Dataset  # (init_time, lead_time, station) parameters, the observations' stations
+    families: dict[str, Family]
+
+    def name(self, var: str) -> str:
+        return f"station oracle ({self.families[var].name})"
+
+    def score(self, var: str, sl: StationLead, y: xr.DataArray) -> tuple[str, xr.DataArray, xr.DataArray]:
+        """The name, the per-pair CRPS and the mean of ``var``'s oracle at ``sl``'s lead."""
+        family = self.families[var]
+        at = self.ds.sel({LEAD_TIME: sl.lead}).reindex({INIT_TIME: y[INIT_TIME].values})
+        params = {
+            p: at[f"{var}_{p}"].sel({STATION: y[STATION].values}).transpose(*y.dims).values
+            for p in family.params
+        }
+        crps = np.asarray(family.crps(params, y.values), dtype=np.float64)
+        mean = np.asarray(family.mean(params), dtype=np.float64)
+        return self.name(var), y.copy(data=crps), y.copy(data=mean)
+
+
+def read_station_oracle(oracle: str, frame: StationFrame) -> StationOracle:
+    """The station oracle of the file ``oracle``, for the frame's variables it names.
+
+    Raises
+    ------
+    EnsmlError
+        An unreadable file, one without ``station`` or a lead of the frame, a station of the
+        observations it lacks or has at another place, a variable's parameter missing.
+    """
+    where = f"oracle {oracle}"
+    ds = load_dataset(oracle, "oracle")
+    if STATION not in ds.dims or LEAD_TIME not in ds.dims or INIT_TIME not in ds.dims:
+        raise EnsmlError(
+            f"{where} is no station oracle (dims {', '.join(map(str, ds.dims))}; it needs init_time, "
+            "lead_time and station: synth --stations writes stations_oracle.nc)"
+        )
+    text = str(ds.attrs.get(f"{PREFIX}distribution", ""))
+    named = [
+        v
+        for v in frame.variables
+        if f"{v}:" in text.split() or any(w.startswith(f"{v}:") for w in text.split())
+    ]
+    families = oracle_families(ds.attrs, named, where)
+    for var, family in families.items():
+        missing = [f"{var}_{p}" for p in family.params if f"{var}_{p}" not in ds]
+        if missing:
+            raise EnsmlError(f"{where} has no {', '.join(missing)}")
+    lacking = np.setdiff1d(frame.leads, ds[LEAD_TIME].values)
+    if lacking.size:
+        raise EnsmlError(f"{where} has no lead {format_lead(lacking[0])}")
+    keep = _same_places(ds, frame, where)
+    if keep.size != frame.observations.sizes[STATION]:
+        absent = np.setdiff1d(frame.observations[STATION].values.astype(str), ds[STATION].values.astype(str))
+        raise EnsmlError(
+            f"{where} lacks {absent.size} station(s) of {frame.names['observations']}, e.g. {absent[0]!r}"
+        )
+    return StationOracle(ds, families)
+
+
+def _same_places(ds: xr.Dataset, frame: StationFrame, where: str) -> np.ndarray:
+    """The positions in the frame's observations of the stations of ``ds`` they share (sorted);
+    a shared id at another place is an error naming both places."""
+    obs = frame.observations
+    index = {str(s): i for i, s in enumerate(obs[STATION].values)}
+    keep = []
+    for j, sid in enumerate(str(s) for s in ds[STATION].values):
+        i = index.get(sid)
+        if i is None:
+            continue
+        lat, lon = float(ds[LATITUDE][j]), float(ds[LONGITUDE][j])
+        dlat = abs(lat - float(obs[LATITUDE][i]))
+        dlon = abs((lon - float(obs[LONGITUDE][i]) + 180.0) % 360.0 - 180.0)
+        if max(dlat, dlon) > SAME_PLACE_DEG:
+            raise EnsmlError(
+                f"{where} are for another station list: station {sid!r} is at {lat:.4f}°N {lon:.4f}°E there "
+                f"and at {float(obs[LATITUDE][i]):.4f}°N {float(obs[LONGITUDE][i]):.4f}°E in "
+                f"{frame.names['observations']}"
+            )
+        keep.append(i)
+    return np.array(sorted(keep), dtype=int)
 
 
 def _station_rows(head: dict, vals: dict[str, xr.DataArray]) -> list[dict]:
@@ -381,7 +467,11 @@ def _per_pair(fields: list[xr.Dataset], leads: list[np.timedelta64], frame: Stat
 
 
 def score_stations(
-    frame: StationFrame, subset: Subset, fair: bool = False, products: StationProducts | None = None
+    frame: StationFrame,
+    subset: Subset,
+    fair: bool = False,
+    products: StationProducts | None = None,
+    oracle: StationOracle | None = None,
 ) -> StationScores:
     """Score every lead and variable of ``frame`` (one lead read at a time), and ``products``
     where given (:func:`read_station_products`, on the frame it restricted)."""
@@ -397,7 +487,7 @@ def score_stations(
         sl = frame.at(lead)
         per_pair: dict[str, xr.DataArray] = {}
         for var in frame.variables:
-            p, s = _rows(frame, sl, var, subset, fair, per_pair, products)
+            p, s = _rows(frame, sl, var, subset, fair, per_pair, products, oracle)
             pooled += p
             by_station += s
         fields.append(xr.Dataset(per_pair))
@@ -442,8 +532,8 @@ def station_options(analysis: object, observations: str | None, **others: object
     if given:
         raise EnsmlError(
             f"evaluate: --{given[0]} does not apply to --observations (station scores are of the raw "
-            "ensemble, its subset and station products of --predictions); drop it, or score against "
-            "--analysis"
+            "ensemble, its subset, station products of --predictions and the station --oracle); drop "
+            "it, or score against --analysis"
         )
 
 
@@ -469,10 +559,12 @@ def evaluate_stations(
     out_dir: str | None = "runs/eval",
     reader: ReaderOptions | None = None,
     predictions: str | list[str] | None = None,
+    oracle: str | None = None,
 ) -> StationScores:
     """Score ``forecast`` against station ``observations`` (options: :func:`ensml.verify.evaluate.evaluate`;
     ``selection``: its variables, levels, leads and ``k``), and the station products
-    ``predictions`` of ``ensml postprocess`` where given (their run sets ``k``).
+    ``predictions`` of ``ensml postprocess`` where given (their run sets ``k``), and the station
+    ``oracle`` (``stations_oracle.nc``) where given, with each row's ``gap_closed``.
 
     Raises
     ------
@@ -504,7 +596,8 @@ def evaluate_stations(
     products = None
     if predictions is not None:
         products, frame = read_station_products(predictions, frame)
-    scores = score_stations(frame, subset, fair, products)
+    best = read_station_oracle(oracle, frame) if oracle is not None else None
+    scores = score_stations(frame, subset, fair, products, best)
     if not scores.table.empty:
         n = int(scores.table.loc[scores.table["forecast"].str.startswith("raw ensemble"), "n_pairs"].sum())
         note(
@@ -521,10 +614,12 @@ def evaluate_stations(
 
 __all__ = [
     "FILES",
+    "StationOracle",
     "StationProducts",
     "StationScores",
     "evaluate_stations",
     "gridded_options",
+    "read_station_oracle",
     "read_station_products",
     "score_stations",
     "station_options",

@@ -93,6 +93,12 @@ ROWS: list[Row] = [
     ),
     ("evaluate: grid predictions at stations", EV + "{dir}/mixed.nc", 1, ("mixed.nc", "station products")),
     (
+        "evaluate: the grid's oracle as the station oracle",
+        EV + "{products} --oracle {grid_oracle}",
+        1,
+        ("is no station oracle", "stations_oracle.nc"),
+    ),
+    (
         "evaluate: station products against a gridded analysis",
         "evaluate --forecast {fc} --analysis {an} --out_dir out --predictions {products}",
         1,
@@ -172,6 +178,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {
         "fc": str(paths["forecast"]),
         "an": str(paths["analysis"]),
+        "grid_oracle": str(paths["oracle"]),
         "obs": str(paths["stations"]),
         "products": str(products / "forecast.nc"),
         "dir": str(folder),

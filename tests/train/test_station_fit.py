@@ -244,10 +244,12 @@ def test_evaluate_scores_station_products_on_the_same_pairs(fitted: dict, tmp_pa
     paths = fitted["paths"]
     args = ["evaluate", "--forecast", str(paths["forecast"]), "--observations", str(paths["stations"])]
     args += ["--model_height", str(paths["orography"]), "--predictions", str(out / "forecast_test.nc")]
+    args += ["--oracle", str(paths["stations_oracle"])]
     assert main([*args, "--variables", "t2m", "--out_dir", str(tmp_path / "eval")]) == 0
     table = pd.read_csv(tmp_path / "eval" / "scores.csv")
     products = xr.load_dataset(out / "forecast_test.nc")
     obs = xr.load_dataset(paths["stations"])
+    oracle = xr.load_dataset(paths["stations_oracle"])
     for lead_h in (24, 48):
         lead = np.timedelta64(lead_h, "h")
         valid = products[names.INIT_TIME].values + lead
@@ -266,6 +268,13 @@ def test_evaluate_scores_station_products_on_the_same_pairs(fitted: dict, tmp_pa
             drn["skill_low"]
         )
         assert 0 <= drn["dm_p"] <= 1
+        best = oracle.sel({names.LEAD_TIME: lead, names.STATION: products[names.STATION].values})
+        best = best.sel({names.INIT_TIME: products[names.INIT_TIME].values})
+        om, osd = best["t2m_mean"].values, best["t2m_std"].values
+        oracle_crps = sr.crps_normal(y[ok], om[ok], osd[ok]).mean()
+        np.testing.assert_allclose(rows.loc["station oracle (normal)"]["crps"], oracle_crps, rtol=1e-5)
+        gap = (raw["crps"] - drn["crps"]) / (raw["crps"] - oracle_crps)
+        np.testing.assert_allclose(drn["gap_closed"], gap, rtol=1e-4)
     per_station = pd.read_csv(tmp_path / "eval" / "stations.csv")
     assert set(per_station[per_station["forecast"] == "station DRN (normal)"]["station"]) <= set(
         products[names.STATION].values
