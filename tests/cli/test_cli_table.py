@@ -491,10 +491,10 @@ ROWS: list[Row] = [
         ("--missing_forecast does not apply",),
     ),
     (
-        "evaluate: observations with an oracle",
-        "evaluate --forecast {fc} --observations {dir}/readme.txt --oracle {fc} --out_dir out",
+        "evaluate: observations with members",
+        "evaluate --forecast {fc} --observations {dir}/readme.txt --members {fc} --out_dir out",
         1,
-        ("--oracle does not apply",),
+        ("--members does not apply",),
     ),
     (
         "evaluate: extraction unknown",
