@@ -139,6 +139,25 @@ def read_stations(path: str | Path) -> xr.Dataset:
     return obs.drop_vars(list(obs.data_vars)).drop_dims([d for d in obs.dims if d != STATION])
 
 
+#: How far (degrees) a station of one id may lie from itself in two files: farther is another place.
+SAME_PLACE_DEG = 1e-4
+
+
+def match_stations(reference: xr.Dataset, other: xr.Dataset) -> tuple[np.ndarray, tuple[int, int] | None]:
+    """Where each station of ``other`` is in ``reference`` (by id; -1 where it is not), and the
+    first pair ``(j, i)`` of ``other[j]`` and ``reference[i]`` with one id at places more than
+    :data:`SAME_PLACE_DEG` apart (None: every shared id names one place). Callers say what a
+    conflict means for them (a model applied to other stations, products of another list)."""
+    known = {str(s): i for i, s in enumerate(reference[STATION].values)}
+    index = np.array([known.get(str(s), -1) for s in other[STATION].values], dtype=np.int64)
+    shared = np.flatnonzero(index >= 0)
+    i = index[shared]
+    dlat = np.abs(other[LATITUDE].values[shared] - reference[LATITUDE].values[i])
+    dlon = np.abs((other[LONGITUDE].values[shared] - reference[LONGITUDE].values[i] + 180.0) % 360.0 - 180.0)
+    far = np.flatnonzero(np.maximum(dlat, dlon) > SAME_PLACE_DEG)
+    return index, (None if far.size == 0 else (int(shared[far[0]]), int(i[far[0]])))
+
+
 def station_set_id(stations: xr.Dataset) -> str:
     """The identity of a station list: the SHA-256 of its ids, positions and elevations (to a
     micro-degree and a millimetre), in order. What a station model and its products record, so
@@ -423,4 +442,12 @@ def on_grid(
     return obs.isel({STATION: keep}), points.subset(keep)
 
 
-__all__ = ["COLUMNS", "on_grid", "read_observations", "read_stations", "station_set_id"]
+__all__ = [
+    "COLUMNS",
+    "SAME_PLACE_DEG",
+    "match_stations",
+    "on_grid",
+    "read_observations",
+    "read_stations",
+    "station_set_id",
+]

@@ -35,7 +35,7 @@ import torch
 import xarray as xr
 
 from ensml.data.station_table import table_features
-from ensml.data.stations import station_set_id
+from ensml.data.stations import match_stations, station_set_id
 from ensml.errors import EnsmlError
 from ensml.models.drn import DRN, NewStationMethod
 from ensml.names import ELEVATION, INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, STATION
@@ -47,8 +47,6 @@ from ensml.train.drn import drn_distribution
 FORMAT, VERSION = "ensml station model", 1
 #: The task name in the run metadata of station products.
 TASK = "StationDRN"
-#: How far (degrees) a station of one id may lie from where the model knew it.
-SAME_PLACE_DEG = 1e-4
 
 
 @dataclass
@@ -126,27 +124,18 @@ class StationModel:
             A station id the model knows at another place (a list for other stations than
             its ids say), naming the id and both places.
         """
-        known = {str(s): i for i, s in enumerate(self.stations[STATION].values)}
-        ids = [str(s) for s in stations[STATION].values]
-        lat, lon = stations[LATITUDE].values, stations[LONGITUDE].values
-        klat, klon = self.stations[LATITUDE].values, self.stations[LONGITUDE].values
-        index = np.empty(len(ids), dtype=np.int64)
-        new = np.zeros(len(ids), dtype=bool)
-        n_new = 0
-        for j, sid in enumerate(ids):
-            i = known.get(sid)
-            if i is None:
-                index[j], new[j] = len(known) + n_new, True
-                n_new += 1
-                continue
-            dlon = abs((lon[j] - klon[i] + 180.0) % 360.0 - 180.0)
-            if abs(lat[j] - klat[i]) > SAME_PLACE_DEG or dlon > SAME_PLACE_DEG:
-                raise EnsmlError(
-                    f"{what}: station {sid!r} is at {lat[j]:.4f}°N {lon[j]:.4f}°E, the station model "
-                    f"{self.path or ''} knows it at {klat[i]:.4f}°N {klon[i]:.4f}°E; a station id names "
-                    "one place (give the model's station list, or new ids for new places)"
-                )
-            index[j] = i
+        index, conflict = match_stations(self.stations, stations)
+        if conflict is not None:
+            j, i = conflict
+            lat, lon = stations[LATITUDE].values[j], stations[LONGITUDE].values[j]
+            klat, klon = self.stations[LATITUDE].values[i], self.stations[LONGITUDE].values[i]
+            raise EnsmlError(
+                f"{what}: station {str(stations[STATION].values[j])!r} is at {lat:.4f}°N {lon:.4f}°E, the "
+                f"station model {self.path or ''} knows it at {klat:.4f}°N {klon:.4f}°E; a station id names "
+                "one place (give the model's station list, or new ids for new places)"
+            )
+        new = index < 0
+        index[new] = self.stations.sizes[STATION] + np.arange(int(new.sum()))  # after the trained ones
         return index, new
 
     def distribution(self, table: xr.Dataset, what: str = "stations") -> dict[str, dict[str, xr.DataArray]]:

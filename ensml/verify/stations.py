@@ -36,7 +36,7 @@ raw ensemble (``skill_low``, ``skill_high``, ``dm_stat``, ``dm_p``, ``block_leng
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,42 +45,38 @@ import xarray as xr
 
 from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions
-from ensml.data.open import load_dataset
 from ensml.data.outputs import OutputFolder
-from ensml.data.runfiles import RunFiles, leads_option, scan_run
+from ensml.data.runfiles import leads_option, scan_run
 from ensml.data.station_frame import StationFrame, StationLead, build_station_frame
-from ensml.data.stations import station_set_id
 from ensml.data.subset import Subset, raw_subset
 from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
     ELEVATION,
     INIT_TIME,
-    LATITUDE,
     LEAD_TIME,
-    LEVEL,
-    LONGITUDE,
     MEMBER,
     STATION,
     VALID_TIME,
     raw_ensemble_name,
     units_of,
 )
-from ensml.predictions import PREFIX
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
-from ensml.scores.distributions import Family, get_family
 from ensml.scores.significance import skill_tests
 from ensml.times import LEAD_DTYPE, format_lead, lead_hours
 from ensml.verify.charts import station_skill_map
-from ensml.verify.families import oracle_families
 from ensml.verify.levels import at, levels_of, table_level
 from ensml.verify.options import Selection
 from ensml.verify.rows import NO_TEST, skill_test_columns, slug
+from ensml.verify.station_sources import (
+    StationOracle,
+    StationProducts,
+    read_station_oracle,
+    read_station_products,
+)
 from ensml.verify.tables import Content, to_markdown, write_files
 
-#: How far (degrees) a station of one id may lie from where the products have it.
-SAME_PLACE_DEG = 1e-4
 #: What ``evaluate --observations`` writes.
 FILES = ["scores.csv", "scores.md", "stations.csv", "stations.nc"]
 #: The columns of ``scores.csv`` (pooled) and ``stations.csv`` (per station), in order.
@@ -274,177 +270,6 @@ def _rows(
     return out["pooled"], out["station"]
 
 
-@dataclass(frozen=True)
-class StationProducts:
-    """Station products of ``ensml postprocess`` (:data:`ensml.data.runfiles.ROLES`'s ``station
-    predictions``), scanned and checked against the observations' stations."""
-
-    run: RunFiles
-    variables: list[str]  # scored: the products' variables among the frame's
-
-    def family(self, var: str) -> str:
-        return self.run.meta.family_of(var)
-
-    def name(self, var: str) -> str:
-        """The forecast's name in the tables: ``station DRN (normal)``."""
-        return f"station DRN ({self.family(var)})"
-
-    def score(self, var: str, sl: StationLead, y: xr.DataArray) -> tuple[str, xr.DataArray, xr.DataArray]:
-        """The name, the per-pair CRPS and the predictive mean of ``var`` at ``sl``'s lead."""
-        inits = y[INIT_TIME].values
-        levels = {LEVEL: [float(x) for x in y[LEVEL].values]} if LEVEL in y.dims else {}
-        got = self.run.read(sl.lead, inits, levels, lambda ds: ds.sel({STATION: y[STATION].values}), None)
-        family = get_family(self.family(var))
-        params = {p: got[f"{var}_{p}"].transpose(*y.dims) for p in family.params}
-        crps = family.crps({k: v.values for k, v in params.items()}, y.values)
-        mean = (
-            family.mean({k: v.values for k, v in params.items()})
-            if family.name != "normal"
-            else params["mean"].values
-        )
-        like = y.copy(data=np.asarray(crps, dtype=np.float64))
-        return self.name(var), like, y.copy(data=np.asarray(mean, dtype=np.float64))
-
-
-def read_station_products(
-    predictions: str | list[str], frame: StationFrame
-) -> tuple[StationProducts, StationFrame]:
-    """The station products of ``predictions`` and ``frame`` restricted to what they cover: the
-    stations they share with the observations and their init times.
-
-    Raises
-    ------
-    EnsmlError
-        Files that are not station products (or of two runs), products whose stations differ
-        from the station list they record, a station id at another place than in the
-        observations, no station or init time in common, no variable in common.
-    """
-    first = scan_run(predictions, "station predictions", [])
-    meta = first.meta
-    variables = [v for v in frame.variables if v in meta.variables]
-    if not variables:
-        raise EnsmlError(
-            f"predictions {predictions} hold {', '.join(meta.variables)}; the observations "
-            f"{', '.join(frame.variables)}: nothing to score"
-        )
-    run = scan_run(predictions, "station predictions", variables)
-    coords = run.coords
-    where = f"predictions {predictions}"
-    if station_set_id(coords) != meta.station_set:
-        raise EnsmlError(
-            f"{where}: the stations the files hold are not the station list they record "
-            "(ensml_station_set): changed after ensml postprocess wrote them"
-        )
-    obs = frame.observations
-    keep = _same_places(coords, frame, where)
-    missing = np.setdiff1d(coords[STATION].values.astype(str), obs[STATION].values.astype(str))
-    if not keep.size:
-        raise EnsmlError(
-            f"{where}: none of their {missing.size} stations is among {frame.names['observations']}"
-        )
-    if missing.size:
-        note(f"evaluate: {missing.size} stations of {where} have no observations and are not scored")
-    inits = np.intersect1d(frame.forecast[INIT_TIME].values, coords[INIT_TIME].values)
-    if inits.size == 0:
-        raise EnsmlError(f"{where}: no init time in common with {frame.names['forecast']}")
-    if run.meta.k > frame.forecast.sizes[MEMBER]:
-        raise EnsmlError(f"{where} were made from {run.meta.k} members; {frame.names['forecast']} has fewer")
-    restricted = replace(
-        frame,
-        forecast=frame.forecast.sel({INIT_TIME: inits}),
-        observations=obs.isel({STATION: keep}),
-        points=frame.points.subset(keep),
-        model_height=None if frame.model_height is None else frame.model_height.isel({STATION: keep}),
-    )
-    return StationProducts(run, variables), restricted
-
-
-@dataclass(frozen=True)
-class StationOracle:
-    """The exact predictive distribution at the stations (``stations_oracle.nc`` of ``ensml data
-    synth --stations``): the best CRPS any forecast could reach there."""
-
-    ds: xr.Dataset  # (init_time, lead_time, station) parameters, the observations' stations
-    families: dict[str, Family]
-
-    def name(self, var: str) -> str:
-        return f"station oracle ({self.families[var].name})"
-
-    def score(self, var: str, sl: StationLead, y: xr.DataArray) -> tuple[str, xr.DataArray, xr.DataArray]:
-        """The name, the per-pair CRPS and the mean of ``var``'s oracle at ``sl``'s lead."""
-        family = self.families[var]
-        at = self.ds.sel({LEAD_TIME: sl.lead}).reindex({INIT_TIME: y[INIT_TIME].values})
-        params = {
-            p: at[f"{var}_{p}"].sel({STATION: y[STATION].values}).transpose(*y.dims).values
-            for p in family.params
-        }
-        crps = np.asarray(family.crps(params, y.values), dtype=np.float64)
-        mean = np.asarray(family.mean(params), dtype=np.float64)
-        return self.name(var), y.copy(data=crps), y.copy(data=mean)
-
-
-def read_station_oracle(oracle: str, frame: StationFrame) -> StationOracle:
-    """The station oracle of the file ``oracle``, for the frame's variables it names.
-
-    Raises
-    ------
-    EnsmlError
-        An unreadable file, one without ``station`` or a lead of the frame, a station of the
-        observations it lacks or has at another place, a variable's parameter missing.
-    """
-    where = f"oracle {oracle}"
-    ds = load_dataset(oracle, "oracle")
-    if STATION not in ds.dims or LEAD_TIME not in ds.dims or INIT_TIME not in ds.dims:
-        raise EnsmlError(
-            f"{where} is no station oracle (dims {', '.join(map(str, ds.dims))}; it needs init_time, "
-            "lead_time and station: synth --stations writes stations_oracle.nc)"
-        )
-    text = str(ds.attrs.get(f"{PREFIX}distribution", ""))
-    named = [
-        v
-        for v in frame.variables
-        if f"{v}:" in text.split() or any(w.startswith(f"{v}:") for w in text.split())
-    ]
-    families = oracle_families(ds.attrs, named, where)
-    for var, family in families.items():
-        missing = [f"{var}_{p}" for p in family.params if f"{var}_{p}" not in ds]
-        if missing:
-            raise EnsmlError(f"{where} has no {', '.join(missing)}")
-    lacking = np.setdiff1d(frame.leads, ds[LEAD_TIME].values)
-    if lacking.size:
-        raise EnsmlError(f"{where} has no lead {format_lead(lacking[0])}")
-    keep = _same_places(ds, frame, where)
-    if keep.size != frame.observations.sizes[STATION]:
-        absent = np.setdiff1d(frame.observations[STATION].values.astype(str), ds[STATION].values.astype(str))
-        raise EnsmlError(
-            f"{where} lacks {absent.size} station(s) of {frame.names['observations']}, e.g. {absent[0]!r}"
-        )
-    return StationOracle(ds, families)
-
-
-def _same_places(ds: xr.Dataset, frame: StationFrame, where: str) -> np.ndarray:
-    """The positions in the frame's observations of the stations of ``ds`` they share (sorted);
-    a shared id at another place is an error naming both places."""
-    obs = frame.observations
-    index = {str(s): i for i, s in enumerate(obs[STATION].values)}
-    keep = []
-    for j, sid in enumerate(str(s) for s in ds[STATION].values):
-        i = index.get(sid)
-        if i is None:
-            continue
-        lat, lon = float(ds[LATITUDE][j]), float(ds[LONGITUDE][j])
-        dlat = abs(lat - float(obs[LATITUDE][i]))
-        dlon = abs((lon - float(obs[LONGITUDE][i]) + 180.0) % 360.0 - 180.0)
-        if max(dlat, dlon) > SAME_PLACE_DEG:
-            raise EnsmlError(
-                f"{where} are for another station list: station {sid!r} is at {lat:.4f}°N {lon:.4f}°E there "
-                f"and at {float(obs[LATITUDE][i]):.4f}°N {float(obs[LONGITUDE][i]):.4f}°E in "
-                f"{frame.names['observations']}"
-            )
-        keep.append(i)
-    return np.array(sorted(keep), dtype=int)
-
-
 def _station_rows(head: dict, vals: dict[str, xr.DataArray]) -> list[dict]:
     """One row per station: its id, position, elevation, ``head`` and ``vals`` (station)."""
     ds = xr.Dataset(vals)
@@ -579,7 +404,7 @@ def evaluate_stations(
     if not np.isfinite(lapse_rate) or abs(lapse_rate) > 0.1:  # K/m: 0.1 is ten times the dry adiabat
         standard = STANDARD_LAPSE_RATE
         raise EnsmlError(f"lapse_rate {lapse_rate!r} is not a lapse rate in K/m (the standard is {standard})")
-    runs = () if predictions is None else (scan_run(predictions, "station predictions", []),)
+    runs = () if predictions is None else (scan_run(predictions, "station predictions", []),)  # once
     subset = raw_subset(runs, selection.k)  # the products' members, or the first k
     frame = build_station_frame(
         forecast,
@@ -595,7 +420,7 @@ def evaluate_stations(
     )
     products = None
     if predictions is not None:
-        products, frame = read_station_products(predictions, frame)
+        products, frame = read_station_products(runs[0], frame)
     best = read_station_oracle(oracle, frame) if oracle is not None else None
     scores = score_stations(frame, subset, fair, products, best)
     if not scores.table.empty:
@@ -614,13 +439,9 @@ def evaluate_stations(
 
 __all__ = [
     "FILES",
-    "StationOracle",
-    "StationProducts",
     "StationScores",
     "evaluate_stations",
     "gridded_options",
-    "read_station_oracle",
-    "read_station_products",
     "score_stations",
     "station_options",
 ]
