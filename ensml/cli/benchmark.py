@@ -1,14 +1,22 @@
-"""``ensml benchmark``: train every model of the zoo on the embedded data and compare them in one table."""
+"""``ensml benchmark``: train every model of the zoo on the embedded data and compare them in one table.
+
+A config with ``stations`` (``configs/benchmark/stations.yaml``) is a station benchmark
+(:func:`ensml.experiments.benchmark_stations.benchmark_stations`, whose signature declares its
+options): raw, EMOS and station DRNs side by side at stations.
+"""
 
 from __future__ import annotations
 
-from ensml.cli.verb import run_function
+from ensml.cli.verb import config_keys, run_function
 
 #: The command this module runs: its options and help are the library function's.
 COMMANDS = {"benchmark": "ensml.experiments.benchmark:benchmark"}
+#: What ``ensml benchmark`` runs for a config with ``stations``.
+STATION_BENCHMARK = "ensml.experiments.benchmark_stations:benchmark_stations"
 SUMMARIES = {"benchmark": "Train and score every model; write benchmark.csv and benchmark.md to out_dir."}
 
 
 def run(args: list[str]) -> None:
-    """Run ``ensml benchmark ARGS``."""
-    run_function(COMMANDS["benchmark"], args)
+    """Run ``ensml benchmark ARGS`` (a station benchmark for a config with ``stations``)."""
+    target = STATION_BENCHMARK if "stations" in config_keys(args[1:]) else COMMANDS["benchmark"]
+    run_function(target, args)

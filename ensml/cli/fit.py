@@ -60,21 +60,10 @@ def run(args: list[str]) -> None:
 def is_station_config(args: list[str]) -> bool:
     """Whether ``args`` give a station config: a ``--config`` YAML mapping with ``observations``
     and none of LightningCLI's sections (an unreadable file is LightningCLI's to report)."""
-    import yaml
+    from ensml.cli.verb import config_keys
 
-    for i, arg in enumerate(args):
-        name, eq, value = arg.partition("=")
-        if name != "--config":
-            continue
-        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-        try:
-            with open(value, encoding="utf-8") as f:
-                config = yaml.safe_load(f)
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            return False
-        if isinstance(config, dict) and "observations" in config:
-            return not {"model", "data", "trainer"} & set(config)
-    return False
+    keys = config_keys(args)
+    return "observations" in keys and not {"model", "data", "trainer"} & keys
 
 
 def trainer_problem(exc: Exception) -> str:

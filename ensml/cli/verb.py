@@ -48,10 +48,29 @@ def run_function(target: str | dict[str, str], args: Sequence[str]) -> Any:
     return auto_cli(function, args=list(args[1:]), **options)
 
 
+def config_keys(args: Sequence[str]) -> set[str]:
+    """The top-level keys of the first ``--config`` YAML mapping in ``args`` (none: an empty set,
+    also for a file that cannot be read, which the verb's parser then reports)."""
+    import yaml
+
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name != "--config":
+            continue
+        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        try:
+            with open(value, encoding="utf-8") as f:
+                config = yaml.safe_load(f)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return set()
+        return {str(key) for key in config} if isinstance(config, dict) else set()
+    return set()
+
+
 def summary(fn: Callable[..., Any]) -> str:
     """The first line of ``fn``'s docstring (its one-line summary in ``ensml --help``)."""
     doc = (fn.__doc__ or "").strip()
     return doc.splitlines()[0].replace("``", "") if doc else ""
 
 
-__all__ = ["load", "run_function", "summary"]
+__all__ = ["config_keys", "load", "run_function", "summary"]

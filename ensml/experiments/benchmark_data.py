@@ -13,25 +13,34 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from ensml.data.physics.stations import STATION_FILES as PHYSICS_STATION_FILES
 from ensml.data.synth.generate import synth as make_synth
+from ensml.data.synth.stations import STATION_FILES as SYNTH_STATION_FILES
 from ensml.errors import EnsmlError
 from ensml.experiments.options import PhysicsOptions, SynthOptions
+from ensml.names import STATION
 from ensml.times import format_leads, parse_date, parse_leads
 
 #: The options of either source.
 Source = SynthOptions | PhysicsOptions
 
 
-def ensure_data(data_dir: Path, opts: Source) -> dict[str, Path]:
+def ensure_data(data_dir: Path, opts: Source, stations: int = 0) -> dict[str, Path]:
     """Reuse ``data_dir`` if it holds a dataset made with ``opts``; else generate it there.
 
     The generator's options are read back from the forecast's global attributes
     ``synth_<option>`` or ``physics_<option>``; the synthetic data's files include the oracle.
     An option the files do not record (data made before the generator had it) matches its
     default value only. A folder holding the other generator's data is refused, never overwritten.
+    ``stations``: also observations at this many stations (the generator's ``stations``
+    option; their files' paths by their names, ``stations`` and the synthetic data's
+    ``stations_oracle`` and ``orography`` or the physics testbed's ``stations_truth``), reused
+    while ``stations.nc`` holds that many.
     """
     kind = kind_of(opts)
     names = ("forecast", "analysis", "oracle") if kind == "synth" else ("forecast", "analysis")
+    if stations:
+        names += station_files(kind)
     paths = {name: data_dir / f"{name}.nc" for name in names}
     attrs = {}
     if paths["forecast"].is_file():
@@ -44,7 +53,15 @@ def ensure_data(data_dir: Path, opts: Source) -> dict[str, Path]:
                 f"attributes), the config asks for {kind}: remove it or choose another data_dir"
             )
     if not all(p.is_file() for p in paths.values()):
-        return generate(kind, data_dir, opts)
+        return generate(kind, data_dir, opts, stations)
+    if stations:
+        with xr.open_dataset(paths["stations"]) as ds:
+            have = int(ds.sizes.get(STATION, 0))
+        if have != stations:
+            raise EnsmlError(
+                f"benchmark data_dir {data_dir} holds observations at {have} stations, the config asks "
+                f"for stations={stations}: remove it or choose another data_dir"
+            )
     defaults = {f.name: f.default for f in fields(opts) if f.default is not MISSING}
     for key, want in asdict(opts).items():
         have = attrs.get(f"{kind}_{key}", defaults.get(key))
@@ -67,13 +84,20 @@ def kind_of(opts: Source) -> str:
     return "physics" if isinstance(opts, PhysicsOptions) else "synth"
 
 
-def generate(kind: str, data_dir: Path, opts: Source) -> dict[str, Path]:
-    """Generate the dataset of ``opts`` into ``data_dir`` (the physics testbed imported only here)."""
+def station_files(kind: str) -> tuple[str, ...]:
+    """The names of the station files ``kind``'s generator writes (without the suffix)."""
+    return SYNTH_STATION_FILES if kind == "synth" else PHYSICS_STATION_FILES
+
+
+def generate(kind: str, data_dir: Path, opts: Source, stations: int = 0) -> dict[str, Path]:
+    """Generate the dataset of ``opts`` (with ``stations``) into ``data_dir`` (the physics
+    testbed imported only here)."""
+    extra = {"stations": int(stations)} if stations else {}
     if kind == "synth":
-        return make_synth(data_dir, **asdict(opts), overwrite=True)
+        return make_synth(data_dir, **asdict(opts), **extra, overwrite=True)
     from ensml.data.physics.generate import physics as make_physics
 
-    return make_physics(data_dir, **asdict(opts), overwrite=True)
+    return make_physics(data_dir, **asdict(opts), **extra, overwrite=True)
 
 
 def choose_source(synth: SynthOptions | None, physics: PhysicsOptions | None, bound: bool) -> Source:
@@ -98,4 +122,4 @@ def choose_source(synth: SynthOptions | None, physics: PhysicsOptions | None, bo
     return source
 
 
-__all__ = ["Source", "choose_source", "ensure_data", "generate", "kind_of"]
+__all__ = ["Source", "choose_source", "ensure_data", "generate", "kind_of", "station_files"]

@@ -26,6 +26,7 @@ class SynthOptions:
     every_days: int = 2
     storms_per_year: float = 6.0
     seed: Seed = 0
+    surface: bool = False
     precip_wind: bool = False
 
 
@@ -86,6 +87,26 @@ class EmosSpec:
     name: str | None = None
 
 
+@dataclass
+class StationModelSpec:
+    """One station DRN of the station benchmark (``ensml benchmark`` with ``stations``): its row
+    name, what it reads beyond the station table (``predictors`` such as ``[z850, t850]``, each
+    as its subset mean and gradient at the station), the table's features it leaves out
+    (``drop_features``, e.g. ``[doy_sin, doy_cos]`` in a world without seasons) and its network
+    and fit (as ``ensml fit`` with a station config: :func:`ensml.train.station_fit.fit_stations`).
+    """
+
+    name: str
+    predictors: list[str] = field(default_factory=list)
+    drop_features: list[str] = field(default_factory=list)
+    hidden: list[int] = field(default_factory=lambda: [64])
+    embedding_dim: int = 2
+    epochs: int = 300
+    batch_size: int = 4096
+    lr: float = 5e-3
+    patience: int = 20
+
+
 DEFAULT_MODELS = [
     ModelSpec("U-Net mixed", "mixed", "unet3d"),
     ModelSpec("temporal U-Net mixed", "mixed", "unet3d_time"),
@@ -94,4 +115,4 @@ DEFAULT_MODELS = [
 ]
 
 
-__all__ = ["DEFAULT_MODELS", "EmosSpec", "ModelSpec", "PhysicsOptions", "SynthOptions"]
+__all__ = ["DEFAULT_MODELS", "EmosSpec", "ModelSpec", "PhysicsOptions", "StationModelSpec", "SynthOptions"]

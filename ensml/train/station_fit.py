@@ -20,10 +20,10 @@ together.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
@@ -32,7 +32,7 @@ from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat,
 from ensml.data.heights import STANDARD_LAPSE_RATE, read_model_height
 from ensml.data.outputs import OutputFolder
 from ensml.data.splits import check_periods
-from ensml.data.station_frame import build_station_frame
+from ensml.data.station_frame import StationFrame, build_station_frame
 from ensml.data.station_table import Rows, read_static, station_table, table_rows
 from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
@@ -163,7 +163,7 @@ def fit_stations(
     )
     inits = frame.forecast[INIT_TIME].values
     for option, bounds in periods.items():  # before the table is read: a period without inits fails at once
-        _period_inits(inits, bounds, f"{option}_period")
+        period_inits(inits, bounds, f"{option}_period")
     families = family_names(frame.variables, distribution, "distribution")
     for var, fam in zip(frame.variables, families):
         if fam.startswith("bqn"):
@@ -174,9 +174,69 @@ def fit_stations(
     )
     subset = Subset.first(k)
     table = station_table(frame, subset, radius_km=radius_km or None, static=fields or None)
-    train = table.sel({INIT_TIME: _period_inits(inits, periods["train"], "train_period")})
+    train = table.sel({INIT_TIME: period_inits(inits, periods["train"], "train_period")})
+    model = fit_station_model(
+        frame,
+        train,
+        families,
+        level=level,
+        subset=subset,
+        extraction=extraction,
+        radius_km=radius_km,
+        drop_features=drop_features,
+        model_height=height,
+        static=fields,
+        drn={
+            "hidden": [int(w) for w in hidden],
+            "embedding_dim": int(embedding_dim),
+            "epochs": int(epochs),
+            "batch_size": int(batch_size),
+            "lr": float(lr),
+            "patience": int(patience),
+            "seed": int(seed),
+            "untrained": untrained,
+        },
+        fit={"train_period": list(train_period)},
+    )
+    scores = None
+    if test_period is not None:
+        test = table.sel({INIT_TIME: period_inits(inits, periods["test"], "test_period")})
+        scores = _scores(model, test, level)
+    with OutputFolder.open(out_dir, COMMAND, names=names, whole=True) as folder:
+        folder.write_bytes(MODEL_FILE, model.to_bytes())
+        if scores is not None:
+            folder.write_text(SCORES_FILE, _csv(scores))
+    return StationFit(model, Path(out_dir), scores)
+
+
+def fit_station_model(
+    frame: StationFrame,
+    train: xr.Dataset,
+    families: Sequence[str],
+    *,
+    level: float | None,
+    subset: Subset,
+    extraction: str,
+    radius_km: float,
+    drop_features: Sequence[str] = (),
+    model_height: xr.DataArray | None = None,
+    static: Mapping[str, xr.DataArray] | None = None,
+    drn: Mapping[str, Any] | None = None,
+    fit: Mapping[str, Any] | None = None,
+) -> StationModel:
+    """Fit one DRN per variable of ``frame`` on the station table ``train`` (its training rows)
+    and return the station model, in memory: what ``fit_stations`` writes, and what
+    ``ensml benchmark`` with stations compares.
+
+    ``families``: one per variable; ``subset``, ``extraction``, ``radius_km``, ``model_height``
+    and ``static``: what ``train`` was made with (kept in the model so that it can be applied
+    anywhere); ``drop_features``: features of the table left out; ``drn``: further arguments of
+    :func:`ensml.train.drn.fit_drn` (``hidden``, ``epochs``, ``seed``, ``untrained`` …);
+    ``fit``: further facts of the fit to keep in the model (the training period …).
+    """
+    drn = dict(drn or {})
     surface = tuple(v for v in frame.variables if LEVEL not in frame.forecast[v].dims)
-    nets, fit, features = {}, {}, ()
+    nets, rows_by_var, features = {}, {}, ()
     for var, fam in zip(frame.variables, families):
         rows = _without(table_rows(train, var, None if var in surface else level), drop_features)
         if rows.dropped:
@@ -186,30 +246,23 @@ def fit_stations(
             rows.station,
             rows.obs,
             family=fam,
-            n_stations=table.sizes[STATION],
-            station_lat=table[LATITUDE].values,
-            station_lon=table[LONGITUDE].values,
-            hidden=[int(w) for w in hidden],
-            embedding_dim=embedding_dim,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            patience=patience,
-            seed=seed,
-            untrained=untrained,
+            n_stations=train.sizes[STATION],
+            station_lat=train[LATITUDE].values,
+            station_lon=train[LONGITUDE].values,
+            **drn,
         )
         features = rows.names
-        fit[var] = {"rows": int(rows.obs.size), "dropped": int(rows.dropped)}
-    keep = [c for c in (LATITUDE, LONGITUDE, ELEVATION) if c in table.coords]
+        rows_by_var[var] = {"rows": int(rows.obs.size), "dropped": int(rows.dropped)}
+    keep = [c for c in (LATITUDE, LONGITUDE, ELEVATION) if c in train.coords]
     stations = xr.Dataset(
-        coords={STATION: table[STATION].values, **{c: (STATION, table[c].values) for c in keep}}
+        coords={STATION: train[STATION].values, **{c: (STATION, train[c].values) for c in keep}}
     )
-    model = StationModel(
+    return StationModel(
         variables=tuple(frame.variables),
         families=tuple(families),
         level=None if len(surface) == len(frame.variables) else float(frame.levels[0]),
         surface=surface,
-        k=int(k),
+        k=len(subset.members),
         members=tuple(subset.members),
         ensemble_size=int(frame.forecast.sizes[MEMBER]),
         leads=np.asarray(frame.leads, dtype="timedelta64[ns]"),
@@ -220,26 +273,17 @@ def fit_stations(
         lapse_rate=STANDARD_LAPSE_RATE,
         stations=stations,
         nets=nets,
-        untrained=untrained,
-        model_height=height,
-        static=fields,
+        untrained=drn.get("untrained", "nearest"),
+        model_height=model_height,
+        static=dict(static or {}),
         fit={
-            "train_period": list(train_period),
-            "seed": int(seed),
-            "hidden": [int(w) for w in hidden],
-            "embedding_dim": int(embedding_dim),
-            "rows": fit,
+            **dict(fit or {}),
+            "seed": int(drn.get("seed", 0)),
+            "hidden": list(drn.get("hidden", [64])),
+            "embedding_dim": int(drn.get("embedding_dim", 2)),
+            "rows": rows_by_var,
         },
     )
-    scores = None
-    if test_period is not None:
-        test = table.sel({INIT_TIME: _period_inits(inits, periods["test"], "test_period")})
-        scores = _scores(model, test, level)
-    with OutputFolder.open(out_dir, COMMAND, names=names, whole=True) as folder:
-        folder.write_bytes(MODEL_FILE, model.to_bytes())
-        if scores is not None:
-            folder.write_text(SCORES_FILE, _csv(scores))
-    return StationFit(model, Path(out_dir), scores)
 
 
 def _without(rows: Rows, drop: Sequence[str]) -> Rows:
@@ -255,7 +299,7 @@ def _without(rows: Rows, drop: Sequence[str]) -> Rows:
     return replace(rows, features=rows.features[:, keep], names=names)
 
 
-def _period_inits(inits: np.ndarray, bounds: tuple, option: str) -> np.ndarray:
+def period_inits(inits: np.ndarray, bounds: tuple, option: str) -> np.ndarray:
     """The init times of ``inits`` within ``bounds``; none is an error naming ``option``."""
     start, end = bounds
     chosen = inits[(inits >= start) & (inits <= end)]
@@ -309,4 +353,4 @@ def _csv(rows: list[dict]) -> str:
     return buffer.getvalue()
 
 
-__all__ = ["StationFit", "fit_stations"]
+__all__ = ["StationFit", "fit_station_model", "fit_stations", "period_inits"]

@@ -119,14 +119,19 @@ class StationOracle:
     def name(self, var: str) -> str:
         return f"station oracle ({self.families[var].name})"
 
+    def parameters(self, var: str, lead: np.timedelta64, y: xr.DataArray) -> dict[str, np.ndarray]:
+        """``var``'s oracle parameters at ``lead`` on the pairs of ``y`` (its init times and
+        stations, in its dims' order; NaN at an init time the oracle lacks)."""
+        at = self.ds.sel({LEAD_TIME: lead}).reindex({INIT_TIME: y[INIT_TIME].values})
+        return {
+            p: at[f"{var}_{p}"].sel({STATION: y[STATION].values}).transpose(*y.dims).values
+            for p in self.families[var].params
+        }
+
     def score(self, var: str, sl: StationLead, y: xr.DataArray) -> tuple[str, xr.DataArray, xr.DataArray]:
         """The name, the per-pair CRPS and the mean of ``var``'s oracle at ``sl``'s lead."""
         family = self.families[var]
-        at = self.ds.sel({LEAD_TIME: sl.lead}).reindex({INIT_TIME: y[INIT_TIME].values})
-        params = {
-            p: at[f"{var}_{p}"].sel({STATION: y[STATION].values}).transpose(*y.dims).values
-            for p in family.params
-        }
+        params = self.parameters(var, sl.lead, y)
         crps = np.asarray(family.crps(params, y.values), dtype=np.float64)
         mean = np.asarray(family.mean(params), dtype=np.float64)
         return self.name(var), y.copy(data=crps), y.copy(data=mean)
