@@ -163,6 +163,13 @@ def test_verdicts_by_the_targets() -> None:
     assert gap.endswith(": not met.") and "48 h 79.0%" in gap  # 79 % < 80 % at 48 h
     rows[2]["skill_low"] = -0.001  # the interval reaches zero at 48 h
     assert verdicts(pd.DataFrame(rows))[0].endswith(": not met.")
+    for row in rows[1::2]:  # station-wise EMOS the best of all: the gap is its, the skill the DRN's
+        row.update(crps=0.9, gap_closed=0.95)
+    skill, gap = verdicts(pd.DataFrame(rows))
+    assert "beside EMOS, station-wise, DRN, over it" in skill
+    assert f"the best station model, {REFERENCE}, closes 24 h 95.0%; 48 h 95.0%" in gap and gap.endswith(
+        ": met."
+    )
 
 
 BENCH = "benchmark --config {dir}/{name}.yaml"
@@ -263,3 +270,45 @@ def test_shipped_station_configs_parse(name: str) -> None:
     names = [m.name for m in cfg.models]
     assert len(set(names)) == len(names) >= 2 and "station" in cfg.emos
     assert any(m.predictors for m in cfg.models)
+
+
+def test_physics_station_benchmark_without_an_oracle(tmp_path: Path) -> None:
+    """configs/benchmark/physics_stations.yaml as the guide runs it, at its smallest setting: the
+    physics testbed's stations, no oracle (no gap column or verdict), the skill verdict made."""
+    import json
+
+    models = [
+        {"name": "station DRN", "epochs": 2, "hidden": [8]},
+        {
+            "name": "station DRN + flow",
+            "predictors": ["z850"],
+            "drop_features": ["doy_sin", "doy_cos"],
+            "epochs": 2,
+        },
+    ]
+    small = [
+        *("--physics.inits 12 --physics.members 3 --physics.spinup_days 2 --stations 20 --k 3".split()),
+        *("--train_period [2000-01-01,2000-01-08] --test_period [2000-01-09,2000-01-12]".split()),
+        f"--models={json.dumps(models)}",
+        f"--data_dir={tmp_path / 'data'}",
+        f"--out_dir={tmp_path / 'out'}",
+    ]
+    assert main(["benchmark", "--config", str(CONFIGS / "benchmark" / "physics_stations.yaml"), *small]) == 0
+    table = pd.read_csv(tmp_path / "out" / "benchmark.csv")
+    assert "gap_closed" not in table and set(table["variable"]) == {"si10"}
+    assert list(dict.fromkeys(table["forecast"])) == [
+        "raw ensemble (3), nearest",
+        "raw subset (3), nearest",
+        "raw subset (3), bilinear",
+        "EMOS, global",
+        REFERENCE,
+        "station DRN",
+        "station DRN + flow",
+    ]
+    at = table.set_index(["lead_h", "forecast"])["crps"]
+    for lead in (24, 48):  # three members of three: the subset is the ensemble
+        assert at[(lead, "raw ensemble (3), nearest")] == at[(lead, "raw subset (3), nearest")]
+    page = (tmp_path / "out" / "benchmark.md").read_text()
+    assert "physics data, observations at 20 stations" in page
+    assert len(verdicts(table)) == 1 and verdicts(table)[0] in page  # no oracle: no gap verdict
+    assert (tmp_path / "out" / "station_skill_si10.png").is_file()
