@@ -1,6 +1,6 @@
 """``ensml benchmark``: train every model of the zoo on the embedded data and compare them in one table.
 
-A config with ``stations`` (``configs/benchmark/stations.yaml``) is a station benchmark
+A config with ``stations`` (``configs/benchmark/stations.yaml``), or ``--stations N``, is a station benchmark
 (:func:`ensml.experiments.benchmark_stations.benchmark_stations`, whose signature declares its
 options): raw, EMOS and station DRNs side by side at stations.
 """
@@ -17,6 +17,9 @@ SUMMARIES = {"benchmark": "Train and score every model; write benchmark.csv and 
 
 
 def run(args: list[str]) -> None:
-    """Run ``ensml benchmark ARGS`` (a station benchmark for a config with ``stations``)."""
-    target = STATION_BENCHMARK if "stations" in config_keys(args[1:]) else COMMANDS["benchmark"]
+    """Run ``ensml benchmark ARGS`` (a station benchmark for a config with ``stations`` or ``--stations``)."""
+    stations = "stations" in config_keys(args[1:]) or any(
+        a.partition("=")[0] == "--stations" for a in args[1:]
+    )
+    target = STATION_BENCHMARK if stations else COMMANDS["benchmark"]
     run_function(target, args)

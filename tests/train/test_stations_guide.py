@@ -44,6 +44,10 @@ SMALLEST = {
     "fit": "--train_period [2019-09-01,2019-12-31] --test_period [2020-01-01,2020-02-28] "
     "--epochs 2 --hidden [8]",
     "postprocess": "--cluster none",
+    "benchmark": "--stations 12 --synth.n_lat 8 --synth.n_lon 16 --synth.start 2019-01-01 "
+    "--synth.end 2019-12-31 --synth.every_days 4 --train_period [2019-01-01,2019-09-30] "
+    "--test_period [2019-10-01,2019-12-31] "
+    '--models=[{"name":"DRN","epochs":2,"hidden":[8]},{"name":"DRN+flow","predictors":["z850"],"epochs":2}]',
 }
 
 
@@ -58,11 +62,11 @@ def test_the_guides_commands_run_from_fit_to_scores(tmp_path, monkeypatch, capsy
     from tests.test_readme import _commands
 
     monkeypatch.chdir(tmp_path)
-    # the physics testbed's run is tests/data/test_physics_stations.py's, at its smallest
-    commands = [
-        c for c in _commands(GUIDE.read_text(encoding="utf-8")) if not c.startswith("ensml data physics")
-    ]
-    assert [c.split()[1] for c in commands] == ["data", "fit", "data", "postprocess", "evaluate"]
+    # the physics testbed's station benchmark is tests/experiments/test_benchmark_stations.py's,
+    # run as the guide runs it at its smallest setting
+    commands = [c for c in _commands(GUIDE.read_text(encoding="utf-8")) if "physics" not in c]
+    verbs = ["data", "fit", "data", "postprocess", "evaluate", "benchmark"]
+    assert [c.split()[1] for c in commands] == verbs
     for line in commands:
         words = shlex.split(line)[1:]
         verb = " ".join(words[:2]) if words[0] == "data" else words[0]
@@ -75,3 +79,5 @@ def test_the_guides_commands_run_from_fit_to_scores(tmp_path, monkeypatch, capsy
     table = pd.read_csv(tmp_path / "runs" / "station-eval" / "scores.csv")
     assert {"station DRN (normal)", "station DRN (truncnormal)"} <= set(table["forecast"])
     assert (tmp_path / "runs" / "station-eval" / "figures" / "station_skill_t2m.png").is_file()
+    bench = pd.read_csv(tmp_path / "runs" / "benchmark-stations" / "benchmark.csv")
+    assert {"EMOS, station-wise", "DRN", "DRN+flow", "station oracle (normal)"} <= set(bench["forecast"])
