@@ -65,7 +65,7 @@ from ensml.names import (
 )
 from ensml.progress import Progress, seconds
 from ensml.scores import crps_ensemble_array
-from ensml.scores.distributions import get_family
+from ensml.scores.distributions import family_for
 from ensml.scores.significance import forecast_horizon, skill_test
 from ensml.seeds import Seed
 from ensml.times import hours_of
@@ -224,16 +224,17 @@ def benchmark_stations(
                 start = time.perf_counter()
                 fitted = fit_station_emos(train, var, mode=mode, family=fam, level=_level(frame, var, level))
                 took = time.perf_counter() - start
-                crps = _family_crps(fam, fitted.distribution(test), _obs(test, var, level, frame))
+                crps = _family_crps(var, fam, fitted.distribution(test), _obs(test, var, level, frame))
                 rows[var].append(Row(EMOS_ROWS[mode], crps, took, model=True))
             progress.advance(f"{EMOS_ROWS[mode]} fitted in {seconds(progress.lap)}")
         for spec in models:
             progress.describe(spec.name)
             start = time.perf_counter()
+            own = family_names(frame.variables, spec.distribution, f"models.{spec.name}.distribution")
             model = fit_station_model(
                 frame,
                 train,
-                families,
+                own,
                 level=level,
                 subset=subset,
                 extraction="nearest",
@@ -243,8 +244,8 @@ def benchmark_stations(
             )
             took = time.perf_counter() - start
             params = model.distribution(test, "the test period")
-            for var, fam in zip(frame.variables, families):
-                crps = _family_crps(fam, params[var], _obs(test, var, level, frame))
+            for var, fam in zip(frame.variables, own):
+                crps = _family_crps(var, fam, params[var], _obs(test, var, level, frame))
                 rows[var].append(Row(spec.name, crps, took / len(frame.variables), model=True))
             progress.advance(f"{spec.name} fitted in {seconds(took)}")
     if oracle is not None:
@@ -313,6 +314,8 @@ def _check_options(
         raise EnsmlError(
             "benchmark: emos must include 'station': station-wise EMOS is every skill's reference"
         )
+    for spec in models:  # each model's families, before any data is made
+        family_names(variables, spec.distribution, f"models.{spec.name}.distribution")
     taken = [*EMOS_ROWS.values(), ORACLE, RAW_SUBSET.format(k=k)]
     names = [m.name for m in models]
     if len(set(names)) != len(names) or any(n in taken or n.startswith("raw ") for n in names):
@@ -369,10 +372,11 @@ def _ensemble_crps(
     return np.asarray(crps_ensemble_array(got.values, y.values, axis=-1), dtype=np.float64)
 
 
-def _family_crps(family: str, params: dict[str, xr.DataArray], y: xr.DataArray) -> np.ndarray:
-    """The closed-form CRPS of ``family``'s ``params`` (lead_time, init_time, station) on ``y``."""
+def _family_crps(var: str, family: str, params: dict[str, xr.DataArray], y: xr.DataArray) -> np.ndarray:
+    """The CRPS of ``var``'s ``family`` with ``params`` (lead_time, init_time, station) on ``y``
+    (closed form; the quantile head's by its quantile levels)."""
     values = {p: v.transpose(*y.dims).values for p, v in params.items()}
-    return np.asarray(get_family(family).crps(values, y.values), dtype=np.float64)
+    return np.asarray(family_for(var, family).crps(values, y.values), dtype=np.float64)
 
 
 def _common(rows: list[Row], y: xr.DataArray) -> np.ndarray:

@@ -92,13 +92,16 @@ class StationModelSpec:
     """One station DRN of the station benchmark (``ensml benchmark`` with ``stations``): its row
     name, what it reads beyond the station table (``predictors`` such as ``[z850, t850]``, each
     as its subset mean and gradient at the station), the table's features it leaves out
-    (``drop_features``, e.g. ``[doy_sin, doy_cos]`` in a world without seasons) and its network
-    and fit (as ``ensml fit`` with a station config: :func:`ensml.train.station_fit.fit_stations`).
+    (``drop_features``, e.g. ``[doy_sin, doy_cos]`` in a world without seasons), each
+    variable's family (``distribution``, e.g. ``{si10: bqn}`` for the distribution-free head; a
+    variable not named takes its default) and its network and fit (as ``ensml fit`` with a
+    station config: :func:`ensml.train.station_fit.fit_stations`).
     """
 
     name: str
     predictors: list[str] = field(default_factory=list)
     drop_features: list[str] = field(default_factory=list)
+    distribution: dict[str, str] | None = None
     hidden: list[int] = field(default_factory=lambda: [64])
     embedding_dim: int = 2
     epochs: int = 300

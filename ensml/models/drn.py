@@ -76,7 +76,9 @@ class DRN(nn.Module):
         ``()`` for none (a linear model on the features and the embedding).
     n_raw
         Outputs per sample: location and spread, plus the family's extras
-        (:attr:`ensml.scores.distributions.Family.n_raw`: 2, or 3 for ``csg0``).
+        (:attr:`ensml.scores.distributions.Family.n_raw`: 2, or 3 for ``csg0``); for the
+        distribution-free head (``bqn``) the d + 1 outputs its quantile function's
+        coefficients are made of.
 
     Buffers, set by the fit: ``x_loc``, ``x_scale`` (F,) standardise the features, ``y_loc``,
     ``y_scale`` (scalars) the target; ``station_lat``, ``station_lon`` (n_stations,) place the
@@ -128,6 +130,13 @@ class DRN(nn.Module):
             return self.x_loc.new_zeros(station.shape[0], 0)
         return self.embedding(station)
 
+    def outputs(self, features: torch.Tensor, station: torch.Tensor) -> torch.Tensor:
+        """The network's (N, n_raw) unconstrained outputs (standardised units) of (N, F)
+        ``features`` at (N,) ``station`` indices: what :meth:`forward` maps to ``(μ, σ, extra)``
+        and a quantile head (``bqn``) to its coefficients."""
+        x = (features - self.x_loc) / self.x_scale
+        return self.mlp(torch.cat([x, self.station_embedding(station)], dim=-1))
+
     def forward(
         self, features: torch.Tensor, station: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -141,8 +150,7 @@ class DRN(nn.Module):
             (N, n_raw − 2) unconstrained further outputs (standardised units; a family maps
             them with ``unit = y_scale``), or ``None`` when ``n_raw == 2``.
         """
-        x = (features - self.x_loc) / self.x_scale
-        h = self.mlp(torch.cat([x, self.station_embedding(station)], dim=-1))
+        h = self.outputs(features, station)
         mu = self.y_loc + self.y_scale * h[:, 0]
         sigma = self.y_scale * (F.softplus(h[:, 1]) + SIGMA_FLOOR)
         extra = h[:, 2:] if self.n_raw > 2 else None

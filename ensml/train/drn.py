@@ -1,10 +1,14 @@
 """Fit a distributional regression network (:class:`ensml.models.drn.DRN`) by minimum CRPS.
 
 Rasp & Lerch (2018) train the network on the closed-form CRPS of its predictive distribution
-with Adam, in mini-batches, and stop early on held-out data. Here the family is any parametric
-one (:mod:`ensml.scores.distributions`): the network's ``(μ, σ, extra)`` become the family's
-parameters through :meth:`~ensml.scores.distributions.Family.from_moments` and the loss is the
-mean of :meth:`~ensml.scores.distributions.Family.crps` over the batch::
+with Adam, in mini-batches, and stop early on held-out data. Here the family is any of
+:mod:`ensml.scores.distributions`: for a parametric one the network's ``(μ, σ, extra)`` become
+the family's parameters through :meth:`~ensml.scores.distributions.Family.from_moments`; for the
+distribution-free head (``bqn``, Bremnes 2020) its d + 1 outputs become the non-decreasing
+coefficients of a Bernstein quantile function (:meth:`~ensml.scores.distributions.bqn.BQN.link`
+around the training observations' mean and standard deviation: zero outputs give their normal).
+The loss is the mean of :meth:`~ensml.scores.distributions.Family.crps` over the batch (the
+quantile head's by the pinball loss over quantile levels)::
 
     L = (1 / |B|) Σ_{i ∈ B} CRPS(F_θ(x_i, s_i), y_i) / y_scale
 
@@ -30,6 +34,7 @@ from ensml.errors import EnsmlError
 from ensml.models.drn import DRN, NEW_STATION_METHODS, NewStationMethod, check_positions
 from ensml.progress import EVERY_S, Progress, note
 from ensml.scores.distributions import Family, get_family
+from ensml.scores.distributions.bqn import BQN
 from ensml.seeds import check_seed
 
 #: The fewest rows (with finite features and observation) a fit takes: fewer cannot be split
@@ -101,7 +106,7 @@ def fit_drn(
         The fitted module (float32, evaluation mode, no gradients), with the weights of the
         best validation epoch; :func:`drn_distribution` gives its family's parameters.
     """
-    family = _parametric(family)
+    family = get_family(family)
     x, s, y = _inputs(features, station, obs)
     n_stations = _stations(n_stations, s)
     lat, lon = check_positions(station_lat, station_lon, "fit_drn station")
@@ -145,7 +150,8 @@ def fit_drn(
         model.station_lat.copy_(torch.from_numpy(lat))
         model.station_lon.copy_(torch.from_numpy(lon))
         model.trained[s[train]] = True
-        model.mlp[-1].bias[1] = math.log(math.expm1(1.0))  # σ starts at one standard deviation
+        if not isinstance(family, BQN):  # σ starts at one standard deviation
+            model.mlp[-1].bias[1] = math.log(math.expm1(1.0))
 
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     best, best_epoch, best_state = math.inf, 0, copy.deepcopy(model.state_dict())
@@ -189,7 +195,7 @@ def drn_distribution(model: DRN, family: str | Family, features: Any, station: A
     features give NaN parameters); a station beyond the model's table is refused (see
     :meth:`ensml.models.drn.DRN.with_new_stations` for new ones). Torch tensors out.
     """
-    family = _parametric(family)
+    family = get_family(family)
     if family.n_raw != model.n_raw:
         raise EnsmlError(
             f"drn_distribution: the {family.name} family needs {family.n_raw} outputs per sample, "
@@ -207,6 +213,10 @@ def drn_distribution(model: DRN, family: str | Family, features: Any, station: A
 
 
 def _params(model: DRN, family: Family, x: torch.Tensor, s: torch.Tensor) -> dict[str, torch.Tensor]:
+    if isinstance(family, BQN):  # the quantile head: zero outputs give the training climatology's normal
+        h = model.outputs(x, s)
+        centre, spread = model.y_loc.expand(h.shape[0]), model.y_scale.expand(h.shape[0])
+        return family.link(list(h.unbind(dim=1)), centre, spread, model.y_scale)
     mu, sigma, extra = model(x, s)
     return family.from_moments(mu, sigma, extra[:, 0] if extra is not None else None, model.y_scale)
 
@@ -224,13 +234,6 @@ def _standardise(model: DRN, x: torch.Tensor, y: torch.Tensor) -> None:
         y_scale = y.std(unbiased=False) if y.numel() > 1 else torch.ones(())
         model.y_loc.copy_(y.mean())
         model.y_scale.copy_(y_scale if y_scale > 0 else torch.ones(()))
-
-
-def _parametric(family: str | Family) -> Family:
-    family = get_family(family)
-    if family.name.startswith("bqn"):
-        raise EnsmlError("a DRN fits parametric families; a quantile network (bqn) is a MixedTask")
-    return family
 
 
 def _features(features: Any, n_features: int | None = None) -> torch.Tensor:

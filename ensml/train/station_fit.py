@@ -51,7 +51,7 @@ from ensml.names import (
 )
 from ensml.progress import note
 from ensml.scores import crps_ensemble_array
-from ensml.scores.distributions import get_family
+from ensml.scores.distributions import family_for
 from ensml.seeds import Seed
 from ensml.times import format_lead, hours_of
 from ensml.train.drn import fit_drn
@@ -135,7 +135,8 @@ def fit_stations(
         those of :func:`ensml.data.station_table.table_features`.
     distribution
         The family of each variable (``{tp: csg0}``), default as ``ensml fit``'s: normal for
-        temperature, csg0 for precipitation, truncated normal for wind speed.
+        temperature, csg0 for precipitation, truncated normal for wind speed; ``bqn`` (or
+        ``bqn:<degree>``) is the distribution-free head, a Bernstein quantile function.
     train_period, test_period
         Init dates ``[start, end]`` of the training rows and of the scores (``null``: no scores).
     hidden, embedding_dim, epochs, batch_size, lr, patience, seed, untrained
@@ -165,9 +166,6 @@ def fit_stations(
     for option, bounds in periods.items():  # before the table is read: a period without inits fails at once
         period_inits(inits, bounds, f"{option}_period")
     families = family_names(frame.variables, distribution, "distribution")
-    for var, fam in zip(frame.variables, families):
-        if fam.startswith("bqn"):
-            raise EnsmlError(f"distribution.{var}: the station DRN fits a parametric family, not {fam}")
     fields = read_static(static, frame.forecast) if static is not None else {}
     height = (
         read_model_height(model_height, frame.forecast, frame.names["forecast"]) if model_height else None
@@ -245,7 +243,7 @@ def fit_station_model(
             rows.features,
             rows.station,
             rows.obs,
-            family=fam,
+            family=family_for(var, fam),
             n_stations=train.sizes[STATION],
             station_lat=train[LATITUDE].values,
             station_lon=train[LONGITUDE].values,
@@ -316,7 +314,7 @@ def _scores(model: StationModel, test: xr.Dataset, level: float | None) -> list[
     params = model.distribution(test, "the test period")
     out = []
     for var, fam in zip(model.variables, model.families):
-        family = get_family(fam)
+        family = family_for(var, fam)
         at = {} if var in model.surface or LEVEL not in test[var].dims else {LEVEL: level}
         obs = test[f"{var}_obs"].sel(at).transpose(LEAD_TIME, INIT_TIME, STATION).values
         raw = test[var].sel(at).transpose(LEAD_TIME, INIT_TIME, STATION, MEMBER).values

@@ -40,6 +40,7 @@ from ensml.errors import EnsmlError
 from ensml.models.drn import DRN, NewStationMethod
 from ensml.names import ELEVATION, INIT_TIME, LATITUDE, LEAD_TIME, LONGITUDE, STATION
 from ensml.predictions import RunMeta, file_sha256
+from ensml.scores.distributions import family_for
 from ensml.times import format_leads, iso_lead, parse_leads
 from ensml.train.drn import drn_distribution
 
@@ -177,7 +178,7 @@ class StationModel:
                 )
             shape = x.shape[:3]
             s = np.broadcast_to(index, shape).reshape(-1)
-            params = drn_distribution(net, family, x.reshape(-1, x.shape[-1]), s)
+            params = drn_distribution(net, family_for(var, family), x.reshape(-1, x.shape[-1]), s)
             dims = (LEAD_TIME, INIT_TIME, STATION)
             out[var] = {
                 k: xr.DataArray(v.detach().cpu().numpy().reshape(shape), dims=dims, coords=coords)

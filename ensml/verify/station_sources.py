@@ -19,7 +19,7 @@ from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, STATION
 from ensml.predictions import PREFIX
 from ensml.progress import note
-from ensml.scores.distributions import Family, get_family
+from ensml.scores.distributions import Family, family_for
 from ensml.times import format_lead
 from ensml.verify.families import oracle_families
 
@@ -44,7 +44,7 @@ class StationProducts:
         inits = y[INIT_TIME].values
         levels = {LEVEL: [float(x) for x in y[LEVEL].values]} if LEVEL in y.dims else {}
         got = self.run.read(sl.lead, inits, levels, lambda ds: ds.sel({STATION: y[STATION].values}), None)
-        family = get_family(self.family(var))
+        family = family_for(var, self.family(var))
         params = {p: got[f"{var}_{p}"].transpose(*y.dims) for p in family.params}
         crps = family.crps({k: v.values for k, v in params.items()}, y.values)
         mean = (

@@ -112,7 +112,7 @@ ROWS: list[Row] = [
         ("train_period", "no init time"),
     ),
     ("fit stations: observations the forecasts miss", FIT + "late.yaml", 1, ("holds no time among them",)),
-    ("fit stations: a quantile family", FIT + "bqn.yaml", 1, ("distribution.t2m", "parametric")),
+    ("fit stations: an unknown family", FIT + "gauss.yaml", 1, ("distribution", "gauss")),
     ("fit stations: out_dir holds a user's files", FIT + "into_sibling.yaml", 1, ("sibling",)),
     ("fit stations: no elevation for the height correction", FIT + "no_elevation.yaml", 1, ("elevation",)),
 ]
@@ -143,7 +143,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (folder / "regional.pt").write_bytes(model.to_bytes())
     configs = {
         "empty_period": {"train_period": ["2018-01-01", "2018-06-30"]},
-        "bqn": {"distribution": {"t2m": "bqn"}},
+        "gauss": {"distribution": {"t2m": "gauss"}},
         "z300": {"predictors": ["z300"]},
         "into_sibling": {"out_dir": "sibling"},
     }

@@ -299,3 +299,46 @@ def test_features_can_be_left_out(fitted: dict, tmp_path: Path) -> None:
     with pytest.raises(EnsmlError, match="'doy' is no feature of the station table"):
         fit_stations(**{**config, "drop_features": ["doy"], "out_dir": str(tmp_path / "other")})
     assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.slow
+def test_the_quantile_head_through_fit_postprocess_and_evaluate(fitted: dict, tmp_path: Path) -> None:
+    """``distribution: {t2m: bqn}``: the DRN's distribution-free head fitted by ``ensml fit``, its
+    products' quantiles those of the file's Bernstein coefficients, and evaluate's CRPS equal to
+    scoringrules' quantile CRPS on the 100 midpoint levels of the family's integral."""
+    from ensml.scores.distributions import family_for
+
+    config = tmp_path / "bqn.yaml"
+    extra = {"distribution": {"t2m": "bqn"}, "epochs": 5, "test_period": None}
+    config.write_text(yaml.safe_dump(station_config(fitted["paths"], tmp_path / "run", **extra)))
+    assert main(["fit", "--config", str(config)]) == 0
+    model_file = tmp_path / "run" / "station_model.pt"
+    assert read_station_model(model_file).families == ("bqn",)
+    args = ["postprocess", "--checkpoints", f"[{model_file}]", "--forecasts", str(fitted["test_fc"])]
+    assert main([*args, "--out_dir", str(tmp_path / "products"), "--cluster", "none"]) == 0
+    products = xr.load_dataset(tmp_path / "products" / "forecast_test.nc")
+    family = family_for("t2m", "bqn")
+    alpha = {k: products[f"t2m_{k}"].values for k in family.params}
+    assert (np.diff(np.stack(list(alpha.values())), axis=0) >= 0).all()
+    q = products["quantile"].values
+    expected = family.ppf({k: v[..., None, :] for k, v in alpha.items()}, q[None, None, :, None])
+    np.testing.assert_allclose(products["t2m_quantile"].values, expected, rtol=1e-5, atol=1e-3)
+    paths = fitted["paths"]
+    args = ["evaluate", "--forecast", str(paths["forecast"]), "--observations", str(paths["stations"])]
+    args += ["--model_height", str(paths["orography"]), "--predictions", str(tmp_path / "products" / "*.nc")]
+    assert main([*args, "--variables", "t2m", "--out_dir", str(tmp_path / "eval")]) == 0
+    table = pd.read_csv(tmp_path / "eval" / "scores.csv")
+    obs = xr.load_dataset(paths["stations"])
+    levels = (np.arange(100) + 0.5) / 100
+    for lead_h in (24, 48):
+        lead = np.timedelta64(lead_h, "h")
+        valid = products[names.INIT_TIME].values + lead
+        y = obs["t2m"].sel({names.STATION: products[names.STATION].values}).reindex({names.TIME: valid})
+        y = y.transpose(names.TIME, names.STATION).values
+        at = {k: products[f"t2m_{k}"].sel({names.LEAD_TIME: lead}).values for k in family.params}
+        ok = np.isfinite(y)
+        quantiles = family.ppf({k: v[ok][:, None] for k, v in at.items()}, levels[None, :])
+        crps = sr.crps_quantile(y[ok], quantiles, levels).mean()
+        row = table[(table["lead_h"] == lead_h) & (table["forecast"] == "station DRN (bqn)")]
+        assert len(row) == 1 and row["n_pairs"].item() == ok.sum()
+        np.testing.assert_allclose(row["crps"].item(), crps, rtol=1e-5)
