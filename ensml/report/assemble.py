@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import xarray as xr
@@ -32,6 +33,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
 from ensml.data.frame import EnsembleFrame
 from ensml.data.grid import describe, is_projected
+from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.open import check_lead_times, open_forecast
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
@@ -41,6 +43,7 @@ from ensml.progress import Progress, note, seconds
 from ensml.report.page import Content, blocks
 from ensml.report.render import render
 from ensml.report.scores import scores_by_lead, skill_by_lead
+from ensml.report.stations import products_of, station_blocks
 from ensml.times import LeadLike, format_lead, format_leads, lead_hours, parse_lead
 from ensml.verify.casefind import find_extreme_cases, storm_cases
 from ensml.verify.cases import Case, load_cases
@@ -48,6 +51,12 @@ from ensml.verify.casestudy import score_case
 from ensml.verify.evaluate import Scores
 from ensml.verify.frame_scores import grid_frame
 from ensml.verify.options import Selection, Sources
+from ensml.verify.stations import (
+    StationScores,
+    evaluate_stations,
+    gridded_options,
+    station_options,
+)
 from ensml.verify.tables import write_files
 
 
@@ -56,7 +65,7 @@ class Report:
     """A report written by :func:`report`: its folder and the global scores it shows."""
 
     path: Path
-    scores: Scores
+    scores: Scores | StationScores
 
     @property
     def pages(self) -> tuple[Path, Path]:
@@ -66,7 +75,7 @@ class Report:
 
 def report(
     forecast: str | list[str],
-    analysis: str | list[str],
+    analysis: str | list[str] | None = None,
     predictions: str | list[str] | None = None,
     spread_predictions: str | list[str] | None = None,
     oracle: str | None = None,
@@ -82,6 +91,9 @@ def report(
     title: str = "ensml verification report",
     case_variable: str | None = None,
     case_level: PositiveFloat | None = None,
+    observations: str | None = None,
+    extraction: Literal["nearest", "bilinear"] = "nearest",
+    model_height: str | None = None,
 ) -> Report:
     """Write the verification report (``report.md`` + ``figures/``, and ``report.html``).
 
@@ -90,7 +102,7 @@ def report(
     forecast
         The raw ensemble forecast (paths or globs).
     analysis
-        The verifying analysis (paths or globs).
+        The verifying analysis (paths or globs): a report on the grid.
     predictions
         Mixed-model predictions or products (each variable's predictive distribution, its family
         named by the run metadata, its parameters ``<var>_<param>``: ``<var>_mean``,
@@ -134,6 +146,17 @@ def report(
         Variable of the automatic cases (default ``z`` when present, else the first).
     case_level
         Level (hPa) of the automatic cases (default 500 when present, else the first).
+    observations
+        Instead of ``analysis``: station observations (CSV or netCDF, as ``ensml evaluate
+        --observations`` reads them), for a report at the stations: the raw ensemble, station
+        products (``predictions`` of a station model) and the station ``oracle``, pooled with
+        intervals and Diebold-Mariano tests, by lead time, skill maps by station and one
+        station's forecast plume. Cases do not apply.
+    extraction
+        With ``observations``: how the grid is read at a station (``nearest`` or ``bilinear``).
+    model_height
+        With ``observations``: the model's surface height or geopotential on the forecast's
+        grid; 2 m temperature is moved to each station's elevation.
 
     Returns
     -------
@@ -143,6 +166,26 @@ def report(
     OutputFolder.check(out_dir, "report", names=["report.md", "report.html"])  # before hours of work
     leads, lead = leads_option(leads), (parse_lead(lead) if lead is not None else None)  # fail at once
     variables, levels = as_list(variables, "variables"), as_list(levels, "levels")
+    if observations is not None or analysis is None:
+        given = {"spread_predictions": spread_predictions, "cases": cases, "n_storm_cases": n_storm_cases}
+        given |= {
+            "n_extreme_cases": n_extreme_cases,
+            "case_variable": case_variable,
+            "case_level": case_level,
+        }
+        station_options(analysis, observations, verb="report", **given)
+        selection = Selection(variables, levels, leads, k)
+        sources = {
+            "forecast": forecast,
+            "observations": observations,
+            "predictions": predictions,
+            "oracle": oracle,
+        }
+        scored = {role: str(path) for role, path in sources.items() if path is not None}
+        return _station_report(scored, selection, lead, out_dir, title, extraction, model_height)
+    gridded_options(
+        extraction=extraction, model_height=model_height, lapse_rate=STANDARD_LAPSE_RATE, verb="report"
+    )
     _check_grid(forecast, variables, lead, n_storm_cases, n_extreme_cases, case_variable)
     case_list = load_cases(cases) if cases else []
     # the YAML cases first: a bad case fails in seconds, before the global scores
@@ -186,6 +229,36 @@ def report(
         write_files(folder, pages)
     stage("maps, charts and pages")
     progress.close()
+    return Report(Path(out_dir), scores)
+
+
+def _station_report(
+    sources: dict[str, str],
+    selection: Selection,
+    lead: np.timedelta64 | None,
+    out_dir: str,
+    title: str,
+    extraction: str,
+    model_height: str | None,
+) -> Report:
+    """The report at stations (:mod:`ensml.report.stations`), written whole to ``out_dir``."""
+    scores = evaluate_stations(
+        sources["forecast"],
+        sources["observations"],
+        selection,
+        extraction=extraction,
+        model_height=model_height,
+        out_dir=None,
+        predictions=sources.get("predictions"),
+        oracle=sources.get("oracle"),
+    )
+    lead = _report_lead(lead, np.asarray(scores.leads, dtype="timedelta64[ns]"))
+    products = products_of(sources.get("predictions"))
+    pages = render(station_blocks(title, scores, sources, lead, products), title)
+    tables = {name: data for name, data in scores.files().items() if not name.startswith("figures/")}
+    with OutputFolder.open(out_dir, "report", whole=True) as folder:  # committed whole at the end
+        write_files(folder, tables, prefix="tables/")
+        write_files(folder, pages)
     return Report(Path(out_dir), scores)
 
 

@@ -342,34 +342,40 @@ def score_stations(
     )
 
 
-def station_options(analysis: object, observations: str | None, **others: object) -> None:
+def station_options(
+    analysis: object, observations: str | None, *, verb: str = "evaluate", **others: object
+) -> None:
     """Raise unless exactly one of ``analysis`` and ``observations`` is given, and, with
-    ``observations``, none of ``others`` (the options that score on the grid)."""
+    ``observations``, none of ``others`` (the options that score on the grid); ``verb`` names
+    the command in the message."""
     if analysis is not None and observations is not None:
         raise EnsmlError(
-            "evaluate: give --analysis (a gridded analysis) or --observations (stations), not both"
+            f"{verb}: give --analysis (a gridded analysis) or --observations (stations), not both"
         )
     if observations is None:
         raise EnsmlError(
-            "evaluate: give --analysis (a gridded analysis) or --observations (station observations)"
+            f"{verb}: give --analysis (a gridded analysis) or --observations (station observations)"
         )
     given = [name for name, value in others.items() if value]
     if given:
         raise EnsmlError(
-            f"evaluate: --{given[0]} does not apply to --observations (station scores are of the raw "
+            f"{verb}: --{given[0]} does not apply to --observations (station scores are of the raw "
             "ensemble, its subset, station products of --predictions and the station --oracle); drop "
             "it, or score against --analysis"
         )
 
 
-def gridded_options(*, extraction: str, model_height: str | None, lapse_rate: float) -> None:
-    """Raise if an option of station observations is given with an analysis."""
+def gridded_options(
+    *, extraction: str, model_height: str | None, lapse_rate: float, verb: str = "evaluate"
+) -> None:
+    """Raise if an option of station observations is given with an analysis (``verb`` names the
+    command in the message)."""
     if model_height is not None:
-        raise EnsmlError("evaluate: --model_height applies with --observations only (station heights)")
+        raise EnsmlError(f"{verb}: --model_height applies with --observations only (station heights)")
     if extraction != "nearest":
-        raise EnsmlError("evaluate: --extraction applies with --observations only (values at stations)")
+        raise EnsmlError(f"{verb}: --extraction applies with --observations only (values at stations)")
     if lapse_rate != STANDARD_LAPSE_RATE:
-        raise EnsmlError("evaluate: --lapse_rate applies with --observations and --model_height only")
+        raise EnsmlError(f"{verb}: --lapse_rate applies with --observations and --model_height only")
 
 
 def evaluate_stations(

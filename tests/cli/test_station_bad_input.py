@@ -115,6 +115,30 @@ ROWS: list[Row] = [
     ("fit stations: an unknown family", FIT + "gauss.yaml", 1, ("distribution", "gauss")),
     ("fit stations: out_dir holds a user's files", FIT + "into_sibling.yaml", 1, ("sibling",)),
     ("fit stations: no elevation for the height correction", FIT + "no_elevation.yaml", 1, ("elevation",)),
+    (
+        "report: observations and an analysis",
+        "report --forecast {fc} --observations {obs} --analysis {fc} --out_dir out",
+        1,
+        ("report:", "not both"),
+    ),
+    (
+        "report: cases at stations",
+        "report --forecast {fc} --observations {obs} --n_storm_cases 2 --out_dir out",
+        1,
+        ("report: --n_storm_cases does not apply to --observations",),
+    ),
+    (
+        "report: neither analysis nor observations",
+        "report --forecast {fc} --out_dir out",
+        1,
+        ("report: give --analysis", "--observations"),
+    ),
+    (
+        "report: a model height on the grid",
+        "report --forecast {fc} --analysis {fc} --model_height {fc} --out_dir out",
+        1,
+        ("report: --model_height applies with --observations only",),
+    ),
 ]
 
 

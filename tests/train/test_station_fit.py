@@ -342,3 +342,32 @@ def test_the_quantile_head_through_fit_postprocess_and_evaluate(fitted: dict, tm
         row = table[(table["lead_h"] == lead_h) & (table["forecast"] == "station DRN (bqn)")]
         assert len(row) == 1 and row["n_pairs"].item() == ok.sum()
         np.testing.assert_allclose(row["crps"].item(), crps, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_report_at_stations_shows_evaluates_scores_maps_and_a_plume(fitted: dict, tmp_path: Path) -> None:
+    """``ensml report --observations``: evaluate's station tables (the same numbers), the charts by
+    lead, the skill map by station and one station's plume, in report.md and the HTML."""
+    out = tmp_path / "products"
+    model_file = fitted["run"] / "station_model.pt"
+    args = ["postprocess", "--checkpoints", f"[{model_file}]", "--forecasts", str(fitted["test_fc"])]
+    assert main([*args, "--out_dir", str(out), "--cluster", "none"]) == 0
+    paths = fitted["paths"]
+    common = ["--forecast", str(paths["forecast"]), "--observations", str(paths["stations"])]
+    common += ["--model_height", str(paths["orography"]), "--predictions", str(out / "forecast_test.nc")]
+    common += ["--oracle", str(paths["stations_oracle"]), "--variables", "t2m"]
+    assert main(["evaluate", *common, "--out_dir", str(tmp_path / "eval")]) == 0
+    assert main(["report", *common, "--lead", "24", "--out_dir", str(tmp_path / "report")]) == 0
+    report = tmp_path / "report"
+    pd.testing.assert_frame_equal(
+        pd.read_csv(report / "tables" / "scores.csv"), pd.read_csv(tmp_path / "eval" / "scores.csv")
+    )
+    page = (report / "report.md").read_text()
+    assert "## Scores pooled over the stations" in page and "station DRN (normal)" in page
+    assert "station oracle (normal)" in page and "gap_closed" in page
+    for name in ("crps_by_lead", "crps_skill_by_lead", "station_skill_t2m", "station_plume_t2m"):
+        assert (report / "figures" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert f"figures/{name}.png" in page
+    assert "A station's forecast at +24 h" in page
+    html = (report / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 4

@@ -65,7 +65,7 @@ def test_the_guides_commands_run_from_fit_to_scores(tmp_path, monkeypatch, capsy
     # the physics testbed's station benchmark is tests/experiments/test_benchmark_stations.py's,
     # run as the guide runs it at its smallest setting
     commands = [c for c in _commands(GUIDE.read_text(encoding="utf-8")) if "physics" not in c]
-    verbs = ["data", "fit", "data", "postprocess", "evaluate", "benchmark"]
+    verbs = ["data", "fit", "data", "postprocess", "evaluate", "report", "benchmark"]
     assert [c.split()[1] for c in commands] == verbs
     for line in commands:
         words = shlex.split(line)[1:]
@@ -79,5 +79,6 @@ def test_the_guides_commands_run_from_fit_to_scores(tmp_path, monkeypatch, capsy
     table = pd.read_csv(tmp_path / "runs" / "station-eval" / "scores.csv")
     assert {"station DRN (normal)", "station DRN (truncnormal)"} <= set(table["forecast"])
     assert (tmp_path / "runs" / "station-eval" / "figures" / "station_skill_t2m.png").is_file()
+    assert (tmp_path / "runs" / "station-report" / "figures" / "station_plume_t2m.png").is_file()
     bench = pd.read_csv(tmp_path / "runs" / "benchmark-stations" / "benchmark.csv")
     assert {"EMOS, station-wise", "DRN", "DRN+flow", "station oracle (normal)"} <= set(bench["forecast"])
