@@ -51,7 +51,8 @@ from ensml.data.station_table import PREDICTOR_COLUMNS, station_table
 from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
 from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
-from ensml.experiments.options import PhysicsOptions, StationModelSpec, SynthOptions
+from ensml.experiments.benchmark_grid_to_point import fit_grid_to_point
+from ensml.experiments.options import GridToPointSpec, PhysicsOptions, StationModelSpec, SynthOptions
 from ensml.names import (
     DEFAULT_K,
     INIT_TIME,
@@ -117,6 +118,7 @@ def benchmark_stations(
     test_period: tuple[str, str] = ("2020-01-01", "2020-12-31"),
     emos: list[Literal["global", "station"]] = ("global", "station"),  # type: ignore[assignment]
     models: list[StationModelSpec] | None = None,
+    grid_to_point: GridToPointSpec | None = None,
     seed: Seed = 0,
     threads: PositiveInt = 1,
     out_dir: str = "runs/benchmark-stations",
@@ -158,6 +160,9 @@ def benchmark_stations(
     models
         The station DRNs (default one, ``station DRN``, with the defaults of ``ensml fit``'s
         station config).
+    grid_to_point
+        Also the grid-to-point U-Net (:class:`~ensml.experiments.options.GridToPointSpec`): the
+        gridded network trained on the CRPS at the stations (none by default).
     seed
         Seed of every DRN's initialisation, validation share and batches.
     threads
@@ -176,7 +181,7 @@ def benchmark_stations(
     models = [StationModelSpec("station DRN")] if models is None else list(models)
     names = [TABLE, PAGE, *(map_name(v) for v in variables)]
     OutputFolder.check(out_dir, "benchmark", names=names)  # before the data and the fits
-    _check_options(source, kind, variables, k, emos, models, threads)
+    _check_options(source, kind, variables, k, emos, models, threads, grid_to_point)
     torch.set_num_threads(int(threads))
     periods = check_periods({"train": train_period, "test": test_period})
     paths = ensure_data(Path(data_dir), source, int(stations))
@@ -200,7 +205,7 @@ def benchmark_stations(
     oracle = read_station_oracle(str(paths["stations_oracle"]), frame) if "stations_oracle" in paths else None
     families = family_names(frame.variables, None)
     subset, members = Subset.first(int(k)), int(frame.forecast.sizes[MEMBER])
-    steps = 1 + len(emos) + len(models)
+    steps = 1 + len(emos) + len(models) + (grid_to_point is not None)
     with Progress("benchmark", steps, "steps") as progress:
         progress.describe("station tables")
         table = station_table(frame, subset, radius_km=radius_km or None).load()
@@ -248,6 +253,14 @@ def benchmark_stations(
                 crps = _family_crps(var, fam, params[var], _obs(test, var, level, frame))
                 rows[var].append(Row(spec.name, crps, took / len(frame.variables), model=True))
             progress.advance(f"{spec.name} fitted in {seconds(took)}")
+        if grid_to_point is not None:
+            progress.describe(grid_to_point.name)
+            used = frame if grid_to_point.extraction == "nearest" else bilinear
+            params, took = fit_grid_to_point(grid_to_point, paths, used, chosen, int(k), int(seed), test)
+            for var, fam in zip(frame.variables, families):
+                crps = _family_crps(var, fam, params[var], _obs(test, var, level, frame))
+                rows[var].append(Row(grid_to_point.name, crps, took / len(frame.variables), model=True))
+            progress.advance(f"{grid_to_point.name} trained in {seconds(took)}")
     if oracle is not None:
         for var in frame.variables:
             y = _obs(test, var, level, frame)
@@ -289,6 +302,7 @@ def _check_options(
     emos: list[str],
     models: list[StationModelSpec],
     threads: int,
+    grid_to_point: GridToPointSpec | None,
 ) -> None:
     """The options' own checks, before any data is made or read."""
     cores = os.cpu_count() or 1
@@ -317,7 +331,11 @@ def _check_options(
     for spec in models:  # each model's families, before any data is made
         family_names(variables, spec.distribution, f"models.{spec.name}.distribution")
     taken = [*EMOS_ROWS.values(), ORACLE, RAW_SUBSET.format(k=k)]
-    names = [m.name for m in models]
+    names = [m.name for m in models] + ([grid_to_point.name] if grid_to_point is not None else [])
+    if grid_to_point is not None and not 0 < grid_to_point.val_share < 1:
+        raise EnsmlError(
+            f"benchmark: grid_to_point.val_share must lie between 0 and 1, got {grid_to_point.val_share}"
+        )
     if len(set(names)) != len(names) or any(n in taken or n.startswith("raw ") for n in names):
         raise EnsmlError(
             f"benchmark: station model names must be distinct and not those of the fixed rows, got {names}"

@@ -110,6 +110,31 @@ class StationModelSpec:
     patience: int = 20
 
 
+@dataclass
+class GridToPointSpec:
+    """The grid-to-point U-Net of the station benchmark (:mod:`ensml.train.grid_to_point`): the
+    gridded mixed network (location inputs and the per-point affine layer) reading the station
+    variables and the pressure-level ``inputs`` at ``levels`` (ensml stacks variables over
+    levels: one at least), trained on the CRPS at the stations of its distribution interpolated
+    there (``extraction``), with early stopping on the last ``val_share`` of the training init
+    times; ``width``, ``depth``, ``lr``, ``max_epochs``, ``patience`` and ``batch_size`` as a
+    benchmark model's.
+    """
+
+    name: str = "grid-to-point U-Net"
+    inputs: list[str] = field(default_factory=lambda: ["z"])
+    levels: list[int] = field(default_factory=lambda: [850])
+    input_leads: list[int | str] = field(default_factory=lambda: [0, 24, 48])
+    extraction: Literal["nearest", "bilinear"] = "nearest"
+    width: int = 8
+    depth: int = 2
+    lr: float = 2e-3
+    max_epochs: int = 20
+    patience: int | None = 5
+    batch_size: int = 8
+    val_share: float = 0.15
+
+
 DEFAULT_MODELS = [
     ModelSpec("U-Net mixed", "mixed", "unet3d"),
     ModelSpec("temporal U-Net mixed", "mixed", "unet3d_time"),
@@ -118,4 +143,12 @@ DEFAULT_MODELS = [
 ]
 
 
-__all__ = ["DEFAULT_MODELS", "EmosSpec", "ModelSpec", "PhysicsOptions", "StationModelSpec", "SynthOptions"]
+__all__ = [
+    "DEFAULT_MODELS",
+    "EmosSpec",
+    "GridToPointSpec",
+    "ModelSpec",
+    "PhysicsOptions",
+    "StationModelSpec",
+    "SynthOptions",
+]

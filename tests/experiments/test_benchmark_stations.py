@@ -110,6 +110,7 @@ def test_raw_rows_and_oracle_match_scoringrules_on_the_same_pairs(run: Path, var
         assert at.loc[REFERENCE, "skill_low"] == at.loc[REFERENCE, "skill_high"] == 0.0
         assert (at["skill_low"] <= at["skill"]).all() and (at["skill"] <= at["skill_high"]).all()
         fitted = ["EMOS, global", REFERENCE, "station DRN", "station DRN + flow", "station DRN (bqn)"]
+        fitted.append("grid-to-point U-Net")
         assert at.loc[fitted, "fit_s"].gt(0).all() and at.drop(index=fitted)["fit_s"].isna().all()
 
 
@@ -121,7 +122,8 @@ def test_page_maps_and_verdicts(run: Path) -> None:
         assert (out / f"station_skill_{var}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"## {var}" in page
         best = best_model(table, var)
-        assert best in ("EMOS, global", "station DRN", "station DRN + flow", "station DRN (bqn)")
+        fitted = ("EMOS, global", "station DRN", "station DRN + flow", "station DRN (bqn)", "grid-to-point U-Net")
+        assert best in fitted
         one = table[(table["variable"] == var) & table["fit_s"].notna() & (table["forecast"] != REFERENCE)]
         assert best == one.groupby("forecast")["crps"].mean().idxmin()
     lines = verdicts(table)
