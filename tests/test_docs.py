@@ -76,7 +76,7 @@ def test_pages_exist(site: Path) -> None:
     assert len(guides) >= 12
     pages = ["index", "cli", "api", *(f"guide/{g}" for g in guides)]
     pages += ["notebooks/explore_ensemble", "notebooks/postprocess", "notebooks/train_and_compare"]
-    pages += ["notebooks/physics_testbed", "notebooks/precipitation_wind"]
+    pages += ["notebooks/physics_testbed", "notebooks/precipitation_wind", "notebooks/stations"]
     missing = [p for p in pages if not (site / f"{p}.html").is_file()]
     assert not missing
 
@@ -123,7 +123,15 @@ def test_guides_link_each_other(site: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["explore_ensemble", "postprocess", "train_and_compare", "physics_testbed", "precipitation_wind"]
+    "name",
+    [
+        "explore_ensemble",
+        "postprocess",
+        "train_and_compare",
+        "physics_testbed",
+        "precipitation_wind",
+        "stations",
+    ],
 )
 def test_notebooks_are_rendered_with_outputs(site: Path, name: str) -> None:
     page = (site / f"notebooks/{name}.html").read_text(encoding="utf-8")

@@ -122,7 +122,13 @@ def test_page_maps_and_verdicts(run: Path) -> None:
         assert (out / f"station_skill_{var}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"## {var}" in page
         best = best_model(table, var)
-        fitted = ("EMOS, global", "station DRN", "station DRN + flow", "station DRN (bqn)", "grid-to-point U-Net")
+        fitted = (
+            "EMOS, global",
+            "station DRN",
+            "station DRN + flow",
+            "station DRN (bqn)",
+            "grid-to-point U-Net",
+        )
         assert best in fitted
         one = table[(table["variable"] == var) & table["fit_s"].notna() & (table["forecast"] != REFERENCE)]
         assert best == one.groupby("forecast")["crps"].mean().idxmin()
