@@ -70,6 +70,13 @@ COORD_ATTRS = {
     },
     TIME: {"standard_name": "time", "long_name": "valid time of the observation"},
 }
+#: A station model's products say, along ``station``, where each station's embedding comes from:
+#: ``own`` (trained there), ``nearest`` (the nearest trained station's) or ``zero``.
+EMBEDDING = "embedding"
+COORD_ATTRS[EMBEDDING] = {
+    "long_name": "origin of the station's embedding: own (trained there), nearest (the nearest "
+    "trained station's) or zero (no history)"
+}
 
 
 def read_observations(path: str | Path) -> xr.Dataset:
@@ -444,6 +451,7 @@ def on_grid(
 
 __all__ = [
     "COLUMNS",
+    "EMBEDDING",
     "SAME_PLACE_DEG",
     "match_stations",
     "on_grid",

@@ -43,6 +43,7 @@ import xarray as xr
 
 from ensml.data.outputs import DEFAULT_COMPRESSION
 from ensml.data.stations import COORD_ATTRS as STATION_ATTRS
+from ensml.data.stations import EMBEDDING
 from ensml.errors import EnsmlError
 from ensml.names import (
     COORD_ATTRS,
@@ -176,7 +177,8 @@ def station_product_dataset(
     (``featureType: timeSeries``).
 
     ``stations`` gives the ``station`` ids (``cf_role: timeseries_id``) and their latitude,
-    longitude and elevation (when known) as coordinates along ``station``; ``params`` are
+    longitude and elevation (when known) as coordinates along ``station``, and the origin of
+    each station's embedding (``embedding``: own, nearest or zero) where it has one; ``params`` are
     (L, D, S) and ``raw`` (V, L, M, D, S), S the stations.
     """
     places = {STATION: (STATION, stations[STATION].values.astype(str), dict(STATION_ATTRS[STATION]))}
@@ -184,6 +186,8 @@ def station_product_dataset(
         if coord in stations.coords:
             attrs = {**COORD_ATTRS.get(coord, {}), **STATION_ATTRS.get(coord, {})}
             places[coord] = (STATION, np.asarray(stations[coord].values, np.float64), attrs)
+    if EMBEDDING in stations.coords:  # where each station's embedding comes from
+        places[EMBEDDING] = (STATION, stations[EMBEDDING].values.astype(str), dict(STATION_ATTRS[EMBEDDING]))
     ds = _products(init, meta, (STATION,), places, params, raw, products, thresholds)
     ds.attrs["featureType"] = "timeSeries"
     ds.attrs["Conventions"] = "CF-1.8"

@@ -34,7 +34,7 @@ import xarray as xr
 from ensml.data.heights import check_heights
 from ensml.data.station_frame import build_station_frame
 from ensml.data.station_table import station_table
-from ensml.data.stations import on_grid, read_stations, station_set_id
+from ensml.data.stations import EMBEDDING, on_grid, read_stations, station_set_id
 from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
 from ensml.names import ELEVATION, INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, MEMBER, STATION
@@ -182,6 +182,10 @@ class StationForecast:
         keep = [c for c in (LATITUDE, LONGITUDE, ELEVATION) if c in table.coords]
         self.stations = xr.Dataset(coords={STATION: table[STATION].values, **{c: table[c] for c in keep}})
         self.meta = replace(models.meta, station_set=station_set_id(self.stations))
+        new = model.placed(self.stations, self.what)[1]  # stated in the products: own, nearest or zero
+        self.stations = self.stations.assign_coords(
+            {EMBEDDING: (STATION, np.where(new, model.untrained, "own"))}
+        )
 
     def products(
         self, init: np.datetime64, products: Products, thresholds: tuple[ThresholdSet, ...]
@@ -207,8 +211,9 @@ class StationForecast:
 def products_csv(datasets: list[xr.Dataset]) -> str:
     """Station products as CSV text: one row per station, init time and lead time, one column
     per product (``t2m_mean``, ``t2m_quantile_0.1``, ``t2m_member_3``, ``tp_exceedance_1`` …),
-    with the station's id, latitude, longitude (and elevation), the init and valid times (ISO
-    8601, UTC) and the lead in hours.
+    with the station's id, latitude, longitude (and elevation), the origin of its embedding
+    (``embedding``: own, nearest or zero), the init and valid times (ISO 8601, UTC) and the lead
+    in hours.
 
     A product with a level (an upper-air variable) names it last: ``t_mean_850``.
     """
@@ -224,7 +229,7 @@ def _csv_frame(ds: xr.Dataset) -> pd.DataFrame:
     index = pd.MultiIndex.from_product([range(inits.size), range(leads.size), range(st.size)])
     i, t, s = (index.get_level_values(n).to_numpy() for n in range(3))
     columns: dict[str, Any] = {STATION: st[s]}
-    for coord in (LATITUDE, LONGITUDE, ELEVATION):
+    for coord in (LATITUDE, LONGITUDE, ELEVATION, EMBEDDING):
         if coord in ds.coords:
             columns[coord] = ds[coord].values[s]
     columns["init_time"] = pd.to_datetime(inits[i]).strftime("%Y-%m-%dT%H:%MZ")

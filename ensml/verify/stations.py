@@ -48,6 +48,7 @@ from ensml.data.layouts.options import ReaderOptions
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option, scan_run
 from ensml.data.station_frame import StationFrame, StationLead, build_station_frame
+from ensml.data.stations import EMBEDDING
 from ensml.data.subset import Subset, raw_subset
 from ensml.errors import EnsmlError
 from ensml.names import (
@@ -378,6 +379,16 @@ def gridded_options(
         raise EnsmlError(f"{verb}: --lapse_rate applies with --observations and --model_height only")
 
 
+def _embedding_origins(rows: pd.DataFrame, coords: xr.Dataset) -> None:
+    """Add to the per-station rows of station products where each station's embedding came from
+    (``embedding``: own, nearest or zero, as the products record it; empty for other rows)."""
+    if EMBEDDING not in coords or rows.empty:
+        return
+    origin = dict(zip(coords[STATION].values.astype(str), coords[EMBEDDING].values.astype(str)))
+    product = rows["forecast"].astype(str).str.startswith("station DRN")
+    rows["embedding"] = np.where(product, rows["station"].astype(str).map(origin).fillna(""), "")
+
+
 def evaluate_stations(
     forecast: str | list[str],
     observations: str,
@@ -429,6 +440,8 @@ def evaluate_stations(
         products, frame = read_station_products(runs[0], frame)
     best = read_station_oracle(oracle, frame) if oracle is not None else None
     scores = score_stations(frame, subset, fair, products, best)
+    if products is not None:
+        _embedding_origins(scores.stations, products.run.coords)
     if not scores.table.empty:
         n = int(scores.table.loc[scores.table["forecast"].str.startswith("raw ensemble"), "n_pairs"].sum())
         note(

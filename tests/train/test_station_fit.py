@@ -214,7 +214,9 @@ def test_csv_products_hold_the_netcdf_values_at_new_stations(fitted: dict, tmp_p
     assert main(["postprocess", *common, "--out_dir", str(tmp_path / "csv"), "--format", "csv"]) == 0
     ds = xr.load_dataset(tmp_path / "nc" / "forecast_test.nc")
     assert list(ds[names.STATION].values) == [known.station.item(), "AIRPORT"]
+    assert list(ds["embedding"].values) == ["own", "nearest"]  # stated in the products
     rows = list(csv.DictReader((tmp_path / "csv" / "forecast_test.csv").open()))
+    assert [r["embedding"] for r in rows[:2]] == ["own", "nearest"]
     assert len(rows) == ds.sizes[names.INIT_TIME] * ds.sizes[names.LEAD_TIME] * 2
     first = rows[1]  # init 0, lead 0, the second station
     assert first["station"] == "AIRPORT" and first["lead_hours"] == "24"
@@ -276,9 +278,9 @@ def test_evaluate_scores_station_products_on_the_same_pairs(fitted: dict, tmp_pa
         gap = (raw["crps"] - drn["crps"]) / (raw["crps"] - oracle_crps)
         np.testing.assert_allclose(drn["gap_closed"], gap, rtol=1e-4)
     per_station = pd.read_csv(tmp_path / "eval" / "stations.csv")
-    assert set(per_station[per_station["forecast"] == "station DRN (normal)"]["station"]) <= set(
-        products[names.STATION].values
-    )
+    drn_rows = per_station[per_station["forecast"] == "station DRN (normal)"]
+    assert set(drn_rows["station"]) <= set(products[names.STATION].values)
+    assert (drn_rows["embedding"] == "own").all()  # every station was trained on
     skill_map = tmp_path / "eval" / "figures" / "station_skill_t2m.png"
     assert skill_map.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     plume = station_plume(products, obs, str(products[names.STATION].values[0]), "t2m", "24h")
