@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 import torch
 from jsonargparse.typing import PositiveInt
-from lightning.pytorch.callbacks import EarlyStopping
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.open import open_forecast
@@ -54,7 +53,7 @@ from ensml.experiments.benchmark_predictions import from_fields, from_task, gaus
 from ensml.experiments.benchmark_score import Scored, score_all, summarise
 from ensml.experiments.bound import BOUND_NAME, SPREAD_BOUND_NAME, spread_bound, subset_bound
 from ensml.experiments.options import DEFAULT_MODELS, EmosSpec, ModelSpec, PhysicsOptions, SynthOptions
-from ensml.experiments.quality import QualityLog
+from ensml.experiments.quality import QualityLog, quality_trainer
 from ensml.names import DEFAULT_K, INIT_TIME, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note, seconds
 from ensml.seeds import Seed
@@ -101,25 +100,7 @@ def label(spec: ModelSpec, task: EnsembleTask) -> str:
 def _train_predict(
     task: EnsembleTask, spec: ModelSpec, dm: EnsembleDataModule, seed: int, limit: int | None
 ) -> tuple[dict, float, QualityLog]:
-    log = QualityLog()
-    callbacks: list[L.Callback] = [log]
-    if spec.patience is not None:
-        callbacks.append(EarlyStopping(f"val/{task.quality_name}", patience=spec.patience, check_finite=True))
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=spec.max_epochs,
-        deterministic=True,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_train_batches=limit,
-        limit_val_batches=limit,
-        callbacks=callbacks,
-        gradient_clip_val=1.0,
-    )
+    trainer, log = quality_trainer(task, spec.max_epochs, spec.patience, limit)
     L.seed_everything(seed, verbose=False)
     start = time.perf_counter()
     with signal_as_interrupted(signal.SIGINT):  # not Lightning's "Detected KeyboardInterrupt", exit 1

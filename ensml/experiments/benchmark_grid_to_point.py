@@ -8,6 +8,7 @@ on the test init times, as the station rows of the benchmark hold them.
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from pathlib import Path
@@ -16,15 +17,15 @@ import lightning as L
 import numpy as np
 import torch
 import xarray as xr
-from lightning.pytorch.callbacks import EarlyStopping
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.station_frame import StationFrame
 from ensml.errors import EnsmlError, signal_as_interrupted
 from ensml.experiments.options import GridToPointSpec
-from ensml.experiments.quality import QualityLog
+from ensml.experiments.quality import quality_trainer
 from ensml.names import INIT_TIME, LEAD_TIME, STATION
 from ensml.train.grid_to_point import GridToPointTask, predict_at_stations, station_targets
+from ensml.train.lightning_cli import quiet_lightning
 
 
 def _periods(train: np.ndarray, test: np.ndarray, share: float) -> dict[str, tuple[str, str]]:
@@ -89,23 +90,9 @@ def fit_grid_to_point(
     )
     task.check_data(data)
     task.attach(station_targets(frame, data))
-    log = QualityLog()
-    callbacks: list[L.Callback] = [log]
-    if spec.patience is not None:
-        callbacks.append(EarlyStopping("val/crps", patience=spec.patience, check_finite=True))
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=spec.max_epochs,
-        deterministic=True,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=callbacks,
-        gradient_clip_val=1.0,
-    )
+    quiet_lightning()  # Lightning's tips and info lines at ensml's verbosity, as the grid benchmark's
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    trainer, log = quality_trainer(task, spec.max_epochs, spec.patience)
     L.seed_everything(seed, verbose=False)
     start = time.perf_counter()
     with signal_as_interrupted(signal.SIGINT):  # one line on Ctrl-C, not Lightning's

@@ -72,4 +72,34 @@ class QualityLog(L.Callback):
         return min(self.history, key=lambda c: c.val_loss, default=None)
 
 
-__all__ = ["Checkpoint", "QualityLog"]
+def quality_trainer(
+    task: L.LightningModule, max_epochs: int, patience: int | None, limit: int | None = None
+) -> tuple[L.Trainer, QualityLog]:
+    """The benchmark's trainer of ``task`` on the CPU (deterministic, quiet, gradients clipped
+    at 1) and its :class:`QualityLog`: at most ``max_epochs``, stopping early after ``patience``
+    epochs without a better ``val/<quality_name>`` (None: never), ``limit`` batches an epoch."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    log = QualityLog()
+    callbacks: list[L.Callback] = [log]
+    if patience is not None:
+        callbacks.append(EarlyStopping(f"val/{task.quality_name}", patience=patience, check_finite=True))
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=max_epochs,
+        deterministic=True,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_train_batches=limit,
+        limit_val_batches=limit,
+        callbacks=callbacks,
+        gradient_clip_val=1.0,
+    )
+    return trainer, log
+
+
+__all__ = ["Checkpoint", "QualityLog", "quality_trainer"]
