@@ -121,6 +121,19 @@ def _station_fit(work: Path) -> tuple[list[str], str, str]:
     return ["fit", "--config", str(work / "stations.yaml")], "advance", "nothing"
 
 
+def _station_benchmark(work: Path) -> tuple[list[str], str, str]:
+    """``ensml benchmark`` of the station smoke config on its data, made here beforehand (so that
+    the pause falls in the benchmark's own work: after the first lead of its station table)."""
+    import yaml
+
+    from ensml.data.synth.generate import synth
+
+    smoke = Path(__file__).parents[2] / "configs/benchmark/stations_smoke.yaml"
+    config = yaml.safe_load(smoke.read_text())
+    synth(work / "stdata", **config["synth"], stations=config["stations"])
+    return ["benchmark", f"--config={smoke}", "--data_dir=stdata", "--out_dir=out"], "advance", "nothing"
+
+
 VERBS = [
     "data synth",
     "data archive",
@@ -132,6 +145,7 @@ VERBS = [
     "plan-memory",
     "benchmark",
     "fit stations",
+    "benchmark stations",
 ]
 
 
@@ -143,6 +157,8 @@ def test_a_signal_ends_every_verb_in_one_line_and_keeps_what_was_complete(
 ) -> None:
     if verb == "fit stations":
         args, where, keeps = _station_fit(tmp_path)
+    elif verb == "benchmark stations":
+        args, where, keeps = _station_benchmark(tmp_path)
     else:
         args, where, keeps = _verbs(tiny_data, fitted / "runs/smoke/checkpoints/best.ckpt", tmp_path)[verb]
     sig, code, words = SIGNALS[name]
