@@ -73,7 +73,7 @@ from ensml.times import hours_of
 from ensml.train.station_emos import fit_station_emos
 from ensml.train.station_fit import fit_station_model, period_inits
 from ensml.verify.charts import station_skill_map
-from ensml.verify.station_sources import read_station_oracle
+from ensml.verify.station_sources import StationOracle, read_station_oracle
 from ensml.verify.tables import p_value, to_markdown
 
 #: The row every skill refers to: station-wise EMOS, the usual benchmark at stations.
@@ -210,67 +210,24 @@ def benchmark_stations(
         progress.describe("station tables")
         table = station_table(frame, subset, radius_km=radius_km or None).load()
         train, test = (table.sel({INIT_TIME: chosen[p]}) for p in ("train", "test"))
-        raw = {
-            f"raw ensemble ({members}), nearest": _members(
-                station_table(frame, Subset.first(members)), chosen
-            ),
-            RAW_SUBSET.format(k=k): _members(test, chosen),
-            f"raw subset ({k}), bilinear": _members(station_table(bilinear, subset), chosen),
-        }
+        rows = _raw_rows(frame, bilinear, test, chosen, subset, level)
         progress.advance(f"station tables read in {seconds(progress.lap)}")
-        rows: dict[str, list[Row]] = {v: [] for v in frame.variables}
-        for var in frame.variables:
-            y = _obs(test, var, level, frame)
-            for name, got in raw.items():
-                rows[var].append(Row(name, _ensemble_crps(got, var, level, y, frame)))
+        fits = Fits(frame, train, test, level, subset, radius_km, int(seed))
         for mode in emos:
             progress.describe(EMOS_ROWS[mode])
-            for var, fam in zip(frame.variables, families):
-                start = time.perf_counter()
-                fitted = fit_station_emos(train, var, mode=mode, family=fam, level=_level(frame, var, level))
-                took = time.perf_counter() - start
-                crps = _family_crps(var, fam, fitted.distribution(test), _obs(test, var, level, frame))
-                rows[var].append(Row(EMOS_ROWS[mode], crps, took, model=True))
+            _add(rows, fits.emos(mode, families))
             progress.advance(f"{EMOS_ROWS[mode]} fitted in {seconds(progress.lap)}")
         for spec in models:
             progress.describe(spec.name)
-            start = time.perf_counter()
-            own = family_names(frame.variables, spec.distribution, f"models.{spec.name}.distribution")
-            model = fit_station_model(
-                frame,
-                train,
-                own,
-                level=level,
-                subset=subset,
-                extraction="nearest",
-                radius_km=radius_km,
-                drop_features=[*spec.drop_features, *_others(predictors, spec.predictors)],
-                drn=_drn(spec, seed),
-            )
-            took = time.perf_counter() - start
-            params = model.distribution(test, "the test period")
-            for var, fam in zip(frame.variables, own):
-                crps = _family_crps(var, fam, params[var], _obs(test, var, level, frame))
-                rows[var].append(Row(spec.name, crps, took / len(frame.variables), model=True))
-            progress.advance(f"{spec.name} fitted in {seconds(took)}")
+            _add(rows, fits.drn(spec, predictors))
+            progress.advance(f"{spec.name} fitted in {seconds(progress.lap)}")
         if grid_to_point is not None:
             progress.describe(grid_to_point.name)
             used = frame if grid_to_point.extraction == "nearest" else bilinear
-            params, took = fit_grid_to_point(grid_to_point, paths, used, chosen, int(k), int(seed), test)
-            for var, fam in zip(frame.variables, families):
-                crps = _family_crps(var, fam, params[var], _obs(test, var, level, frame))
-                rows[var].append(Row(grid_to_point.name, crps, took / len(frame.variables), model=True))
-            progress.advance(f"{grid_to_point.name} trained in {seconds(took)}")
+            _add(rows, fits.grid_to_point(grid_to_point, used, paths, chosen, families))
+            progress.advance(f"{grid_to_point.name} trained in {seconds(progress.lap)}")
     if oracle is not None:
-        for var in frame.variables:
-            y = _obs(test, var, level, frame)
-            per_lead = [
-                oracle.families[var].crps(
-                    oracle.parameters(var, lead, y.sel({LEAD_TIME: lead})), y.sel({LEAD_TIME: lead}).values
-                )
-                for lead in y[LEAD_TIME].values
-            ]
-            rows[var].append(Row(f"{ORACLE} ({oracle.families[var].name})", np.stack(per_lead)))
+        _add(rows, _oracle_rows(oracle, test, level, frame))
     result = _score(rows, test, level, frame, k)
     pictures = {
         map_name(var): _skill_map(rows[var], test, result, var, level, frame, kind) for var in frame.variables
@@ -292,6 +249,121 @@ def benchmark_stations(
             if picture is not None:
                 folder.write_bytes(name, picture)
     return result
+
+
+def _add(rows: dict[str, list[Row]], new: dict[str, Row]) -> None:
+    """Append each variable's new row."""
+    for var, row in new.items():
+        rows[var].append(row)
+
+
+def _raw_rows(
+    frame: StationFrame,
+    bilinear: StationFrame,
+    test: xr.Dataset,
+    chosen: dict[str, np.ndarray],
+    subset: Subset,
+    level: float | None,
+) -> dict[str, list[Row]]:
+    """The raw rows of every variable: all members and the subset at the nearest grid point, the
+    subset interpolated bilinearly; ensemble CRPS on the test table's pairs."""
+    k, members = len(subset.members), int(frame.forecast.sizes[MEMBER])
+    raw = {
+        f"raw ensemble ({members}), nearest": _members(station_table(frame, Subset.first(members)), chosen),
+        RAW_SUBSET.format(k=k): _members(test, chosen),
+        f"raw subset ({k}), bilinear": _members(station_table(bilinear, subset), chosen),
+    }
+    rows: dict[str, list[Row]] = {}
+    for var in frame.variables:
+        y = _obs(test, var, level, frame)
+        rows[var] = [Row(name, _ensemble_crps(got, var, level, y, frame)) for name, got in raw.items()]
+    return rows
+
+
+@dataclass(frozen=True)
+class Fits:
+    """What every fitted row is fitted on (the training table) and scored on (the test table)."""
+
+    frame: StationFrame
+    train: xr.Dataset
+    test: xr.Dataset
+    level: float | None
+    subset: Subset
+    radius_km: float
+    seed: int
+
+    def _row(self, name: str, var: str, family: str, params: dict, took: float) -> Row:
+        crps = _family_crps(var, family, params, _obs(self.test, var, self.level, self.frame))
+        return Row(name, crps, took, model=True)
+
+    def emos(self, mode: str, families: Sequence[str]) -> dict[str, Row]:
+        """EMOS at stations (``global`` or ``station``), each variable fitted and timed alone."""
+        out = {}
+        for var, fam in zip(self.frame.variables, families):
+            start = time.perf_counter()
+            level = _level(self.frame, var, self.level)
+            fitted = fit_station_emos(self.train, var, mode=mode, family=fam, level=level)
+            took = time.perf_counter() - start
+            out[var] = self._row(EMOS_ROWS[mode], var, fam, fitted.distribution(self.test), took)
+        return out
+
+    def drn(self, spec: StationModelSpec, predictors: Sequence[str]) -> dict[str, Row]:
+        """A station DRN of ``spec`` (reading its own of the table's ``predictors``); its fit's
+        time split evenly over the variables."""
+        start = time.perf_counter()
+        own = family_names(self.frame.variables, spec.distribution, f"models.{spec.name}.distribution")
+        model = fit_station_model(
+            self.frame,
+            self.train,
+            own,
+            level=self.level,
+            subset=self.subset,
+            extraction="nearest",
+            radius_km=self.radius_km,
+            drop_features=[*spec.drop_features, *_others(predictors, spec.predictors)],
+            drn=_drn(spec, self.seed),
+        )
+        took = (time.perf_counter() - start) / len(self.frame.variables)
+        params = model.distribution(self.test, "the test period")
+        return {
+            var: self._row(spec.name, var, fam, params[var], took)
+            for var, fam in zip(self.frame.variables, own)
+        }
+
+    def grid_to_point(
+        self,
+        spec: GridToPointSpec,
+        frame: StationFrame,
+        paths: dict[str, Path],
+        chosen: dict[str, np.ndarray],
+        families: Sequence[str],
+    ) -> dict[str, Row]:
+        """The grid-to-point U-Net on ``frame``'s points; its training time split evenly."""
+        k = len(self.subset.members)
+        params, took = fit_grid_to_point(spec, paths, frame, chosen, k, self.seed, self.test)
+        took /= len(self.frame.variables)
+        return {
+            var: self._row(spec.name, var, fam, params[var], took)
+            for var, fam in zip(self.frame.variables, families)
+        }
+
+
+def _oracle_rows(
+    oracle: StationOracle, test: xr.Dataset, level: float | None, frame: StationFrame
+) -> dict[str, Row]:
+    """The station oracle's row of every variable, in its family."""
+    out = {}
+    for var in frame.variables:
+        y = _obs(test, var, level, frame)
+        family = oracle.families[var]
+        per_lead = [
+            family.crps(
+                oracle.parameters(var, lead, y.sel({LEAD_TIME: lead})), y.sel({LEAD_TIME: lead}).values
+            )
+            for lead in y[LEAD_TIME].values
+        ]
+        out[var] = Row(f"{ORACLE} ({family.name})", np.stack(per_lead))
+    return out
 
 
 def _check_options(

@@ -297,6 +297,7 @@ def test_physics_station_benchmark_without_an_oracle(tmp_path: Path) -> None:
     small = [
         *("--physics.inits 12 --physics.members 3 --physics.spinup_days 2 --stations 20 --k 3".split()),
         *("--train_period [2000-01-01,2000-01-08] --test_period [2000-01-09,2000-01-12]".split()),
+        *("--grid_to_point.val_share 0.5 --grid_to_point.max_epochs 1 --grid_to_point.width 4".split()),
         f"--models={json.dumps(models)}",
         f"--data_dir={tmp_path / 'data'}",
         f"--out_dir={tmp_path / 'out'}",
@@ -312,6 +313,7 @@ def test_physics_station_benchmark_without_an_oracle(tmp_path: Path) -> None:
         REFERENCE,
         "station DRN",
         "station DRN + flow",
+        "grid-to-point U-Net",
     ]
     at = table.set_index(["lead_h", "forecast"])["crps"]
     for lead in (24, 48):  # three members of three: the subset is the ensemble
