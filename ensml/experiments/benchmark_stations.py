@@ -52,6 +52,7 @@ from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
 from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
 from ensml.experiments.benchmark_grid_to_point import fit_grid_to_point
+from ensml.experiments.benchmark_station_page import REFERENCE, best_model, page
 from ensml.experiments.options import GridToPointSpec, PhysicsOptions, StationModelSpec, SynthOptions
 from ensml.names import (
     DEFAULT_K,
@@ -74,17 +75,11 @@ from ensml.train.station_emos import fit_station_emos
 from ensml.train.station_fit import fit_station_model, period_inits
 from ensml.verify.charts import station_skill_map
 from ensml.verify.station_sources import StationOracle, read_station_oracle
-from ensml.verify.tables import p_value, to_markdown
 
-#: The row every skill refers to: station-wise EMOS, the usual benchmark at stations.
-REFERENCE = "EMOS, station-wise"
 #: The row the gap to the oracle is measured from.
 RAW_SUBSET = "raw subset ({k}), nearest"
 ORACLE = "station oracle"
 EMOS_ROWS = {"global": "EMOS, global", "station": REFERENCE}
-#: The stations issue's targets: the best station model's points of CRPS skill over station-wise
-#: EMOS (its interval above zero), and the share of the raw -> oracle gap it closes.
-TARGET_SKILL, TARGET_GAP = 0.03, 0.80
 TABLE, PAGE = "benchmark.csv", "benchmark.md"
 
 
@@ -241,10 +236,10 @@ def benchmark_stations(
         "test": chosen["test"],
         "threads": int(threads),
     }
-    page = _page(result, facts)
+    text = page(result, facts)
     with OutputFolder.open(out_dir, "benchmark", names=names, whole=True) as folder:
         folder.write_text(TABLE, result.to_csv(index=False, float_format="%.6g"))
-        folder.write_text(PAGE, page)
+        folder.write_text(PAGE, text)
         for name, picture in pictures.items():
             if picture is not None:
                 folder.write_bytes(name, picture)
@@ -526,17 +521,6 @@ def _init_sums(crps: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return np.where(ok.any(axis=1), np.where(ok, crps, 0.0).sum(axis=1), np.nan)
 
 
-def best_model(result: pd.DataFrame, var: str, beside: bool = True) -> str | None:
-    """The fitted station model of ``var`` with the lowest CRPS pooled over the leads (EMOS or a
-    DRN; ``beside``: other than the reference, station-wise EMOS); None without one."""
-    one = result[(result["variable"] == var) & result["fit_s"].notna()]
-    if beside:
-        one = one[one["forecast"] != REFERENCE]
-    if one.empty:
-        return None
-    return str(one.groupby("forecast", sort=False)["crps"].mean().idxmin())
-
-
 def _skill_map(
     rows: list[Row],
     test: xr.Dataset,
@@ -576,103 +560,4 @@ def _skill_map(
     return station_skill_map(pd.concat(per, ignore_index=True), best, REFERENCE, title, coast=kind == "synth")
 
 
-#: What ``benchmark.md`` says about its columns.
-COLUMNS_NOTE = (
-    "crps: the mean CRPS over the station-times of the test period that every row covers (n); "
-    "the raw rows' is the ensemble CRPS of the members at the station (2 m temperature moved to "
-    "the station's height where the data have a model orography), the others' their family's "
-    "closed form. skill: 1 - crps / crps of station-wise EMOS, with its 95 % interval (a "
-    "moving-block bootstrap over init times of each init's CRPS summed over its stations) and the "
-    "Diebold-Mariano p "
-    "(dm_p); skill_vs_raw: over the raw subset at the nearest grid point; gap_closed (with the "
-    "station oracle): the share of the raw subset's distance to the oracle that the row closes. "
-    "fit_s: the wall time of the row's fit (a DRN's split evenly over its variables).\n"
-)
-
-
-def _percent(value: float) -> str:
-    return f"{value:+.1%}" if np.isfinite(value) else ""
-
-
-def _page(result: pd.DataFrame, facts: dict) -> str:
-    """``benchmark.md``: what was compared on what, a table per variable, the targets' verdicts."""
-    train, test = facts["train"], facts["test"]
-    lines = [
-        "# Station benchmark\n",
-        f"{facts['source']} data, observations at {facts['stations']} stations; every model reads the "
-        f"first {facts['k']} of {facts['members']} members. Fitted on {train.size} init times "
-        f"({str(train[0])[:10]} … {str(train[-1])[:10]}), scored on {test.size} "
-        f"({str(test[0])[:10]} … {str(test[-1])[:10]}); {facts['threads']} torch thread(s).\n",
-    ]
-    for var, one in result.groupby("variable", sort=False):
-        shown = pd.DataFrame(
-            {
-                "forecast": one["forecast"],
-                "lead": [f"{h} h" for h in one["lead_h"]],
-                "n": one["n"],
-                "crps": one["crps"],
-                f"skill over {REFERENCE} [95 %]": [
-                    f"{_percent(a)} [{_percent(lo)}, {_percent(hi)}]" if f != REFERENCE else "0 (reference)"
-                    for f, a, lo, hi in zip(
-                        one["forecast"], one["skill"], one["skill_low"], one["skill_high"]
-                    )
-                ],
-                "DM p": [p_value(p) if f != REFERENCE else "" for f, p in zip(one["forecast"], one["dm_p"])],
-                "skill over raw subset": [_percent(v) for v in one["skill_vs_raw"]],
-                **(
-                    {"gap closed": [f"{v:.1%}" if np.isfinite(v) else "" for v in one["gap_closed"]]}
-                    if "gap_closed" in one
-                    else {}
-                ),
-                "fit s": [f"{v:.1f}" if pd.notna(v) else "" for v in one["fit_s"]],
-            }
-        )
-        lines += [f"## {var}\n", to_markdown(shown)]
-    lines += [
-        "## The stations issue's targets\n",
-        *[f"- {line}" for line in verdicts(result)],
-        "",
-        "## The columns\n",
-        COLUMNS_NOTE,
-    ]
-    return "\n".join(lines)
-
-
-def verdicts(result: pd.DataFrame) -> list[str]:
-    """Each variable's verdicts on the stations issue's targets: the best station model beside
-    station-wise EMOS beats it by at least 3 points of CRPS skill with the interval above zero at
-    every lead; and (with the oracle) the best station model of all closes at least 80 % of the
-    raw subset's gap to the oracle at every lead."""
-    out = []
-    for var in dict.fromkeys(result["variable"]):
-        best = best_model(result, var)
-        if best is not None:
-            rows = _rows_of(result, var, best)
-            skills = "; ".join(
-                f"{h} h {_percent(a)} [{_percent(lo)}, {_percent(hi)}]"
-                for h, a, lo, hi in zip(rows["lead_h"], rows["skill"], rows["skill_low"], rows["skill_high"])
-            )
-            met = bool(((rows["skill"] >= TARGET_SKILL) & (rows["skill_low"] > 0)).all())
-            out.append(
-                f"{var}: the best station model beside {REFERENCE}, {best}, over it: {skills}. Target "
-                f"at least {TARGET_SKILL:.0%} with the interval above zero at every lead: "
-                f"{'met' if met else 'not met'}."
-            )
-        best = best_model(result, var, beside=False)
-        if "gap_closed" in result and best is not None:
-            rows = _rows_of(result, var, best)
-            gaps = "; ".join(f"{h} h {g:.1%}" for h, g in zip(rows["lead_h"], rows["gap_closed"]))
-            closed = bool((rows["gap_closed"] >= TARGET_GAP).all())
-            out.append(
-                f"{var}: the best station model, {best}, closes {gaps} of the raw subset's gap to the "
-                f"station oracle. Target at least {TARGET_GAP:.0%} at every lead: "
-                f"{'met' if closed else 'not met'}."
-            )
-    return out
-
-
-def _rows_of(result: pd.DataFrame, var: str, name: str) -> pd.DataFrame:
-    return result[(result["variable"] == var) & (result["forecast"] == name)]
-
-
-__all__ = ["REFERENCE", "StationModelSpec", "benchmark_stations", "best_model", "map_name", "verdicts"]
+__all__ = ["StationModelSpec", "benchmark_stations", "map_name"]

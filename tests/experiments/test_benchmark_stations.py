@@ -18,7 +18,7 @@ from ensml.cli.main import main
 from ensml.data.station_frame import build_station_frame
 from ensml.data.station_table import station_table
 from ensml.data.subset import Subset
-from ensml.experiments.benchmark_stations import REFERENCE, best_model, verdicts
+from ensml.experiments.benchmark_station_page import REFERENCE, best_model, verdicts
 from tests.cli.test_cli_table import Row, _check, _hashes, _sandbox
 from tests.conftest import CONFIGS
 
