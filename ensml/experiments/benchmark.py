@@ -25,7 +25,6 @@ targets (:mod:`ensml.experiments.benchmark_events`; ``configs/benchmark/precip_w
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 from pathlib import Path
@@ -52,7 +51,14 @@ from ensml.experiments.benchmark_maps import MAP_NAME, best_network, crps_differ
 from ensml.experiments.benchmark_predictions import from_fields, from_task, gaussian, model_label
 from ensml.experiments.benchmark_score import Scored, score_all, summarise
 from ensml.experiments.bound import BOUND_NAME, SPREAD_BOUND_NAME, spread_bound, subset_bound
-from ensml.experiments.options import DEFAULT_MODELS, EmosSpec, ModelSpec, PhysicsOptions, SynthOptions
+from ensml.experiments.options import (
+    DEFAULT_MODELS,
+    EmosSpec,
+    ModelSpec,
+    PhysicsOptions,
+    SynthOptions,
+    check_threads,
+)
 from ensml.experiments.quality import QualityLog, quality_trainer
 from ensml.names import DEFAULT_K, INIT_TIME, LEAD_TIME, LEVEL, MEMBER
 from ensml.progress import Progress, note, seconds
@@ -242,10 +248,7 @@ def benchmark(
     """
     source = choose_source(synth, physics, bound)
     OutputFolder.check(out_dir, "benchmark", names=BENCHMARK_NAMES)  # before the training, not after
-    cores = os.cpu_count() or 1
-    if not 1 <= int(threads) <= cores:
-        raise EnsmlError(f"benchmark: threads {threads} must be between 1 and this machine's {cores} cores")
-    torch.set_num_threads(int(threads))
+    torch.set_num_threads(check_threads(threads))
     models = list(DEFAULT_MODELS if models is None else models)
     emos_variants = benchmark_emos.variants(list(emos), list(variables))
     _distinct([m.name for m in models] + [v.label for v in emos_variants])

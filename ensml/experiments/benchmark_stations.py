@@ -31,10 +31,9 @@ end; nothing before every fit is done.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -53,7 +52,13 @@ from ensml.errors import EnsmlError
 from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
 from ensml.experiments.benchmark_grid_to_point import fit_grid_to_point
 from ensml.experiments.benchmark_station_page import REFERENCE, best_model, page
-from ensml.experiments.options import GridToPointSpec, PhysicsOptions, StationModelSpec, SynthOptions
+from ensml.experiments.options import (
+    GridToPointSpec,
+    PhysicsOptions,
+    StationModelSpec,
+    SynthOptions,
+    check_threads,
+)
 from ensml.names import (
     DEFAULT_K,
     INIT_TIME,
@@ -91,12 +96,11 @@ def map_name(var: str) -> str:
 @dataclass
 class Row:
     """One forecast of one variable: its CRPS on every (lead, init, station) of the test table,
-    the wall time of its fit (None: nothing fitted) and whether it is a fitted station model."""
+    the wall time of its fit (None: nothing fitted, the raw rows and the oracle)."""
 
     name: str
     crps: np.ndarray
     fit_s: float | None = None
-    model: bool = False
 
 
 def benchmark_stations(
@@ -264,8 +268,11 @@ def _raw_rows(
     subset interpolated bilinearly; ensemble CRPS on the test table's pairs."""
     k, members = len(subset.members), int(frame.forecast.sizes[MEMBER])
     raw = {
-        f"raw ensemble ({members}), nearest": _members(station_table(frame, Subset.first(members)), chosen),
-        RAW_SUBSET.format(k=k): _members(test, chosen),
+        # the members alone: a frame without the predictors, whose fields the test table has read
+        f"raw ensemble ({members}), nearest": _members(
+            station_table(replace(frame, predictors=()), Subset.first(members)), chosen
+        ),
+        RAW_SUBSET.format(k=k): test,
         f"raw subset ({k}), bilinear": _members(station_table(bilinear, subset), chosen),
     }
     rows: dict[str, list[Row]] = {}
@@ -289,7 +296,7 @@ class Fits:
 
     def _row(self, name: str, var: str, family: str, params: dict, took: float) -> Row:
         crps = _family_crps(var, family, params, _obs(self.test, var, self.level, self.frame))
-        return Row(name, crps, took, model=True)
+        return Row(name, crps, took)
 
     def emos(self, mode: str, families: Sequence[str]) -> dict[str, Row]:
         """EMOS at stations (``global`` or ``station``), each variable fitted and timed alone."""
@@ -372,9 +379,7 @@ def _check_options(
     grid_to_point: GridToPointSpec | None,
 ) -> None:
     """The options' own checks, before any data is made or read."""
-    cores = os.cpu_count() or 1
-    if not 1 <= int(threads) <= cores:
-        raise EnsmlError(f"benchmark: threads {threads} must be between 1 and this machine's {cores} cores")
+    check_threads(threads)
     if k > source.members:
         raise EnsmlError(f"cannot take a subset of k={k} members: {kind} makes {source.members} members")
     if not variables:

@@ -135,6 +135,19 @@ class GridToPointSpec:
     val_share: float = 0.15
 
 
+def check_threads(threads: int) -> int:
+    """``threads`` as an int, refused in one line unless it is between 1 and this machine's cores
+    (the ``threads`` option of both benchmarks)."""
+    import os
+
+    from ensml.errors import EnsmlError
+
+    cores = os.cpu_count() or 1
+    if not 1 <= int(threads) <= cores:
+        raise EnsmlError(f"benchmark: threads {threads} must be between 1 and this machine's {cores} cores")
+    return int(threads)
+
+
 DEFAULT_MODELS = [
     ModelSpec("U-Net mixed", "mixed", "unet3d"),
     ModelSpec("temporal U-Net mixed", "mixed", "unet3d_time"),
@@ -151,4 +164,5 @@ __all__ = [
     "PhysicsOptions",
     "StationModelSpec",
     "SynthOptions",
+    "check_threads",
 ]
