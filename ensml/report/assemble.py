@@ -254,8 +254,10 @@ def _station_report(
     )
     lead = _report_lead(lead, np.asarray(scores.leads, dtype="timedelta64[ns]"))
     products = products_of(sources.get("predictions"))
-    pages = render(station_blocks(title, scores, sources, lead, products), title)
-    tables = {name: data for name, data in scores.files().items() if not name.startswith("figures/")}
+    files = scores.files()  # the tables and the skill maps, drawn once
+    maps = {name: data for name, data in files.items() if name.startswith("figures/")}
+    tables = {name: data for name, data in files.items() if name not in maps}
+    pages = render(station_blocks(title, scores, sources, lead, maps, products), title)
     with OutputFolder.open(out_dir, "report", whole=True) as folder:  # committed whole at the end
         write_files(folder, tables, prefix="tables/")
         write_files(folder, pages)

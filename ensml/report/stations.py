@@ -47,13 +47,15 @@ def station_blocks(
     scores: StationScores,
     sources: dict[str, str],
     lead: np.timedelta64,
+    maps: dict[str, bytes],
     products: xr.Dataset | None = None,
 ) -> list:
     """The report's blocks (:func:`ensml.report.render.render`) for the station ``scores``.
 
     ``sources``: what was scored, by role (``forecast``, ``observations``, ``predictions``, …),
-    as the report names them; ``lead``: the lead of the plume; ``products``: the station
-    products (for the plume; none: no plume).
+    as the report names them; ``lead``: the lead of the plume; ``maps``: the skill maps by
+    station (:meth:`~ensml.verify.stations.StationScores.skill_maps`, by file name); ``products``:
+    the station products (for the plume; none: no plume).
     """
     table = scores.table
     named = ", ".join(f"{role} `{path}`" for role, path in sources.items())
@@ -73,7 +75,6 @@ def station_blocks(
     if table["lead_h"].nunique() > 0 and "skill_vs_raw_ensemble" in table:
         caption = "CRPS skill over the raw ensemble by lead time, with its 95 % interval."
         out.append(Figure("crps_skill_by_lead.png", plots.skill_by_lead(table), caption))
-    maps = scores.skill_maps()
     if maps:
         out.append(("h2", "Skill by station"))
         for name, png in maps.items():
