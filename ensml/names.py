@@ -250,3 +250,10 @@ def raw_ensemble_name(m: int) -> str:
 def raw_subset_name(k: int) -> str:
     """The name of the raw subset of the first ``k`` members (``raw subset (5 members)``)."""
     return f"raw subset ({members_text(k)})"
+
+
+def members_name(task: str, n: int) -> str:
+    """The name of ``n`` members of a run of ``task`` in every score table: ``generated members
+    (50)`` from a generative task, ``post-processed members (50)`` (ECC) from any other."""
+    made = "generated" if task == "GenerativeTask" else "post-processed"
+    return f"{made} members ({n})"

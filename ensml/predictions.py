@@ -29,7 +29,7 @@ from ensml.times import format_leads, iso_lead, parse_leads
 
 PREFIX = "ensml_"
 #: The tasks whose outputs carry run metadata.
-TASKS = ("MixedTask", "SpreadTask", "StationDRN")
+TASKS = ("MixedTask", "SpreadTask", "StationDRN", "GenerativeTask")
 
 
 def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:

@@ -35,7 +35,7 @@ from ensml.errors import EnsmlError
 from ensml.models.memory import MemoryPolicy
 from ensml.models.speed import SpeedOptions
 from ensml.names import LATITUDE, LONGITUDE
-from ensml.train.hparams import DATA_KEYS, GRID_KEY, check_compatible
+from ensml.train.hparams import DATA_KEYS, GRID_KEY, SAMPLING_KEYS, check_compatible
 from ensml.train.task_base import DATA_BUFFERS, EnsembleTask
 
 #: Hyperparameters of how a network runs (the memory policy's and the speed options' fields): no
@@ -116,11 +116,15 @@ class Checkpoint:
     def check_options(self, options: Mapping[str, Any], prefix: str = "--model.init_args.") -> None:
         """Raise if an option given for the model (``{name: value}``) disagrees with the checkpoint.
 
-        Options linked from the data, the predictive family (compared as families by the CLI) and
-        the running options (:data:`RUNNING_KEYS`) are not compared here.
+        Options linked from the data, the predictive family (compared as families by the CLI), the
+        running options (:data:`RUNNING_KEYS`) and how members are drawn
+        (:data:`~ensml.train.hparams.SAMPLING_KEYS`) are not compared here.
         """
         for key, value in options.items():
-            if key in LINKED_KEYS or key in RUNNING_KEYS or key == "distribution" or key not in self.hparams:
+            if (
+                key in (*LINKED_KEYS, *RUNNING_KEYS, *SAMPLING_KEYS, "distribution")
+                or key not in self.hparams
+            ):
                 continue
             if _plain(value) != _plain(self.hparams[key]):
                 raise EnsmlError(

@@ -13,6 +13,9 @@ from ensml.times import format_leads, parse_leads
 DATA_KEYS = ("variables", "levels", "input_leads", "target_leads", "k", "static_variables")
 #: The lead-time keys among them: compared as lead times (``24`` equals ``"24h"`` and ``"P1D"``).
 LEAD_KEYS = ("input_leads", "target_leads")
+#: Hyperparameters of how a generative task draws members (:mod:`ensml.train.generative`): no
+#: weight depends on them, so a checkpoint is applied with any value.
+SAMPLING_KEYS = ("n_members", "sample_seed")
 #: Checkpoint entry holding the training grid (latitude, longitude) and ensemble size.
 GRID_KEY = "ensml_grid"
 
@@ -54,4 +57,4 @@ def plain_hparams(module: Any) -> None:
             hparams[key] = plain(hparams[key])
 
 
-__all__ = ["DATA_KEYS", "GRID_KEY", "LEAD_KEYS", "check_compatible", "plain_hparams"]
+__all__ = ["DATA_KEYS", "GRID_KEY", "LEAD_KEYS", "SAMPLING_KEYS", "check_compatible", "plain_hparams"]

@@ -21,6 +21,7 @@ from ensml.names import family_names
 from ensml.train import decentralised  # noqa: F401  (registers eager_solo, eager_majority, wagma)
 from ensml.train.checkpoint_file import RUNNING_KEYS, Checkpoint, RunData, read_checkpoint
 from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
+from ensml.train.hparams import SAMPLING_KEYS
 from ensml.train.options import check_trainer_options  # [cli: option ranges]
 from ensml.train.progress import LogProgress, use_lightning_bar
 from ensml.train.run_folder import RunFolder, SaveConfigToRunFolder
@@ -156,10 +157,11 @@ class EnsmlCLI(LightningCLI):
                 "trained in"
             )
         # So is any other model option given that differs (a resumed fit would train the
-        # checkpoint's width); how the network runs (memory, speed) is the config's to choose.
+        # checkpoint's width); how the network runs (memory, speed) and how many members a
+        # generative task draws with what seed are the config's to choose.
         self.checkpoint.check_options(given)
         merged = self.config[sub]["model"].get("init_args")
-        for key in RUNNING_KEYS:
+        for key in (*RUNNING_KEYS, *SAMPLING_KEYS):
             if key in given and merged is not None:
                 merged[key] = given[key]
 

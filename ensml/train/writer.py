@@ -21,6 +21,7 @@ from ensml.names import (
     LEAD_TIME,
     LEVEL,
     LONGITUDE,
+    MEMBER,
     VALID_TIME,
     VARIABLE_ATTRS,
 )
@@ -43,7 +44,8 @@ class PredictionWriter(BasePredictionWriter):
     ``tp_shape``, ``tp_scale``, ``tp_shift`` for a censored shifted gamma, …; the family of each
     variable is in the run metadata), dims (init_time, level, latitude, longitude), at the target lead time;
     a model of several target leads adds a ``lead_time`` dimension after ``init_time``; a surface
-    variable's have no ``level`` (see :mod:`ensml.data.surface`).
+    variable's have no ``level`` (see :mod:`ensml.data.surface`). A generative task's members are
+    ``<var>`` with a ``member`` dimension after the lead time (:func:`_put_members`).
 
     The file is ensml's one output in its folder, which may hold the user's other files (the
     fit's run folder, the working folder): the folder is opened ``shared`` through
@@ -125,6 +127,8 @@ class PredictionWriter(BasePredictionWriter):
             for i, var in enumerate(hp.variables):
                 attrs = _attrs(var, f"predicted {dm.spec.members}-member ensemble standard deviation")
                 _put(ds, f"{var}_std", values[:, :, i], attrs, bool(pl_module.surface[i]), several, dims)
+        elif kind == "GenerativeTask":
+            _put_members(ds, predictions, pl_module, dm.spec.members, several)
         else:
             for i, (var, family) in enumerate(zip(hp.variables, pl_module.families, strict=True)):
                 described = family.param_attrs(var, VARIABLE_ATTRS.get(var, {}))
@@ -171,6 +175,32 @@ def _put(
         ds[name] = (dims[1], field[..., 0, :, :], attrs)
     else:
         ds[name] = (dims[0], field, attrs)
+
+
+def _put_members(
+    ds: xr.Dataset, predictions: list[dict], task: L.LightningModule, ensemble_size: int, several: bool
+) -> None:
+    """Add a generative task's members: ``<var>`` (init_time, [lead_time], member, [level], lat, lon),
+    the raw forecast's name, each member drawn from the network and its own noise."""
+    hp = task.hparams
+    values = torch.cat([p["members"] for p in predictions]).float().cpu().numpy()  # (S, N, F, D, H, W)
+    n, n_lead, n_var = values.shape[1], len(task.target_leads), len(hp.variables)
+    values = values.reshape(len(values), n, n_lead, n_var, *values.shape[3:]).swapaxes(1, 2)
+    ds.coords[MEMBER] = (MEMBER, np.arange(n, dtype=np.int32))
+    lead = (LEAD_TIME,) if several else ()
+    for i, var in enumerate(hp.variables):
+        attrs = dict(VARIABLE_ATTRS.get(var, {}))
+        attrs["long_name"] = f"{attrs.get('long_name', var)}: generated member"
+        attrs["generated_by"] = (
+            f"{type(task).__name__} from the mean and spread of members 0-{int(hp.k) - 1} of "
+            f"{ensemble_size} and noise, sample_seed {int(hp.sample_seed)}"
+        )
+        field = values[:, :, :, i] if several else values[:, 0, :, i]  # (S, [T,] N, D, H, W)
+        if bool(task.surface[i]):
+            ds[var] = ((INIT_TIME, *lead, MEMBER, LATITUDE, LONGITUDE), field[..., 0, :, :], attrs)
+        else:
+            ds[var] = ((INIT_TIME, *lead, MEMBER, LEVEL, LATITUDE, LONGITUDE), field, attrs)
+    ds[MEMBER].attrs.update(standard_name="realization", long_name="generated member number")
 
 
 def run_meta(task: L.LightningModule, ensemble_size: int, checkpoint: str | Path | None) -> RunMeta:

@@ -32,7 +32,15 @@ from ensml.data.grid import horizontal_dims
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.runfiles import leads_option
 from ensml.data.subset import Subset
-from ensml.names import INIT_TIME, LEVEL, MEMBER, raw_ensemble_name, raw_subset_name, units_of
+from ensml.names import (
+    INIT_TIME,
+    LEVEL,
+    MEMBER,
+    members_name,
+    raw_ensemble_name,
+    raw_subset_name,
+    units_of,
+)
 from ensml.progress import Progress, note, seconds
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
@@ -194,7 +202,8 @@ def score_variable(
     ensembles = subset.ensembles(x)
     if "members" in lf.runs:
         calibrated = lf.runs["members"][var]
-        ensembles[f"post-processed members ({calibrated.sizes[MEMBER]})"] = calibrated
+        task = frame.runs["members"].meta.task
+        ensembles[members_name(task, calibrated.sizes[MEMBER])] = calibrated
     dists = distributions(lf, families if families is not None else frame_families(frame), var)
     sources = _crps_fields(frame, lf, var, ensembles, fair, dists)
     for name, crps in sources.items():  # the mean over the init times that observe each point

@@ -19,13 +19,14 @@ import pytest
 
 from ensml.cli.main import main
 from tests.cli.process import run_cli
-from tests.conftest import SMOKE, tiny_data_args
+from tests.conftest import CONFIGS, SMOKE, tiny_data_args
 
 #: One row: a name, the arguments (``{fc}``, ``{an}``, ``{dir}``, ``{sandbox}`` filled in), the exit
 #: status and words the one line must contain.
 Row = tuple[str, str, int, tuple[str, ...]]
 
 FIT = "fit --config {smoke} {data}"
+GEN = "fit --config {generative} {data}"
 SYNTH = "data synth --out_dir out"
 PHYS = "data physics --out_dir out"
 ARCHIVE = "data archive --forecast {fc} --out_dir out"
@@ -76,6 +77,55 @@ ROWS: list[Row] = [
         FIT + " --model.init_args.norm_groups -2",
         1,
         ("--model.init_args.norm_groups", RANGE),
+    ),
+    (
+        "fit: generative with one training member",
+        GEN + " --model.init_args.train_members 1",
+        1,
+        ("train_members must be at least 2", "got 1"),
+    ),
+    (
+        "fit: generative with a temporal network",
+        GEN + " --model.init_args.arch convgru",
+        1,
+        ("GenerativeTask draws members with the unet3d network", "'convgru'"),
+    ),
+    (
+        "fit: generative without noise scales",
+        GEN + " --model.init_args.noise_scales []",
+        1,
+        ("noise_scales must name at least one scale",),
+    ),
+    (
+        "fit: generative noise scale zero",
+        GEN + " --model.init_args.noise_scales [1,0]",
+        1,
+        ("--model.init_args.noise_scales", "0"),
+    ),
+    (
+        "fit: generative no noise channels",
+        GEN + " --model.init_args.noise_channels 0",
+        1,
+        ("--model.init_args.noise_channels", RANGE),
+    ),
+    ("fit: generative patch zero", GEN + " --model.init_args.patch 0", 1, ("--model.init_args.patch", RANGE)),
+    (
+        "fit: generative energy-score weight negative",
+        GEN + " --model.init_args.es_weight -1",
+        1,
+        ("--model.init_args.es_weight", RANGE),
+    ),
+    (
+        "fit: generative no members to draw",
+        GEN + " --model.init_args.n_members 0",
+        1,
+        ("--model.init_args.n_members", RANGE),
+    ),
+    (
+        "fit: generative seed negative",
+        GEN + " --model.init_args.sample_seed -3",
+        1,
+        ("--model.init_args.sample_seed", RANGE),
     ),
     ("fit: learning rate negative", FIT + " --model.init_args.lr -1", 1, ("--model.init_args.lr", RANGE)),
     ("fit: learning rate zero", FIT + " --model.init_args.lr 0", 1, ("--model.init_args.lr", RANGE)),
@@ -744,6 +794,7 @@ def inputs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
         "an": str(tiny_data["analysis"]),
         "dir": str(folder),
         "smoke": SMOKE,
+        "generative": str(CONFIGS / "generative.yaml"),
         "data": data,
         "inputs": str(Path(tiny_data["forecast"]).parent),
     }

@@ -1,0 +1,250 @@
+"""The generative task: any number of calibrated members with the weather's spatial structure.
+
+:class:`GenerativeTask` maps the inputs of the mixed task (the K-member subset's mean and spread
+at every input lead, the analysis at initialisation, location and static channels) plus random
+noise to a member of the verifying analysis at the target lead(s); drawing new noise draws a new
+member. Every member comes from the same network and its own noise, so members are exchangeable
+and, given the inputs, independent: as many as wanted, any N.
+
+A member is ``x = m_K + s · f(inputs, z)`` (m_K the subset mean at the target lead, s the mean
+training spread of the field and level), then, with ``local_affine``, the per-point affine layer
+on its standardised anomaly, and last the variable's physical lower bound (0 for precipitation
+and wind speed, :func:`ensml.scores.distributions.natural_lower`) as ``max(x, 0)``, which puts a
+point mass at zero where members are dry. The noise ``z`` is ``noise_channels`` standard normal
+channels at each of ``noise_scales``: drawn on a grid ``scale`` times coarser and interpolated,
+so that the network has large-scale perturbations to shape as well as point-wise ones.
+
+Training draws ``train_members`` members per sample and minimises, in units of s,
+
+``L = CRPS_f + es_weight · ES_f / √(p²)``,
+
+the area-weighted fair CRPS of every point and the fair energy score of every ``patch × patch``
+block of every field and level (:mod:`ensml.scores.fair_samples`), divided by √(p²) so that both
+terms are per component. The CRPS alone would let members be calibrated point by point with any
+spatial structure; the energy score over patches is what rewards the right joint distribution
+(Chen, Janke, Steinke & Lerch 2024, Ann. Appl. Stat. 18(1)). The fair forms matter: the plain
+ensemble scores of N members reward over-dispersion.
+
+Sampling is deterministic for a seed outside training: a sample's noise comes from a generator
+seeded by ``sample_seed`` and the sample's index, member after member, so that the first 10 of
+50 members are the 10 members of a 10-member draw. Training draws from torch's global generator
+(``seed_everything`` makes runs repeat).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ensml.errors import EnsmlError
+from ensml.scores.distributions import natural_lower
+from ensml.scores.fair_samples import crps_fair, energy_score_fair
+from ensml.train.options import NonNegativeFloat, NonNegativeInt, PositiveInt
+from ensml.train.task_base import EnsembleTask
+from ensml.train.tasks import network
+
+#: Members drawn through the network at once outside training (bounds memory for any N).
+MEMBER_CHUNK = 8
+
+
+class GenerativeTask(EnsembleTask):
+    """Members of the verifying analysis at the target lead(s) from K members and noise (see the
+    module).
+
+    Parameters
+    ----------
+    use_analysis
+        Feed the analysis at initialisation to the network, as the mixed task does.
+    noise_channels
+        Standard normal channels at each noise scale.
+    noise_scales
+        Coarsening factors of the noise grids (1: a value per grid point); each adds
+        ``noise_channels`` channels, drawn on a grid that many times coarser in latitude and
+        longitude and interpolated to the grid.
+    train_members
+        Members drawn per sample in training (at least 2: the fair scores need two).
+    es_weight
+        Weight of the patch energy score in the loss (0: the fair CRPS alone).
+    patch
+        Side of the square blocks (grid points) the energy score is taken over; a grid smaller
+        than that is one block along that side. Training places the blocks at a random offset,
+        so that every pair of neighbours is scored together now and then.
+    n_members
+        Members drawn per sample by ``predict`` (any number; not a weight: a checkpoint is applied
+        with any).
+    sample_seed
+        Seed of the noise outside training (``predict``, validation).
+    **kwargs
+        As :class:`~ensml.train.task_base.EnsembleTask`.
+    """
+
+    quality_name = "crps"
+    trains_on_analysis = True
+
+    def __init__(
+        self,
+        *args: Any,
+        use_analysis: bool = True,
+        noise_channels: PositiveInt = 4,
+        noise_scales: list[PositiveInt] = (1, 8),  # type: ignore[assignment]
+        train_members: PositiveInt = 4,
+        es_weight: NonNegativeFloat = 1.0,
+        patch: PositiveInt = 8,
+        n_members: PositiveInt = 10,
+        sample_seed: NonNegativeInt = 0,
+        **kwargs: Any,
+    ) -> None:
+        if train_members < 2:
+            raise EnsmlError(
+                f"GenerativeTask train_members must be at least 2 (the fair scores compare members), "
+                f"got {train_members}"
+            )
+        if not noise_scales:
+            raise EnsmlError("GenerativeTask noise_scales must name at least one scale, e.g. [1, 8]")
+        if any(int(s) < 1 for s in noise_scales):
+            raise EnsmlError(f"GenerativeTask noise_scales must be positive, got {list(noise_scales)}")
+        arch = kwargs.get("arch", "unet3d")
+        if arch != "unet3d":
+            raise EnsmlError(
+                f"GenerativeTask draws members with the unet3d network (noise channels beside the "
+                f"stacked leads), got arch {arch!r}"
+            )
+        super().__init__(*args, **kwargs)
+        variables = list(self.hparams.variables)
+        # (V,) lower bound of each variable (−inf: none), applied to its members.
+        bounds = [natural_lower(v) for v in variables]
+        self.register_buffer(
+            "lower", torch.tensor([-math.inf if b is None else b for b in bounds]), persistent=False
+        )
+
+    @property
+    def uses_analysis(self) -> bool:
+        return bool(self.hparams.get("use_analysis", True))
+
+    @property
+    def n_noise(self) -> int:
+        """Noise channels of the network's input."""
+        return int(self.hparams.noise_channels) * len(self.hparams.noise_scales)
+
+    def network_input_shape(self, batch_size: int, n_lat: int, n_lon: int) -> tuple[int, ...]:
+        b, c, *rest = super().network_input_shape(batch_size, n_lat, n_lon)
+        return (b, c + self.n_noise, *rest)
+
+    def features(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The mixed task's inputs with the batch's ``noise`` channels after them."""
+        return torch.cat([super().features(batch), batch["noise"]], dim=1)
+
+    # -- noise --------------------------------------------------------------------------------
+    def noise(
+        self, n: int, shape: tuple[int, int, int], like: torch.Tensor, generator: torch.Generator | None
+    ) -> torch.Tensor:
+        """``n`` draws of the noise channels (n, C, D, H, W) on the grid ``shape`` = (D, H, W)."""
+        d, h, w = shape
+        parts = []
+        for scale in self.hparams.noise_scales:
+            coarse = (d, max(1, math.ceil(h / scale)), max(1, math.ceil(w / scale)))
+            z = torch.randn((n, self.hparams.noise_channels, *coarse), generator=generator)
+            z = z.to(like)
+            if coarse != shape:  # interpolated: unit variance at the coarse points, smooth between
+                z = F.interpolate(z, size=shape, mode="trilinear", align_corners=True)
+            parts.append(z)
+        return torch.cat(parts, dim=1)
+
+    def sample_noise(self, batch: dict[str, torch.Tensor], n: int, first: int = 0) -> torch.Tensor:
+        """Noise of members ``first`` … ``first + n − 1`` of every sample (B, n, C, D, H, W), the
+        same for a sample's index and ``sample_seed`` whatever the batch."""
+        shape = tuple(batch["mean_k"].shape[-3:])
+        seed = int(self.hparams.sample_seed)
+        out = []
+        for index in batch["index"].tolist():
+            generator = torch.Generator().manual_seed(seed * 1_000_003 + int(index))
+            # member after member, so that a member's noise does not depend on how many are drawn
+            draws = [self.noise(1, shape, batch["mean_k"], generator) for _ in range(first + n)]
+            out.append(torch.cat(draws[first:]))
+        return torch.stack(out)
+
+    # -- members ------------------------------------------------------------------------------
+    def members(self, batch: dict[str, torch.Tensor], noise: torch.Tensor) -> torch.Tensor:
+        """The members (B, N, F, D, H, W) in physical units, one per noise draw (B, N, C, D, H, W)."""
+        b, n = noise.shape[:2]
+        inputs = ("mean_k", "std_k", "analysis_init")
+        tiled = {key: batch[key].repeat_interleave(n, 0) for key in inputs if key in batch}
+        tiled["noise"] = noise.flatten(0, 1)
+        out = network(self, tiled)  # (B·N, F, D, H, W)
+        centre = self.at_targets(batch["mean_k"]).repeat_interleave(n, 0)
+        x = centre + self.scale() * out
+        if self.local is not None:
+            clim, anom_std = self.field_clim()
+            x = clim + anom_std * self.affine((x - clim) / anom_std, 0)
+        lower = self.lower.repeat(len(self.target_leads))[None, :, None, None, None]
+        x = torch.maximum(x, lower.to(x))
+        return x.unflatten(0, (b, n))
+
+    def draw(self, batch: dict[str, torch.Tensor], n: int | None = None) -> torch.Tensor:
+        """``n`` members (default ``n_members``) of every sample (B, N, F, D, H, W), reproducibly
+        (:meth:`sample_noise`), drawn :data:`MEMBER_CHUNK` at a time."""
+        n = int(self.hparams.n_members) if n is None else n
+        chunks = []
+        for first in range(0, n, MEMBER_CHUNK):
+            size = min(MEMBER_CHUNK, n - first)
+            chunks.append(self.members(batch, self.sample_noise(batch, size, first)))
+        return torch.cat(chunks, dim=1)
+
+    def _training_members(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        n = int(self.hparams.train_members)
+        if self.training and torch.is_grad_enabled():
+            b, shape = batch["mean_k"].shape[0], tuple(batch["mean_k"].shape[-3:])
+            return self.members(batch, self.noise(b * n, shape, batch["mean_k"], None).unflatten(0, (b, n)))
+        return self.draw(batch, n)
+
+    # -- scores -------------------------------------------------------------------------------
+    def _patch_energy(self, members: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """Mean fair energy score of ``patch × patch`` blocks over every field and level, per
+        component (÷ √(p²)), blocks weighted by their mean latitude weight."""
+        h, w = obs.shape[-2:]
+        ph, pw = min(int(self.hparams.patch), h), min(int(self.hparams.patch), w)
+        oh, ow = (0, 0)
+        if self.training:  # a random offset, so that block edges move
+            oh, ow = (int(torch.randint(0, s, ()).item()) for s in (h % ph + 1, w % pw + 1))
+        nh, nw = h // ph, w // pw
+
+        def blocks(x: torch.Tensor) -> torch.Tensor:  # (…, H, W) → (…, nh, nw, ph·pw)
+            x = x[..., oh : oh + nh * ph, ow : ow + nw * pw]
+            x = x.unflatten(-1, (nw, pw)).unflatten(-3, (nh, ph))  # (…, nh, ph, nw, pw)
+            return x.transpose(-3, -2).flatten(-2)
+
+        es = energy_score_fair(blocks(members), blocks(obs), member_dim=1)  # (B, F, D, nh, nw)
+        weights = self.lat_weights[oh : oh + nh * ph].unflatten(0, (nh, ph)).mean(1)[:, None]
+        weighted = es * weights / math.sqrt(ph * pw)
+        return weighted.mean() if self.reduce_mean is None else self.reduce_mean(weighted)
+
+    def _losses(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The area-weighted fair CRPS and patch energy score, in units of s."""
+        s = self.scale()
+        members, obs = self._training_members(batch) / s[:, None], batch["obs"] / s
+        crps = self.area_mean(crps_fair(members, obs, dim=1))
+        return crps, self._patch_energy(members, obs)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        crps, es = self._losses(batch)
+        return crps + float(self.hparams.es_weight) * es
+
+    def quality(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Area-weighted fair CRPS of ``train_members`` members, in units of s."""
+        s = self.scale()
+        members = self.draw(batch, int(self.hparams.train_members)) / s[:, None]
+        return self.area_mean(crps_fair(members, batch["obs"] / s, dim=1))
+
+    def scores(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        members = self.draw(batch, int(self.hparams.train_members))
+        return {"crps": crps_fair(members, batch["obs"], dim=1)}
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        """``{"index": …, "members": (B, N, F, D, H, W)}``: ``n_members`` members of each sample."""
+        return {"index": batch["index"], "members": self.draw(batch)}
+
+
+__all__ = ["MEMBER_CHUNK", "GenerativeTask"]
