@@ -1,7 +1,7 @@
 """The checkpoints of one post-processing run: inspected on the client, loaded once per worker.
 
-Design: **each lead time from one checkpoint**. Each checkpoint (a ``MixedTask`` or
-``SpreadTask`` of any architecture, as ``ensml fit`` writes it) predicts its target lead(s); a
+Design: **each lead time from one checkpoint**. Each checkpoint (a ``MixedTask``, ``SpreadTask``
+or ``GenerativeTask`` of any architecture, as ``ensml fit`` writes it) predicts its target lead(s); a
 run takes any number of them, covering distinct leads, and the outputs hold every lead they
 cover. All checkpoints of a run are of one task and share variables, levels and grid; each reads
 its own input leads and its own K first members.
@@ -26,7 +26,7 @@ from ensml.times import format_lead, parse_leads
 from ensml.train.checkpoint_file import check_same_grid, read_checkpoint
 from ensml.train.tasks import EnsembleTask
 
-TASKS = ("MixedTask", "SpreadTask")
+TASKS = ("MixedTask", "SpreadTask", "GenerativeTask")
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class CheckpointInfo:
 
     @property
     def uses_analysis(self) -> bool:
-        return self.task == "MixedTask" and bool(self.hparams.get("use_analysis", True))
+        return self.task in ("MixedTask", "GenerativeTask") and bool(self.hparams.get("use_analysis", True))
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -75,11 +75,12 @@ class CheckpointInfo:
 
 def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
     """Read and check a checkpoint (:func:`~ensml.train.checkpoint_file.read_checkpoint`); raise a
-    one-line error if it is not a mixed or spread task of this ensml."""
+    one-line error if it is not a mixed, spread or generative task of this ensml."""
     ckpt = read_checkpoint(path)
     if ckpt.task_class.__name__ not in TASKS:
         raise EnsmlError(
-            f"checkpoint {path} is not an ensml MixedTask or SpreadTask (class {ckpt.class_path})"
+            f"checkpoint {path} is not an ensml MixedTask, SpreadTask or GenerativeTask "
+            f"(class {ckpt.class_path})"
         )
     hp = ckpt.hparams
     mask = ckpt.state_dict.get("surface")
@@ -107,7 +108,7 @@ class ModelSet:
             if other.task != first.task:
                 raise EnsmlError(
                     f"checkpoints {first.path} ({first.task}) and {other.path} ({other.task}) are of "
-                    "different tasks: post-process mixed and spread models in separate runs"
+                    "different tasks: post-process mixed, spread and generative models in separate runs"
                 )
         leads = np.concatenate([c.target_leads for c in infos])
         values, counts = np.unique(leads, return_counts=True)

@@ -23,6 +23,10 @@ longitude, which become coordinates along it (CF discrete sampling geometry, ``t
                              ``t850_exceedance`` has no level dim, ``t_exceedance`` has one
 ===========================  ==========================================================
 
+A generative run (:mod:`ensml.postprocess.generated`) has no parameters: its ``v`` are the
+generated members, and ``v_mean``, ``v_std`` (of the members), ``v_probability_of_zero``,
+``v_quantile`` and the exceedance probabilities are those of the members.
+
 The products of a family bounded at 0 (precipitation, wind speed) are never negative. The
 normal's products are computed by the closed forms of :mod:`ensml.postprocess.ecc` and ties
 among its raw members (the file's rounding) keep member order, so that they are bit-identical
@@ -65,6 +69,7 @@ from ensml.postprocess.ecc import (
     exceedance,
     gaussian_quantiles,
 )
+from ensml.postprocess.generated import GENERATIVE, GeneratedMembers, placeholder_members
 from ensml.postprocess.options import Products, ThresholdSet
 from ensml.predictions import RunMeta
 
@@ -104,9 +109,12 @@ def family_name(meta: RunMeta, var: str) -> str:
     return "normal" if meta.is_spread else meta.family_of(var)
 
 
-def placeholder_params(meta: RunMeta, shape: tuple[int, ...]) -> list[dict[str, np.ndarray]]:
-    """Parameters of every variable that are valid for its family, of ``shape`` (L, D, H, W):
-    what a product dataset made only for its structure (a zarr store's template) is made of."""
+def placeholder_params(meta: RunMeta, shape: tuple[int, ...], n: int) -> list[dict[str, np.ndarray]]:
+    """Parameters of every variable that are valid for its family, of ``shape`` (L, D, H, W), or
+    ``n`` members of a generative run: what a product dataset made only for its structure (a
+    zarr store's template) is made of."""
+    if meta.task == GENERATIVE:
+        return placeholder_members(meta, shape, n)
     out = []
     for var in meta.variables:
         name = family_name(meta, var)
@@ -223,10 +231,8 @@ def _products(
         ds = ds.assign_coords({QUANTILE: (QUANTILE, q, {"long_name": "probability level", "units": "1"})})
     if n:
         ds = ds.assign_coords({MEMBER: (MEMBER, np.arange(n, dtype=np.int32))})
-    dists = [
-        Predictive.of(meta, var, p, raw[i].shape, init)
-        for i, (var, p) in enumerate(zip(meta.variables, params))
-    ]
+    of = GeneratedMembers.of if meta.task == GENERATIVE else Predictive.of
+    dists = [of(meta, var, p, raw[i].shape, init) for i, (var, p) in enumerate(zip(meta.variables, params))]
     for i, dist in enumerate(dists):
         _variable_products(ds, dist, raw[i], q, n, products.ecc_spacing, init, horizontal)
     for t in thresholds:
@@ -235,7 +241,8 @@ def _products(
         if name not in (STATION, ELEVATION):
             ds[name].attrs.update(COORD_ATTRS.get(str(name), {}))
     if n:
-        ds[MEMBER].attrs.update(standard_name="realization", long_name="calibrated member number")
+        made = "generated" if meta.task == GENERATIVE else "calibrated"
+        ds[MEMBER].attrs.update(standard_name="realization", long_name=f"{made} member number")
     ds = _without_levels(ds, meta.surface)
     return ds if meta.levels else ds.drop_vars(LEVEL)
 
@@ -354,7 +361,7 @@ def _names(meta: RunMeta, family: Family | None, m: int) -> dict[str, str]:
 
 def _variable_products(
     ds: xr.Dataset,
-    dist: Predictive,
+    dist: Predictive | GeneratedMembers,
     raw: np.ndarray,
     q: np.ndarray,
     n: int,
@@ -362,13 +369,16 @@ def _variable_products(
     init: np.datetime64,
     horizontal: tuple[str, ...],
 ) -> None:
-    """Add ``dist``'s parameters, mean, P(0), quantiles and ECC members to ``ds``.
+    """Add ``dist``'s parameters, mean, P(0), quantiles and ECC members to ``ds``; of generated
+    members, their mean, std, P(0), quantiles and the members themselves.
 
     ``raw`` (L, M, D, *horizontal) is the ECC template.
     """
     var, names = dist.var, dist.names
     field_dims = (INIT_TIME, LEAD_TIME, LEVEL, *horizontal)
-    if dist.family is None:
+    if isinstance(dist, GeneratedMembers):
+        _generated_products(ds, dist, field_dims)
+    elif dist.family is None:
         ds[f"{var}_mean"] = (
             field_dims,
             dist.params["mean"][None],
@@ -403,7 +413,11 @@ def _variable_products(
             dist.quantiles(q, axis=1)[None],
             attrs,
         )
-    if n:
+    if n and isinstance(dist, GeneratedMembers):
+        attrs = _describe(var, "generated member", keep_standard_name=True)
+        attrs["generated_by"] = "the run's checkpoint(s) (ensml_task) from noise seeded by the init time"
+        ds[var] = ((INIT_TIME, LEAD_TIME, MEMBER, *field_dims[2:]), dist.member_fields(n)[None], attrs)
+    elif n:
         attrs = _describe(var, f"calibrated member (ECC-Q of {names['dist']})", keep_standard_name=True)
         attrs["ecc_spacing"] = spacing
         attrs["ecc_template"] = f"rank order of the {raw.shape[1]} raw members"
@@ -416,8 +430,35 @@ def _variable_products(
         )
 
 
+def _generated_products(ds: xr.Dataset, dist: GeneratedMembers, field_dims: tuple[str, ...]) -> None:
+    """Add the mean, std and P(0) of generated members to ``ds``."""
+    var, names = dist.var, dist.names
+    ds[f"{var}_mean"] = (
+        field_dims,
+        dist.mean()[None],
+        _describe(var, names["centre"], keep_standard_name=True),
+    )
+    ds[f"{var}_std"] = (
+        field_dims,
+        dist.std()[None],
+        _describe(var, names["width"], keep_standard_name=False),
+    )
+    p0 = dist.probability_of_zero()
+    if p0 is not None:
+        what = f"probability of zero, P({var} = 0) ({names['dist']})"
+        ds[f"{var}_probability_of_zero"] = (
+            field_dims,
+            p0[None],
+            _describe(var, what, keep_standard_name=False, units="1"),
+        )
+
+
 def _exceedance(
-    ds: xr.Dataset, t: ThresholdSet, dist: Predictive, levels: Sequence[float], horizontal: tuple[str, ...]
+    ds: xr.Dataset,
+    t: ThresholdSet,
+    dist: Predictive | GeneratedMembers,
+    levels: Sequence[float],
+    horizontal: tuple[str, ...],
 ) -> None:
     """Add ``P(X > threshold)`` of one ``products.thresholds`` entry to ``ds``."""
     dim = f"{t.key}_threshold"

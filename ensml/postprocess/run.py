@@ -23,6 +23,7 @@ from ensml.errors import EnsmlError, PartialFailure
 from ensml.names import LATITUDE, LONGITUDE, MEMBER
 from ensml.postprocess.cluster import ClusterSpec, Connection, job_script
 from ensml.postprocess.execute import execute
+from ensml.postprocess.generated import GENERATIVE, members_to_draw
 from ensml.postprocess.interrupt import interrupted, poll, stopping_on_signals
 from ensml.postprocess.manifest import MANIFEST, Manifest, data_sha256, input_identity, zarr_store_id
 from ensml.postprocess.models import ModelSet
@@ -48,6 +49,11 @@ COMMAND = "postprocess"
 #: The file suffix of each output format with one file per input.
 SUFFIX = {"netcdf": ".nc", "csv": ".csv"}
 ECC_REFERENCE = "ECC-Q: Schefzik, Thorarinsdottir and Gneiting (2013), Statistical Science 28, 616-640"
+#: What a generative run's members follow (ensml.train.generative).
+GENERATIVE_REFERENCE = (
+    "generated members trained on proper multivariate scores: Chen, Janke, Steinke and Lerch (2024), "
+    "Ann. Appl. Stat. 18(1)"
+)
 
 
 @dataclass
@@ -75,7 +81,7 @@ class Settings:
         return {
             "title": f"ensml post-processed ensemble forecast ({models.task})",
             "source": f"ensml {__version__} postprocess, {models.task}",
-            "references": ECC_REFERENCE,
+            "references": GENERATIVE_REFERENCE if models.task == GENERATIVE else ECC_REFERENCE,
             **models.run_meta().to_attrs(),
             "ensml_checkpoints": "; ".join(f"{p} (sha256 {h})" for p, h in models.digest.items()),
             "ensml_command": command(),
@@ -393,7 +399,7 @@ def _template(
     meta = models.run_meta()
     shape = (len(models.leads), len(models.levels), lat.size, lon.size)
     raw = np.zeros((len(models.variables), shape[0], m, *shape[1:]), np.float32)
-    params = placeholder_params(meta, shape)
+    params = placeholder_params(meta, shape, members_to_draw(products, m))
     return product_dataset(init, meta, lat, lon, params, raw, products, thresholds)
 
 

@@ -39,6 +39,7 @@ from ensml.data.samples import (
 from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME
+from ensml.postprocess.generated import GENERATIVE, init_index, members_to_draw
 from ensml.postprocess.manifest import data_sha256
 from ensml.postprocess.models import LOAD_COUNT, ModelSet, check_grid, load_models
 from ensml.postprocess.options import OutputFormat, Products, ThresholdSet
@@ -138,9 +139,17 @@ def _open_analysis_cached(stamp: tuple, variables: tuple[str, ...]) -> Any:
 
 
 def predict_init(
-    fc: _Forecast, init: np.datetime64, models: ModelSet, nets: Sequence[Any], device: str
+    fc: _Forecast,
+    init: np.datetime64,
+    models: ModelSet,
+    nets: Sequence[Any],
+    device: str,
+    n_members: int | None = None,
 ) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
     """The predictive distribution's parameters and the raw members at the target leads of one init.
+
+    ``n_members`` is how many members a generative run draws (default: as many as the raw
+    members; :func:`ensml.postprocess.generated.members_to_draw`).
 
     Returns
     -------
@@ -148,7 +157,8 @@ def predict_init(
         One dict per variable (``models.variables`` order) of its family's parameters, each
         (L, D, H, W) by target lead: ``mean``, ``std`` of the calibrated Gaussian or of a spread
         model's N(K-member mean, estimated spread²); a family's own (``shape``, ``scale``,
-        ``shift``, …) of a MixedTask in another family.
+        ``shift``, …) of a MixedTask in another family; ``members`` (L, N, D, H, W) of a
+        generative run.
     raw
         (V, L, M, D, H, W): the raw members, the ECC template.
     """
@@ -165,7 +175,11 @@ def predict_init(
             item["analysis_init"] = analysis
         batch = {key: value[None].to(device) for key, value in to_tensors(item, 0).items()}
         with torch.inference_mode():
-            out = task.predict_step(batch, 0)
+            if models.task == GENERATIVE:  # the init's own noise, as many members as asked
+                batch["index"] = torch.tensor([init_index(init)])
+                out = {"members": task.draw(batch, n_members or block.shape[2])}
+            else:
+                out = task.predict_step(batch, 0)
         fields = _params_by_lead(out, item, task, info, models.variables, block.shape[3:])
         by_lead.update(zip(info.target_leads, fields))
     params = []
@@ -195,6 +209,10 @@ def _params_by_lead(
 
     def numpy(x: torch.Tensor) -> np.ndarray:
         return x[0].float().cpu().numpy()
+
+    if "members" in out:  # a GenerativeTask: (B, N, T·V, D, H, W), lead-major
+        members = numpy(out["members"]).reshape(-1, n_lead, len(variables), *grid)
+        return [[{"members": members[:, t, i]} for i in range(len(variables))] for t in range(n_lead)]
 
     if "std" in out:  # a SpreadTask
         std = numpy(out["std"]).reshape(n_lead, len(variables), *grid)
@@ -237,7 +255,8 @@ def _run_unit(unit: Unit, job: Job, record: dict[str, Any], start: float) -> dic
             fc = _Forecast(unit.input, job.models, job.analysis)
 
             def products(init: np.datetime64) -> Any:
-                params, raw = predict_init(fc, init, job.models, nets, device)
+                n = members_to_draw(job.products, fc.members)
+                params, raw = predict_init(fc, init, job.models, nets, device, n)
                 meta = job.models.run_meta()
                 return product_dataset(
                     init, meta, fc.latitude, fc.longitude, params, raw, job.products, job.thresholds

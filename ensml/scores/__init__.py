@@ -4,6 +4,12 @@ Every score takes DataArrays with the names of :mod:`ensml.names` and averages w
 ``reduce_dims`` / ``preserve_dims`` and optional ``weights`` (see
 :func:`ensml.data.weights.latitude_weights`).
 
+Multivariate: energy and variogram scores (:mod:`~ensml.scores.multivariate`), rank histograms
+of vectors through pre-rank functions (:func:`prerank_histogram`: area means, average ranks,
+band depth, minimum spanning trees) and zonal power spectra of fields (:mod:`~ensml.scores.spectra`);
+the fair scores of samples in torch that train generated members are
+:mod:`ensml.scores.fair_samples`.
+
 Also here: leave-one-member-out verification without observations (:func:`leave_one_member_out`,
 :func:`below_ground`). Area weights are properties of the grid (:mod:`ensml.data.weights`); maps
 are drawn by :mod:`ensml.verify.maps`.
@@ -50,10 +56,12 @@ from ensml.scores.interval import interval_score, quantile_score
 from ensml.scores.logscore import dawid_sebastiani_score, log_score_gaussian
 from ensml.scores.lomo import below_ground, leave_one_member_out
 from ensml.scores.multivariate import energy_score, variogram_score
+from ensml.scores.prerank import prerank_histogram, prerank_ranks
 from ensml.scores.probability import brier_score, exceedance_probability, reliability
 from ensml.scores.reduce import reduce_score
 from ensml.scores.skill import bootstrap_ci, skill_score
 from ensml.scores.sot import shift_of_tails
+from ensml.scores.spectra import mean_abs_log_ratio, spectrum_ratio, zonal_power_spectrum
 from ensml.scores.twcrps import twcrps_ensemble, twcrps_ensemble_array
 
 __all__ = [
@@ -78,8 +86,11 @@ __all__ = [
     "interval_score",
     "leave_one_member_out",
     "log_score_gaussian",
+    "mean_abs_log_ratio",
     "model_climate",
     "pit_histogram",
+    "prerank_histogram",
+    "prerank_ranks",
     "quantile_score",
     "rank_histogram",
     "reduce_score",
@@ -88,9 +99,11 @@ __all__ = [
     "roc_curve",
     "shift_of_tails",
     "skill_score",
+    "spectrum_ratio",
     "spread_skill_ratio",
     "spread_skill_terms",
     "twcrps_ensemble",
     "twcrps_ensemble_array",
     "variogram_score",
+    "zonal_power_spectrum",
 ]

@@ -27,8 +27,9 @@ ensemble scores of N members reward over-dispersion.
 
 Sampling is deterministic for a seed outside training: a sample's noise comes from a generator
 seeded by ``sample_seed`` and the sample's index, member after member, so that the first 10 of
-50 members are the 10 members of a 10-member draw. Training draws from torch's global generator
-(``seed_everything`` makes runs repeat).
+50 members have the noise of a 10-member draw (and are its members, but for the last bit of
+float32 rounding where the network runs on batches of another size). Training draws from
+torch's global generator (``seed_everything`` makes runs repeat).
 """
 
 from __future__ import annotations

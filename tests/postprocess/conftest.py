@@ -62,6 +62,7 @@ OVERRIDES = {
     "noanalysis48": ("--model.init_args.use_analysis=false",),
     "temporal48": ("--model.init_args.arch=unet3d_time",),
     "mixed2448": ("--data.target_leads=[24, 48]",),
+    "generative48": ("--model.class_path=ensml.train.generative.GenerativeTask",),
 }
 
 
@@ -70,8 +71,9 @@ def checkpoints(
     tiny_data: dict[str, Path], fitted: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Mapping[str, Path]:
     """Smoke checkpoints: mixed at 48 h (the ``fitted`` run) and 24 h, spread at 48 h, mixed
-    without the analysis at initialisation, a temporal network (lead time as a dimension), and
-    one mixed model of both target leads, 24 and 48 h; each trained when first used."""
+    without the analysis at initialisation, a temporal network (lead time as a dimension), one
+    mixed model of both target leads, 24 and 48 h, and a generative model at 48 h; each trained
+    when first used."""
     return _Checkpoints(tiny_data, fitted, tmp_path_factory)
 
 

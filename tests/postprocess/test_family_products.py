@@ -402,7 +402,7 @@ def test_cf_attributes_and_run_metadata() -> None:
 def test_placeholder_params_make_the_structure_of_every_family() -> None:
     families = {"z": "normal", "tp": "csg0", "si10": "bqn"}
     meta = _meta(families)
-    params = placeholder_params(meta, SHAPE)
+    params = placeholder_params(meta, SHAPE, M)
     assert set(params[0]) == {"mean", "std"} and set(params[1]) == {"shape", "scale", "shift"}
     raw = np.zeros((3, SHAPE[0], M, *SHAPE[1:]), np.float32)
     lat, lon = np.linspace(40.0, 50.0, SHAPE[2]), np.linspace(0.0, 15.0, SHAPE[3])

@@ -44,7 +44,12 @@ def test_members_are_reproducible_for_a_seed(data) -> None:
         again = task.draw(batch, 5)
     assert five.shape == (3, 5, 2, 2, 16, 32)
     torch.testing.assert_close(five, again, rtol=0, atol=0)
-    torch.testing.assert_close(five, twelve[:, :5], rtol=0, atol=0)  # more members: the same first
+    # more members: the same first ones (the same noise; the network batched otherwise may round
+    # the last float32 bit differently)
+    torch.testing.assert_close(
+        task.sample_noise(batch, 5), task.sample_noise(batch, 12)[:, :5], rtol=0, atol=0
+    )
+    torch.testing.assert_close(five, twelve[:, :5], rtol=1e-6, atol=0)
     assert not torch.equal(five[:, 0], five[:, 1])
     other = make(dm, sample_seed=1)
     with torch.no_grad():
@@ -198,4 +203,4 @@ def test_fit_predict_any_number_of_members_and_evaluate(tiny_data, tmp_path, mon
     assert "generated members (12)" in scores
     assert main(["predict", "--config", GENERATIVE, *small, ckpt, "--model.init_args.n_members=3"]) == 0
     with xr.open_dataset(path) as ds:
-        np.testing.assert_array_equal(ds["t"].values, first[:, :3])
+        np.testing.assert_allclose(ds["t"].values, first[:, :3], rtol=1e-6)
