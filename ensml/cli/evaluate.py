@@ -57,3 +57,26 @@ def print_scores(scores: Any) -> None:  # ensml.verify.evaluate.Scores: not impo
         for row in shown.itertuples(index=False):
             table.add_row(*map(str, row))
         console.print(table)
+    fields = getattr(scores, "multivariate", None)
+    if fields is not None:
+        print_multivariate(console, fields)
+
+
+def print_multivariate(console: Any, fields: Any) -> None:
+    """Print the whole-field scores over the globe (every region is in multivariate.md)."""
+    from rich.table import Table
+
+    from ensml.verify.multivariate import shown_table
+
+    shown = shown_table(fields.table())
+    shown = shown[shown["region"] == "globe"].drop(columns=["region"])
+    table = Table(
+        title="Whole fields over the globe",
+        caption="skill vs the raw ensemble [95% block-bootstrap interval]; flatness 0: flat "
+        "(last column: what a calibrated ensemble shows); every region in multivariate.md",
+    )
+    for col in shown.columns:
+        table.add_column(str(col), justify="left" if col in ("variable", "forecast") else "right")
+    for row in shown.itertuples(index=False):
+        table.add_row(*map(str, row))
+    console.print(table)

@@ -14,7 +14,13 @@ import pandas as pd
 from ensml.times import LeadLike, format_lead, parse_lead
 
 #: Line colours by the start of a forecast's name (others: orange).
-COLOURS = {"raw ensemble": "k", "raw subset": "0.55", "post-processed": "tab:blue", "oracle": "tab:green"}
+COLOURS = {
+    "raw ensemble": "k",
+    "raw subset": "0.55",
+    "post-processed": "tab:blue",
+    "generated": "tab:purple",
+    "oracle": "tab:green",
+}
 
 
 def _colour(name: str) -> str:
@@ -78,6 +84,41 @@ def reliability_diagram(rows: pd.DataFrame, title: str) -> bytes:
         if i == 0:
             ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+def rank_histogram_chart(rows: pd.DataFrame, title: str) -> bytes:
+    """Rank histograms, a panel per pre-rank function, a line of relative frequencies per
+    forecast (ranks scaled to [0, 1], so ensembles of any size share the axes; 1 is flat).
+
+    ``rows``: ``rank_histograms.csv`` rows of one variable, level, lead and region (columns
+    ``forecast``, ``prerank``, ``rank``, ``count``).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    methods = list(dict.fromkeys(rows["prerank"]))
+    fig = Figure(figsize=(4.2 * max(len(methods), 1), 3.6))
+    FigureCanvasAgg(fig)
+    for i, method in enumerate(methods):
+        ax = fig.add_subplot(1, len(methods), i + 1)
+        ax.axhline(1.0, color="tab:red", ls="--", lw=1, label="flat")
+        for name, g in rows[rows["prerank"] == method].groupby("forecast", sort=False):
+            counts = g["count"].to_numpy(dtype=float)
+            if counts.sum() == 0:
+                continue
+            position = (g["rank"].to_numpy() + 0.5) / counts.size
+            ax.step(position, counts / counts.mean(), where="mid", color=_colour(name), label=name)
+        ax.set_title(method.replace("_", " "), fontsize=9)
+        ax.set_xlabel("rank of the truth among the members (scaled)")
+        if i == 0:
+            ax.set_ylabel("frequency / flat")
+            ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     return buf.getvalue()

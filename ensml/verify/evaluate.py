@@ -58,6 +58,7 @@ from ensml.verify.casestudy import CaseResult, case_files, score_case
 from ensml.verify.event_tables import event_files
 from ensml.verify.events import EventTables
 from ensml.verify.frame_scores import GridFrame, LeadHook, grid_frame, score_frame
+from ensml.verify.multivariate import MultivariateScores, multivariate_files
 from ensml.verify.options import Selection, Sources
 from ensml.verify.stations import StationScores, evaluate_stations, gridded_options, station_options
 from ensml.verify.tables import Content, score_files, write_files
@@ -80,11 +81,13 @@ class Scores:
     out_dir: Path | None = None  # where :func:`evaluate` wrote them
     decomposition: pd.DataFrame | None = None  # Hersbach's terms of each ensemble's CRPS
     events: EventTables | None = None  # the threshold scores of the bounded variables
+    multivariate: MultivariateScores | None = None  # energy, variogram, pre-rank, spectra
 
     def files(self) -> dict[str, Content]:
         """The files of ``evaluate`` by name (``scores.*``, ``spread.*``, ``decomposition.*``,
         ``cases/*``; with bounded variables ``scores_<var>.*``, ``reliability_<var>.csv``,
-        ``reliability_<var>_gt<threshold>.png`` and ``pit_<var>.csv``)."""
+        ``reliability_<var>_gt<threshold>.png`` and ``pit_<var>.csv``; with multivariate scores
+        ``multivariate.*``, ``rank_histograms.csv`` and ``rank_histograms_<var>.png``)."""
         files = score_files(
             self.table,
             self.spread,
@@ -96,6 +99,9 @@ class Scores:
         )
         if self.events is not None:
             files.update(event_files(self.events, self.n_inits, self.weighting, self.leads_note))
+        if self.multivariate is not None:
+            header = " ".join(filter(None, [f"Scores over {self.n_inits} init times.", self.leads_note]))
+            files.update(multivariate_files(self.multivariate, header))
         if self.cases:
             files.update({f"cases/{name}": data for name, data in case_files(self.cases).items()})
         return files
@@ -130,6 +136,7 @@ def evaluate(
     lapse_rate: float = STANDARD_LAPSE_RATE,
     missing_forecast: bool = False,
     thresholds: dict[str, list[float]] | None = None,
+    multivariate: bool = False,
 ) -> Scores | StationScores:
     """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
 
@@ -249,6 +256,12 @@ def evaluate(
         lead, forecast, score and threshold, with skill, interval and Diebold-Mariano test as
         the CRPS rows), ``reliability_<var>.csv`` and one ``reliability_<var>_gt<t>.png`` per
         threshold, and ``pit_<var>.csv`` (PIT and rank histograms).
+    multivariate
+        Also score every ensemble as whole fields (:mod:`ensml.verify.multivariate`): energy and
+        variogram scores over the globe and three latitude bands, rank histograms of area means
+        and band depths, and the members' zonal power spectra against the analysis's, with 95 %
+        block-bootstrap intervals and Diebold-Mariano tests; written to ``multivariate.csv``/``.md``,
+        ``rank_histograms.csv`` and ``rank_histograms_<var>.png``. Against an analysis only.
 
     Returns
     -------
@@ -281,6 +294,7 @@ def evaluate(
             analysis_reader=analysis_reader,
             missing_forecast=missing_forecast,
             thresholds=thresholds,
+            multivariate=multivariate,
         )
         return evaluate_stations(
             forecast,
@@ -305,6 +319,7 @@ def evaluate(
         fair=fair,
         missing_forecast=missing_forecast,
         thresholds=thresholds,
+        multivariate=multivariate,
         out_dir=out_dir,
         reader=reader,
         analysis_reader=analysis_reader,
@@ -321,6 +336,7 @@ def evaluate_grid(
     fair: bool = False,
     missing_forecast: bool = False,
     thresholds: dict[str, list[float]] | None = None,
+    multivariate: bool = False,
     out_dir: str | None = "runs/eval",
     reader: ReaderOptions | None = None,
     analysis_reader: ReaderOptions | None = None,
@@ -340,6 +356,7 @@ def evaluate_grid(
             "decomposition.csv",
             "decomposition.md",
             *(["spread.csv", "spread.md"] if sources.spread_predictions else []),
+            *(["multivariate.csv", "multivariate.md", "rank_histograms.csv"] if multivariate else []),
         ]
         names += ["cases/cases.csv", "cases/cases.md"] if cases else []
         OutputFolder.check(out_dir, "evaluate", names=names)  # before the work: fails in seconds
@@ -351,7 +368,11 @@ def evaluate_grid(
         score_case(c, forecast, analysis, predictions, oracle, k, **readers) for c in load_cases(cases or [])
     ]
     grid = grid_frame(forecast, analysis, sources, selection, **readers)
-    scores = score_grid(grid, fair=fair, missing_forecast=missing_forecast, thresholds=thresholds)
+    fields = MultivariateScores(grid.frame, grid.subset, fair) if multivariate else None
+    scores = score_grid(
+        grid, fair=fair, missing_forecast=missing_forecast, thresholds=thresholds, collect=fields
+    )
+    scores.multivariate = fields
     scores.cases = studies
     if out_dir is not None:
         note(f"evaluate: writing the tables and per-point scores to {out_dir}")

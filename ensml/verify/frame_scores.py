@@ -199,11 +199,7 @@ def score_variable(
     scores are added to ``events``."""
     x, y, m = lf.forecast[var], lf.analysis[var], lf.forecast.sizes[MEMBER]
     raw_key, k = raw_ensemble_name(m), subset.k
-    ensembles = subset.ensembles(x)
-    if "members" in lf.runs:
-        calibrated = lf.runs["members"][var]
-        task = frame.runs["members"].meta.task
-        ensembles[members_name(task, calibrated.sizes[MEMBER])] = calibrated
+    ensembles = lead_ensembles(frame, lf, var, subset)
     dists = distributions(lf, families if families is not None else frame_families(frame), var)
     sources = _crps_fields(frame, lf, var, ensembles, fair, dists)
     for name, crps in sources.items():  # the mean over the init times that observe each point
@@ -259,6 +255,16 @@ def score_variable(
     return rows, spread_scores(estimators, target, weights, var, levels, h, m, units=units), parts
 
 
+def lead_ensembles(frame: EnsembleFrame, lf: LeadFrame, var: str, subset: Subset) -> dict[str, xr.DataArray]:
+    """The ensembles of ``var`` at one lead, by name: the raw ensemble, the raw subset and the
+    members given (``--members``: ECC's post-processed members or generated ones)."""
+    ensembles = subset.ensembles(lf.forecast[var])
+    if "members" in lf.runs:
+        members = lf.runs["members"][var]
+        ensembles[members_name(frame.runs["members"].meta.task, members.sizes[MEMBER])] = members
+    return ensembles
+
+
 def _crps_fields(
     frame: EnsembleFrame,
     lf: LeadFrame,
@@ -298,4 +304,4 @@ def _decomposed(
     }
 
 
-__all__ = ["GridFrame", "LeadHook", "grid_frame", "score_frame", "score_variable"]
+__all__ = ["GridFrame", "LeadHook", "grid_frame", "lead_ensembles", "score_frame", "score_variable"]

@@ -344,6 +344,8 @@ ROWS: list[Row] = [
     ("data synth: stations negative", SYNTH + " --stations -5", 1, ("--stations", RANGE)),
     ("data synth: stations too many", SYNTH + " --stations 200000", 1, ("--stations", RANGE)),
     ("data synth: stations, no surface", SYNTH + " --stations 10", 1, ("stations=10", "--surface true")),
+    ("data synth: oracle members negative", SYNTH + " --oracle_members -1", 1, ("--oracle_members", RANGE)),
+    ("data synth: oracle members too many", SYNTH + " --oracle_members 1001", 1, ("--oracle_members", RANGE)),
     ("data synth: out_dir missing", "data synth", 1, ("--out_dir",)),
     ("data synth: out_dir is a file", "data synth --out_dir benchmark.md", 1, ("benchmark.md",)),
     ("data synth: out_dir holds a user's files", "data synth --out_dir sibling", 1, ("sibling",)),
@@ -546,6 +548,13 @@ ROWS: list[Row] = [
         1,
         ("--members does not apply",),
     ),
+    (
+        "evaluate: observations with multivariate",
+        "evaluate --forecast {fc} --observations {dir}/readme.txt --multivariate true --out_dir out",
+        1,
+        ("--multivariate does not apply",),
+    ),
+    ("evaluate: multivariate not a boolean", EVAL + " --multivariate often", 1, ("--multivariate", "often")),
     (
         "evaluate: extraction unknown",
         "evaluate --forecast {fc} --observations {dir}/readme.txt --extraction cubic --out_dir out",
