@@ -70,15 +70,74 @@ REPS = 500
 
 
 @dataclass
-class _Scored:
-    """One ensemble's per-init-time scores in one cell (lead, variable, level, region)."""
+class FieldScores:
+    """One ensemble's scores as whole fields, per init time (:func:`field_scores`)."""
 
     members: int
-    energy: np.ndarray
-    variogram: np.ndarray
-    ranks: dict[str, np.ndarray]
+    energy: np.ndarray  # (init,)
+    variogram: np.ndarray  # (init,)
+    ranks: dict[str, np.ndarray]  # (init,) by pre-rank function: 1 … members + 1, 0 left out
     spectrum: np.ndarray  # (init, wavenumber): the members' mean zonal spectrum
     truth_spectrum: np.ndarray  # (init, wavenumber)
+
+
+def field_scores(x: xr.DataArray, y: xr.DataArray, weights: xr.DataArray, fair: bool = False) -> FieldScores:
+    """The scores of ensemble ``x`` (init_time, member, latitude, longitude) against ``y``
+    (init_time, latitude, longitude) as whole fields (see the module docstring); ``weights`` the
+    cell-area weights over latitude (or latitude and longitude)."""
+    x = x.transpose(INIT_TIME, MEMBER, LATITUDE, LONGITUDE)
+    y = y.transpose(INIT_TIME, LATITUDE, LONGITUDE)
+    w = weights.sel({LATITUDE: y[LATITUDE]})
+    root = np.sqrt(w / w.mean())
+    over, keep = (LATITUDE, LONGITUDE), [INIT_TIME]
+    energy = energy_score(x * root, y * root, over=over, fair=fair, preserve_dims=keep)
+    step = max(1, math.ceil(math.sqrt(y[LATITUDE].size * y[LONGITUDE].size / MAX_VARIOGRAM_COMPONENTS)))
+    thin = {LATITUDE: slice(None, None, step), LONGITUDE: slice(None, None, step)}
+    variogram = variogram_score(
+        x.isel(thin), y.isel(thin), over=over, p=VARIOGRAM_P, fair=fair, preserve_dims=keep
+    )
+    fc = x.values.reshape(x.sizes[INIT_TIME], x.sizes[MEMBER], -1).astype(np.float64)
+    ob = y.values.reshape(y.sizes[INIT_TIME], -1).astype(np.float64)
+    area = (w.broadcast_like(y.isel({INIT_TIME: 0}, drop=True)).transpose(*over)).values.ravel()
+    ranks = {
+        method: prerank_ranks(fc, ob, method, component_weights=area if method == "area_mean" else None)
+        for method in PRERANKS
+    }
+    members = zonal_power_spectrum(x).mean(MEMBER).transpose(INIT_TIME, WAVENUMBER).values
+    truth = zonal_power_spectrum(y).transpose(INIT_TIME, WAVENUMBER).values
+    return FieldScores(x.sizes[MEMBER], energy.values, variogram.values, ranks, members, truth)
+
+
+def compare(scored: dict[str, FieldScores], h: int, reference: str | None = None) -> list[dict]:
+    """A row per ensemble of ``scored`` (one cell): its scores, the skill of its energy and
+    variogram scores over ``reference`` (default: the first ensemble) with 95 % block-bootstrap
+    intervals and DM tests (horizon ``h`` init steps), the flatness of its rank histograms and its
+    spectrum error, each with its interval."""
+    ref = scored[reference if reference is not None else next(iter(scored))]
+    rows = []
+    for name, s in scored.items():
+        row: dict = {"forecast": name, "members": s.members}
+        for score, base, label in (
+            (s.energy, ref.energy, "energy"),
+            (s.variogram, ref.variogram, "variogram"),
+        ):
+            test = skill_test(score, base, h)
+            row |= {
+                label: float(np.nanmean(score)),
+                f"{label}_skill": test.skill,
+                f"{label}_skill_low": test.low,
+                f"{label}_skill_high": test.high,
+                f"{label}_dm_p": test.p_value,
+            }
+        for method, ranks in s.ranks.items():
+            value, low, high = _flatness(ranks, s.members)
+            row |= {f"{method}_flatness": value, f"{method}_low": low, f"{method}_high": high}
+        n = int(min((r > 0).sum() for r in s.ranks.values()))
+        row["flatness_if_calibrated"] = math.sqrt(2 * s.members / (math.pi * max(n, 1)))
+        value, low, high = _spectrum_error(s.spectrum, s.truth_spectrum)
+        row |= {"spectrum_error": value, "spectrum_low": low, "spectrum_high": high, "n_inits": n}
+        rows.append(row)
+    return rows
 
 
 @dataclass
@@ -90,7 +149,7 @@ class MultivariateScores:
     subset: Subset
     fair: bool = False
     regions: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(REGIONS))
-    cells: dict[tuple, dict[str, _Scored]] = field(default_factory=dict)
+    cells: dict[tuple, dict[str, FieldScores]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if tuple(horizontal_dims(self.frame.forecast)) != (LATITUDE, LONGITUDE):
@@ -112,72 +171,18 @@ class MultivariateScores:
                 pick = {**at, LATITUDE: rows}
                 key = (lead_hours(lf.lead), var, level, region)
                 self.cells[key] = {
-                    name: self._score(x.sel(pick), y.sel(pick)) for name, x in ensembles.items()
+                    name: field_scores(x.sel(pick), y.sel(pick), self.frame.weights, self.fair)
+                    for name, x in ensembles.items()
                 }
 
-    def _score(self, x: xr.DataArray, y: xr.DataArray) -> _Scored:
-        """The scores of ensemble ``x`` (init, member, lat, lon) against ``y`` (init, lat, lon)."""
-        x, y = (
-            x.transpose(INIT_TIME, MEMBER, LATITUDE, LONGITUDE),
-            y.transpose(INIT_TIME, LATITUDE, LONGITUDE),
-        )
-        w = self.frame.weights.sel({LATITUDE: y[LATITUDE]})
-        root = np.sqrt(w / w.mean())
-        over, keep = (LATITUDE, LONGITUDE), [INIT_TIME]
-        energy = energy_score(x * root, y * root, over=over, fair=self.fair, preserve_dims=keep)
-        step = max(1, math.ceil(math.sqrt(y[LATITUDE].size * y[LONGITUDE].size / MAX_VARIOGRAM_COMPONENTS)))
-        thin = {LATITUDE: slice(None, None, step), LONGITUDE: slice(None, None, step)}
-        variogram = variogram_score(
-            x.isel(thin), y.isel(thin), over=over, p=VARIOGRAM_P, fair=self.fair, preserve_dims=keep
-        )
-        fc = x.values.reshape(x.sizes[INIT_TIME], x.sizes[MEMBER], -1).astype(np.float64)
-        ob = y.values.reshape(y.sizes[INIT_TIME], -1).astype(np.float64)
-        area = (w.broadcast_like(y.isel({INIT_TIME: 0}, drop=True)).transpose(*over)).values.ravel()
-        ranks = {
-            method: prerank_ranks(fc, ob, method, component_weights=area if method == "area_mean" else None)
-            for method in PRERANKS
-        }
-        members = zonal_power_spectrum(x).mean(MEMBER).transpose(INIT_TIME, WAVENUMBER).values
-        truth = zonal_power_spectrum(y).transpose(INIT_TIME, WAVENUMBER).values
-        return _Scored(x.sizes[MEMBER], energy.values, variogram.values, ranks, members, truth)
-
-    # -- tables ------------------------------------------------------------------------------
     def table(self) -> pd.DataFrame:
-        """A row per lead, variable, level, region and ensemble (see the module docstring)."""
+        """A row per lead, variable, level, region and ensemble (see the module docstring), the
+        skills over the raw ensemble (the first of each cell: :func:`lead_ensembles`)."""
         rows = []
         for (lead_h, var, level, region), scored in self.cells.items():
-            reference = next(iter(scored.values()))  # the raw ensemble comes first (lead_ensembles)
-            lead = np.timedelta64(int(lead_h), "h")
-            h = forecast_horizon(lead, self.frame.inits)
-            for name, s in scored.items():
-                row = {
-                    "lead_h": lead_h,
-                    "variable": var,
-                    "level_hPa": level,
-                    "region": region,
-                    "forecast": name,
-                    "members": s.members,
-                }
-                for score, ref, label in (
-                    (s.energy, reference.energy, "energy"),
-                    (s.variogram, reference.variogram, "variogram"),
-                ):
-                    test = skill_test(score, ref, h)
-                    row |= {
-                        label: float(np.nanmean(score)),
-                        f"{label}_skill": test.skill,
-                        f"{label}_skill_low": test.low,
-                        f"{label}_skill_high": test.high,
-                        f"{label}_dm_p": test.p_value,
-                    }
-                for method, ranks in s.ranks.items():
-                    value, low, high = _flatness(ranks, s.members)
-                    row |= {f"{method}_flatness": value, f"{method}_low": low, f"{method}_high": high}
-                n = int(sum((r > 0).sum() for r in s.ranks.values()) / len(s.ranks))
-                row["flatness_if_calibrated"] = math.sqrt(2 * s.members / (math.pi * max(n, 1)))
-                value, low, high = _spectrum_error(s.spectrum, s.truth_spectrum)
-                row |= {"spectrum_error": value, "spectrum_low": low, "spectrum_high": high, "n_inits": n}
-                rows.append(row)
+            h = forecast_horizon(np.timedelta64(int(lead_h), "h"), self.frame.inits)
+            where = {"lead_h": lead_h, "variable": var, "level_hPa": level, "region": region}
+            rows += [where | row for row in compare(scored, h)]
         return pd.DataFrame(rows)
 
     def histograms(self) -> pd.DataFrame:
@@ -307,7 +312,10 @@ __all__ = [
     "PRERANKS",
     "REGIONS",
     "VARIOGRAM_P",
+    "FieldScores",
     "MultivariateScores",
+    "compare",
+    "field_scores",
     "multivariate_files",
     "shown_table",
 ]

@@ -17,7 +17,7 @@ from ensml.cli.main import main
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LONGITUDE, MEMBER
 from ensml.scores.spectra import zonal_power_spectrum
-from ensml.verify.multivariate import MultivariateScores, shown_table
+from ensml.verify.multivariate import MultivariateScores, field_scores, shown_table
 
 N_LAT, N_LON, N_INIT, M = 8, 16, 60, 9
 
@@ -71,20 +71,20 @@ def cases() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def test_the_energy_score_is_scoringrules_on_area_weighted_fields(cases) -> None:
     hook = _hook()
     x, y = _as_arrays(*cases["structured"])
-    scored = hook._score(x, y)
+    scored = field_scores(x, y, hook.frame.weights)
     w = np.sqrt(hook.frame.weights.values)[:, None]
     fc = (x.values * w).reshape(N_INIT, M, -1)
     ob = (y.values * w).reshape(N_INIT, -1)
     np.testing.assert_allclose(scored.energy, sr.es_ensemble(ob, fc), rtol=1e-10)
     vs = sr.vs_ensemble(y.values.reshape(N_INIT, -1), x.values.reshape(N_INIT, M, -1), p=0.5)
     np.testing.assert_allclose(scored.variogram, vs, rtol=1e-8)
-    fair = _hook(fair=True)._score(x, y)
+    fair = field_scores(x, y, hook.frame.weights, fair=True)
     np.testing.assert_allclose(fair.energy, sr.es_ensemble(ob, fc, estimator="fair"), rtol=1e-10)
 
 
 def test_the_spectra_are_the_members_mean_and_the_truths(cases) -> None:
     x, y = _as_arrays(*cases["structured"])
-    scored = _hook()._score(x, y)
+    scored = field_scores(x, y, _hook().frame.weights)
     np.testing.assert_allclose(scored.truth_spectrum, zonal_power_spectrum(y).values)
     np.testing.assert_allclose(scored.spectrum, zonal_power_spectrum(x).mean(MEMBER).values)
 
@@ -94,7 +94,9 @@ def test_structure_tells_the_ensembles_apart(cases) -> None:
     # energy and variogram scores are lower, its area-mean histogram near flat, its spectrum right
     hook = _hook()
     for name, (members, truth) in cases.items():
-        hook.cells[(24, "x", None, name)] = {name: hook._score(*_as_arrays(members, truth))}
+        hook.cells[(24, "x", None, name)] = {
+            name: field_scores(*_as_arrays(members, truth), hook.frame.weights)
+        }
     table = hook.table().set_index("region")
     good, bad = table.loc["structured"], table.loc["independent"]
     assert good["energy"] < bad["energy"] and good["variogram"] < bad["variogram"]
@@ -112,8 +114,8 @@ def test_the_skill_is_over_the_first_ensemble_with_its_interval(cases) -> None:
     structured, truth = cases["structured"]
     independent, _ = cases["independent"]
     hook.cells[(24, "x", None, "globe")] = {
-        "raw ensemble (9 members)": hook._score(*_as_arrays(independent, truth)),
-        "generated members (9)": hook._score(*_as_arrays(structured, truth)),
+        "raw ensemble (9 members)": field_scores(*_as_arrays(independent, truth), hook.frame.weights),
+        "generated members (9)": field_scores(*_as_arrays(structured, truth), hook.frame.weights),
     }
     rows = hook.table().set_index("forecast")
     assert rows.loc["raw ensemble (9 members)", "energy_skill"] == 0.0
