@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import dask
 import dask.array as da
@@ -14,6 +14,7 @@ import xarray as xr
 from ensml import __version__, names
 from ensml.data.synth import model as synth_model
 from ensml.data.synth import stations as synth_stations
+from ensml.data.synth.oracle_members import oracle_member_drawer
 from ensml.data.synth.precip_wind import TP_ATTRS
 
 # Stored values are rounded, far below the local uncertainty, so that zlib can shrink them:
@@ -29,6 +30,11 @@ BLOCK_INITS = 4  # inits drawn per task while writing (temporaries below 32 MB)
 SURFACE_HPA = 1000
 SURFACE_NOTE = f"synthetic: the temperature of the synthetic atmosphere at {SURFACE_HPA} hPa"
 MEMBER_NOTE = "rounded to power-of-two steps of at most 1/32 of the ensemble spread"
+ORACLE_MEMBER_NOTE = (
+    "a draw from the exact joint predictive distribution of the analysis given what the oracle "
+    "knows (see ensml.data.synth.oracle_members); rounded to power-of-two steps of at most 1/32 "
+    "of the oracle's standard deviation"
+)
 PRECIP_WIND_NOTE = "synthetic, tied to the flow: see ensml.data.synth.precip_wind"
 #: The surface variables of ``precip_wind``, their CF attributes and predictive distribution family.
 PRECIP_WIND = {"tp": (TP_ATTRS, "csg0"), "si10": (names.VARIABLE_ATTRS["si10"], "truncnormal")}
@@ -133,12 +139,15 @@ def build_datasets(
     leads: np.ndarray,
     *,
     on_progress: Callable[[int], object] | None = None,
+    oracle_members: int = 0,
 ) -> dict[str, xr.Dataset]:
     """The three datasets for validated options; see :func:`synth`.
 
     Analysis and oracle are in memory; the forecast members are a dask array drawn block by
     block while the file is written, so memory stays bounded and drawing overlaps compression.
-    ``on_progress(n)`` is called as the members of ``n`` more inits are drawn.
+    ``on_progress(n)`` is called as the members of ``n`` more inits are drawn. With
+    ``oracle_members``, a fourth dataset ``oracle_members`` of that many oracle members
+    (:mod:`.oracle_members`), drawn in the same way (``on_progress`` is called for them too).
     """
     # t2m is the temperature of the synthetic atmosphere at SURFACE_HPA, drawn as one more level.
     extra = [SURFACE_HPA] if cfg.surface and SURFACE_HPA not in cfg.levels else []
@@ -176,6 +185,14 @@ def build_datasets(
     )
     an = _analysis(out["truth"], written, {names.TIME: out["times"], **space})
     orc = _oracle(out, written, {**fc_coords, **space})
+    ens = None
+    if oracle_members:  # a fourth dataset, drawn like the forecast's members
+        ens_cfg = replace(cfg, members=oracle_members)
+        ens_coords = {**fc_coords, names.MEMBER: np.arange(1, oracle_members + 1, dtype="int32"), **space}
+        ens = _oracle_members(out["oracle_state"], ens_cfg, written, ens_coords, on_progress)
+        ens = ens.assign_coords(valid)
+        ens.attrs = _global_attrs(cfg, "oracle members, drawn from the exact predictive distribution")
+        ens.attrs["synth_oracle_members"] = oracle_members
     if cfg.precip_wind:
         fc, an, orc = _add_precip_wind(fc, an, orc, out["surface"], surface_members)
     fc = fc.assign_coords(valid)
@@ -188,6 +205,8 @@ def build_datasets(
         + [f"{v}:{fam}" for v, (_, fam) in PRECIP_WIND.items() if cfg.precip_wind]
     )
     out = {"forecast": _coord_attrs(fc), "analysis": _coord_attrs(an), "oracle": _coord_attrs(orc)}
+    if ens is not None:
+        out["oracle_members"] = _coord_attrs(ens)
     if cfg.stations:
         what = {
             "orography": "model orography",
@@ -232,6 +251,21 @@ def _analysis(truth: dict[str, np.ndarray], written: dict, coords: dict) -> xr.D
     for v, (source, k) in written.items():
         surface = {} if isinstance(k, slice) else {"comment": SURFACE_NOTE}
         data[v] = (_dims(names.ANALYSIS_DIMS, k), truth[source][:, k], {**names.VARIABLE_ATTRS[v], **surface})
+    return xr.Dataset(data, coords=coords)
+
+
+def _oracle_members(state: dict, cfg: SynthConfig, written: dict, coords: dict, on_progress) -> xr.Dataset:
+    """``cfg.members`` oracle members ``(init, lead, member, [level,] lat, lon)`` of each variable
+    (:func:`.oracle_members.oracle_member_drawer`), float32, a dask array drawn block by block,
+    rounded to power-of-two steps of at most 1/32 of the oracle's std (``state["std"]``)."""
+    mean, std = state["mean"], state["std"]  # (init, lead, v, k, lat, lon)
+    block = oracle_member_drawer(cfg.seed, cfg.members, state)
+    members, _ = _lazy_members(block, std, None, cfg, mean.shape[0], mean.shape[3], on_progress)
+    data = {}
+    for v, (source, k) in written.items():
+        note = ORACLE_MEMBER_NOTE if isinstance(k, slice) else f"{SURFACE_NOTE}; {ORACLE_MEMBER_NOTE}"
+        x = members[("z", "t").index(source)][..., k, :, :]
+        data[v] = (_dims(names.FORECAST_DIMS, k), x, {**names.VARIABLE_ATTRS[v], "comment": note})
     return xr.Dataset(data, coords=coords)
 
 

@@ -41,6 +41,13 @@ conditional distribution, so ``(analysis - mean) / std`` is standard normal and 
 that uses only this information can beat its CRPS. Error variance grows about linearly with
 lead (sigma* ~ sqrt(lead) plus the analysis noise).
 
+With ``oracle_members``, ``oracle_members.nc`` holds whole fields drawn from the same conditional
+distribution, jointly across the grid, levels, variables and leads: U continued from ``U(init)``
+with new innovations, new analysis noise and new storm-intensity increments
+(:mod:`~ensml.data.synth.oracle_members`). The analysis is exchangeable with them: they are the
+best-possible reference row for multivariate scores (energy and variogram scores, rank
+histograms of area means), as oracle.nc is for per-point ones.
+
 The ensemble
 ------------
 ``forecast.nc`` holds::
@@ -180,6 +187,8 @@ def _validate(cfg: SynthConfig) -> tuple[np.ndarray, np.ndarray]:
 #: The grid sizes and ensemble sizes ``synth`` accepts.
 GridSize = restricted_number_type("GridSize", int, [(">=", 4), ("<=", 2000)])
 Members = restricted_number_type("Members", int, [(">=", 2), ("<=", 1000)])
+#: The numbers of oracle members ``synth`` accepts (0: none).
+OracleMembers = restricted_number_type("OracleMembers", int, [(">=", 0), ("<=", 1000)])
 
 
 def synth(
@@ -198,6 +207,7 @@ def synth(
     surface: bool = False,
     precip_wind: bool = False,
     stations: StationCount = 0,
+    oracle_members: OracleMembers = 0,
     format: Literal["netcdf", "zarr"] = "netcdf",
     zarr_format: Literal[2, 3] = 3,
     overwrite: bool = False,
@@ -258,6 +268,14 @@ def synth(
         bias, noise and exposure factors) and ``orography.nc`` (the model's orography ``orog``,
         for ``evaluate --model_height``); see :mod:`ensml.data.synth.stations`. The grid files
         are the same bit for bit with or without them.
+    oracle_members
+        Also write ``oracle_members.nc``: this many members (0 … 1000; 0, none) drawn from the
+        exact joint predictive distribution of the analysis given what the oracle knows (whole
+        fields, coherent across the grid, levels, variables and leads, as the truth is), ``z``
+        and ``t`` (and ``t2m``) laid out as in ``forecast.nc``: a best-possible ensemble for
+        multivariate scores (energy and variogram scores, rank histograms of area means); see
+        :mod:`ensml.data.synth.oracle_members`. Not tp and si10. The other files are the same
+        bit for bit with or without them.
     format
         ``netcdf`` (``forecast.nc`` …) or ``zarr`` (``forecast.zarr`` … stores, zstd-compressed,
         consolidated metadata). Either way a forecast chunk holds one member's field at one
@@ -272,8 +290,9 @@ def synth(
     Returns
     -------
     dict[str, Path]
-        ``{"forecast": ..., "analysis": ..., "oracle": ...}`` paths (with ``stations``, also
-        ``"orography"``, ``"stations"`` and ``"stations_oracle"``).
+        ``{"forecast": ..., "analysis": ..., "oracle": ...}`` paths (with ``oracle_members``, also
+        ``"oracle_members"``; with ``stations``, also ``"orography"``, ``"stations"`` and
+        ``"stations_oracle"``).
 
     Raises
     ------
@@ -299,22 +318,33 @@ def synth(
             precip_wind=bool(precip_wind),
             stations=int(stations),
         )
+        n_oracle = int(oracle_members)
     except (TypeError, ValueError) as err:
         raise EnsmlError(f"synth: invalid option ({err})") from err
+    if not 0 <= n_oracle <= 1000:
+        raise EnsmlError(f"synth oracle_members must be in 0..1000, got {n_oracle}")
     if format not in SUFFIXES:
         raise EnsmlError(f"synth format must be netcdf or zarr, got {format!r}")
     if zarr_format not in (2, 3):
         raise EnsmlError(f"synth zarr_format must be 2 or 3, got {zarr_format!r}")
     inits, leads = _validate(cfg)
     out_dir = Path(out_dir)
-    outputs = NAMES + (STATION_FILES if cfg.stations else ())
+    outputs = NAMES + (("oracle_members",) if n_oracle else ()) + (STATION_FILES if cfg.stations else ())
     names = [f + SUFFIXES[format] for f in outputs]
     check_generated(out_dir, "synth", names, overwrite)
-    # Members are drawn lazily, block by block, as the files are written.
-    with Progress("ensml synth", len(inits), "init times drawn and written", every_s=EVERY_S) as progress:
-        datasets = build_datasets(cfg, inits, leads, on_progress=lambda n: progress.advance(n=n))
+    # Members are drawn lazily, block by block, as the files are written (the oracle's after).
+    total, unit = len(inits), "init times drawn and written"
+    if n_oracle:
+        total, unit = 2 * total, "init times drawn and written (members, then oracle members)"
+    with Progress("ensml synth", total, unit, every_s=EVERY_S) as progress:
+        datasets = build_datasets(
+            cfg, inits, leads, on_progress=lambda n: progress.advance(n=n), oracle_members=n_oracle
+        )
         options = {"zarr_format": zarr_format} if format == "zarr" else {}
-        return _write_all(datasets, encodings(datasets), out_dir, cfg, dict(zip(outputs, names)), options)
+        extra = {"oracle_members": n_oracle} if n_oracle else {}
+        return _write_all(
+            datasets, encodings(datasets), out_dir, cfg, dict(zip(outputs, names)), options, extra
+        )
 
 
 def _write_all(
@@ -324,17 +354,19 @@ def _write_all(
     cfg: SynthConfig,
     names: dict[str, str],
     zarr: dict[str, int],
+    extra: dict[str, object] | None = None,
 ) -> dict[str, Path]:
     """Write each dataset as its output of ``names`` (zarr stores with the ``zarr`` options, else netCDF).
+
+    The history names ``cfg`` and ``extra``, options outside it that shaped the outputs.
 
     The folder is opened whole: every file is staged in its ``.ensml`` and the three are renamed
     into place together at the end, replacing an earlier synth's outputs (and removing those this
     run does not write). A failure or a kill leaves the folder as it was; a rerun finishes or
     discards what a killed run staged.
     """
-    history = (
-        "synth(" + ", ".join(f"{k}={v!r}" for k, v in asdict(cfg).items()) + f", out_dir={str(out_dir)!r})"
-    )
+    options = {**asdict(cfg), **(extra or {})}
+    history = "synth(" + ", ".join(f"{k}={v!r}" for k, v in options.items()) + f", out_dir={str(out_dir)!r})"
     paths = {}
     with OutputFolder.open(out_dir, "synth", names=names, whole=True) as folder:
         # Threads, whatever scheduler the caller set up: the member blocks close over big arrays.

@@ -3,8 +3,9 @@
 See :mod:`ensml.data.synth.generate` for the model in words; this module draws it. Random streams are
 separate per component (0 activity, 1 weather, 2 error process, 3 analysis noise, 4 storms, 5
 spread errors, 6 one per init for the members; with ``precip_wind`` 7 the reveals of tp and si10
-and 8 one per init for their members, :mod:`.precip_wind`), so the members of one init do not
-depend on how the work is batched, and z and t do not depend on ``precip_wind``.
+and 8 one per init for their members, :mod:`.precip_wind`; 9 one per init for the oracle members,
+:mod:`.oracle_members`), so the members of one init do not depend on how the work is batched, and
+z and t do not depend on ``precip_wind``.
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ def generate(
     (float32), ``member_centre`` (same shape), the mean they are drawn around (biased, storms
     damped), and ``member_block(i0, i1)``, a function that draws the members of inits ``i0:i1``
     as float32 ``(v, init, lead, member, k, lat, lon)`` (deterministic per init, so blocks can
-    be drawn in any order, lazily, while the file is written).
+    be drawn in any order, lazily, while the file is written), and ``oracle_state``, what a draw
+    from the oracle's joint distribution needs (:func:`.oracle_members.oracle_member_drawer`):
+    the state grid (``hours``, ``ki``, ``kv``), ``act``, ``phi``, ``vs``, ``scale``, ``levels``,
+    ``lat``, ``lon``, the storms (:class:`~.fields.Storm`) and the oracle's ``mean``/``std``
+    ``(init, lead, v, k, lat, lon)`` float64 (those of ``mean[v]``/``std[v]``).
 
     With ``precip_wind`` (z and t unchanged, bit for bit), also ``surface``: a dict with
     ``truth`` (``tp``, ``si10``: ``(time, lat, lon)``), ``oracle`` (``tp_shape``, ``tp_scale``,
@@ -142,6 +147,21 @@ def generate(
         "member_centre": centre,
         "event_mask": event.astype(np.uint8),
         "storms": _storm_table(storms, times[0]),
+        "oracle_state": {
+            "hours": hours,
+            "ki": ki,
+            "kv": kv,
+            "act": act,
+            "phi": phi,
+            "vs": vs,
+            "scale": scale,
+            "levels": levels,
+            "lat": lat,
+            "lon": lon,
+            "storms": storms,
+            "mean": mean,
+            "std": std,
+        },
     }
     if surface is not None:
         out["surface"] = surface
