@@ -18,7 +18,7 @@ from ensml.data.synth.generate import synth as make_synth
 from ensml.data.synth.stations import STATION_FILES as SYNTH_STATION_FILES
 from ensml.errors import EnsmlError
 from ensml.experiments.options import PhysicsOptions, SynthOptions
-from ensml.names import STATION
+from ensml.names import MEMBER, STATION
 from ensml.times import format_leads, parse_date, parse_leads
 
 #: The options of either source.
@@ -35,12 +35,15 @@ def ensure_data(data_dir: Path, opts: Source, stations: int = 0) -> dict[str, Pa
     ``stations``: also observations at this many stations (the generator's ``stations``
     option; their files' paths by their names, ``stations`` and the synthetic data's
     ``stations_oracle`` and ``orography`` or the physics testbed's ``stations_truth``), reused
-    while ``stations.nc`` holds that many.
+    while ``stations.nc`` holds that many. The synthetic data's ``oracle_members`` option adds
+    ``oracle_members.nc``, its count checked like every other option.
     """
     kind = kind_of(opts)
     names = ("forecast", "analysis", "oracle") if kind == "synth" else ("forecast", "analysis")
     if stations:
         names += station_files(kind)
+    if kind == "synth" and getattr(opts, "oracle_members", 0):
+        names += ("oracle_members",)
     paths = {name: data_dir / f"{name}.nc" for name in names}
     attrs = {}
     if paths["forecast"].is_file():
@@ -63,7 +66,18 @@ def ensure_data(data_dir: Path, opts: Source, stations: int = 0) -> dict[str, Pa
                 f"for stations={stations}: remove it or choose another data_dir"
             )
     defaults = {f.name: f.default for f in fields(opts) if f.default is not MISSING}
+    want_members = int(getattr(opts, "oracle_members", 0) or 0)
+    if want_members:  # recorded by its own file: the count of its members
+        with xr.open_dataset(paths["oracle_members"]) as ds:
+            have_members = int(ds.sizes.get(MEMBER, 0))
+        if have_members != want_members:
+            raise EnsmlError(
+                f"benchmark data_dir {data_dir} holds {have_members} oracle members, the config asks "
+                f"for oracle_members={want_members}: remove it or choose another data_dir"
+            )
     for key, want in asdict(opts).items():
+        if key == "oracle_members":
+            continue
         have = attrs.get(f"{kind}_{key}", defaults.get(key))
         if key == "leads" and have is not None:  # ISO durations in the file, hours in the config
             have, want = format_leads(str(have).split()), format_leads(want)

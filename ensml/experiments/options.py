@@ -28,6 +28,7 @@ class SynthOptions:
     seed: Seed = 0
     surface: bool = False
     precip_wind: bool = False
+    oracle_members: int = 0
 
 
 @dataclass
@@ -67,6 +68,25 @@ class ModelSpec:
     max_epochs: int = 8
     patience: int | None = None
     arch_options: dict | None = None
+    options: dict | None = None
+
+
+@dataclass
+class GenerativeSpec:
+    """The generative network of the generative benchmark (:class:`~ensml.train.generative.GenerativeTask`).
+
+    ``options`` are further arguments of the task, e.g. ``{es_weight: 1.0, patch: 8,
+    train_members: 4, noise_scales: [1, 8], location_inputs: true, local_affine: true}``.
+    ``patience``: stop when the validation CRPS has not improved for this many epochs (None:
+    train ``max_epochs``); the weights of the best validation epoch are the ones scored.
+    """
+
+    name: str = "generative U-Net"
+    width: int = 16
+    depth: int = 3
+    lr: float = 2e-3
+    max_epochs: int = 8
+    patience: int | None = None
     options: dict | None = None
 
 

@@ -45,7 +45,7 @@ from ensml.names import INIT_TIME, LATITUDE, LEVEL, LONGITUDE, MEMBER
 from ensml.scores.calibration import histogram_flatness
 from ensml.scores.multivariate import energy_score, variogram_score
 from ensml.scores.prerank import prerank_ranks
-from ensml.scores.significance import block_length, forecast_horizon, skill_test
+from ensml.scores.significance import block_bootstrap, forecast_horizon, skill_test
 from ensml.scores.spectra import WAVENUMBER, zonal_power_spectrum
 from ensml.times import lead_hours
 from ensml.verify.charts import rank_histogram_chart
@@ -263,41 +263,25 @@ def _flatness(ranks: np.ndarray, m: int) -> tuple[float, float, float]:
     r = ranks[ranks > 0] - 1
     if r.size < 2:
         return math.nan, math.nan, math.nan
-    onehot = np.eye(m + 1)[r]
-
-    def flat(x: np.ndarray) -> np.ndarray:
-        return np.atleast_1d(histogram_flatness(x.sum(0)))
-
-    return _bootstrapped(flat, onehot)
+    out = block_bootstrap(
+        lambda onehot: float(histogram_flatness(onehot.sum(0))), np.eye(m + 1)[r], reps=REPS
+    )
+    return out.value, out.low, out.high
 
 
 def _spectrum_error(members: np.ndarray, truth: np.ndarray) -> tuple[float, float, float]:
     """Mean |ln(S_members / S_truth)| over wavenumbers ≥ 1 of the spectra's means over init
     times, with its 95 % moving-block bootstrap interval."""
-    ok = np.isfinite(members).all(1) & np.isfinite(truth).all(1)
-    members, truth = members[ok], truth[ok]
-    if len(members) < 2 or members.shape[1] < 2:
+    if members.shape[0] < 2 or members.shape[1] < 2:
         return math.nan, math.nan, math.nan
 
-    def error(m: np.ndarray, t: np.ndarray) -> np.ndarray:
+    def error(m: np.ndarray, t: np.ndarray) -> float:
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = m.mean(0)[1:] / t.mean(0)[1:]
-        return np.atleast_1d(np.nanmean(np.abs(np.log(ratio))))
+        return float(np.nanmean(np.abs(np.log(ratio))))
 
-    return _bootstrapped(error, members, truth)
-
-
-def _bootstrapped(func, *series: np.ndarray) -> tuple[float, float, float]:
-    """``func`` of the series (init times first) and its 95 % moving-block bootstrap interval."""
-    from arch.bootstrap import MovingBlockBootstrap
-
-    value = float(func(*series)[0])
-    if len(series[0]) < 4:
-        return value, math.nan, math.nan
-    block = block_length(np.column_stack([s.reshape(len(s), -1).mean(1) for s in series]))
-    boot = MovingBlockBootstrap(block, *series, seed=0)
-    low, high = boot.conf_int(func, reps=REPS, method="percentile", size=0.95)[:, 0]
-    return value, float(low), float(high)
+    out = block_bootstrap(error, members, truth, reps=REPS)
+    return out.value, out.low, out.high
 
 
 NOTE = (

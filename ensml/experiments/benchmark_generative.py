@@ -1,0 +1,392 @@
+"""``ensml benchmark`` with ``generative``: generated members against the two-step methods, as fields.
+
+A benchmark config with a ``generative`` section (``configs/benchmark/generative.yaml``) trains,
+on the synthetic data (``synth``) or the physics testbed (``physics``):
+
+* the best parametric network (``parametric``, a :class:`~ensml.train.tasks.MixedTask`: per-point
+  distributions in each variable's family), whose margins feed every two-step method
+  (:mod:`ensml.experiments.benchmark_generative_members`): ECC-Q, the Schaake shuffle and a
+  Gaussian copula;
+* the generative network (``generative``, :class:`~ensml.train.generative.GenerativeTask`);
+
+and compares on the test period, at every target lead, variable and level, with N members each
+(``members``; default the raw ensemble's M): the raw ensemble, the raw subset, the three
+two-step methods, the generated members and, on the synthetic data, the oracle's members drawn
+with the generator's true spatial correlation (``synth.oracle_members``). The scores are those of
+``evaluate --multivariate`` over the whole field (:func:`ensml.verify.multivariate.field_scores`):
+energy score, variogram score (p = 0.5), the flatness of the rank histograms of area means and
+band depths, the zonal spectrum error; each skill is over ECC-Q with its 95 % block-bootstrap
+interval and Diebold–Mariano p. Beside them, the per-point CRPS: the parametric network's closed
+form, and the fair CRPS of each set of members (the unbiased CRPS of the distribution they are
+drawn from: N members are not penalised for being N).
+
+Writes ``benchmark.csv`` (every row), ``benchmark.md`` (a table per variable and level, the
+verdicts of the generated-members issue's targets) and, per variable, ``members_<var>.png``
+(four generated members beside the truth and four ECC-Q members) and
+``rank_histograms_<var>.png`` to ``out_dir``, together at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import torch
+import xarray as xr
+from jsonargparse.typing import NonNegativeFloat, PositiveInt
+
+from ensml.data.datamodule import EnsembleDataModule
+from ensml.data.open import open_forecast
+from ensml.data.outputs import OutputFolder
+from ensml.errors import EnsmlError, signal_as_interrupted
+from ensml.experiments import benchmark_generative_members as two_step
+from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
+from ensml.experiments.benchmark_generative_page import figures, page, table_rows
+from ensml.experiments.options import GenerativeSpec, ModelSpec, PhysicsOptions, SynthOptions, check_threads
+from ensml.experiments.quality import quality_trainer
+from ensml.names import (
+    DEFAULT_K,
+    INIT_TIME,
+    LATITUDE,
+    LEAD_TIME,
+    LEVEL,
+    LONGITUDE,
+    MEMBER,
+    raw_ensemble_name,
+    raw_subset_name,
+)
+from ensml.progress import Progress, seconds
+from ensml.seeds import Seed
+from ensml.train.generative import GenerativeTask
+from ensml.train.lightning_cli import quiet_lightning
+from ensml.train.tasks import EnsembleTask, MixedTask
+
+TABLE, PAGE = "benchmark.csv", "benchmark.md"
+#: The oracle's members' row (synthetic data with ``oracle_members``).
+ORACLE = "oracle members"
+
+
+@dataclass
+class Cell:
+    """One lead, variable and level of the test period: the truth and every method's members
+    (init, N, lat, lon), the parametric network's per-point CRPS and its area weights."""
+
+    lead: np.timedelta64
+    var: str
+    level: float | None
+    truth: xr.DataArray
+    members: dict[str, xr.DataArray]
+    parametric_crps: xr.DataArray
+
+
+def benchmark_generative(
+    generative: GenerativeSpec,
+    data_dir: str = "data/benchmark-generative",
+    synth: SynthOptions | None = None,
+    physics: PhysicsOptions | None = None,
+    variables: list[str] = ("z", "t"),  # type: ignore[assignment]
+    levels: list[float] = (500, 850),  # type: ignore[assignment]
+    input_leads: list[int | str] = (0, 24, 48),  # type: ignore[assignment]
+    target_leads: list[int | str] = (48,),  # type: ignore[assignment]
+    k: PositiveInt = DEFAULT_K,
+    train_period: tuple[str, str] = ("2017-01-01", "2019-06-30"),
+    val_period: tuple[str, str] = ("2019-07-01", "2019-12-31"),
+    test_period: tuple[str, str] = ("2020-01-01", "2020-12-31"),
+    batch_size: PositiveInt = 8,
+    parametric: ModelSpec | None = None,
+    members: PositiveInt | None = None,
+    copula_shrinkage: NonNegativeFloat | None = None,
+    limit_train_batches: PositiveInt | None = None,
+    seed: Seed = 0,
+    threads: PositiveInt = 1,
+    out_dir: str = "runs/benchmark-generative",
+) -> pd.DataFrame:
+    """Train the generative and the best parametric network; score every method's members as fields.
+
+    Parameters
+    ----------
+    generative
+        The generative network (:class:`~ensml.experiments.options.GenerativeSpec`): what makes a
+        benchmark config a generative benchmark.
+    data_dir
+        Where the data live (generated there if absent, reused while the generator's options match).
+    synth
+        The synthetic data's options (the default source); ``oracle_members: N`` also draws the
+        oracle's members, the row no method can beat.
+    physics
+        Instead of ``synth``: the physics testbed's options (its truth run is the analysis; no oracle).
+    variables, levels, input_leads, target_leads, k
+        What the networks read and predict (as ``ensml fit``'s data section): the first ``k``
+        members at the input leads.
+    train_period, val_period, test_period
+        ``[start, end]`` init dates: training, validation (early stopping, and the Gaussian
+        copula's correlation), scores.
+    batch_size
+        Samples per training batch.
+    parametric
+        The parametric network whose margins the two-step methods share (default: the mixed
+        U-Net with location inputs and the per-point layer, 8 epochs).
+    members
+        Members of every method but the raw ones (default: the raw ensemble's M).
+    copula_shrinkage
+        Weight of the identity in the Gaussian copula's correlation matrix (0: the sample
+        correlation); None: Schäfer & Strimmer's optimal weight
+        (:func:`ensml.postprocess.copulas.fit_gaussian_copula`).
+    limit_train_batches
+        Batches per epoch (the tests' smallest runs); None: all.
+    seed
+        Seed of the networks' initialisation and batches and of every random draw.
+    threads
+        torch CPU threads (keep it fixed when comparing ``fit_s``).
+    out_dir
+        Output folder: new, empty or an earlier benchmark's; written only at the end.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The table of ``benchmark.csv``.
+    """
+    source = choose_source(synth, physics, bound=False)
+    variables = list(variables)
+    parametric = parametric or ModelSpec(
+        "parametric U-Net", options={"location_inputs": True, "local_affine": True}
+    )
+    if parametric.task != "mixed":
+        raise EnsmlError(
+            f"benchmark parametric: task must be 'mixed' (per-point margins), got {parametric.task!r}"
+        )
+    OutputFolder.check(out_dir, "benchmark", names=[TABLE, PAGE])  # before the data and the fits
+    torch.set_num_threads(check_threads(threads))
+    linked = dict(variables=variables, levels=list(levels), input_leads=list(input_leads), k=k)
+    linked["target_leads"] = list(target_leads)
+    generative_spec = ModelSpec(
+        generative.name,
+        width=generative.width,
+        depth=generative.depth,
+        lr=generative.lr,
+        max_epochs=generative.max_epochs,
+        patience=generative.patience,
+    )
+    for cls, spec, extra in (
+        (MixedTask, parametric, None),
+        (GenerativeTask, generative_spec, generative.options),
+    ):
+        _build(cls, spec, None, seed, extra, linked)  # the options checked before any data is made
+    paths = ensure_data(Path(data_dir), source)
+    dm = EnsembleDataModule(
+        str(paths["forecast"]),
+        str(paths["analysis"]),
+        variables=variables,
+        levels=list(levels),
+        input_leads=list(input_leads),
+        target_leads=list(target_leads),
+        k=k,
+        train_period=tuple(train_period),
+        val_period=tuple(val_period),
+        test_period=tuple(test_period),
+        batch_size=batch_size,
+        seed=seed,
+    )
+    dm.setup("fit")
+    n = int(members or dm.spec.members)
+    quiet_lightning()
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    with Progress("benchmark", 3, "steps") as progress:
+        progress.describe(parametric.name)
+        mixed = _build(MixedTask, parametric, dm, seed)
+        fit_s = {parametric.name: _fit(mixed, parametric, dm, seed, limit_train_batches)}
+        progress.advance(f"{parametric.name} trained in {seconds(fit_s[parametric.name])}")
+        progress.describe(generative.name)
+        gen = _build(GenerativeTask, generative_spec, dm, seed, generative.options)
+        fit_s[generative.name] = _fit(gen, generative_spec, dm, seed, limit_train_batches)
+        progress.advance(f"{generative.name} trained in {seconds(fit_s[generative.name])}")
+        progress.describe("members and scores")
+        cells = _cells(dm, paths, mixed, gen, generative.name, n, copula_shrinkage, seed)
+        rows = table_rows(cells, dm.init_times("test"), f"{parametric.name} (per point)", two_step.ECC)
+        progress.advance(f"{len(cells)} fields scored in {seconds(progress.lap)}")
+    table = pd.DataFrame(rows)
+    table["fit_s"] = table["forecast"].map(
+        {f"{parametric.name} (per point)": fit_s[parametric.name], **fit_s}
+    )
+    files = {
+        TABLE: table.to_csv(index=False),
+        PAGE: page(table, kind_of(source), generative.name, parametric.name, n),
+        **figures(cells, generative.name),
+    }
+    with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:
+        for name, content in files.items():
+            folder.write_bytes(name, content if isinstance(content, bytes) else content.encode())
+    return table
+
+
+def _build(
+    cls: type[EnsembleTask],
+    spec: ModelSpec,
+    dm: EnsembleDataModule | None,
+    seed: int,
+    extra: dict | None = None,
+    linked: dict | None = None,
+) -> EnsembleTask:
+    """``spec``'s task for ``dm``; without a data module, built on the meta device for ``linked``
+    (variables, levels, leads, k) only to check the options (no memory, no data)."""
+    L.seed_everything(seed, verbose=False)
+    options = {**(spec.options or {}), **(extra or {})}
+    net = dict(arch="unet3d", width=spec.width, depth=spec.depth, lr=spec.lr)
+    try:
+        if dm is None:
+            with torch.device("meta"):
+                return cls(**(linked or {}), grid_shape=(2, 2), **net, **options)
+        task = cls.from_data(dm, **net, **options)
+    except (TypeError, EnsmlError) as exc:  # an option the task does not take, or refuses
+        raise EnsmlError(f"benchmark model {spec.name!r}: {exc}") from None
+    check = getattr(task, "check_data", None)
+    if check is not None:
+        check(dm)
+    return task
+
+
+def _fit(task: EnsembleTask, spec: ModelSpec, dm: EnsembleDataModule, seed: int, limit: int | None) -> float:
+    """Train ``task`` (the best validation epoch's weights kept); the wall time in seconds."""
+    trainer, log = quality_trainer(task, spec.max_epochs, spec.patience, limit)
+    L.seed_everything(seed, verbose=False)
+    start = time.perf_counter()
+    with signal_as_interrupted(signal.SIGINT):  # one line on Ctrl-C, not Lightning's
+        trainer.fit(task, datamodule=dm)
+    took = time.perf_counter() - start
+    log.restore_best(task)
+    task.eval()
+    return took
+
+
+def _split(loader, fn) -> tuple[np.ndarray, dict]:
+    """``fn(batch)`` over every batch of ``loader`` with the batches' truth: (index, outputs by key)."""
+    index, parts = [], {}
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        for batch in loader:
+            index.append(batch["index"].numpy())
+            for key, value in {"obs": batch["obs"], **fn(batch)}.items():
+                parts.setdefault(key, []).append(value.float().numpy())
+    order = np.argsort(np.concatenate(index))
+    return np.concatenate(index)[order], {key: np.concatenate(v)[order] for key, v in parts.items()}
+
+
+def _params(task: MixedTask, batch: dict) -> dict[str, torch.Tensor]:
+    return {f"{var}|{p}": x for var, ps in task.distributions(batch).items() for p, x in ps.items()}
+
+
+def _cells(
+    dm: EnsembleDataModule,
+    paths: dict[str, Path],
+    mixed: MixedTask,
+    gen: GenerativeTask,
+    gen_name: str,
+    n: int,
+    shrinkage: float | None,
+    seed: int,
+) -> list[Cell]:
+    """Every method's members on the test period, by lead, variable and level."""
+    spec = dm.spec
+    _, test = _split(dm.test_dataloader(), lambda b: {**_params(mixed, b), "gen": gen.draw(b, n)})
+    _, val = _split(dm.val_dataloader(), lambda b: _params(mixed, b))
+    inits = dm.init_times("test")
+    lat, lon = dm.coords[LATITUDE], dm.coords[LONGITUDE]
+    raw = _raw(paths["forecast"], spec, inits)
+    oracle = _oracle(paths.get("oracle_members"), spec, inits, n)
+    history = dm.init_times("train")
+    train_truth = _truth_at(dm, history)
+    n_var, cells = len(spec.variables), []
+    coords = {INIT_TIME: inits, LATITUDE: lat, LONGITUDE: lon}
+    n_val = len(val["obs"])
+    for t, lead in enumerate(spec.target_leads):
+        templates = two_step.templates_by_day(inits + lead, history + lead, n)
+        for v, var in enumerate(spec.variables):
+            f, family = t * n_var + v, mixed.families[v]
+            for j, level in enumerate([None] if bool(mixed.surface[v]) else spec.levels):
+                params = {p: test[f"{var}|{p}"][:, t, j].reshape(len(inits), -1) for p in family.params}
+                y = test["obs"][:, f, j].reshape(len(inits), -1)
+                quantiles = two_step.margins(family, params, n)
+                sub = raw[var][:, t, : spec.k, j].reshape(len(inits), spec.k, -1)
+                hist = train_truth[var][t][:, j].reshape(len(history), -1)[templates]  # (init, N, D)
+                fitted = {p: val[f"{var}|{p}"][:, t, j].reshape(n_val, -1) for p in family.params}
+                scores = two_step.normal_scores(family, fitted, val["obs"][:, f, j].reshape(n_val, -1), seed)
+                sets = {
+                    raw_ensemble_name(spec.members): raw[var][:, t, :, j].reshape(
+                        len(inits), spec.members, -1
+                    ),
+                    raw_subset_name(spec.k): sub,
+                    two_step.ECC: two_step.ecc(quantiles, sub, seed),
+                    two_step.SCHAAKE: two_step.schaake(quantiles, hist, seed),
+                    two_step.COPULA: two_step.copula(family, params, scores, n, shrinkage, seed),
+                    gen_name: test["gen"][:, :, f, j].reshape(len(inits), n, -1),
+                }
+                if oracle is not None and var in oracle:
+                    sets[ORACLE] = oracle[var][:, t, :, j].reshape(len(inits), oracle[var].shape[2], -1)
+                shape = (len(inits), lat.size, lon.size)
+                members = {
+                    name: xr.DataArray(
+                        x.reshape(len(inits), x.shape[1], *shape[1:]),
+                        dims=(INIT_TIME, MEMBER, LATITUDE, LONGITUDE),
+                        coords=coords,
+                    )
+                    for name, x in sets.items()
+                }
+                dims = (INIT_TIME, LATITUDE, LONGITUDE)
+                crps = xr.DataArray(family.crps(params, y).reshape(shape), dims=dims, coords=coords)
+                truth = xr.DataArray(y.reshape(shape), dims=dims, coords=coords)
+                cells.append(Cell(lead, var, None if level is None else float(level), truth, members, crps))
+    return cells
+
+
+def _raw(path: Path, spec, inits: np.ndarray) -> dict[str, np.ndarray]:
+    """The raw members (init, T, M, D, lat, lon) of each variable at the target leads."""
+    fc = open_forecast(str(path), list(spec.variables))
+    fc = fc.sel({INIT_TIME: inits, LEAD_TIME: list(spec.target_leads)})
+    out = {}
+    for var in spec.variables:
+        x = fc[var]
+        if LEVEL in x.dims:
+            x = x.sel({LEVEL: list(spec.levels)})
+        else:
+            x = x.expand_dims({LEVEL: [np.nan]})
+        out[var] = x.transpose(INIT_TIME, LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE).values
+    return out
+
+
+def _oracle(path: Path | None, spec, inits: np.ndarray, n: int) -> dict[str, np.ndarray] | None:
+    """The oracle's members (init, T, N, D, lat, lon) of each variable it holds, or None."""
+    if path is None:
+        return None
+    with xr.open_dataset(path) as ds:
+        ds = ds.sel({INIT_TIME: inits, LEAD_TIME: list(spec.target_leads), LEVEL: list(spec.levels)})
+        dims = (INIT_TIME, LEAD_TIME, MEMBER, LEVEL, LATITUDE, LONGITUDE)
+        return {
+            var: ds[var].isel({MEMBER: slice(0, n)}).transpose(*dims).values
+            for var in spec.variables
+            if var in ds
+        }
+
+
+def _truth_at(dm: EnsembleDataModule, inits: np.ndarray) -> dict[str, list[np.ndarray]]:
+    """The verifying analysis of each variable at each target lead of ``inits``: (init, D, lat, lon)."""
+    from ensml.data.open import open_analysis
+
+    spec = dm.spec
+    an = open_analysis(str(dm.hparams.analysis), list(spec.variables))
+    out: dict[str, list[np.ndarray]] = {}
+    for var in spec.variables:
+        x = an[var]
+        x = x.sel({LEVEL: list(spec.levels)}) if LEVEL in x.dims else x.expand_dims({LEVEL: [np.nan]})
+        out[var] = [
+            x.sel(time=inits + lead).transpose("time", LEVEL, LATITUDE, LONGITUDE).values
+            for lead in spec.target_leads
+        ]
+    return out
+
+
+__all__ = ["ORACLE", "Cell", "benchmark_generative"]

@@ -1,0 +1,263 @@
+"""The generative benchmark's table, page and figures (:mod:`ensml.experiments.benchmark_generative`).
+
+:func:`table_rows` scores every method of every cell as fields (:mod:`ensml.verify.multivariate`)
+beside its per-point CRPS; :func:`page` writes ``benchmark.md`` with the verdicts of the
+generated-members issue's three targets, reported as they come out:
+
+* the generated members beat ECC-Q on the variogram score with an interval above zero;
+* their per-point CRPS stays within 2 % of the best parametric network's;
+* their rank histograms of area means are flatter than ECC-Q's.
+
+:func:`figures` draws, per variable, the truth beside four generated and four ECC-Q members of one
+test init (``members_<var>.png``) and the rank histograms of every method
+(``rank_histograms_<var>.png``).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ensml.data.weights import latitude_weights
+from ensml.experiments.benchmark_generative_members import ECC
+from ensml.names import INIT_TIME, LATITUDE, LONGITUDE, MEMBER
+from ensml.scores import crps_ensemble_array
+from ensml.scores.significance import forecast_horizon
+from ensml.times import hours_of
+from ensml.verify.charts import rank_histogram_chart
+from ensml.verify.multivariate import compare, field_scores
+from ensml.verify.tables import p_value, to_markdown
+
+if TYPE_CHECKING:
+    from ensml.experiments.benchmark_generative import Cell
+
+#: The per-point CRPS target: within this fraction of the parametric network's.
+CRPS_TOLERANCE = 0.02
+#: Members drawn in the figure of each method.
+SHOWN_MEMBERS = 4
+
+
+def table_rows(cells: Sequence[Cell], inits: np.ndarray, parametric: str, reference: str = ECC) -> list[dict]:
+    """A row per cell and method: the per-point CRPS (the parametric network's closed form, in a
+    row named ``parametric``; the fair CRPS of each set of members) and the whole-field scores
+    with their skill over ``reference``; the parametric network's own row has its CRPS only."""
+    rows = []
+    for cell in cells:
+        weights = latitude_weights(cell.truth[LATITUDE].values)
+        h = forecast_horizon(cell.lead, inits)
+        scored = {name: field_scores(x, cell.truth, weights) for name, x in cell.members.items()}
+        where = {"lead_h": hours_of(cell.lead), "variable": cell.var, "level_hPa": cell.level}
+        parametric_crps = _area_mean(cell.parametric_crps, weights)
+        rows.append({**where, "forecast": parametric, "crps": parametric_crps})
+        for row in compare(scored, h, reference):
+            x = cell.members[row["forecast"]]
+            crps = crps_ensemble_array(
+                x.transpose(INIT_TIME, MEMBER, LATITUDE, LONGITUDE).values,
+                cell.truth.transpose(INIT_TIME, LATITUDE, LONGITUDE).values,
+                axis=1,
+                fair=True,
+            )
+            crps = _area_mean(xr.DataArray(crps, dims=(INIT_TIME, LATITUDE, LONGITUDE)), weights)
+            rows.append({**where, **row, "crps": crps, "crps_vs_parametric": crps / parametric_crps - 1.0})
+    return rows
+
+
+def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> float:
+    """The area-weighted mean of ``x`` (init, lat, lon) over everything (weights of mean 1)."""
+    w = weights.values[None, :, None]
+    return float((x.transpose(INIT_TIME, LATITUDE, LONGITUDE).values * w).mean())
+
+
+def verdicts(table: pd.DataFrame, generative: str) -> list[str]:
+    """The issue's three targets, one line each, met or not, with the cells that decide it."""
+    gen = table[table["forecast"] == generative].set_index(["lead_h", "variable", "level_hPa"])
+    ecc = table[table["forecast"] == ECC].set_index(["lead_h", "variable", "level_hPa"])
+
+    def cell(key: tuple) -> str:
+        lead, var, level = key
+        return f"{var}{'' if pd.isna(level) else f'{level:g}'} +{lead:g} h"
+
+    def line(what: str, ok: pd.Series, detail: pd.Series) -> str:
+        verdict = "met" if bool(ok.all()) else f"not met ({int((~ok).sum())} of {ok.size} fields)"
+        shown = "; ".join(f"{cell(k)}: {v}" for k, v in detail.items())
+        return f"- {what}: **{verdict}** ({shown})"
+
+    vs = gen["variogram_skill_low"] > 0
+    vs_detail = gen.apply(
+        lambda r: (
+            f"{100 * r.variogram_skill:+.1f} % [{100 * r.variogram_skill_low:+.1f}, "
+            f"{100 * r.variogram_skill_high:+.1f}]"
+        ),
+        axis=1,
+    )
+    crps = gen["crps_vs_parametric"] <= CRPS_TOLERANCE
+    crps_detail = gen["crps_vs_parametric"].map(lambda v: f"{100 * v:+.1f} %")
+    flat = gen["area_mean_flatness"] < ecc["area_mean_flatness"].reindex(gen.index)
+    flat_detail = pd.Series(
+        [
+            f"{g:.2f} vs {e:.2f}"
+            for g, e in zip(gen["area_mean_flatness"], ecc["area_mean_flatness"].reindex(gen.index))
+        ],
+        index=gen.index,
+    )
+    return [
+        line("variogram score better than ECC-Q's, 95 % interval above 0", vs, vs_detail),
+        line(
+            f"per-point CRPS within {100 * CRPS_TOLERANCE:g} % of the parametric network's", crps, crps_detail
+        ),
+        line("rank histograms of area means flatter than ECC-Q's", flat, flat_detail),
+    ]
+
+
+#: Columns of ``benchmark.md``'s tables, as shown.
+SHOWN = {
+    "forecast": "forecast",
+    "members": "members",
+    "crps": "CRPS",
+    "crps_vs_parametric": "CRPS vs parametric",
+    "energy": "ES",
+    "energy_skill": "ES skill",
+    "variogram": "VS",
+    "variogram_skill": "VS skill",
+    "variogram_dm_p": "VS DM p",
+    "area_mean_flatness": "area-mean flatness",
+    "band_depth_flatness": "band-depth flatness",
+    "flatness_if_calibrated": "flat if calibrated",
+    "spectrum_error": "spectrum error",
+    "fit_s": "fit s",
+}
+
+
+def page(table: pd.DataFrame, kind: str, generative: str, parametric: str, n: int) -> str:
+    """``benchmark.md``: the verdicts, then a table per lead, variable and level."""
+    data = (
+        "the synthetic data (oracle members: the generator's true joint distribution)"
+        if kind == "synth"
+        else ("the physics testbed (its truth run as the analysis; no oracle)")
+    )
+    lines = [
+        f"# Generated members: {generative} against two-step methods on {data}",
+        "",
+        f"Every method but the raw ones has {n} members per init; the two-step methods share the margins of "
+        f"{parametric}. Skills are over {ECC} with 95 % moving-block bootstrap intervals over init times; "
+        "CRPS: the parametric network's closed form, the fair CRPS of each set of members.",
+        "",
+        "## Targets",
+        "",
+        *verdicts(table, generative),
+        "",
+    ]
+    shown = table.copy()
+    for col in ("crps", "energy", "variogram"):
+        shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
+    for col in ("area_mean_flatness", "band_depth_flatness", "flatness_if_calibrated", "spectrum_error"):
+        shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.2f}")
+    shown["variogram_dm_p"] = shown["variogram_dm_p"].map(lambda v: "" if pd.isna(v) else p_value(v))
+    shown["members"] = shown["members"].map(lambda v: "" if pd.isna(v) else f"{int(v)}")
+    if "fit_s" in shown:
+        shown["fit_s"] = shown["fit_s"].map(lambda v: "" if pd.isna(v) else f"{v:.0f}")
+    for col in ("crps_vs_parametric", "energy_skill", "variogram_skill"):
+        low, high = f"{col}_low", f"{col}_high"
+        shown[col] = [
+            ""
+            if pd.isna(v)
+            else f"{100 * v:+.1f}%"
+            + (
+                f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+                if low in shown and pd.notna(lo) and pd.notna(hi)
+                else ""
+            )
+            for v, lo, hi in zip(
+                shown[col], shown.get(low, shown[col] * np.nan), shown.get(high, shown[col] * np.nan)
+            )
+        ]
+    for (lead, var, level), rows in shown.groupby(
+        ["lead_h", "variable", "level_hPa"], dropna=False, sort=True
+    ):
+        title = f"## {var}{'' if pd.isna(level) else f' {level:g} hPa'}, +{lead:g} h"
+        cols = [c for c in SHOWN if c in rows]
+        lines += [title, "", to_markdown(rows[cols].rename(columns=SHOWN)), ""]
+    lines += [
+        "ES, VS: energy and variogram (p = 0.5) scores of the whole field, lower is better. Flatness of "
+        "the rank histograms: 0 is flat; a calibrated ensemble of that size shows about the "
+        "'flat if calibrated' column on these init times. Spectrum error: mean |ln| of the members' "
+        "zonal power spectrum over the truth's at wavenumbers ≥ 1.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def figures(cells: Sequence[Cell], generative: str) -> dict[str, bytes]:
+    """``members_<var>.png`` and ``rank_histograms_<var>.png`` of each variable (its first level,
+    the last lead)."""
+    out = {}
+    for var in dict.fromkeys(c.var for c in cells):
+        own = [c for c in cells if c.var == var]
+        last = max(c.lead for c in own)
+        cell = next(c for c in own if c.lead == last)
+        out[f"members_{var}.png"] = _members_figure(cell, generative)
+        weights = latitude_weights(cell.truth[LATITUDE].values)
+        rows = []
+        for name, x in cell.members.items():
+            ranks = field_scores(x, cell.truth, weights).ranks
+            for method, r in ranks.items():
+                counts = np.bincount(r[r > 0] - 1, minlength=x.sizes[MEMBER] + 1)
+                rows += [
+                    {"forecast": name, "prerank": method, "rank": i, "count": int(c)}
+                    for i, c in enumerate(counts)
+                ]
+        level = "" if cell.level is None else f" {cell.level:g} hPa"
+        title = f"{var}{level} +{hours_of(last):g} h: rank histograms"
+        out[f"rank_histograms_{var}.png"] = rank_histogram_chart(pd.DataFrame(rows), title)
+    return out
+
+
+def _members_figure(cell: Cell, generative: str) -> bytes:
+    """The truth of the first test init beside four members of the generator and of ECC-Q."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    truth = cell.truth.isel({INIT_TIME: 0})
+    rows = [(generative, cell.members[generative]), (ECC, cell.members[ECC])]
+    fig = Figure(figsize=(3.0 * (SHOWN_MEMBERS + 1), 2.0 * len(rows) + 0.6))
+    FigureCanvasAgg(fig)
+    low, high = np.nanpercentile(truth.values, [1, 99])
+    extent = [
+        float(truth[LONGITUDE].min()),
+        float(truth[LONGITUDE].max()),
+        float(truth[LATITUDE].min()),
+        float(truth[LATITUDE].max()),
+    ]
+    for i, (name, x) in enumerate(rows):
+        panels = [("analysis (truth)", truth)] + [
+            (f"{name}: member {m + 1}", x.isel({INIT_TIME: 0, MEMBER: m}))
+            for m in range(min(SHOWN_MEMBERS, x.sizes[MEMBER]))
+        ]
+        for j, (title, field) in enumerate(panels):
+            ax = fig.add_subplot(len(rows), SHOWN_MEMBERS + 1, i * (SHOWN_MEMBERS + 1) + j + 1)
+            image = ax.imshow(
+                field.transpose(LATITUDE, LONGITUDE).values,
+                origin="upper" if truth[LATITUDE].values[0] > truth[LATITUDE].values[-1] else "lower",
+                extent=extent,
+                vmin=low,
+                vmax=high,
+                cmap="viridis",
+                aspect="auto",
+            )
+            ax.set_title(title, fontsize=8)
+            ax.tick_params(labelsize=6)
+    fig.colorbar(image, ax=fig.axes, shrink=0.8, label=cell.var)
+    level = "" if cell.level is None else f" {cell.level:g} hPa"
+    fig.suptitle(
+        f"{cell.var}{level} +{hours_of(cell.lead):g} h, init {str(truth[INIT_TIME].values)[:10]}", fontsize=10
+    )
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+__all__ = ["CRPS_TOLERANCE", "figures", "page", "table_rows", "verdicts"]
