@@ -81,7 +81,8 @@ def inference(repeats: int, threads: int) -> None:
     results = {}
     for kind, n in cases:
         code = (
-            f"import json, sys; sys.path.insert(0, {str(REPO)!r}); from benchmarks.generative import _inference; "
+            f"import json, sys; sys.path.insert(0, {str(REPO)!r}); "
+            "from benchmarks.generative import _inference; "
             f"print(json.dumps(_inference({kind!r}, {n}, {repeats}, {threads})))"
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -89,7 +90,9 @@ def inference(repeats: int, threads: int) -> None:
     mixed = statistics.median(results["mixed", 1]["times"])
     for (kind, n), r in results.items():
         med, low = statistics.median(r["times"]), min(r["times"])
-        per = f", {med / n:.2f} s per member ({med / n / mixed:.2f}x a mixed pass)" if kind == "generative" else ""
+        per = ""
+        if kind == "generative":
+            per = f", {med / n:.2f} s per member ({med / n / mixed:.2f}x a mixed pass)"
         print(
             f"inference 361x720 {kind} {n} member(s), {threads} threads: median {med:.2f} s "
             f"(min {low:.2f}){per}; peak memory {r['peak_mib']:.0f} MiB"

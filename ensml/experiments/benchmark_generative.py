@@ -195,6 +195,11 @@ def benchmark_generative(
     )
     dm.setup("fit")
     n = int(members or dm.spec.members)
+    if dm.init_times("train").size < n:
+        raise EnsmlError(
+            f"benchmark: the Schaake shuffle orders {n} members by {n} past analyses, the training period "
+            f"has {dm.init_times('train').size} init times; give fewer members or a longer train_period"
+        )
     quiet_lightning()
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     with Progress("benchmark", 3, "steps") as progress:

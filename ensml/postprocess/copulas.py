@@ -34,6 +34,9 @@ from ensml.postprocess.ecc import ecc_ranks
 #: The most components a Gaussian copula takes: its D×D correlation matrix is 0.5 GB in float64
 #: at 8192 (3.2 GB at 20,000), and fitting holds about three such matrices at once.
 MAX_COPULA_COMPONENTS = 8192
+#: The least optimal shrinkage with no more cases than components (the sample correlation is
+#: then singular; with 2 cases every estimated correlation is ±1 and the optimal weight 0).
+MIN_SINGULAR_SHRINKAGE = 1e-3
 # The smallest squared Cholesky pivot of a correlation matrix taken as positive definite.
 _MIN_PIVOT = 1e-10
 
@@ -149,13 +152,16 @@ def fit_gaussian_copula(normal_scores: np.ndarray, shrinkage: float | None = Non
         Shape (T, D): per training case t and component, Φ⁻¹(F_t(y_t)), the PIT of the
         observation under the marginal predictive distribution in normal-score space
         (:func:`pit_normal_scores`). Rows with a NaN (a missing observation) are dropped; at least
-        2 cases must remain. D is at most :data:`MAX_COPULA_COMPONENTS`.
+        2 cases must remain. D is at most :data:`MAX_COPULA_COMPONENTS`. A component constant
+        over the cases (e.g. its PIT clipped at 0 or 1 in every case) says nothing of its
+        dependence: it is independent of the others (its row of R is the identity's).
     shrinkage
         λ in [0, 1]: 0 gives the sample correlation, 1 the identity (independent components).
         None (the default): the closed-form optimal weight of Schäfer and Strimmer (2005, Stat.
         Appl. Genet. Mol. Biol. 4, 32; their target D, the Ledoit–Wolf estimate for a
         correlation matrix shrunk toward the identity),
-        λ* = Σ_{i≠j} Var̂(c_ij) / Σ_{i≠j} c_ij², clipped to [0, 1]: small when T ≫ D.
+        λ* = Σ_{i≠j} Var̂(c_ij) / Σ_{i≠j} c_ij², clipped to [0, 1]: small when T ≫ D; at least
+        :data:`MIN_SINGULAR_SHRINKAGE` when T ≤ D.
 
     Returns
     -------
@@ -182,15 +188,13 @@ def fit_gaussian_copula(normal_scores: np.ndarray, shrinkage: float | None = Non
         )
     x = x - x.mean(axis=0)
     std = x.std(axis=0, ddof=1)
-    if (constant := np.flatnonzero(std == 0)).size:
-        raise EnsmlError(
-            f"Gaussian copula: {constant.size} component(s) are constant over the {t} cases "
-            f"(first: index {constant[0]}); their correlations are undefined"
-        )
-    x /= std
+    constant = std == 0  # no information about their dependence: independent of the others
+    x /= np.where(constant, 1.0, std)
     corr = x.T @ x / (t - 1)
     np.fill_diagonal(corr, 1.0)
-    lam = _optimal_shrinkage(x, corr) if shrinkage is None else float(shrinkage)
+    lam = float(shrinkage) if shrinkage is not None else _optimal_shrinkage(x, corr)
+    if shrinkage is None and t <= d:  # C is singular: some shrinkage is needed, whatever the estimate
+        lam = max(lam, MIN_SINGULAR_SHRINKAGE)
     corr *= 1.0 - lam
     corr[np.diag_indices(d)] = 1.0
     try:
