@@ -29,8 +29,6 @@ verdicts of the generated-members issue's targets) and, per variable, ``members_
 from __future__ import annotations
 
 import logging
-import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,12 +42,12 @@ from jsonargparse.typing import NonNegativeFloat, PositiveInt
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.open import open_forecast
 from ensml.data.outputs import OutputFolder
-from ensml.errors import EnsmlError, signal_as_interrupted
+from ensml.errors import EnsmlError
 from ensml.experiments import benchmark_generative_members as two_step
 from ensml.experiments.benchmark_data import choose_source, ensure_data, kind_of
 from ensml.experiments.benchmark_generative_page import figures, page, table_rows
 from ensml.experiments.options import GenerativeSpec, ModelSpec, PhysicsOptions, SynthOptions, check_threads
-from ensml.experiments.quality import quality_trainer
+from ensml.experiments.quality import fit_best
 from ensml.names import (
     DEFAULT_K,
     INIT_TIME,
@@ -257,14 +255,8 @@ def _build(
 
 
 def _fit(task: EnsembleTask, spec: ModelSpec, dm: EnsembleDataModule, seed: int, limit: int | None) -> float:
-    """Train ``task`` (the best validation epoch's weights kept); the wall time in seconds."""
-    trainer, log = quality_trainer(task, spec.max_epochs, spec.patience, limit)
-    L.seed_everything(seed, verbose=False)
-    start = time.perf_counter()
-    with signal_as_interrupted(signal.SIGINT):  # one line on Ctrl-C, not Lightning's
-        trainer.fit(task, datamodule=dm)
-    took = time.perf_counter() - start
-    log.restore_best(task)
+    """Train ``task`` (the best validation epoch's weights kept, eval mode); the wall time in seconds."""
+    took = fit_best(task, dm, spec.max_epochs, spec.patience, seed, limit)
     task.eval()
     return took
 

@@ -9,8 +9,6 @@ on the test init times, as the station rows of the benchmark hold them.
 from __future__ import annotations
 
 import logging
-import signal
-import time
 from pathlib import Path
 
 import lightning as L
@@ -20,9 +18,9 @@ import xarray as xr
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.station_frame import StationFrame
-from ensml.errors import EnsmlError, signal_as_interrupted
+from ensml.errors import EnsmlError
 from ensml.experiments.options import GridToPointSpec
-from ensml.experiments.quality import quality_trainer
+from ensml.experiments.quality import fit_best
 from ensml.names import INIT_TIME, LEAD_TIME, STATION
 from ensml.train.grid_to_point import GridToPointTask, predict_at_stations, station_targets
 from ensml.train.lightning_cli import quiet_lightning
@@ -92,13 +90,7 @@ def fit_grid_to_point(
     task.attach(station_targets(frame, data))
     quiet_lightning()  # Lightning's tips and info lines at ensml's verbosity, as the grid benchmark's
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    trainer, log = quality_trainer(task, spec.max_epochs, spec.patience)
-    L.seed_everything(seed, verbose=False)
-    start = time.perf_counter()
-    with signal_as_interrupted(signal.SIGINT):  # one line on Ctrl-C, not Lightning's
-        trainer.fit(task, datamodule=data)
-    took = time.perf_counter() - start
-    log.restore_best(task)
+    took = fit_best(task, data, spec.max_epochs, spec.patience, seed)
     inits = data.init_times("test")
     with torch.random.fork_rng(devices=[]):
         params = predict_at_stations(task, data.test_dataloader(), inits.size)

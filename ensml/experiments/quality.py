@@ -10,10 +10,13 @@ runs from the start of ``fit`` and includes the validation passes, as MLPerf's d
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 
 import lightning as L
+
+from ensml.errors import signal_as_interrupted
 
 
 @dataclass
@@ -102,4 +105,24 @@ def quality_trainer(
     return trainer, log
 
 
-__all__ = ["Checkpoint", "QualityLog", "quality_trainer"]
+def fit_best(
+    task: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    max_epochs: int,
+    patience: int | None,
+    seed: int,
+    limit: int | None = None,
+) -> float:
+    """Train ``task`` on ``datamodule`` with :func:`quality_trainer` (seeded, Ctrl-C one line),
+    keep the best validation epoch's weights; the training's wall time in seconds."""
+    trainer, log = quality_trainer(task, max_epochs, patience, limit)
+    L.seed_everything(seed, verbose=False)
+    start = time.perf_counter()
+    with signal_as_interrupted(signal.SIGINT):  # one line on Ctrl-C, not Lightning's
+        trainer.fit(task, datamodule=datamodule)
+    took = time.perf_counter() - start
+    log.restore_best(task)
+    return took
+
+
+__all__ = ["Checkpoint", "QualityLog", "fit_best", "quality_trainer"]

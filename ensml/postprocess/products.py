@@ -393,19 +393,7 @@ def _variable_products(
         attrs = dist.family.param_attrs(var, VARIABLE_ATTRS.get(var, {"long_name": var}))
         for k, values in dist.params.items():
             ds[f"{var}_{k}"] = (field_dims, values.astype(np.float32)[None], attrs[k])
-        ds[f"{var}_mean"] = (
-            field_dims,
-            dist.mean()[None],
-            _describe(var, names["centre"], keep_standard_name=True),
-        )
-        p0 = dist.probability_of_zero()
-        if p0 is not None:
-            what = f"probability of zero, P({var} = 0) ({names['dist']})"
-            ds[f"{var}_probability_of_zero"] = (
-                field_dims,
-                p0[None],
-                _describe(var, what, keep_standard_name=False, units="1"),
-            )
+        _mean_and_zero(ds, dist, field_dims)
     if q.size:
         attrs = _describe(var, f"quantile of {names['dist']}", keep_standard_name=True)
         ds[f"{var}_quantile"] = (
@@ -433,15 +421,21 @@ def _variable_products(
 def _generated_products(ds: xr.Dataset, dist: GeneratedMembers, field_dims: tuple[str, ...]) -> None:
     """Add the mean, std and P(0) of generated members to ``ds``."""
     var, names = dist.var, dist.names
-    ds[f"{var}_mean"] = (
-        field_dims,
-        dist.mean()[None],
-        _describe(var, names["centre"], keep_standard_name=True),
-    )
+    _mean_and_zero(ds, dist, field_dims)
     ds[f"{var}_std"] = (
         field_dims,
         dist.std()[None],
         _describe(var, names["width"], keep_standard_name=False),
+    )
+
+
+def _mean_and_zero(ds: xr.Dataset, dist: Predictive | GeneratedMembers, field_dims: tuple[str, ...]) -> None:
+    """Add the predictive mean and, where the distribution has a point mass at 0, P(0) to ``ds``."""
+    var, names = dist.var, dist.names
+    ds[f"{var}_mean"] = (
+        field_dims,
+        dist.mean()[None],
+        _describe(var, names["centre"], keep_standard_name=True),
     )
     p0 = dist.probability_of_zero()
     if p0 is not None:

@@ -44,7 +44,7 @@ from ensml.names import MEMBER
 from ensml.scores import _mv_kernels
 from ensml.scores.reduce import check_fcst_obs, reduce_score
 
-__all__ = ["MAX_VARIOGRAM_PAIRS", "energy_score", "variogram_score"]
+__all__ = ["MAX_VARIOGRAM_PAIRS", "energy_score", "variogram_score", "vector_dims"]
 
 #: Largest number of component pairs D(D-1)/2 the variogram score accepts per case (D = 14142):
 #: its cost is O(M D²) per case, and ``pair_weights`` take 8 D² bytes.
@@ -55,7 +55,9 @@ def _over_arg(over: Any) -> list[Hashable]:
     return [over] if isinstance(over, str) else list(over) if over is not None else []
 
 
-def _over(over: Any, obs: xr.DataArray, member_dim: str, func: str) -> list[Hashable]:
+def vector_dims(over: Any, obs: xr.DataArray, member_dim: str, func: str) -> list[Hashable]:
+    """The dims ``over`` that form the vector of a multivariate score, checked against ``obs``
+    (named, distinct, not ``member_dim``, dims of ``obs``); errors name ``func``."""
     dims = _over_arg(over)
     if not dims:
         raise EnsmlError(f"{func}: over must name the dims of the vector, e.g. ('latitude', 'longitude')")
@@ -102,7 +104,7 @@ def _prepare(
     fcst: xr.DataArray, obs: xr.DataArray, over: Any, member_dim: str, fair: bool, func: str
 ) -> tuple[xr.DataArray, xr.DataArray, list[Hashable], int]:
     fcst, obs = check_fcst_obs(fcst, obs, func, member_dim)
-    dims = _over(over, obs, member_dim, func)
+    dims = vector_dims(over, obs, member_dim, func)
     for name, a in (("forecast", fcst), ("observation", obs)):
         if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
             raise EnsmlError(f"{func}: {name} must be numeric, got dtype {a.dtype}")

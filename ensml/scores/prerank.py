@@ -64,6 +64,7 @@ from scipy.stats import rankdata
 from ensml.errors import EnsmlError
 from ensml.names import MEMBER
 from ensml.scores.calibration import RANK
+from ensml.scores.multivariate import vector_dims
 from ensml.scores.reduce import check_fcst_obs, check_weights, resolve_reduce_dims
 
 __all__ = ["PRERANK_METHODS", "prerank_histogram", "prerank_ranks"]
@@ -241,23 +242,6 @@ def prerank_ranks(
     return _ranks_core(x, y, u, method, w)
 
 
-def _over(over: Any, obs: xr.DataArray, member_dim: str, func: str) -> list[Hashable]:
-    dims = [over] if isinstance(over, str) else list(over) if over is not None else []
-    if not dims:
-        raise EnsmlError(f"{func}: over must name the dims of the vector, e.g. ('latitude', 'longitude')")
-    if len(set(dims)) != len(dims):
-        raise EnsmlError(f"{func}: over names a dim twice: {', '.join(map(str, dims))}")
-    if member_dim in dims:
-        raise EnsmlError(f"{func}: over must not contain the member dim '{member_dim}'")
-    missing = [d for d in dims if d not in obs.dims]
-    if missing:
-        raise EnsmlError(
-            f"{func}: over names {', '.join(map(str, missing))}, not dims of the observation "
-            f"({', '.join(map(str, obs.dims)) or 'none'})"
-        )
-    return dims
-
-
 def _component_weights(
     weights: xr.DataArray | None, obs: xr.DataArray, dims: list[Hashable], method: str, func: str
 ) -> np.ndarray | None:
@@ -360,7 +344,7 @@ def prerank_histogram(
     func = "prerank_histogram"
     method = _check_method(method, func)
     fcst, obs = check_fcst_obs(fcst, obs, func, member_dim)
-    dims = _over(over, obs, member_dim, func)
+    dims = vector_dims(over, obs, member_dim, func)
     for name, a in (("forecast", fcst), ("observation", obs)):
         if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
             raise EnsmlError(f"{func}: {name} must be numeric, got dtype {a.dtype}")
