@@ -163,7 +163,9 @@ def test_the_raw_and_oracle_rows_by_hand(run: Path) -> None:
     for name, x in (("raw ensemble (10 members)", fc), ("oracle members", oracle)):
         members = x.transpose("init_time", "latitude", "longitude", "member").values
         crps = sr.crps_ensemble(y, members, estimator="fair")
-        np.testing.assert_allclose(rows.loc[name, "crps"], (crps * w[None, :, None]).mean(), rtol=1e-5)
+        np.testing.assert_allclose(rows.loc[name, "crps_fair"], (crps * w[None, :, None]).mean(), rtol=1e-5)
+        standard = sr.crps_ensemble(y, members)
+        np.testing.assert_allclose(rows.loc[name, "crps"], (standard * w[None, :, None]).mean(), rtol=1e-5)
         root = np.sqrt(w)[:, None]
         vec = (x.transpose("init_time", "member", "latitude", "longitude").values * root).reshape(
             len(inits), -1, lat.size * fc.sizes["longitude"]
