@@ -231,43 +231,46 @@ def figures(cells: Sequence[Cell], generative: str) -> dict[str, bytes]:
 
 
 def _members_figure(cell: Cell, generative: str) -> bytes:
-    """The truth of the first test init beside four members of the generator and of ECC-Q."""
+    """The truth of the first test init beside four members of the generator and of ECC-Q, each
+    as its departure from the raw ensemble's mean (one reference for all: the structure shows)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    truth = cell.truth.isel({INIT_TIME: 0})
+    first = {INIT_TIME: 0}
+    reference = next(iter(cell.members.values())).isel(first).mean(MEMBER)  # the raw ensemble's mean
+    truth = cell.truth.isel(first) - reference
     rows = [(generative, cell.members[generative]), (ECC, cell.members[ECC])]
-    fig = Figure(figsize=(3.0 * (SHOWN_MEMBERS + 1), 2.0 * len(rows) + 0.6))
+    fig = Figure(figsize=(3.0 * (SHOWN_MEMBERS + 1), 2.0 * len(rows) + 0.8))
     FigureCanvasAgg(fig)
-    low, high = np.nanpercentile(truth.values, [1, 99])
-    extent = [
-        float(truth[LONGITUDE].min()),
-        float(truth[LONGITUDE].max()),
-        float(truth[LATITUDE].min()),
-        float(truth[LATITUDE].max()),
-    ]
+    span = float(np.nanpercentile(np.abs(truth.values), 99)) or 1.0
+    lat, lon = truth[LATITUDE].values, truth[LONGITUDE].values
+    extent = [float(lon.min()), float(lon.max()), float(lat.min()), float(lat.max())]
+    image = None
     for i, (name, x) in enumerate(rows):
-        panels = [("analysis (truth)", truth)] + [
-            (f"{name}: member {m + 1}", x.isel({INIT_TIME: 0, MEMBER: m}))
-            for m in range(min(SHOWN_MEMBERS, x.sizes[MEMBER]))
+        shown = min(SHOWN_MEMBERS, x.sizes[MEMBER])
+        panels = [("analysis (truth)", truth)]
+        panels += [
+            (f"{name}: member {m + 1}", x.isel({**first, MEMBER: m}) - reference) for m in range(shown)
         ]
         for j, (title, field) in enumerate(panels):
             ax = fig.add_subplot(len(rows), SHOWN_MEMBERS + 1, i * (SHOWN_MEMBERS + 1) + j + 1)
             image = ax.imshow(
                 field.transpose(LATITUDE, LONGITUDE).values,
-                origin="upper" if truth[LATITUDE].values[0] > truth[LATITUDE].values[-1] else "lower",
+                origin="upper" if lat[0] > lat[-1] else "lower",
                 extent=extent,
-                vmin=low,
-                vmax=high,
-                cmap="viridis",
+                vmin=-span,
+                vmax=span,
+                cmap="RdBu_r",
                 aspect="auto",
             )
             ax.set_title(title, fontsize=8)
             ax.tick_params(labelsize=6)
-    fig.colorbar(image, ax=fig.axes, shrink=0.8, label=cell.var)
+    fig.colorbar(image, ax=fig.axes, shrink=0.8, label=f"{cell.var} − raw ensemble mean")
     level = "" if cell.level is None else f" {cell.level:g} hPa"
+    when = str(cell.truth[INIT_TIME].values[0])[:10]
     fig.suptitle(
-        f"{cell.var}{level} +{hours_of(cell.lead):g} h, init {str(truth[INIT_TIME].values)[:10]}", fontsize=10
+        f"{cell.var}{level} +{hours_of(cell.lead):g} h, init {when}: departures from the raw mean",
+        fontsize=10,
     )
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)

@@ -23,8 +23,19 @@ COLOURS = {
 }
 
 
+#: Colours of the forecasts :data:`COLOURS` does not name, in the order they come.
+OTHERS = ("tab:orange", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+
+
 def _colour(name: str) -> str:
     return next((c for key, c in COLOURS.items() if name.startswith(key)), "tab:orange")
+
+
+def _colours(names: list[str]) -> dict[str, str]:
+    """A distinct colour per forecast: :data:`COLOURS` by the start of its name, then :data:`OTHERS`."""
+    known = {name: next((c for key, c in COLOURS.items() if name.startswith(key)), None) for name in names}
+    free = iter(c for c in OTHERS if c not in known.values())
+    return {name: colour or next(free, "0.3") for name, colour in known.items()}
 
 
 def reliability_diagram(rows: pd.DataFrame, title: str) -> bytes:
@@ -100,6 +111,7 @@ def rank_histogram_chart(rows: pd.DataFrame, title: str) -> bytes:
     from matplotlib.figure import Figure
 
     methods = list(dict.fromkeys(rows["prerank"]))
+    colours = _colours(list(dict.fromkeys(rows["forecast"])))
     fig = Figure(figsize=(4.2 * max(len(methods), 1), 3.6))
     FigureCanvasAgg(fig)
     for i, method in enumerate(methods):
@@ -110,7 +122,7 @@ def rank_histogram_chart(rows: pd.DataFrame, title: str) -> bytes:
             if counts.sum() == 0:
                 continue
             position = (g["rank"].to_numpy() + 0.5) / counts.size
-            ax.step(position, counts / counts.mean(), where="mid", color=_colour(name), label=name)
+            ax.step(position, counts / counts.mean(), where="mid", color=colours[name], label=name)
         ax.set_title(method.replace("_", " "), fontsize=9)
         ax.set_xlabel("rank of the truth among the members (scaled)")
         if i == 0:
