@@ -79,6 +79,7 @@ def report(
     predictions: str | list[str] | None = None,
     spread_predictions: str | list[str] | None = None,
     oracle: str | None = None,
+    members: str | list[str] | None = None,
     cases: str | list[str] | None = None,
     n_storm_cases: NonNegativeInt = 0,
     n_extreme_cases: NonNegativeInt = 0,
@@ -113,6 +114,10 @@ def report(
     oracle
         The generator's true predictive distribution (``ensml data synth``'s ``oracle.nc``), in
         the family its ``ensml_distribution`` names (Gaussian without it).
+    members
+        Calibrated or generated members (the ``v`` of ``ensml postprocess`` products or of a
+        generative ``ensml predict``), as for ``ensml evaluate``: scored and drawn as an ensemble
+        beside the raw one.
     k
         Size of the raw subset scored beside the full ensemble (members 0 … k-1), as for
         ``ensml evaluate``: the predictions' run metadata gives it.
@@ -167,7 +172,8 @@ def report(
     leads, lead = leads_option(leads), (parse_lead(lead) if lead is not None else None)  # fail at once
     variables, levels = as_list(variables, "variables"), as_list(levels, "levels")
     if observations is not None or analysis is None:
-        given = {"spread_predictions": spread_predictions, "cases": cases, "n_storm_cases": n_storm_cases}
+        given = {"spread_predictions": spread_predictions, "members": members, "cases": cases}
+        given |= {"n_storm_cases": n_storm_cases}
         given |= {
             "n_extreme_cases": n_extreme_cases,
             "case_variable": case_variable,
@@ -195,7 +201,7 @@ def report(
     def stage(what: str) -> None:
         progress.advance(f"{what} in {seconds(progress.lap)}")
 
-    sources = Sources(predictions, spread_predictions, oracle)
+    sources = Sources(predictions, spread_predictions, oracle, members)
     grid = grid_frame(forecast, analysis, sources, Selection(variables, levels, leads, k))
     frame = grid.frame
     lead = _report_lead(lead, frame.leads)

@@ -39,14 +39,14 @@ import xarray as xr
 from ensml.data.frame import EnsembleFrame, LeadFrame
 from ensml.data.grid import horizontal_dims
 from ensml.data.subset import Subset
-from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, TIME, VALID_TIME, raw_ensemble_name
+from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, TIME, VALID_TIME, raw_ensemble_name, raw_subset_name
 from ensml.scores.calibration import ensemble_mean_rmse, rank_histogram, spread_skill_ratio
 from ensml.scores.distributions import Family
 from ensml.scores.probability import reliability
 from ensml.times import lead_hours
 from ensml.verify.evaluate import Scores, score_grid
 from ensml.verify.families import distributions, family_members, family_moments, family_params
-from ensml.verify.frame_scores import GridFrame
+from ensml.verify.frame_scores import GridFrame, lead_ensembles
 from ensml.verify.levels import at, levels_of, per_level, table_level
 from ensml.verify.thresholds import EventThresholds, bounded_variables, thresholds_for
 
@@ -114,7 +114,8 @@ class LeadScores:
         """Score ``var`` at the lead of ``lf`` (the fields ``evaluate`` scored)."""
         dists = distributions(lf, self.families, var)
         self.rows[var] += _rows_at(self.frame, lf, var, dists, self.subset, self.hists)
-        self.drawn[var] = {raw_ensemble_name(lf.forecast.sizes[MEMBER]), *dists}
+        self.drawn[var] = {*lead_ensembles(self.frame, lf, var, self.subset), *dists}
+        self.drawn[var] -= {raw_subset_name(self.subset.k)}
         if var in self.climates:
             _climate_reliability(self.frame, lf, var, dists, self._climate(var, lf.lead), self.rel)
 
@@ -183,7 +184,8 @@ def _rows_at(
     y = lf.analysis[var]
     h = lead_hours(lead)
     rows = []
-    for name, ens in subset.ensembles(x).items():
+    for name, ens in lead_ensembles(frame, lf, var, subset).items():
+        ens = ens.drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
         kw = {"preserve_dims": per_level(x), "weights": w}
         scores = {
             "spread": np.sqrt((ens.var(MEMBER, ddof=1)).weighted(w).mean(over)),

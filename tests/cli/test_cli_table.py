@@ -554,6 +554,12 @@ ROWS: list[Row] = [
         1,
         ("--multivariate does not apply",),
     ),
+    (
+        "report: observations with members",
+        "report --forecast {fc} --observations {dir}/readme.txt --members {fc} --out_dir out",
+        1,
+        ("--members does not apply",),
+    ),
     ("evaluate: multivariate not a boolean", EVAL + " --multivariate often", 1, ("--multivariate", "often")),
     (
         "evaluate: extraction unknown",

@@ -186,3 +186,22 @@ def test_evaluate_scores_the_generated_members(generated_run: Path, tiny_data, t
     assert main(args) == 0
     table = pd.read_csv(tmp_path / "eval/scores.csv")
     assert "generated members (12)" in set(table["forecast"])
+
+
+@pytest.mark.slow
+def test_report_draws_the_generated_members(generated_run: Path, tiny_data, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "report",
+        f"--forecast={tiny_data['forecast']}",
+        f"--analysis={tiny_data['analysis']}",
+        f"--members={generated_run / '*.nc'}",
+        "--out_dir=report",
+    ]
+    assert main(args) == 0
+    page = (tmp_path / "report" / "report.md").read_text()
+    # in the global table and in the table by lead, with its spread, RMSE and spread-skill ratio
+    rows = [line for line in page.splitlines() if "| generated members (12) |" in line]
+    assert len(rows) == 2 * 4, rows  # z, t at 500 and 850 hPa, in both tables
+    by_lead = [row.split("|") for row in rows if row.count("|") == 11]
+    assert by_lead and all(cell.strip() for row in by_lead for cell in row[5:9])
