@@ -4,7 +4,8 @@ Run by hand (``python benchmarks/generative.py``); prints one line per compariso
 
 * **inference at 361 × 720** (the ENS-10 0.5° grid), z and t at 500/850 hPa, three input leads,
   the main job's U-Net (width 16, depth 3): seconds per generated member (the generative task
-  draws members in chunks of :data:`ensml.train.generative.MEMBER_CHUNK`) against one pass of
+  draws members in chunks of :data:`ensml.train.generative.CHUNK_POINTS` grid points: 8 members
+  at this size) against one pass of
   the mixed task (one predictive distribution), and the peak resident memory of each, measured
   in a fresh process per case;
 * **an archive post-processed** (the embedded 32 × 64 grid, one init per file, ``cluster:
