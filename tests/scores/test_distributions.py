@@ -809,7 +809,9 @@ def test_xarray_inputs_give_dataarrays_lazily() -> None:
     da = {k: xr.DataArray(v, dims="x") for k, v in p.items()}
     out = fam.crps(da, xr.DataArray(y, dims="x"))
     assert isinstance(out, xr.DataArray) and out.dims == ("x",)
-    np.testing.assert_allclose(out.values, ref, rtol=1e-14)
+    np.testing.assert_allclose(
+        out.values, ref, rtol=1e-13
+    )  # the same formula, vectorised otherwise: float64 rounding
 
     computes = []
 
@@ -821,7 +823,7 @@ def test_xarray_inputs_give_dataarrays_lazily() -> None:
     with Count():
         out = fam.crps(lazy, xr.DataArray(y, dims="x").chunk(x=10))
         assert out.chunks is not None and not computes  # nothing computed by the call
-    np.testing.assert_allclose(out.values, ref, rtol=1e-14)
+    np.testing.assert_allclose(out.values, ref, rtol=1e-13)
     # a bad value in a lazy input is found when computed, in its chunk
     bad = {**lazy, "scale": lazy["scale"].where(lazy["scale"].x != 33, -1.0)}
     out = fam.crps(bad, xr.DataArray(y, dims="x"))
