@@ -19,6 +19,9 @@ upgrade breaks a test, not a user's run. Calls:
 - :func:`dispatch_mode`: torch's ``TorchDispatchMode`` (documented in "Extending PyTorch", but
   in the private module ``torch.utils._python_dispatch``), the base of the live-tensor count of
   the memory planner (:class:`ensml.models.memory_profile.LiveBytes`).
+- :func:`terminate_workers`: stop a ``concurrent.futures.ProcessPoolExecutor``'s workers now,
+  their running tasks lost (Python 3.14's ``terminate_workers``; before it, its ``_processes``),
+  so that Ctrl-C or SIGTERM ends a run in seconds instead of after the tasks in flight.
 
 Overrides of protected hooks, which subclasses are meant to implement (checked to exist by the
 same test): ``LightningCLI._parse_ckpt_path`` (a broken checkpoint as one line),
@@ -77,6 +80,15 @@ def dispatch_mode() -> type:
     return TorchDispatchMode
 
 
+def terminate_workers(pool: Any) -> None:
+    """Terminate the worker processes of the ``ProcessPoolExecutor`` ``pool`` (tasks in flight lost)."""
+    if hasattr(pool, "terminate_workers"):  # Python 3.14
+        pool.terminate_workers()
+        return
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
+
+
 #: Protected hooks ensml overrides: (module, class, method).
 OVERRIDDEN_HOOKS = (
     ("lightning.pytorch.cli", "LightningCLI", "_parse_ckpt_path"),
@@ -89,6 +101,7 @@ __all__ = [
     "dispatch_mode",
     "restart_train_iterator",
     "set_distributed_sampler",
+    "terminate_workers",
     "thin_sigterm_broadcast",
     "uses_distributed_sampler",
     "view_base",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import time
 from pathlib import Path
 
 import lightning as L
@@ -105,3 +106,25 @@ def test_no_private_name_of_another_library_outside_compat() -> None:
                 continue
             found.append(f"{path.relative_to(root.parent)}:{node.lineno} {ast.unparse(node)}")
     assert not found, found
+
+
+def _sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_pool_workers_are_terminated_with_their_tasks_in_flight() -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from ensml.compat import terminate_workers
+
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    busy = pool.submit(_sleep, 60.0)
+    while not busy.running():
+        time.sleep(0.05)
+    start = time.perf_counter()
+    pool.shutdown(wait=False, cancel_futures=True)
+    terminate_workers(pool)
+    pool.shutdown(wait=True)  # what the interpreter's exit does: no longer waits for the task
+    assert time.perf_counter() - start < 20

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ensml.compat import terminate_workers
 from ensml.data.physics.core import Core, ModelConfig
 from ensml.data.physics.forcing import HeldSuarez
 from ensml.errors import EnsmlError
@@ -228,7 +229,8 @@ def _pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread)
     try:
         yield pool
-    except BaseException:  # an error or Ctrl-C: cancel the queue instead of waiting, re-raise
+    except BaseException:  # an error, Ctrl-C or SIGTERM: cancel the queue, stop the workers, re-raise
         pool.shutdown(wait=False, cancel_futures=True)
+        terminate_workers(pool)  # else the exit waits for the forecasts in flight (minutes)
         raise
     pool.shutdown(wait=True)
