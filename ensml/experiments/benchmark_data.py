@@ -57,24 +57,19 @@ def ensure_data(data_dir: Path, opts: Source, stations: int = 0) -> dict[str, Pa
             )
     if not all(p.is_file() for p in paths.values()):
         return generate(kind, data_dir, opts, stations)
-    if stations:
-        with xr.open_dataset(paths["stations"]) as ds:
-            have = int(ds.sizes.get(STATION, 0))
-        if have != stations:
+    # counts recorded by their own files: the stations observed, the oracle's members
+    counts = {"stations": (STATION, stations), "oracle_members": (MEMBER, getattr(opts, "oracle_members", 0))}
+    for name, (dim, want) in counts.items():
+        if not want:
+            continue
+        with xr.open_dataset(paths[name]) as ds:
+            have = int(ds.sizes.get(dim, 0))
+        if have != int(want):
             raise EnsmlError(
-                f"benchmark data_dir {data_dir} holds observations at {have} stations, the config asks "
-                f"for stations={stations}: remove it or choose another data_dir"
+                f"benchmark data_dir {data_dir} holds {have} {name.replace('_', ' ')}, the config asks "
+                f"for {name}={want}: remove it or choose another data_dir"
             )
     defaults = {f.name: f.default for f in fields(opts) if f.default is not MISSING}
-    want_members = int(getattr(opts, "oracle_members", 0) or 0)
-    if want_members:  # recorded by its own file: the count of its members
-        with xr.open_dataset(paths["oracle_members"]) as ds:
-            have_members = int(ds.sizes.get(MEMBER, 0))
-        if have_members != want_members:
-            raise EnsmlError(
-                f"benchmark data_dir {data_dir} holds {have_members} oracle members, the config asks "
-                f"for oracle_members={want_members}: remove it or choose another data_dir"
-            )
     for key, want in asdict(opts).items():
         if key == "oracle_members":
             continue

@@ -227,3 +227,17 @@ def test_shipped_generative_configs_parse(name: str) -> None:
     parser.add_function_arguments(benchmark_generative)
     cfg = parser.parse_path(path)
     assert cfg.generative.options["es_weight"] > 0 and cfg.parametric.task == "mixed"
+
+
+@pytest.mark.slow
+def test_data_with_another_count_of_oracle_members_is_refused(run: Path) -> None:
+    from ensml.errors import EnsmlError
+    from ensml.experiments.benchmark_data import ensure_data
+    from ensml.experiments.options import SynthOptions
+
+    config = yaml.safe_load(SMOKE.read_text())["synth"]
+    before = {p.name: p.stat().st_mtime_ns for p in (run / "data").glob("*.nc")}
+    assert ensure_data(run / "data", SynthOptions(**config))["oracle_members"].is_file()  # reused
+    with pytest.raises(EnsmlError, match="holds 10 oracle members, the config asks for oracle_members=5"):
+        ensure_data(run / "data", SynthOptions(**(config | {"oracle_members": 5})))
+    assert {p.name: p.stat().st_mtime_ns for p in (run / "data").glob("*.nc")} == before
