@@ -211,7 +211,9 @@ def benchmark_generative(
         progress.advance(f"{generative.name} trained in {seconds(fit_s[generative.name])}")
         progress.describe("members and scores")
         cells = _cells(dm, paths, mixed, gen, generative.name, n, copula_shrinkage, seed)
-        rows = table_rows(cells, dm.init_times("test"), f"{parametric.name} (per point)", two_step.ECC)
+        rows, scored = table_rows(
+            cells, dm.init_times("test"), f"{parametric.name} (per point)", two_step.ECC
+        )
         progress.advance(f"{len(cells)} fields scored in {seconds(progress.lap)}")
     table = pd.DataFrame(rows)
     table["fit_s"] = table["forecast"].map(
@@ -220,7 +222,7 @@ def benchmark_generative(
     files = {
         TABLE: table.to_csv(index=False),
         PAGE: page(table, kind_of(source), generative.name, parametric.name, n),
-        **figures(cells, generative.name),
+        **figures(cells, generative.name, scored),
     }
     with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:
         for name, content in files.items():

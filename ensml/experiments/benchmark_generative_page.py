@@ -30,7 +30,7 @@ from ensml.scores import crps_ensemble_array
 from ensml.scores.significance import forecast_horizon
 from ensml.times import hours_of
 from ensml.verify.charts import rank_histogram_chart
-from ensml.verify.multivariate import compare, field_scores
+from ensml.verify.multivariate import FieldScores, compare, field_scores
 from ensml.verify.tables import p_value, to_markdown
 
 if TYPE_CHECKING:
@@ -44,7 +44,9 @@ FIELD = (INIT_TIME, LATITUDE, LONGITUDE)
 SHOWN_MEMBERS = 4
 
 
-def table_rows(cells: Sequence[Cell], inits: np.ndarray, parametric: str, reference: str = ECC) -> list[dict]:
+def table_rows(
+    cells: Sequence[Cell], inits: np.ndarray, parametric: str, reference: str = ECC
+) -> tuple[list[dict], list[dict[str, FieldScores]]]:
     """A row per cell and method: the per-point CRPS (the parametric network's closed form, in a
     row named ``parametric``; of each set of members the standard ensemble CRPS, what a user
     scoring those N members sees, and the fair CRPS, the unbiased CRPS of the distribution that
@@ -53,12 +55,15 @@ def table_rows(cells: Sequence[Cell], inits: np.ndarray, parametric: str, refere
 
     The fair CRPS is unbiased for members that are random draws (the raw ensemble, the Gaussian
     copula, the generated and the oracle's members); ECC-Q's and the Schaake shuffle's are the
-    margins' quantiles, not draws, and their fair CRPS lies below their margins' CRPS."""
-    rows = []
+    margins' quantiles, not draws, and their fair CRPS lies below their margins' CRPS.
+
+    Also returns each cell's whole-field scores by method (for :func:`figures`)."""
+    rows, by_cell = [], []
     for cell in cells:
         weights = latitude_weights(cell.truth[LATITUDE].values)
         h = forecast_horizon(cell.lead, inits)
         scored = {name: field_scores(x, cell.truth, weights) for name, x in cell.members.items()}
+        by_cell.append(scored)
         where = {"lead_h": hours_of(cell.lead), "variable": cell.var, "level_hPa": cell.level}
         parametric_crps = _area_mean(cell.parametric_crps, weights)
         rows.append({**where, "forecast": parametric, "crps": parametric_crps})
@@ -74,7 +79,7 @@ def table_rows(cells: Sequence[Cell], inits: np.ndarray, parametric: str, refere
             rows.append(
                 {**where, **row, **crps, "crps_vs_parametric": crps["crps_fair"] / parametric_crps - 1.0}
             )
-    return rows
+    return rows, by_cell
 
 
 def _area_mean(x: xr.DataArray, weights: xr.DataArray) -> float:
@@ -205,20 +210,21 @@ def page(table: pd.DataFrame, kind: str, generative: str, parametric: str, n: in
     return "\n".join(lines) + "\n"
 
 
-def figures(cells: Sequence[Cell], generative: str) -> dict[str, bytes]:
+def figures(
+    cells: Sequence[Cell], generative: str, scored: Sequence[dict[str, FieldScores]]
+) -> dict[str, bytes]:
     """``members_<var>.png`` and ``rank_histograms_<var>.png`` of each variable (its first level,
-    the last lead)."""
+    the last lead); ``scored``: each cell's whole-field scores (:func:`table_rows`)."""
     out = {}
     for var in dict.fromkeys(c.var for c in cells):
-        own = [c for c in cells if c.var == var]
-        last = max(c.lead for c in own)
-        cell = next(c for c in own if c.lead == last)
+        own = [i for i, c in enumerate(cells) if c.var == var]
+        last = max(cells[i].lead for i in own)
+        i = next(i for i in own if cells[i].lead == last)
+        cell = cells[i]
         out[f"members_{var}.png"] = _members_figure(cell, generative)
-        weights = latitude_weights(cell.truth[LATITUDE].values)
         rows = []
         for name, x in cell.members.items():
-            ranks = field_scores(x, cell.truth, weights).ranks
-            for method, r in ranks.items():
+            for method, r in scored[i][name].ranks.items():
                 counts = np.bincount(r[r > 0] - 1, minlength=x.sizes[MEMBER] + 1)
                 rows += [
                     {"forecast": name, "prerank": method, "rank": i, "count": int(c)}
