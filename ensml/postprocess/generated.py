@@ -40,8 +40,9 @@ def members_to_draw(products: Products, m: int) -> int:
 
 
 def init_index(init: np.datetime64) -> int:
-    """The index that seeds an init's noise: its minutes since 1970 (non-negative)."""
-    return int(np.datetime64(init, "m").astype(np.int64)) % (1 << 62)
+    """The number that seeds an init's random draws (generated members' noise, ECC's ties): its
+    minutes since 1970, made non-negative."""
+    return int(np.datetime64(init, "m").astype(np.int64)) % (1 << 63)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ from ensml.postprocess.ecc import (
     exceedance,
     gaussian_quantiles,
 )
-from ensml.postprocess.generated import GENERATIVE, GeneratedMembers, placeholder_members
+from ensml.postprocess.generated import GENERATIVE, GeneratedMembers, init_index, placeholder_members
 from ensml.postprocess.options import Products, ThresholdSet
 from ensml.predictions import RunMeta
 
@@ -333,8 +333,7 @@ class Predictive:
 
 def ecc_rng(init: np.datetime64, var: str) -> np.random.Generator:
     """The generator that breaks ties of ``var``'s raw members at ``init`` (:data:`ECC_SEED`)."""
-    minutes = int(np.datetime64(init, "m").astype(np.int64)) % (1 << 63)
-    return np.random.default_rng([ECC_SEED, minutes, zlib.crc32(var.encode())])
+    return np.random.default_rng([ECC_SEED, init_index(init), zlib.crc32(var.encode())])
 
 
 def _names(meta: RunMeta, family: Family | None, m: int) -> dict[str, str]:

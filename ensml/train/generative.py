@@ -198,11 +198,23 @@ class GenerativeTask(EnsembleTask):
         return torch.cat(chunks, dim=1)
 
     def _training_members(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``train_members`` members: drawn from the global generator in training, else the
+        reproducible draw, which validation and testing make once per batch (``batch["members"]``)
+        for the loss, the quality and the scores alike."""
         n = int(self.hparams.train_members)
         if self.training and torch.is_grad_enabled():
             b, shape = batch["mean_k"].shape[0], tuple(batch["mean_k"].shape[-3:])
             return self.members(batch, self.noise(b * n, shape, batch["mean_k"], None).unflatten(0, (b, n)))
-        return self.draw(batch, n)
+        return batch["members"] if "members" in batch else self.draw(batch, n)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        super().validation_step(self._with_members(batch), batch_idx)
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        super().test_step(self._with_members(batch), batch_idx)
+
+    def _with_members(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {**batch, "members": self.draw(batch, int(self.hparams.train_members))}
 
     # -- scores -------------------------------------------------------------------------------
     def _patch_energy(self, members: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
@@ -239,12 +251,11 @@ class GenerativeTask(EnsembleTask):
     def quality(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Area-weighted fair CRPS of ``train_members`` members, in units of s."""
         s = self.scale()
-        members = self.draw(batch, int(self.hparams.train_members)) / s[:, None]
+        members = self._training_members(batch) / s[:, None]
         return self.area_mean(crps_fair(members, batch["obs"] / s, dim=1))
 
     def scores(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        members = self.draw(batch, int(self.hparams.train_members))
-        return {"crps": crps_fair(members, batch["obs"], dim=1)}
+        return {"crps": crps_fair(self._training_members(batch), batch["obs"], dim=1)}
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         """``{"index": …, "members": (B, N, F, D, H, W)}``: ``n_members`` members of each sample."""

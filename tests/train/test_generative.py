@@ -149,6 +149,20 @@ def test_loss_is_crps_plus_weighted_energy_score(data) -> None:
     np.testing.assert_allclose(float(task.loss(batch)), float(crps + 0.5 * es), rtol=1e-6)
 
 
+def test_validation_draws_its_members_once(data, monkeypatch) -> None:
+    # loss, quality and scores of a validation batch score the same members, drawn once
+    dm, batch = data
+    task = make(dm)
+    with torch.no_grad():
+        drawn = task._with_members(batch)
+        expected = (float(task.loss(drawn)), float(task.quality(drawn)))
+        monkeypatch.setattr(task, "draw", lambda *a, **k: pytest.fail("members drawn again"))
+        assert (float(task.loss(drawn)), float(task.quality(drawn))) == expected
+        crps = task.scores(drawn)["crps"]
+    s = task.scale()
+    torch.testing.assert_close(task.area_mean(crps / s), task.quality(drawn))
+
+
 def test_refused_options() -> None:
     with pytest.raises(EnsmlError, match="train_members must be at least 2"):
         GenerativeTask(train_members=1)
