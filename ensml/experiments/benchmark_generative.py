@@ -263,8 +263,9 @@ def _fit(task: EnsembleTask, spec: ModelSpec, dm: EnsembleDataModule, seed: int,
     return took
 
 
-def _split(loader, fn) -> tuple[np.ndarray, dict]:
-    """``fn(batch)`` over every batch of ``loader`` with the batches' truth: (index, outputs by key)."""
+def _split(loader, fn) -> dict[str, np.ndarray]:
+    """``fn(batch)`` over every batch of ``loader`` with the batches' truth (``obs``), by key, in
+    the order of the samples' index."""
     index, parts = [], {}
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         for batch in loader:
@@ -272,7 +273,7 @@ def _split(loader, fn) -> tuple[np.ndarray, dict]:
             for key, value in {"obs": batch["obs"], **fn(batch)}.items():
                 parts.setdefault(key, []).append(value.float().numpy())
     order = np.argsort(np.concatenate(index))
-    return np.concatenate(index)[order], {key: np.concatenate(v)[order] for key, v in parts.items()}
+    return {key: np.concatenate(v)[order] for key, v in parts.items()}
 
 
 def _params(task: MixedTask, batch: dict) -> dict[str, torch.Tensor]:
@@ -291,8 +292,8 @@ def _cells(
 ) -> list[Cell]:
     """Every method's members on the test period, by lead, variable and level."""
     spec = dm.spec
-    _, test = _split(dm.test_dataloader(), lambda b: {**_params(mixed, b), "gen": gen.draw(b, n)})
-    _, val = _split(dm.val_dataloader(), lambda b: _params(mixed, b))
+    test = _split(dm.test_dataloader(), lambda b: {**_params(mixed, b), "gen": gen.draw(b, n)})
+    val = _split(dm.val_dataloader(), lambda b: _params(mixed, b))
     inits = dm.init_times("test")
     lat, lon = dm.coords[LATITUDE], dm.coords[LONGITUDE]
     raw = _raw(paths["forecast"], spec, inits)

@@ -113,9 +113,9 @@ class LeadScores:
     def __call__(self, lf: LeadFrame, var: str) -> None:
         """Score ``var`` at the lead of ``lf`` (the fields ``evaluate`` scored)."""
         dists = distributions(lf, self.families, var)
-        self.rows[var] += _rows_at(self.frame, lf, var, dists, self.subset, self.hists)
-        self.drawn[var] = {*lead_ensembles(self.frame, lf, var, self.subset), *dists}
-        self.drawn[var] -= {raw_subset_name(self.subset.k)}
+        ensembles = lead_ensembles(self.frame, lf, var, self.subset)
+        self.rows[var] += _rows_at(self.frame, lf, var, ensembles, dists, self.hists)
+        self.drawn[var] = {*ensembles, *dists} - {raw_subset_name(self.subset.k)}
         if var in self.climates:
             _climate_reliability(self.frame, lf, var, dists, self._climate(var, lf.lead), self.rel)
 
@@ -171,12 +171,13 @@ def _rows_at(
     frame: EnsembleFrame,
     lf: LeadFrame,
     var: str,
+    ensembles: dict[str, xr.DataArray],
     dists: dict[str, tuple[xr.Dataset, Family]],
-    subset: Subset,
     hists: dict,
 ) -> list[dict]:
-    """The rows of ``var`` at one lead (``dists``: its distributions, by label), without the
-    CRPS (``evaluate``'s table has it); its rank histograms go into ``hists``."""
+    """The rows of ``var`` at one lead (``ensembles``: its raw ensemble, subset and members;
+    ``dists``: its distributions, by label), without the CRPS (``evaluate``'s table has it); its
+    rank histograms go into ``hists``."""
     lead, w = lf.lead, frame.weights
     over = [INIT_TIME, *horizontal_dims(frame.forecast)]
     levels = levels_of(frame.forecast[var], frame.levels)  # [None] for a surface variable
@@ -184,7 +185,7 @@ def _rows_at(
     y = lf.analysis[var]
     h = lead_hours(lead)
     rows = []
-    for name, ens in lead_ensembles(frame, lf, var, subset).items():
+    for name, ens in ensembles.items():
         ens = ens.drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
         kw = {"preserve_dims": per_level(x), "weights": w}
         scores = {
