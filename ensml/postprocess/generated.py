@@ -2,7 +2,7 @@
 
 A generative checkpoint (:class:`ensml.train.generative.GenerativeTask`) gives no parameters but
 N members. :class:`GeneratedMembers` is the empirical distribution of those members with the
-methods :class:`ensml.postprocess.products.Predictive` has, so that every product is made of them
+methods :class:`ensml.postprocess.predictive.Predictive` has, so that every product is made of them
 the same way: the mean and std of the members, quantiles with the plotting positions (i − ½)/N
 (``hazen``: the members are the quantiles at ECC's centred levels), exceedance as the fraction of
 members above the threshold, P(0) as the fraction at the variable's lower bound (precipitation,
