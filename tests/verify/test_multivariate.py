@@ -168,3 +168,26 @@ def test_evaluate_writes_the_multivariate_files(tiny_data, tmp_path: Path) -> No
     np.testing.assert_allclose(
         row.loc["raw ensemble (10 members)", "energy"], sr.es_ensemble(y, x).mean(), rtol=1e-5
     )
+
+
+def test_the_calibrated_flatness_is_what_uniform_ranks_give() -> None:
+    # the 'flatness_if_calibrated' column, sqrt(2 (B - 1) / (pi N)), against simulated uniform ranks
+    from ensml.scores.calibration import histogram_flatness
+    from ensml.verify.multivariate import compare
+
+    rng = np.random.default_rng(5)
+    m, n = 10, 183
+    simulated = np.mean(
+        [histogram_flatness(np.bincount(rng.integers(0, m + 1, n), minlength=m + 1)) for _ in range(4000)]
+    )
+    ranks = {"area_mean": rng.integers(1, m + 2, n), "band_depth": rng.integers(1, m + 2, n)}
+    fs = SimpleNamespace(
+        members=m,
+        energy=np.ones(n),
+        variogram=np.ones(n),
+        ranks=ranks,
+        spectrum=np.ones((n, 3)),
+        truth_spectrum=np.ones((n, 3)),
+    )
+    row = compare({"x": fs}, h=1)[0]
+    assert row["flatness_if_calibrated"] == pytest.approx(simulated, rel=0.05)
