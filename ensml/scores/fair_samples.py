@@ -28,7 +28,7 @@ from ensml.errors import EnsmlError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["crps_fair", "energy_score_fair"]
+__all__ = ["crps_fair", "energy_score_fair", "variogram_score_fair"]
 
 
 def _check_members(n: int, func: str) -> None:
@@ -78,3 +78,40 @@ def energy_score_fair(members: torch.Tensor, obs: torch.Tensor, member_dim: int 
     i, j = torch.triu_indices(n, n, offset=1, device=x.device)
     spread = torch.linalg.vector_norm(x[..., i, :] - x[..., j, :], dim=-1).sum(-1)  # Σ_{i<j}
     return skill - spread / (n * (n - 1))
+
+
+def variogram_score_fair(
+    members: torch.Tensor, obs: torch.Tensor, member_dim: int = 0, p: float = 0.5, smooth: float = 0.0
+) -> torch.Tensor:
+    """The fair variogram score of order ``p`` of each vector, every ordered pair of components
+    weighted 1: ``members`` (…, N, …, D) with the member axis ``member_dim`` and the components on
+    the last axis, ``obs`` of the members' shape without the member axis. Returns the score per
+    case (``obs``'s shape without its last axis); ``smooth`` > 0 smooths ``|d|^p`` at 0 (see the
+    module). Memory: N × D(D − 1)/2 values per case.
+
+    Raises
+    ------
+    EnsmlError
+        Fewer than 2 members, the member axis given as the components' axis, or ``p`` or
+        ``smooth`` out of range.
+    """
+    import torch
+
+    if member_dim % members.ndim == members.ndim - 1:
+        raise EnsmlError("variogram_score_fair: the last axis holds the components, not the members")
+    if not p > 0 or not smooth >= 0:
+        raise EnsmlError(f"variogram_score_fair: need p > 0 and smooth >= 0, got p={p}, smooth={smooth}")
+    n = members.shape[member_dim]
+    _check_members(n, "variogram_score_fair")
+    x = members.movedim(member_dim, -2)  # (…, N, D)
+    i, j = torch.triu_indices(x.shape[-1], x.shape[-1], offset=1, device=x.device)
+
+    def variogram(v: torch.Tensor) -> torch.Tensor:  # (…, D) → (…, D(D − 1)/2): |v_i − v_j|^p
+        d = v[..., i] - v[..., j]
+        if smooth == 0:
+            return d.abs().pow(p)
+        return (d * d + smooth * smooth).pow(p / 2)
+
+    forecast = variogram(x)  # (…, N, P)
+    mean, var = forecast.mean(-2), forecast.var(-2, correction=1)
+    return 2.0 * ((mean - variogram(obs)) ** 2 - var / n).sum(-1)  # Σ_{i<j} twice: Σ_{i≠j}

@@ -8,7 +8,7 @@ import scoringrules as sr
 import torch
 
 from ensml.errors import EnsmlError
-from ensml.scores.fair_samples import crps_fair, energy_score_fair
+from ensml.scores.fair_samples import crps_fair, energy_score_fair, variogram_score_fair
 
 
 def test_fair_crps_matches_scoringrules() -> None:
@@ -37,6 +37,34 @@ def test_fair_energy_score_matches_scoringrules() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("p", [0.5, 1.0])
+def test_fair_variogram_score_matches_scoringrules(p) -> None:
+    rng = np.random.default_rng(3)
+    fc, obs = rng.normal(size=(4, 6, 7)), rng.normal(size=(4, 7))  # (case, member, component)
+    got = variogram_score_fair(torch.from_numpy(fc), torch.from_numpy(obs), member_dim=1, p=p).numpy()
+    want = sr.vs_ensemble(obs, fc, p=p, estimator="fair")
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_fair_variogram_score_by_hand() -> None:
+    # two components, p = 1; members (0, 1) and (0, 3): d = 1 and 3, mean 2, unbiased variance 2;
+    # y = (0, 2): |y_1 − y_2| = 2. Per ordered pair (2 of them): (2 − 2)² − 2/2 = −1.
+    got = variogram_score_fair(torch.tensor([[0.0, 1.0], [0.0, 3.0]]), torch.tensor([0.0, 2.0]), p=1.0)
+    assert float(got) == pytest.approx(-2.0)
+
+
+def test_smoothed_variogram_score_is_close_and_has_gradients_at_ties() -> None:
+    rng = np.random.default_rng(4)
+    fc, obs = torch.from_numpy(rng.normal(size=(3, 5, 6))), torch.from_numpy(rng.normal(size=(3, 6)))
+    exact = variogram_score_fair(fc, obs, member_dim=1)
+    smooth = variogram_score_fair(fc, obs, member_dim=1, smooth=1e-6)
+    torch.testing.assert_close(smooth, exact, rtol=1e-4, atol=1e-4)
+    # dry: every member and the truth zero at every point; the exact score's gradient is NaN there
+    x = torch.zeros(3, 4, requires_grad=True)
+    variogram_score_fair(x, torch.zeros(4), smooth=1e-4).backward()
+    assert torch.isfinite(x.grad).all()
+
+
 def test_energy_score_of_one_component_is_the_fair_crps() -> None:
     rng = np.random.default_rng(2)
     fc, obs = torch.from_numpy(rng.normal(size=(8, 5, 1))), torch.from_numpy(rng.normal(size=(8, 1)))
@@ -60,12 +88,19 @@ def test_fair_crps_rewards_the_true_spread() -> None:
     assert scores[1.0] < scores[0.8] and scores[1.0] < scores[1.25], scores
 
 
-@pytest.mark.parametrize("func", [crps_fair, energy_score_fair])
+@pytest.mark.parametrize("func", [crps_fair, energy_score_fair, variogram_score_fair])
 def test_one_member_is_refused(func) -> None:
     with pytest.raises(EnsmlError, match="at least 2 members, got 1"):
         func(torch.zeros(1, 3), torch.zeros(3))
 
 
-def test_energy_score_member_axis_must_not_be_the_components() -> None:
+@pytest.mark.parametrize("func", [energy_score_fair, variogram_score_fair])
+def test_member_axis_must_not_be_the_components(func) -> None:
     with pytest.raises(EnsmlError, match="last axis holds the components"):
-        energy_score_fair(torch.zeros(3, 4), torch.zeros(3), member_dim=-1)
+        func(torch.zeros(3, 4), torch.zeros(3), member_dim=-1)
+
+
+@pytest.mark.parametrize("options", [{"p": 0.0}, {"smooth": -1.0}, {"p": float("nan")}])
+def test_variogram_score_refuses_its_order_and_smoothing_out_of_range(options) -> None:
+    with pytest.raises(EnsmlError, match="need p > 0 and smooth >= 0"):
+        variogram_score_fair(torch.zeros(3, 4), torch.zeros(4), **options)
