@@ -76,7 +76,7 @@ class GenerativeSpec:
     """The generative network of the generative benchmark (:class:`~ensml.train.generative.GenerativeTask`).
 
     ``options`` are further arguments of the task, e.g. ``{es_weight: 1.0, patch: 8,
-    train_members: 4, noise_scales: [1, 8], location_inputs: true, local_affine: true}``.
+    train_members: 4, noise_scales: [1, 4, 16], location_inputs: true, local_affine: true}``.
     ``patience``: stop when the validation CRPS has not improved for this many epochs (None:
     train ``max_epochs``); the weights of the best validation epoch are the ones scored.
     """

@@ -10,20 +10,33 @@ A member is ``x = m_K + s · f(inputs, z)`` (m_K the subset mean at the target l
 training spread of the field and level), then, with ``local_affine``, the per-point affine layer
 on its standardised anomaly, and last the variable's physical lower bound (0 for precipitation
 and wind speed, :func:`ensml.scores.distributions.natural_lower`) as ``max(x, 0)``, which puts a
-point mass at zero where members are dry. The noise ``z`` is ``noise_channels`` standard normal
-channels at each of ``noise_scales``: drawn on a grid ``scale`` times coarser and interpolated,
-so that the network has large-scale perturbations to shape as well as point-wise ones.
+point mass at zero where members are dry.
+
+``f`` is a shared trunk and a member head. The trunk, the main U-Net (``width``, ``depth``), reads
+the inputs once per forecast and gives ``trunk_channels`` features at every grid point; the head
+reads the features and a member's noise ``z``. Drawing N members costs one trunk pass and N head
+passes. The default head is a small network of each grid point (``head_kernel: 1``,
+``head_depth: 0``: two 1 × 1 × 1 convolutions of ``head_width`` channels), a few hundredths of a
+trunk pass per member, so that 50 members cost about two passes, not 50; a head with a larger
+kernel or depth (a small U-Net) shapes the noise itself, at a tenth to a third of a trunk pass per
+member. The noise ``z`` is ``noise_channels`` standard normal channels at each of
+``noise_scales``: drawn on a grid ``scale`` times coarser and interpolated, so that the head has
+perturbations of several sizes to combine, from point-wise ones to ones as large as a weather
+system; with the trunk's features setting how much of each, where, the members get spatial
+structure that depends on the weather.
 
 Training draws ``train_members`` members per sample and minimises, in units of s,
 
-``L = CRPS_f + es_weight · ES_f / √(p²)``,
+``L = CRPS_f + es_weight · ES_f / √(p²) + vs_weight · VS_f / (n(n − 1))``,
 
-the area-weighted fair CRPS of every point and the fair energy score of every ``patch × patch``
-block of every field and level (:mod:`ensml.scores.fair_samples`), divided by √(p²) so that both
-terms are per component. The CRPS alone would let members be calibrated point by point with any
-spatial structure; the energy score over patches is what rewards the right joint distribution
-(Chen, Janke, Steinke & Lerch 2024, Ann. Appl. Stat. 18(1)). The fair forms matter: the plain
-ensemble scores of N members reward over-dispersion.
+the area-weighted fair CRPS of every point, the fair energy score of every ``patch × patch``
+block of every field and level, and the fair variogram score (order 0.5) of ``vs_points`` grid
+points drawn anew each step over the whole field (:mod:`ensml.scores.fair_samples`), each
+divided so that it is per component or per pair. The CRPS alone would let members be calibrated
+point by point with any spatial structure; the energy score over patches rewards the right joint
+distribution nearby (Chen, Janke, Steinke & Lerch 2024, Ann. Appl. Stat. 18(1)), the variogram
+score the right differences between points near and far (Scheuerer & Hamill 2015). The fair forms
+matter: the plain ensemble scores of N members reward over-dispersion.
 
 Sampling is deterministic for a seed outside training: a sample's noise comes from a generator
 seeded by ``sample_seed`` and the sample's index, member after member, so that the first 10 of
@@ -41,16 +54,25 @@ import torch
 import torch.nn.functional as F
 
 from ensml.errors import EnsmlError
+from ensml.models import build_network
 from ensml.scores.distributions import natural_lower
-from ensml.scores.fair_samples import crps_fair, energy_score_fair
+from ensml.scores.fair_samples import crps_fair, energy_score_fair, variogram_score_fair
 from ensml.train.options import NonNegativeFloat, NonNegativeInt, PositiveInt
 from ensml.train.task_base import EnsembleTask
-from ensml.train.tasks import network
+from ensml.train.tasks import run_net
 
-#: Grid points (members × samples × levels × latitudes × longitudes) drawn through the network
-#: at once outside training: 8 members of one sample on ENS-10's 361 × 720 grid at 2 levels (about
-#: 5 GB of activations for the main job's U-Net); on a small grid all members go at once.
-CHUNK_POINTS = 8 * 2 * 361 * 720
+#: Grid points (members × samples × levels × latitudes × longitudes) drawn through the head at
+#: once outside training: 16 members of one sample on ENS-10's 361 × 720 grid at 2 levels; on a
+#: small grid all members go at once.
+CHUNK_POINTS = 16 * 2 * 361 * 720
+
+#: Order of the variogram score in the loss (as ``ensml evaluate --multivariate`` scores it).
+VS_ORDER = 0.5
+
+#: Smoothing of ``|d|^p`` at 0 in the loss's variogram score, in units of s: the score moves by at
+#: most 0.01 s^0.5 per point pair and its gradient stays finite where two points are equal (dry)
+#: in every member (:func:`~ensml.scores.fair_samples.variogram_score_fair`).
+VS_SMOOTH = 1e-4
 
 
 class GenerativeTask(EnsembleTask):
@@ -61,6 +83,12 @@ class GenerativeTask(EnsembleTask):
     ----------
     use_analysis
         Feed the analysis at initialisation to the network, as the mixed task does.
+    trunk_channels
+        Features the trunk gives the head at every grid point.
+    head_width, head_depth, head_kernel
+        The member head, a U-Net: channels of its first level, its poolings (0: two convolutions
+        at full resolution), and its odd kernel size (1: each grid point on its own). Its cost per
+        member grows with all three.
     noise_channels
         Standard normal channels at each noise scale.
     noise_scales
@@ -75,6 +103,11 @@ class GenerativeTask(EnsembleTask):
         Side of the square blocks (grid points) the energy score is taken over; a grid smaller
         than that is one block along that side. Training places the blocks at a random offset,
         so that every pair of neighbours is scored together now and then.
+    vs_weight
+        Weight of the variogram score in the loss (0: none).
+    vs_points
+        Grid points of each field and level the variogram score takes, drawn anew each training
+        step (validation: the same points each time); its cost grows with their square.
     n_members
         Members drawn per sample by ``predict`` (any number; not a weight: a checkpoint is applied
         with any).
@@ -91,11 +124,17 @@ class GenerativeTask(EnsembleTask):
         self,
         *args: Any,
         use_analysis: bool = True,
+        trunk_channels: PositiveInt = 16,
+        head_width: PositiveInt = 16,
+        head_depth: NonNegativeInt = 0,
+        head_kernel: PositiveInt = 1,
         noise_channels: PositiveInt = 4,
-        noise_scales: list[PositiveInt] = (1, 8),  # type: ignore[assignment]
+        noise_scales: list[PositiveInt] = (1, 4, 16),  # type: ignore[assignment]
         train_members: PositiveInt = 4,
         es_weight: NonNegativeFloat = 1.0,
         patch: PositiveInt = 8,
+        vs_weight: NonNegativeFloat = 1.0,
+        vs_points: PositiveInt = 128,
         n_members: PositiveInt = 10,
         sample_seed: NonNegativeInt = 0,
         **kwargs: Any,
@@ -112,10 +151,33 @@ class GenerativeTask(EnsembleTask):
         arch = kwargs.get("arch", "unet3d")
         if arch != "unet3d":
             raise EnsmlError(
-                f"GenerativeTask draws members with the unet3d network (noise channels beside the "
-                f"stacked leads), got arch {arch!r}"
+                f"GenerativeTask's trunk is the unet3d network (a temporal trunk is not built), "
+                f"got arch {arch!r}"
+            )
+        if vs_points < 2:
+            raise EnsmlError(
+                f"GenerativeTask vs_points must be at least 2 (the score compares points), got {vs_points}"
+            )
+        if head_kernel % 2 == 0:
+            raise EnsmlError(f"GenerativeTask head_kernel must be odd (a centred kernel), got {head_kernel}")
+        groups = int(kwargs.get("norm_groups", 0))
+        if groups and head_width % groups:
+            raise EnsmlError(
+                f"GenerativeTask head_width={head_width} must be a multiple of norm_groups={groups}: "
+                "the head's blocks are normalised in norm_groups groups of equal size"
             )
         super().__init__(*args, **kwargs)
+        hp = self.hparams
+        head = build_network(
+            "unet3d",
+            int(hp.trunk_channels) + self.n_noise,
+            self.n_fields,
+            width=int(hp.head_width),
+            depth=int(hp.head_depth),
+            kernel_size=int(hp.head_kernel),
+            norm_groups=hp.norm_groups,
+        )
+        self.head = self.prepare_net(head)
         variables = list(self.hparams.variables)
         # (V,) lower bound of each variable (−inf: none), applied to its members.
         bounds = [natural_lower(v) for v in variables]
@@ -132,13 +194,10 @@ class GenerativeTask(EnsembleTask):
         """Noise channels of the network's input."""
         return int(self.hparams.noise_channels) * len(self.hparams.noise_scales)
 
-    def network_input_shape(self, batch_size: int, n_lat: int, n_lon: int) -> tuple[int, ...]:
-        b, c, *rest = super().network_input_shape(batch_size, n_lat, n_lon)
-        return (b, c + self.n_noise, *rest)
-
-    def features(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The mixed task's inputs with the batch's ``noise`` channels after them."""
-        return torch.cat([super().features(batch), batch["noise"]], dim=1)
+    @property
+    def net_channels(self) -> int:
+        """The trunk's features (``trunk_channels``), which the head reads."""
+        return int(self.hparams.trunk_channels)
 
     # -- noise --------------------------------------------------------------------------------
     def noise(
@@ -170,13 +229,19 @@ class GenerativeTask(EnsembleTask):
         return torch.stack(out)
 
     # -- members ------------------------------------------------------------------------------
-    def members(self, batch: dict[str, torch.Tensor], noise: torch.Tensor) -> torch.Tensor:
-        """The members (B, N, F, D, H, W) in physical units, one per noise draw (B, N, C, D, H, W)."""
+    def trunk(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The trunk's features (B, trunk_channels, D, H, W): once per forecast, for any members."""
+        return run_net(self, self.net, self.features(batch))
+
+    def members(
+        self, batch: dict[str, torch.Tensor], noise: torch.Tensor, trunk: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The members (B, N, F, D, H, W) in physical units, one per noise draw (B, N, C, D, H, W),
+        from the trunk's features (:meth:`trunk`, computed here unless given)."""
         b, n = noise.shape[:2]
-        inputs = ("mean_k", "std_k", "analysis_init")
-        tiled = {key: batch[key].repeat_interleave(n, 0) for key in inputs if key in batch}
-        tiled["noise"] = noise.flatten(0, 1)
-        out = network(self, tiled)  # (B·N, F, D, H, W)
+        trunk = self.trunk(batch) if trunk is None else trunk
+        x = torch.cat([trunk.repeat_interleave(n, 0), noise.flatten(0, 1)], dim=1)
+        out = self.tie_surface(run_net(self, self.head, x))  # (B·N, F, D, H, W)
         centre = self.at_targets(batch["mean_k"]).repeat_interleave(n, 0)
         x = centre + self.scale() * out
         if self.local is not None:
@@ -188,13 +253,15 @@ class GenerativeTask(EnsembleTask):
 
     def draw(self, batch: dict[str, torch.Tensor], n: int | None = None) -> torch.Tensor:
         """``n`` members (default ``n_members``) of every sample (B, N, F, D, H, W), reproducibly
-        (:meth:`sample_noise`), drawn in chunks of at most :data:`CHUNK_POINTS` grid points."""
+        (:meth:`sample_noise`): one trunk pass, then the head on chunks of at most
+        :data:`CHUNK_POINTS` grid points."""
         n = int(self.hparams.n_members) if n is None else n
         chunk = max(1, CHUNK_POINTS // batch["mean_k"][:, 0, 0].numel())  # members per pass
+        trunk = self.trunk(batch)
         chunks = []
         for first in range(0, n, chunk):
             size = min(chunk, n - first)
-            chunks.append(self.members(batch, self.sample_noise(batch, size, first)))
+            chunks.append(self.members(batch, self.sample_noise(batch, size, first), trunk))
         return torch.cat(chunks, dim=1)
 
     def _training_members(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -237,16 +304,31 @@ class GenerativeTask(EnsembleTask):
         weighted = es * weights / math.sqrt(ph * pw)
         return weighted.mean() if self.reduce_mean is None else self.reduce_mean(weighted)
 
-    def _losses(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The area-weighted fair CRPS and patch energy score, in units of s."""
+    def _variogram(self, members: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """Mean fair variogram score over every field and level of ``vs_points`` grid points, per
+        ordered pair; the points are drawn anew each training step, the same ones otherwise."""
+        points = obs.shape[-2] * obs.shape[-1]
+        n = min(int(self.hparams.vs_points), points)
+        generator = None if self.training else torch.Generator().manual_seed(int(self.hparams.sample_seed))
+        chosen = torch.randperm(points, generator=generator)[:n].to(obs.device)
+        x, y = members.flatten(-2)[..., chosen], obs.flatten(-2)[..., chosen]
+        vs = variogram_score_fair(x, y, member_dim=1, p=VS_ORDER, smooth=VS_SMOOTH) / (n * (n - 1))
+        return vs.mean() if self.reduce_mean is None else self.reduce_mean(vs)
+
+    def _losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The area-weighted fair CRPS, patch energy score and variogram score, in units of s;
+        the scores of weight 0 are not computed."""
         s = self.scale()
         members, obs = self._training_members(batch) / s[:, None], batch["obs"] / s
-        crps = self.area_mean(crps_fair(members, obs, dim=1))
-        return crps, self._patch_energy(members, obs)
+        terms = {"crps": self.area_mean(crps_fair(members, obs, dim=1))}
+        if float(self.hparams.es_weight):
+            terms["es"] = float(self.hparams.es_weight) * self._patch_energy(members, obs)
+        if float(self.hparams.vs_weight):
+            terms["vs"] = float(self.hparams.vs_weight) * self._variogram(members, obs)
+        return terms
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        crps, es = self._losses(batch)
-        return crps + float(self.hparams.es_weight) * es
+        return sum(self._losses(batch).values())  # type: ignore[return-value]
 
     def quality(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Area-weighted fair CRPS of ``train_members`` members, in units of s."""

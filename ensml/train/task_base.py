@@ -199,7 +199,7 @@ class EnsembleTask(L.LightningModule):
         )
         if local_affine and grid_shape is None:
             raise EnsmlError("local_affine needs the grid: set grid_shape (the CLI links it from the data)")
-        self.net = self.build_net(self.n_fields * self.n_outputs_per_var)
+        self.net = self.build_net(self.net_channels)
         self.local = (
             LocalAffine(self.n_outputs_per_var * self.n_fields, len(levels), *grid_shape)
             if local_affine
@@ -244,6 +244,11 @@ class EnsembleTask(L.LightningModule):
     def n_fields(self) -> int:
         """Output fields per kind of output: target leads × variables."""
         return len(self.target_leads) * len(self.hparams.variables)
+
+    @property
+    def net_channels(self) -> int:
+        """Output channels of the task's network (:attr:`net`): each output per field."""
+        return self.n_fields * self.n_outputs_per_var
 
     @property
     def n_static(self) -> int:

@@ -31,20 +31,27 @@ def network(
 ) -> torch.Tensor:
     """``net`` (default: the task's network) on the batch's features, surface fields tied.
 
-    A training step runs as the task's speed options say (compiled, under bf16 autocast, in the
-    channels-last layout); validation and prediction run the plain float32 network.
     Here rather than a method of :class:`EnsembleTask`: a prediction then crosses this module
     and the network only (see docs/architecture.md, the spines).
     """
-    net, x, speed = net or task.net, task.features(batch), task.speed
+    return task.tie_surface(run_net(task, net or task.net, task.features(batch)))
+
+
+def run_net(task: EnsembleTask, net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``net`` on the input ``x`` (float32 out), as the task runs its networks.
+
+    A training step runs as the task's speed options say (compiled, under bf16 autocast, in the
+    channels-last layout); validation and prediction run the plain float32 network.
+    """
+    speed = task.speed
     if not (task.training and torch.is_grad_enabled()):
-        return task.tie_surface(net(to_layout(x, speed)))
+        return net(to_layout(x, speed))
     if speed.compile:
         if id(net) not in task.compiled:
             task.compiled[id(net)] = apply_speed(net, SpeedOptions(compile=True))
         net = task.compiled[id(net)]
     with autocast(speed, x.device.type):
-        return task.tie_surface(net(to_layout(x, speed)).float())
+        return net(to_layout(x, speed)).float()
 
 
 class SpreadTask(EnsembleTask):

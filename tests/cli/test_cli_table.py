@@ -88,7 +88,19 @@ ROWS: list[Row] = [
         "fit: generative with a temporal network",
         GEN + " --model.init_args.arch convgru",
         1,
-        ("GenerativeTask draws members with the unet3d network", "'convgru'"),
+        ("GenerativeTask's trunk is the unet3d network", "'convgru'"),
+    ),
+    (
+        "fit: generative head with an even kernel",
+        GEN + " --model.init_args.head_kernel 2",
+        1,
+        ("head_kernel must be odd", "got 2"),
+    ),
+    (
+        "fit: generative variogram score of one point",
+        GEN + " --model.init_args.vs_points 1",
+        1,
+        ("vs_points must be at least 2", "got 1"),
     ),
     (
         "fit: generative without noise scales",

@@ -15,6 +15,7 @@ from ensml.cli.main import main
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError
 from ensml.predictions import RunMeta
+from ensml.train import generative
 from ensml.train.generative import GenerativeTask
 from tests.conftest import CONFIGS, TINY_PERIODS, tiny_data_args
 
@@ -140,13 +141,48 @@ def test_patch_energy_score_is_the_fair_energy_score_of_blocks(data) -> None:
     np.testing.assert_allclose(got, total / count, rtol=1e-5)
 
 
-def test_loss_is_crps_plus_weighted_energy_score(data) -> None:
+def test_loss_is_crps_plus_weighted_energy_and_variogram_scores(data) -> None:
     dm, batch = data
-    task = make(dm, es_weight=0.5).train()
-    torch.manual_seed(3)
-    crps, es = task._losses(batch)
-    torch.manual_seed(3)
-    np.testing.assert_allclose(float(task.loss(batch)), float(crps + 0.5 * es), rtol=1e-6)
+    task = make(dm, es_weight=0.5, vs_weight=2.0)
+    with torch.no_grad():
+        drawn = task._with_members(batch)
+        s = task.scale()
+        members, obs = drawn["members"] / s[:, None], drawn["obs"] / s
+        crps = float(task.quality(drawn))
+        es, vs = float(task._patch_energy(members, obs)), float(task._variogram(members, obs))
+        np.testing.assert_allclose(float(task.loss(drawn)), crps + 0.5 * es + 2.0 * vs, rtol=1e-6)
+        # weight 0: the term is not computed
+        assert set(make(dm, es_weight=0.0, vs_weight=0.0)._losses(drawn)) == {"crps"}
+
+
+def test_variogram_term_is_the_fair_variogram_score_of_its_points(data, monkeypatch) -> None:
+    monkeypatch.setattr(generative, "VS_SMOOTH", 0.0)  # exact |d|^0.5, as scoringrules
+    dm, _ = data
+    task = make(dm, vs_points=24)
+    members = torch.randn(3, 4, 2, 2, 16, 32, generator=torch.Generator().manual_seed(0))
+    obs = torch.randn(3, 2, 2, 16, 32, generator=torch.Generator().manual_seed(1))
+    got = float(task._variogram(members, obs))  # eval mode: the points of sample_seed
+    chosen = torch.randperm(16 * 32, generator=torch.Generator().manual_seed(0))[:24].numpy()
+    fc = members.double().flatten(-2).numpy()[..., chosen].transpose(0, 2, 3, 1, 4)  # (B, F, D, N, 24)
+    ob = obs.double().flatten(-2).numpy()[..., chosen]
+    want = sr.vs_ensemble(ob, fc, p=0.5, estimator="fair") / (24 * 23)
+    np.testing.assert_allclose(got, want.mean(), rtol=1e-5)
+    assert got == float(task._variogram(members, obs))  # the same points again outside training
+    task.train()
+    assert got != float(task._variogram(members, obs))  # new points in training
+
+
+def test_the_trunk_runs_once_per_forecast_whatever_the_members(data, monkeypatch) -> None:
+    dm, batch = data
+    task = make(dm)
+    monkeypatch.setattr(generative, "CHUNK_POINTS", 5 * 2 * 16 * 32)  # 5 members per head pass
+    calls = {"net": 0, "head": 0}
+    task.net.register_forward_hook(lambda *a: calls.__setitem__("net", calls["net"] + 1))
+    task.head.register_forward_hook(lambda *a: calls.__setitem__("head", calls["head"] + 1))
+    one = {key: value[:1] for key, value in batch.items()}
+    with torch.no_grad():
+        members = task.draw(one, 12)
+    assert members.shape[1] == 12 and calls == {"net": 1, "head": 3}
 
 
 def test_validation_draws_its_members_once(data, monkeypatch) -> None:
@@ -170,6 +206,12 @@ def test_refused_options() -> None:
         GenerativeTask(arch="convgru")
     with pytest.raises(EnsmlError, match="at least one scale"):
         GenerativeTask(noise_scales=[])
+    with pytest.raises(EnsmlError, match="head_kernel must be odd"):
+        GenerativeTask(head_kernel=2)
+    with pytest.raises(EnsmlError, match="vs_points must be at least 2"):
+        GenerativeTask(vs_points=1)
+    with pytest.raises(EnsmlError, match="head_width=6 must be a multiple of norm_groups=4"):
+        GenerativeTask(norm_groups=4, head_width=6)
 
 
 @pytest.mark.slow
