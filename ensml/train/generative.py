@@ -219,18 +219,23 @@ class GenerativeTask(EnsembleTask):
             parts.append(z)
         return torch.cat(parts, dim=1)
 
-    def sample_noise(self, batch: dict[str, torch.Tensor], n: int, first: int = 0) -> torch.Tensor:
-        """Noise of members ``first`` … ``first + n − 1`` of every sample (B, n, C, D, H, W), the
-        same for a sample's index and ``sample_seed`` whatever the batch."""
-        shape = tuple(batch["mean_k"].shape[-3:])
+    def noise_generators(self, batch: dict[str, torch.Tensor]) -> list[torch.Generator]:
+        """One generator per sample, seeded by ``sample_seed`` and the sample's index: the stream
+        its members' noise is drawn from, member after member."""
         seed = int(self.hparams.sample_seed)
-        out = []
-        for index in batch["index"].tolist():
-            generator = torch.Generator().manual_seed(seed * 1_000_003 + int(index))
-            # member after member, so that a member's noise does not depend on how many are drawn
-            draws = [self.noise(1, shape, batch["mean_k"], generator) for _ in range(first + n)]
-            out.append(torch.cat(draws[first:]))
-        return torch.stack(out)
+        return [torch.Generator().manual_seed(seed * 1_000_003 + int(i)) for i in batch["index"].tolist()]
+
+    def sample_noise(
+        self, batch: dict[str, torch.Tensor], n: int, generators: list[torch.Generator] | None = None
+    ) -> torch.Tensor:
+        """Noise of ``n`` members of every sample (B, n, C, D, H, W): its first ``n``, the same for
+        a sample's index and ``sample_seed`` whatever the batch; given ``generators``
+        (:meth:`noise_generators`), the ``n`` after those they have drawn already."""
+        shape = tuple(batch["mean_k"].shape[-3:])
+        generators = self.noise_generators(batch) if generators is None else generators
+        # member after member, so that a member's noise does not depend on how many are drawn
+        draws = [[self.noise(1, shape, batch["mean_k"], g) for _ in range(n)] for g in generators]
+        return torch.stack([torch.cat(member) for member in draws])
 
     # -- members ------------------------------------------------------------------------------
     def trunk(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -266,11 +271,11 @@ class GenerativeTask(EnsembleTask):
         :data:`CHUNK_POINTS` grid points."""
         n = int(self.hparams.n_members) if n is None else n
         chunk = max(1, CHUNK_POINTS // batch["mean_k"][:, 0, 0].numel())  # members per pass
-        trunk = self.trunk(batch)
+        trunk, generators = self.trunk(batch), self.noise_generators(batch)
         chunks = []
-        for first in range(0, n, chunk):
+        for first in range(0, n, chunk):  # each chunk's noise continues the streams of the last
             size = min(chunk, n - first)
-            chunks.append(self.members(batch, self.sample_noise(batch, size, first), trunk))
+            chunks.append(self.members(batch, self.sample_noise(batch, size, generators), trunk))
         return torch.cat(chunks, dim=1)
 
     def _training_members(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -183,6 +183,10 @@ def test_the_trunk_runs_once_per_forecast_whatever_the_members(data, monkeypatch
     with torch.no_grad():
         members = task.draw(one, 12)
     assert members.shape[1] == 12 and calls == {"net": 1, "head": 3}
+    # the chunks' noise continues member after member: the members of one 12-member pass
+    with torch.no_grad():
+        whole = task.members(one, task.sample_noise(one, 12))
+    torch.testing.assert_close(members, whole, rtol=1e-6, atol=0)
 
 
 def test_validation_draws_its_members_once(data, monkeypatch) -> None:
