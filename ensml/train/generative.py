@@ -16,9 +16,9 @@ point mass at zero where members are dry.
 the inputs once per forecast and gives ``trunk_channels`` features at every grid point; the head
 reads the features and a member's noise ``z``. Drawing N members costs one trunk pass and N head
 passes. The default head is a small network of each grid point (``head_kernel: 1``,
-``head_depth: 0``: two 1 × 1 × 1 convolutions of ``head_width`` channels), about a tenth of a
+``head_depth: 0``: two 1 × 1 × 1 convolutions of ``head_width`` channels), under a tenth of a
 trunk pass per member at 361 × 720 (where it is bound by memory traffic), so that 50 members cost
-about six passes, not 50; a head with a larger kernel or depth (a small U-Net) shapes the noise
+about five passes, not 50; a head with a larger kernel or depth (a small U-Net) shapes the noise
 itself, at about a third of a trunk pass per member. The noise ``z`` is ``noise_channels``
 standard normal channels at each of ``noise_scales``: drawn on a grid ``scale`` times coarser and
 interpolated, so that the head has perturbations of several sizes to combine, from point-wise
