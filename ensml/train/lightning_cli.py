@@ -286,12 +286,15 @@ def quiet_lightning() -> None:
     # and hyperparameters; a predict or test run needs no checkpoint callback state). "Experiment
     # logs directory ... will be deleted": the run folder is ensml's (its ledger, checked before
     # the run) and already holds ``.ensml`` on a fresh fit; a resume keeps its logged rows
-    # (checkpoints.KeepLoggedMetrics).
+    # (checkpoints.KeepLoggedMetrics). "The `srun` command is available": on a SLURM login node
+    # Lightning hints to prefix the process with srun; ensml's cluster runs are launched by ensml
+    # (its job scripts), a run on the login node is meant to be one.
     for message in (
         "LightningCLI's args parameter",
         r"`isinstance\(treespec, LeafSpec\)`",
         "Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
         "Experiment logs directory",
+        "The `srun` command is available on your system but is not used",
     ):
         warnings.filterwarnings("ignore", message=message)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -245,9 +246,16 @@ def test_data_synth_says_which_command_wrote_what(tmp_path: Path, capsys) -> Non
 @pytest.mark.slow
 def test_a_fresh_fit_warns_of_no_log_deletion(tiny_data, tmp_path, monkeypatch, recwarn) -> None:
     # The run folder holds .ensml before Lightning's CSV logger starts: no "Previous log files in
-    # this directory will be deleted" for a folder that holds no logs.
+    # this directory will be deleted" for a folder that holds no logs; and on a SLURM login node
+    # (an srun on the PATH) no hint to prefix the command with srun.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.chdir(tmp_path)
     short = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1"]
     assert main(["fit", "--config", SMOKE, *tiny_data_args(tiny_data), *short]) == 0
     assert (tmp_path / "runs/smoke/metrics.csv").is_file()
     assert not [w for w in recwarn if "Experiment logs directory" in str(w.message)]
+    assert not [w for w in recwarn if "srun" in str(w.message)]
