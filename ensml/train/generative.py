@@ -207,15 +207,22 @@ class GenerativeTask(EnsembleTask):
     def noise(
         self, n: int, shape: tuple[int, int, int], like: torch.Tensor, generator: torch.Generator | None
     ) -> torch.Tensor:
-        """``n`` draws of the noise channels (n, C, D, H, W) on the grid ``shape`` = (D, H, W)."""
+        """``n`` draws of the noise channels (n, C, D, H, W) on the grid ``shape`` = (D, H, W).
+
+        A scale's coarse values are interpolated linearly: unit variance at the coarse points,
+        smooth between. Along longitude they wrap around, as the network's convolutions do: a
+        coarse point every ``scale`` grid points and the last interval closing onto the first, so
+        that the noise has no seam at the grid's edge."""
         d, h, w = shape
         parts = []
         for scale in self.hparams.noise_scales:
             coarse = (d, max(1, math.ceil(h / scale)), max(1, math.ceil(w / scale)))
             z = torch.randn((n, self.hparams.noise_channels, *coarse), generator=generator)
             z = z.to(like)
-            if coarse != shape:  # interpolated: unit variance at the coarse points, smooth between
-                z = F.interpolate(z, size=shape, mode="trilinear", align_corners=True)
+            if coarse != shape:
+                wrapped = torch.cat([z, z[..., :1]], dim=-1)  # the first column again, after the last
+                size = (d, h, coarse[2] * scale + 1)
+                z = F.interpolate(wrapped, size=size, mode="trilinear", align_corners=True)[..., :w]
             parts.append(z)
         return torch.cat(parts, dim=1)
 

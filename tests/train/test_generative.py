@@ -91,6 +91,13 @@ def test_the_noise_scales_are_what_they_say(data) -> None:
         return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
 
     assert abs(lag1(fine)) < 0.02 and lag1(coarse) > 0.8
+    # longitude wraps around (the network's convolutions do): the last and first columns are
+    # neighbours too, the coarse noise has no seam there
+    assert lag1(torch.cat([coarse[..., -1:], coarse[..., :1]], dim=-1)) > 0.8
+    # a coarse point every 8 columns from the first (and in the first row): unit variance
+    # there, less between
+    row = coarse[..., 0, :]
+    assert abs(float(row[..., ::8].std()) - 1.0) < 0.03 and float(row[..., 4::8].std()) < 0.8
 
 
 def test_members_keep_the_variables_bound(data) -> None:
