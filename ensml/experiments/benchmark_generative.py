@@ -12,7 +12,11 @@ on the synthetic data (``synth``) or the physics testbed (``physics``):
 and compares on the test period, at every target lead, variable and level, with N members each
 (``members``; default the raw ensemble's M): the raw ensemble, the raw subset, the three
 two-step methods, the generated members and, on the synthetic data, the oracle's members drawn
-with the generator's true spatial correlation (``synth.oracle_members``). The scores are those of
+with the generator's true spatial correlation (``synth.oracle_members``). ``members`` may list
+several N (``[10, 50]``): the two-step methods and the generator then make each N in turn, in a
+block of rows of their own (the raw and oracle rows only in the first), because the standard
+ensemble scores of N random draws carry a sampling term of order 1/N that quantile members do
+not, and the generator's N is free. The scores are those of
 ``evaluate --multivariate`` over the whole field (:func:`ensml.verify.multivariate.field_scores`):
 energy score, variogram score (p = 0.5), the flatness of the rank histograms of area means and
 band depths, the zonal spectrum error; each skill is over ECC-Q with its 95 % block-bootstrap
@@ -20,10 +24,10 @@ interval and Diebold–Mariano p. Beside them, the per-point CRPS: the parametri
 form, and the fair CRPS of each set of members (the unbiased CRPS of the distribution they are
 drawn from: N members are not penalised for being N).
 
-Writes ``benchmark.csv`` (every row), ``benchmark.md`` (a table per variable and level, the
-verdicts of the generated-members issue's targets) and, per variable, ``members_<var>.png``
-(four generated members beside the truth and four ECC-Q members) and
-``rank_histograms_<var>.png`` to ``out_dir``, together at the end.
+Writes ``benchmark.csv`` (every row; ``draws`` the N of its block), ``benchmark.md`` (per N, the
+verdicts of the generated-members issue's targets and a table per variable and level) and, per
+variable, ``members_<var>.png`` (four generated members beside the truth and four ECC-Q members)
+and ``rank_histograms_<var>.png`` (the first N) to ``out_dir``, together at the end.
 """
 
 from __future__ import annotations
@@ -72,9 +76,10 @@ ORACLE = "oracle members"
 
 @dataclass
 class Cell:
-    """One lead, variable and level of the test period: the truth and every method's members
-    (init, N, lat, lon), the parametric network's per-point CRPS and its area weights."""
+    """One lead, variable and level of the test period at ``draws`` members a method: the truth and
+    every method's members (init, N, lat, lon), the parametric network's per-point CRPS."""
 
+    draws: int
     lead: np.timedelta64
     var: str
     level: float | None
@@ -98,7 +103,7 @@ def benchmark_generative(
     test_period: tuple[str, str] = ("2020-01-01", "2020-12-31"),
     batch_size: PositiveInt = 8,
     parametric: ModelSpec | None = None,
-    members: PositiveInt | None = None,
+    members: PositiveInt | list[PositiveInt] | None = None,
     copula_shrinkage: NonNegativeFloat | None = None,
     limit_train_batches: PositiveInt | None = None,
     seed: Seed = 0,
@@ -131,7 +136,9 @@ def benchmark_generative(
         The parametric network whose margins the two-step methods share (default: the mixed
         U-Net with location inputs and the per-point layer, 8 epochs).
     members
-        Members of every method but the raw ones (default: the raw ensemble's M).
+        Members of every method but the raw ones (default: the raw ensemble's M); a list scores
+        the two-step methods and the generator at each N in turn, the first N beside the raw and
+        oracle rows and in the figures.
     copula_shrinkage
         Weight of the identity in the Gaussian copula's correlation matrix (0: the sample
         correlation); None: Schäfer & Strimmer's optimal weight
@@ -160,6 +167,7 @@ def benchmark_generative(
             f"benchmark parametric: task must be 'mixed' (per-point margins), got {parametric.task!r}"
         )
     OutputFolder.check(out_dir, "benchmark", names=[TABLE, PAGE])  # before the data and the fits
+    requested = member_counts(members)
     torch.set_num_threads(check_threads(threads))
     linked = dict(variables=variables, levels=list(levels), input_leads=list(input_leads), k=k)
     linked["target_leads"] = list(target_leads)
@@ -192,7 +200,8 @@ def benchmark_generative(
         seed=seed,
     )
     dm.setup("fit")
-    n = int(members or dm.spec.members)
+    counts = requested or [int(dm.spec.members)]
+    n = max(counts)
     if dm.init_times("train").size < n:
         raise EnsmlError(
             f"benchmark: the Schaake shuffle orders {n} members by {n} past analyses, the training period "
@@ -210,7 +219,7 @@ def benchmark_generative(
         fit_s[generative.name] = _fit(gen, generative_spec, dm, seed, limit_train_batches)
         progress.advance(f"{generative.name} trained in {seconds(fit_s[generative.name])}")
         progress.describe("members and scores")
-        cells = _cells(dm, paths, mixed, gen, generative.name, n, copula_shrinkage, seed)
+        cells = _cells(dm, paths, mixed, gen, generative.name, counts, copula_shrinkage, seed)
         rows, scored = table_rows(
             cells, dm.init_times("test"), f"{parametric.name} (per point)", two_step.ECC
         )
@@ -221,13 +230,27 @@ def benchmark_generative(
     )
     files = {
         TABLE: table.to_csv(index=False),
-        PAGE: page(table, kind_of(source), generative.name, parametric.name, n),
-        **figures(cells, generative.name, scored),
+        PAGE: page(table, kind_of(source), generative.name, parametric.name),
+        **figures(
+            [c for c in cells if c.draws == counts[0]],
+            generative.name,
+            [s for c, s in zip(cells, scored) if c.draws == counts[0]],
+        ),
     }
     with OutputFolder.open(out_dir, "benchmark", whole=True) as folder:
         for name, content in files.items():
             folder.write_bytes(name, content if isinstance(content, bytes) else content.encode())
     return table
+
+
+def member_counts(members: int | list[int] | None) -> list[int] | None:
+    """The benchmark's N, in the order given, each once; None: the raw ensemble's M."""
+    if members is None:
+        return None
+    counts = list(dict.fromkeys(int(m) for m in ([members] if isinstance(members, int) else members)))
+    if not counts:
+        raise EnsmlError("benchmark members: name at least one count of members, e.g. 10 or [10, 50]")
+    return counts
 
 
 def _build(
@@ -286,24 +309,28 @@ def _cells(
     mixed: MixedTask,
     gen: GenerativeTask,
     gen_name: str,
-    n: int,
+    counts: list[int],
     shrinkage: float | None,
     seed: int,
 ) -> list[Cell]:
-    """Every method's members on the test period, by lead, variable and level."""
+    """Every method's members on the test period, by count of members (``counts``: the raw and
+    oracle members in the first only), lead, variable and level. The generator draws the largest
+    count once; a smaller count is its first members, which a draw of that many would give."""
     spec = dm.spec
-    test = _split(dm.test_dataloader(), lambda b: {**_params(mixed, b), "gen": gen.draw(b, n)})
+    most = max(counts)
+    test = _split(dm.test_dataloader(), lambda b: {**_params(mixed, b), "gen": gen.draw(b, most)})
     val = _split(dm.val_dataloader(), lambda b: _params(mixed, b))
     inits = dm.init_times("test")
     lat, lon = dm.coords[LATITUDE], dm.coords[LONGITUDE]
     raw = _raw(paths["forecast"], spec, inits)
-    oracle = _oracle(paths.get("oracle_members"), spec, inits, n)
+    oracle = _oracle(paths.get("oracle_members"), spec, inits, counts[0])
     history = dm.init_times("train")
     train_truth = _truth_at(dm, history)
     n_var, cells = len(spec.variables), []
     coords = {INIT_TIME: inits, LATITUDE: lat, LONGITUDE: lon}
     n_val = len(val["obs"])
-    for t, lead in enumerate(spec.target_leads):
+    for n, t in ((n, t) for n in counts for t in range(len(spec.target_leads))):
+        lead, first = spec.target_leads[t], n == counts[0]
         templates = two_step.templates_by_day(inits + lead, history + lead, n)
         for v, var in enumerate(spec.variables):
             f, family = t * n_var + v, mixed.families[v]
@@ -315,17 +342,20 @@ def _cells(
                 hist = train_truth[var][t][:, j].reshape(len(history), -1)[templates]  # (init, N, D)
                 fitted = {p: val[f"{var}|{p}"][:, t, j].reshape(n_val, -1) for p in family.params}
                 scores = two_step.normal_scores(family, fitted, val["obs"][:, f, j].reshape(n_val, -1), seed)
-                sets = {
+                raw_sets = {
                     raw_ensemble_name(spec.members): raw[var][:, t, :, j].reshape(
                         len(inits), spec.members, -1
                     ),
                     raw_subset_name(spec.k): sub,
+                }
+                sets = {
+                    **(raw_sets if first else {}),
                     two_step.ECC: two_step.ecc(quantiles, sub, seed),
                     two_step.SCHAAKE: two_step.schaake(quantiles, hist, seed),
                     two_step.COPULA: two_step.copula(family, params, scores, n, shrinkage, seed),
-                    gen_name: test["gen"][:, :, f, j].reshape(len(inits), n, -1),
+                    gen_name: test["gen"][:, :n, f, j].reshape(len(inits), n, -1),
                 }
-                if oracle is not None and var in oracle:
+                if first and oracle is not None and var in oracle:
                     sets[ORACLE] = oracle[var][:, t, :, j].reshape(len(inits), oracle[var].shape[2], -1)
                 shape = (len(inits), lat.size, lon.size)
                 members = {
@@ -339,7 +369,8 @@ def _cells(
                 dims = (INIT_TIME, LATITUDE, LONGITUDE)
                 crps = xr.DataArray(family.crps(params, y).reshape(shape), dims=dims, coords=coords)
                 truth = xr.DataArray(y.reshape(shape), dims=dims, coords=coords)
-                cells.append(Cell(lead, var, None if level is None else float(level), truth, members, crps))
+                level = None if level is None else float(level)
+                cells.append(Cell(n, lead, var, level, truth, members, crps))
     return cells
 
 
@@ -389,4 +420,4 @@ def _truth_at(dm: EnsembleDataModule, inits: np.ndarray) -> dict[str, list[np.nd
     return out
 
 
-__all__ = ["ORACLE", "Cell", "benchmark_generative"]
+__all__ = ["ORACLE", "Cell", "benchmark_generative", "member_counts"]

@@ -64,7 +64,12 @@ def table_rows(
         h = forecast_horizon(cell.lead, inits)
         scored = {name: field_scores(x, cell.truth, weights) for name, x in cell.members.items()}
         by_cell.append(scored)
-        where = {"lead_h": hours_of(cell.lead), "variable": cell.var, "level_hPa": cell.level}
+        where = {
+            "lead_h": hours_of(cell.lead),
+            "variable": cell.var,
+            "level_hPa": cell.level,
+            "draws": cell.draws,
+        }
         parametric_crps = _area_mean(cell.parametric_crps, weights)
         rows.append({**where, "forecast": parametric, "crps": parametric_crps})
         truth = cell.truth.transpose(INIT_TIME, LATITUDE, LONGITUDE).values
@@ -149,8 +154,9 @@ SHOWN = {
 }
 
 
-def page(table: pd.DataFrame, kind: str, generative: str, parametric: str, n: int) -> str:
-    """``benchmark.md``: the verdicts, then a table per lead, variable and level."""
+def page(table: pd.DataFrame, kind: str, generative: str, parametric: str) -> str:
+    """``benchmark.md``: per count of members (``draws``), the verdicts, then a table per lead,
+    variable and level."""
     data = (
         "the synthetic data (oracle members: the generator's true joint distribution)"
         if kind == "synth"
@@ -159,18 +165,37 @@ def page(table: pd.DataFrame, kind: str, generative: str, parametric: str, n: in
     lines = [
         f"# Generated members: {generative} against two-step methods on {data}",
         "",
-        f"Every method but the raw ones has {n} members per init; the two-step methods share the margins of "
-        f"{parametric}. Skills are over {ECC} with 95 % moving-block bootstrap intervals over init times; "
+        f"Every method but the raw ones has the section's count of members per init; the two-step methods "
+        f"share the margins of {parametric}. Skills are over {ECC} with as many members, with 95 % "
+        "moving-block bootstrap intervals over init times; "
         "CRPS: the parametric network's closed form; of each set of members the standard ensemble CRPS "
         "(what scoring these members gives) and the fair one (unbiased for the distribution that draws "
         "them: the raw, copula, generated and oracle members; ECC-Q's and the Schaake shuffle's are "
-        "quantiles, whose fair CRPS lies below their margins').",
-        "",
-        "## Targets",
-        "",
-        *verdicts(table, generative),
+        "quantiles, whose fair CRPS lies below their margins'). The standard ensemble scores of N random "
+        "draws carry a sampling term of order 1/N that quantile members do not; the generator can draw "
+        "any N.",
         "",
     ]
+    shown = _shown(table)
+    for draws, block in table.groupby("draws", sort=False):
+        lines += [f"## {draws:g} members a method", "", "### Targets", "", *verdicts(block, generative), ""]
+        for (lead, var, level), rows in shown[table["draws"] == draws].groupby(
+            ["lead_h", "variable", "level_hPa"], dropna=False, sort=True
+        ):
+            title = f"### {var}{'' if pd.isna(level) else f' {level:g} hPa'}, +{lead:g} h"
+            cols = [c for c in SHOWN if c in rows]
+            lines += [title, "", to_markdown(rows[cols].rename(columns=SHOWN)), ""]
+    lines += [
+        "ES, VS: energy and variogram (p = 0.5) scores of the whole field, lower is better. Flatness of "
+        "the rank histograms: 0 is flat; a calibrated ensemble of that size shows about the "
+        "'flat if calibrated' column on these init times. Spectrum error: mean |ln| of the members' "
+        "zonal power spectrum over the truth's at wavenumbers ≥ 1.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _shown(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every column as ``benchmark.md`` shows it."""
     shown = table.copy()
     for col in ("crps", "crps_fair", "energy", "variogram"):
         shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
@@ -195,19 +220,7 @@ def page(table: pd.DataFrame, kind: str, generative: str, parametric: str, n: in
                 shown[col], shown.get(low, shown[col] * np.nan), shown.get(high, shown[col] * np.nan)
             )
         ]
-    for (lead, var, level), rows in shown.groupby(
-        ["lead_h", "variable", "level_hPa"], dropna=False, sort=True
-    ):
-        title = f"## {var}{'' if pd.isna(level) else f' {level:g} hPa'}, +{lead:g} h"
-        cols = [c for c in SHOWN if c in rows]
-        lines += [title, "", to_markdown(rows[cols].rename(columns=SHOWN)), ""]
-    lines += [
-        "ES, VS: energy and variogram (p = 0.5) scores of the whole field, lower is better. Flatness of "
-        "the rank histograms: 0 is flat; a calibrated ensemble of that size shows about the "
-        "'flat if calibrated' column on these init times. Spectrum error: mean |ln| of the members' "
-        "zonal power spectrum over the truth's at wavenumbers ≥ 1.",
-    ]
-    return "\n".join(lines) + "\n"
+    return shown
 
 
 def figures(

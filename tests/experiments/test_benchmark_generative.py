@@ -118,12 +118,19 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_every_method_is_scored_in_every_field(run: Path) -> None:
+    """The smoke config's ``members: [10, 20]``: every field at 10 members a method, beside the raw
+    and oracle rows, and again at 20, each block's skills over its own ECC-Q."""
     table = pd.read_csv(run / "out" / "benchmark.csv")
-    assert len(table.groupby(["variable", "level_hPa", "lead_h"])) == 4
-    for _, rows in table.groupby(["variable", "level_hPa", "lead_h"]):
+    assert len(table.groupby(["variable", "level_hPa", "lead_h", "draws"])) == 8
+    drawn = ["ECC-Q", "Schaake shuffle", "Gaussian copula", "generative U-Net"]
+    for (*_, draws), rows in table.groupby(["variable", "level_hPa", "lead_h", "draws"]):
         names = list(rows["forecast"])
-        assert names == ["parametric U-Net (per point)", *METHODS, "generative U-Net", "oracle members"]
+        if draws == 10:
+            assert names == ["parametric U-Net (per point)", *METHODS, "generative U-Net", "oracle members"]
+        else:
+            assert draws == 20 and names == ["parametric U-Net (per point)", *drawn]
         rows = rows.set_index("forecast")
+        assert (rows.loc[drawn, "members"] == draws).all()
         # ECC-Q and the Schaake shuffle reorder the same quantiles: the same per-point CRPS
         assert rows.loc["ECC-Q", "crps"] == pytest.approx(rows.loc["Schaake shuffle", "crps"], rel=1e-9)
         assert rows.loc["ECC-Q", "variogram_skill"] == 0.0 and rows.loc["ECC-Q", "energy_skill"] == 0.0
@@ -134,7 +141,8 @@ def test_every_method_is_scored_in_every_field(run: Path) -> None:
             and rows.loc["parametric U-Net (per point)", "fit_s"] > 0
         )
     page = (run / "out" / "benchmark.md").read_text()
-    assert page.count("**met**") + page.count("**not met") == 3
+    assert page.count("**met**") + page.count("**not met") == 6  # the targets at each count
+    assert "## 10 members a method" in page and "## 20 members a method" in page
     for var in ("z", "t"):
         for name in (f"members_{var}.png", f"rank_histograms_{var}.png"):
             assert (run / "out" / name).read_bytes()[:4] == b"\x89PNG"
@@ -178,6 +186,8 @@ BAD: list[Row] = [
     ("benchmark: generative with a spread margin", "spread", 1, ("parametric: task must be 'mixed'",)),
     ("benchmark: generative with both data sources", "both", 1, ("synth or physics options, not both",)),
     ("benchmark: generative with no members", "no_members", 1, ("--members", "out of range")),
+    ("benchmark: generative with an empty list of members", "empty_members", 1, ("at least one count",)),
+    ("benchmark: generative with a zero in its members", "zero_in_members", 1, ("--members", "out of range")),
     (
         "benchmark: generative with one training member",
         "one_member",
@@ -189,6 +199,8 @@ CHANGES = {
     "spread": {"parametric": {"name": "p", "task": "spread"}},
     "both": {"physics": {"inits": 12}},
     "one_member": {"generative": {"name": "g", "options": {"train_members": 1}}},
+    "empty_members": {"members": []},
+    "zero_in_members": {"members": [10, 0]},
 }
 
 
