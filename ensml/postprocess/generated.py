@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ensml.errors import EnsmlError
+from ensml.postprocess.ecc import ecc_quantile_members
 from ensml.postprocess.options import Products
 from ensml.predictions import RunMeta
 from ensml.scores.distributions import natural_lower
@@ -115,6 +116,13 @@ class GeneratedMembers:
         if n > self.members.shape[1]:
             raise EnsmlError(f"{n} members asked of {self.var}, {self.members.shape[1]} were drawn")
         return self.members[:, :n]
+
+    def in_raw_order(self, raw: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The first ``n`` members' values at every point, in the rank order of ``raw`` (L, M, D,
+        H, W): ECC-Q of the members' own margins, whose quantiles at the centred levels
+        (i − ½)/n they are (L, n, D, H, W); ``rng`` breaks ties among the raw members."""
+        quantiles = np.sort(self.member_fields(n), axis=1)
+        return ecc_quantile_members(quantiles, raw, n, "centred", axis=1, rng=rng)
 
 
 def placeholder_members(meta: RunMeta, shape: tuple[int, ...], n: int) -> list[dict[str, np.ndarray]]:

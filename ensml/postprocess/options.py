@@ -43,12 +43,18 @@ class Products:
     ecc_spacing
         Probability levels of the ECC quantiles: ``centred``, (i − ½)/N (smallest CRPS), or
         ``rank``, i/(N + 1) (Schefzik et al. 2013).
+    ecc_members
+        Of a generative run only: beside the generated members ``<var>``, the same values at every
+        point in the raw members' rank order (``<var>_ecc``: ECC-Q of the generated members'
+        own margins, whose quantiles at the centred levels they are), for a downstream model
+        that follows the raw ensemble's scenarios across variables, levels and leads.
     """
 
     quantiles: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95])
     thresholds: dict[str, list[float] | None] = field(default_factory=dict)
     members: int | None = None
     ecc_spacing: EccSpacing = "centred"
+    ecc_members: bool = False
 
 
 @dataclass
@@ -128,11 +134,13 @@ def check_products(
     variables: Sequence[str],
     levels: Sequence[float],
     families: Sequence[str] | None = None,
+    generative: bool = False,
 ) -> list[ThresholdSet]:
     """Validate ``products`` against the checkpoints' variables and levels; return the thresholds.
 
     ``families`` (one per variable, :attr:`ensml.predictions.RunMeta.families`) tells which
     variables are precipitation, for the default thresholds; without it the names do.
+    ``generative``: the checkpoints draw members (``ecc_members`` is for them only).
     """
     q = np.asarray(products.quantiles, dtype=np.float64)
     if q.ndim != 1 or not np.all((q > 0) & (q < 1)):
@@ -145,6 +153,13 @@ def check_products(
         raise EnsmlError(
             f"products.members must be 0 (none), a positive number or null, got {products.members}"
         )
+    if products.ecc_members and not generative:
+        raise EnsmlError(
+            "products.ecc_members orders a generative run's members as the raw ones are; these "
+            "checkpoints' members (<var>) already are ECC-Q members"
+        )
+    if products.ecc_members and products.members == 0:
+        raise EnsmlError("products.ecc_members needs members to order, but products.members is 0 (none)")
     family = dict(zip(variables, families or ()))
     out = []
     for key, values in products.thresholds.items():

@@ -25,7 +25,9 @@ longitude, which become coordinates along it (CF discrete sampling geometry, ``t
 
 A generative run (:mod:`ensml.postprocess.generated`) has no parameters: its ``v`` are the
 generated members, and ``v_mean``, ``v_std`` (of the members), ``v_probability_of_zero``,
-``v_quantile`` and the exceedance probabilities are those of the members.
+``v_quantile`` and the exceedance probabilities are those of the members; with
+``products.ecc_members``, ``v_ecc`` holds the same values at every point in the raw members'
+rank order (ECC-Q of the generated margins, ties broken as ECC-Q's of a family's).
 
 The products of a family bounded at 0 (precipitation, wind speed) are never negative. The
 normal's products are computed by the closed forms of :mod:`ensml.postprocess.ecc` and ties
@@ -66,7 +68,7 @@ from ensml.names import (
 )
 from ensml.postprocess.generated import GENERATIVE, GeneratedMembers, placeholder_members
 from ensml.postprocess.options import Products, ThresholdSet
-from ensml.postprocess.predictive import Predictive, family_name
+from ensml.postprocess.predictive import Predictive, ecc_rng, family_name
 from ensml.predictions import RunMeta
 
 # Times are stored as numbers of this unit, so every write (and append) encodes them alike.
@@ -218,7 +220,9 @@ def _products(
     of = GeneratedMembers.of if meta.task == GENERATIVE else Predictive.of
     dists = [of(meta, var, p, raw[i].shape, init) for i, (var, p) in enumerate(zip(meta.variables, params))]
     for i, dist in enumerate(dists):
-        _variable_products(ds, dist, raw[i], q, n, products.ecc_spacing, init, horizontal)
+        _variable_products(
+            ds, dist, raw[i], q, n, products.ecc_spacing, init, horizontal, products.ecc_members
+        )
     for t in thresholds:
         _exceedance(ds, t, dists[list(meta.variables).index(t.variable)], meta.levels, horizontal)
     for name in ds.coords:
@@ -240,9 +244,11 @@ def _variable_products(
     spacing: str,
     init: np.datetime64,
     horizontal: tuple[str, ...],
+    ecc_members: bool = False,
 ) -> None:
     """Add ``dist``'s parameters, mean, P(0), quantiles and ECC members to ``ds``; of generated
-    members, their mean, std, P(0), quantiles and the members themselves.
+    members, their mean, std, P(0), quantiles and the members themselves (and with
+    ``ecc_members`` the same in the raw rank order).
 
     ``raw`` (L, M, D, *horizontal) is the ECC template.
     """
@@ -277,6 +283,12 @@ def _variable_products(
         attrs = _describe(var, "generated member", keep_standard_name=True)
         attrs["generated_by"] = "the run's checkpoint(s) (ensml_task) from noise seeded by the init time"
         ds[var] = ((INIT_TIME, LEAD_TIME, MEMBER, *field_dims[2:]), dist.member_fields(n)[None], attrs)
+        if ecc_members:
+            attrs = _describe(var, "generated member in the raw rank order", keep_standard_name=True)
+            attrs["ecc_template"] = f"rank order of the {raw.shape[1]} raw members"
+            attrs["ecc_ties"] = "broken at random, seeded by the init time and the variable"
+            reordered = dist.in_raw_order(raw, n, ecc_rng(init, var))
+            ds[f"{var}_ecc"] = ((INIT_TIME, LEAD_TIME, MEMBER, *field_dims[2:]), reordered[None], attrs)
     elif n:
         attrs = _describe(var, f"calibrated member (ECC-Q of {names['dist']})", keep_standard_name=True)
         attrs["ecc_spacing"] = spacing

@@ -194,7 +194,10 @@ def postprocess(
         )
         spec.check(submit=not dry_run)
         models = _models(checkpoints, stations, format)
-        thresholds = check_products(products, models.variables, models.levels, models.run_meta().families)
+        meta = models.run_meta()
+        thresholds = check_products(
+            products, models.variables, models.levels, meta.families, generative=models.task == GENERATIVE
+        )
         inputs = expand_inputs(forecasts)
         analysis_files = _analysis_files(models, analysis)
         out = Path(out_dir)

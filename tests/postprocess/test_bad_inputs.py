@@ -97,6 +97,14 @@ BAD_OPTIONS: dict[str, tuple[Callable[[dict, Path], list[str]], str]] = {
     "unknown threshold key": (lambda c, t: ["--products.thresholds={q700: [1.0]}"], "key 'q700' is neither"),
     "empty thresholds": (lambda c, t: ["--products.thresholds={t: []}"], "has no values"),
     "negative members": (lambda c, t: ["--products.members=-2"], "products.members must be"),
+    "ecc members of a mixed run": (
+        lambda c, t: ["--products.ecc_members=true"],
+        "products.ecc_members orders a generative run's members",
+    ),
+    "ecc members of no members": (
+        lambda c, t: [f"--checkpoints=[{c['generative48']}]", "--products={members: 0, ecc_members: true}"],
+        "products.ecc_members needs members to order",
+    ),
     "two checkpoints, one lead": (
         lambda c, t: [f"--checkpoints=[{c['mixed48']}, {c['mixed48']}]"],
         "both predict lead 48 h",

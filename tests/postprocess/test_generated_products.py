@@ -81,6 +81,27 @@ def test_members_drawn_and_the_seed_of_an_init() -> None:
     assert init_index(INIT) == init_index(INIT) != init_index(INIT + np.timedelta64(1, "D"))
 
 
+def test_the_generated_members_in_the_raw_rank_order() -> None:
+    # ecc_members: at every point the same values as the members, ordered as the raw members are
+    rng = np.random.default_rng(1)
+    n = 5
+    members = [{"members": rng.normal(5e4, 50, (1, 8, *SHAPE[1:])).astype(np.float32)}]
+    members.append({"members": np.maximum(rng.normal(0, 1, (1, 8, *SHAPE[1:])), 0).astype(np.float32)})
+    raw = rng.normal(0, 1, (2, 1, n, *SHAPE[1:])).astype(np.float32)  # distinct: no ties
+    lat, lon = np.array([40.0, 50.0]), np.array([0.0, 5.0, 10.0])
+    ds = product_dataset(INIT, _meta(), lat, lon, members, raw, Products(members=n, ecc_members=True), [])
+    for i, var in enumerate(("z", "tp")):
+        ordered, own = ds[f"{var}_ecc"].values[0], ds[var].values[0]  # (L, N, …)
+        np.testing.assert_array_equal(np.sort(ordered, axis=1), np.sort(own, axis=1))
+        # member j has the rank of raw member j (tp's dry members tie: their order is random,
+        # the others keep the raw ranks; z has no ties)
+        if var == "z":
+            np.testing.assert_array_equal(ordered.argsort(1).argsort(1), raw[i].argsort(1).argsort(1))
+        assert ds[f"{var}_ecc"].attrs["ecc_template"] == f"rank order of the {n} raw members"
+    wet = ds["tp_ecc"].values[0] > 0
+    assert wet.any() and (~wet).any()
+
+
 def test_the_product_dataset_of_generated_members() -> None:
     rng = np.random.default_rng(0)
     members = [{"members": rng.normal(5e4, 50, (1, 6, *SHAPE[1:])).astype(np.float32)}]
@@ -92,7 +113,7 @@ def test_the_product_dataset_of_generated_members() -> None:
         INIT, _meta(), lat, lon, members, raw, Products(quantiles=[0.5], members=4), thresholds
     )
     assert {"z_mean", "z_std", "z_quantile", "z", "tp", "tp_probability_of_zero", "tp_exceedance"} <= set(ds)
-    assert "z_shape" not in ds and "ecc_template" not in ds["z"].attrs
+    assert "z_shape" not in ds and "ecc_template" not in ds["z"].attrs and "z_ecc" not in ds
     np.testing.assert_array_equal(ds["z"].values[0, 0], members[0]["members"][0, :4])  # the first 4
     np.testing.assert_allclose(ds["z_mean"].values[0, 0], members[0]["members"][0].mean(0), rtol=1e-6)
     assert ds["tp"].dims == ("init_time", "lead_time", "member", "latitude", "longitude")
@@ -107,7 +128,7 @@ def test_the_product_dataset_of_generated_members() -> None:
 @pytest.fixture(scope="module")
 def generated_run(checkpoints, archive_dir: Path, tiny_data, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("generated")
-    extra = ("--products={members: 12, thresholds: {t850: [273.15]}}",)
+    extra = ("--products={members: 12, thresholds: {t850: [273.15]}, ecc_members: true}",)
     assert (
         main(
             pp_args(
@@ -153,6 +174,9 @@ def test_postprocess_writes_the_networks_members_for_each_init(
     with torch.no_grad():
         members = task.draw(batch, 12)[0].numpy()  # (N, F, D, H, W)
     np.testing.assert_allclose(ds["t"].values[0, 0], members[:, 1], rtol=1e-6)
+    # ecc_members: the same values at every point, in another order (the raw members')
+    np.testing.assert_array_equal(np.sort(ds["t_ecc"].values, axis=2), np.sort(ds["t"].values, axis=2))
+    assert not np.array_equal(ds["t_ecc"].values, ds["t"].values)
     # another init draws other noise: the standardised members are not the same
     anomaly = (ds["t"] - ds["t_mean"]) / ds["t_std"]
     assert not np.allclose(anomaly.values[0], anomaly.values[1], atol=1e-2)
@@ -162,14 +186,14 @@ def test_postprocess_writes_the_networks_members_for_each_init(
 def test_generated_members_are_reproducible_and_the_same_in_zarr(
     generated_run: Path, checkpoints, archive_dir: Path, tiny_data, tmp_path: Path
 ) -> None:
-    extra = ("--products={members: 12, thresholds: {t850: [273.15]}}", "--format=zarr")
+    extra = ("--products={members: 12, thresholds: {t850: [273.15]}, ecc_members: true}", "--format=zarr")
     args = pp_args(
         [checkpoints["generative48"]], archive_dir / "*.nc", tmp_path, *extra, analysis=tiny_data["analysis"]
     )
     assert main(args) == 0
     store = xr.open_zarr(tmp_path / "products.zarr")
     nc = xr.open_mfdataset(sorted(generated_run.glob("*.nc")))
-    for name in ("t", "z_quantile", "t850_exceedance"):
+    for name in ("t", "t_ecc", "z_quantile", "t850_exceedance"):
         np.testing.assert_array_equal(store[name].values, nc[name].values)
 
 
