@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -55,6 +55,15 @@ class Products:
     members: int | None = None
     ecc_spacing: EccSpacing = "centred"
     ecc_members: bool = False
+
+    #: Options added after output folders were first written, with their defaults: a unit's
+    #: identity holds them only when set otherwise, so that products made before they existed
+    #: stay current (and are not made again) while the option is left alone.
+    LATER: ClassVar[dict[str, Any]] = {"ecc_members": False}
+
+    def identity(self) -> dict[str, Any]:
+        """The options as a unit's identity records them (:data:`LATER` left out at its default)."""
+        return {k: v for k, v in asdict(self).items() if k not in self.LATER or v != self.LATER[k]}
 
 
 @dataclass

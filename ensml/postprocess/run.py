@@ -72,7 +72,7 @@ class Settings:
     def options(self, products: Products | None = None, **extra: Any) -> dict[str, Any]:
         """The options a unit's identity records (``products`` as planned, if given)."""
         products = self.products if products is None else products
-        return dict(format=self.format, products=products, analysis=self.analysis, **extra)
+        return dict(format=self.format, products=products.identity(), analysis=self.analysis, **extra)
 
     @cached_property
     def attrs(self) -> dict[str, Any]:

@@ -102,6 +102,14 @@ def test_the_generated_members_in_the_raw_rank_order() -> None:
     assert wet.any() and (~wet).any()
 
 
+def test_a_later_option_left_alone_keeps_earlier_products_current() -> None:
+    # a unit's identity at the defaults is what it was before ecc_members existed, so a folder
+    # post-processed then is not made again; set, the option is part of it
+    before = {"quantiles", "thresholds", "members", "ecc_spacing"}
+    assert set(Products().identity()) == before
+    assert Products(ecc_members=True).identity()["ecc_members"] is True
+
+
 def test_the_product_dataset_of_generated_members() -> None:
     rng = np.random.default_rng(0)
     members = [{"members": rng.normal(5e4, 50, (1, 6, *SHAPE[1:])).astype(np.float32)}]
