@@ -167,7 +167,7 @@ def benchmark_generative(
             f"benchmark parametric: task must be 'mixed' (per-point margins), got {parametric.task!r}"
         )
     OutputFolder.check(out_dir, "benchmark", names=[TABLE, PAGE])  # before the data and the fits
-    requested = member_counts(members)
+    requested = _member_counts(members)
     torch.set_num_threads(check_threads(threads))
     linked = dict(variables=variables, levels=list(levels), input_leads=list(input_leads), k=k)
     linked["target_leads"] = list(target_leads)
@@ -243,7 +243,7 @@ def benchmark_generative(
     return table
 
 
-def member_counts(members: int | list[int] | None) -> list[int] | None:
+def _member_counts(members: int | list[int] | None) -> list[int] | None:
     """The benchmark's N, in the order given, each once; None: the raw ensemble's M."""
     if members is None:
         return None
@@ -313,8 +313,8 @@ def _cells(
     shrinkage: float | None,
     seed: int,
 ) -> list[Cell]:
-    """Every method's members on the test period, by count of members (``counts``: the raw and
-    oracle members in the first only), lead, variable and level. The generator draws the largest
+    """Every method's members on the test period, by lead, variable, level and count of members
+    (``counts``: the raw and oracle members in the first only). The generator draws the largest
     count once; a smaller count is its first members, which a draw of that many would give."""
     spec = dm.spec
     most = max(counts)
@@ -329,48 +329,53 @@ def _cells(
     n_var, cells = len(spec.variables), []
     coords = {INIT_TIME: inits, LATITUDE: lat, LONGITUDE: lon}
     n_val = len(val["obs"])
-    for n, t in ((n, t) for n in counts for t in range(len(spec.target_leads))):
-        lead, first = spec.target_leads[t], n == counts[0]
-        templates = two_step.templates_by_day(inits + lead, history + lead, n)
+    shape = (len(inits), lat.size, lon.size)
+    dims = (INIT_TIME, LATITUDE, LONGITUDE)
+
+    def fields(x: np.ndarray) -> xr.DataArray:  # (init, N, D) → (init, member, lat, lon)
+        return xr.DataArray(
+            x.reshape(len(inits), x.shape[1], *shape[1:]), dims=(INIT_TIME, MEMBER, *dims[1:]), coords=coords
+        )
+
+    for t, lead in enumerate(spec.target_leads):
+        templates = {n: two_step.templates_by_day(inits + lead, history + lead, n) for n in counts}
         for v, var in enumerate(spec.variables):
             f, family = t * n_var + v, mixed.families[v]
             for j, level in enumerate([None] if bool(mixed.surface[v]) else spec.levels):
+                # what every count of members shares: the margins, the truth, the copula's fit
                 params = {p: test[f"{var}|{p}"][:, t, j].reshape(len(inits), -1) for p in family.params}
                 y = test["obs"][:, f, j].reshape(len(inits), -1)
-                quantiles = two_step.margins(family, params, n)
                 sub = raw[var][:, t, : spec.k, j].reshape(len(inits), spec.k, -1)
-                hist = train_truth[var][t][:, j].reshape(len(history), -1)[templates]  # (init, N, D)
+                past = train_truth[var][t][:, j].reshape(len(history), -1)
                 fitted = {p: val[f"{var}|{p}"][:, t, j].reshape(n_val, -1) for p in family.params}
-                scores = two_step.normal_scores(family, fitted, val["obs"][:, f, j].reshape(n_val, -1), seed)
-                raw_sets = {
+                obs = val["obs"][:, f, j].reshape(n_val, -1)
+                coupling = two_step.fit_copula(family, fitted, obs, shrinkage, seed)
+                crps = xr.DataArray(family.crps(params, y).reshape(shape), dims=dims, coords=coords)
+                truth = xr.DataArray(y.reshape(shape), dims=dims, coords=coords)
+                at = None if level is None else float(level)
+                # the rows of the first count only: the members these sets have
+                before = {
                     raw_ensemble_name(spec.members): raw[var][:, t, :, j].reshape(
                         len(inits), spec.members, -1
                     ),
                     raw_subset_name(spec.k): sub,
                 }
-                sets = {
-                    **(raw_sets if first else {}),
-                    two_step.ECC: two_step.ecc(quantiles, sub, seed),
-                    two_step.SCHAAKE: two_step.schaake(quantiles, hist, seed),
-                    two_step.COPULA: two_step.copula(family, params, scores, n, shrinkage, seed),
-                    gen_name: test["gen"][:, :n, f, j].reshape(len(inits), n, -1),
-                }
-                if first and oracle is not None and var in oracle:
-                    sets[ORACLE] = oracle[var][:, t, :, j].reshape(len(inits), oracle[var].shape[2], -1)
-                shape = (len(inits), lat.size, lon.size)
-                members = {
-                    name: xr.DataArray(
-                        x.reshape(len(inits), x.shape[1], *shape[1:]),
-                        dims=(INIT_TIME, MEMBER, LATITUDE, LONGITUDE),
-                        coords=coords,
-                    )
-                    for name, x in sets.items()
-                }
-                dims = (INIT_TIME, LATITUDE, LONGITUDE)
-                crps = xr.DataArray(family.crps(params, y).reshape(shape), dims=dims, coords=coords)
-                truth = xr.DataArray(y.reshape(shape), dims=dims, coords=coords)
-                level = None if level is None else float(level)
-                cells.append(Cell(n, lead, var, level, truth, members, crps))
+                after = {}
+                if oracle is not None and var in oracle:
+                    after[ORACLE] = oracle[var][:, t, :, j].reshape(len(inits), oracle[var].shape[2], -1)
+                for n in counts:
+                    quantiles = two_step.margins(family, params, n)
+                    first = n == counts[0]
+                    sets = {
+                        **(before if first else {}),
+                        two_step.ECC: two_step.ecc(quantiles, sub, seed),
+                        two_step.SCHAAKE: two_step.schaake(quantiles, past[templates[n]], seed),
+                        two_step.COPULA: two_step.copula(family, params, coupling, n, seed),
+                        gen_name: test["gen"][:, :n, f, j].reshape(len(inits), n, -1),
+                        **(after if first else {}),
+                    }
+                    members = {name: fields(x) for name, x in sets.items()}
+                    cells.append(Cell(n, lead, var, at, truth, members, crps))
     return cells
 
 
@@ -420,4 +425,4 @@ def _truth_at(dm: EnsembleDataModule, inits: np.ndarray) -> dict[str, list[np.nd
     return out
 
 
-__all__ = ["ORACLE", "Cell", "benchmark_generative", "member_counts"]
+__all__ = ["ORACLE", "Cell", "benchmark_generative"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ensml.postprocess.copulas import (
+    GaussianCopula,
     fit_gaussian_copula,
     gaussian_copula_members,
     pit_normal_scores,
@@ -66,23 +67,20 @@ def schaake(quantiles: np.ndarray, templates: np.ndarray, seed: int) -> np.ndarr
     return schaake_shuffle(quantiles, templates, rng=rng)
 
 
-def normal_scores(family: Family, params: dict[str, np.ndarray], obs: np.ndarray, seed: int) -> np.ndarray:
-    """Φ⁻¹ of the PIT of ``obs`` (cases, D) under ``params`` (randomised at a point mass), the
-    cases a Gaussian copula is fitted to (:func:`ensml.postprocess.copulas.pit_normal_scores`)."""
-    return pit_normal_scores(family.pit(params, obs, rng=np.random.default_rng(seed)))
+def fit_copula(
+    family: Family, params: dict[str, np.ndarray], obs: np.ndarray, shrinkage: float | None, seed: int
+) -> GaussianCopula:
+    """The Gaussian copula of ``obs`` (cases, D) under ``params``: fitted to Φ⁻¹ of their PIT
+    (randomised at a point mass; :func:`ensml.postprocess.copulas.pit_normal_scores`)."""
+    scores = pit_normal_scores(family.pit(params, obs, rng=np.random.default_rng(seed)))
+    return fit_gaussian_copula(scores, shrinkage=shrinkage)
 
 
 def copula(
-    family: Family,
-    params: dict[str, np.ndarray],
-    scores: np.ndarray,
-    n: int,
-    shrinkage: float | None,
-    seed: int,
+    family: Family, params: dict[str, np.ndarray], fitted: GaussianCopula, n: int, seed: int
 ) -> np.ndarray:
-    """N members (init, N, D) of ``params`` (init, D) coupled by the Gaussian copula of ``scores``
-    (cases, D), drawn reproducibly from ``seed``."""
-    fitted = fit_gaussian_copula(scores, shrinkage=shrinkage)
+    """N members (init, N, D) of ``params`` (init, D) coupled by the Gaussian copula ``fitted``
+    (:func:`fit_copula`), drawn reproducibly from ``seed``."""
     rng = np.random.default_rng(seed)
     n_init = next(iter(params.values())).shape[0]
     out = []
@@ -102,8 +100,8 @@ __all__ = [
     "SCHAAKE",
     "copula",
     "ecc",
+    "fit_copula",
     "margins",
-    "normal_scores",
     "schaake",
     "templates_by_day",
 ]

@@ -17,6 +17,7 @@ import yaml
 from ensml.cli.main import main
 from ensml.experiments import benchmark_generative_members as two_step
 from ensml.experiments.benchmark_generative_page import verdicts
+from ensml.postprocess.copulas import fit_gaussian_copula
 from ensml.postprocess.ecc import ecc_levels
 from ensml.scores.distributions import get_family
 from tests.cli.test_cli_table import Row, _check, _hashes, _sandbox
@@ -74,11 +75,12 @@ def test_the_copula_members_have_the_margins_and_the_fitted_correlation() -> Non
     corr = np.array([[1.0, 0.8], [0.8, 1.0]])
     scores = rng.multivariate_normal([0, 0], corr, size=4000)
     params = {"mean": np.array([[10.0, -5.0]]), "std": np.array([[2.0, 0.5]])}
-    x = two_step.copula(family, params, scores, 20000, 0.0, seed=3)[0]  # (N, D)
+    fitted = fit_gaussian_copula(scores, shrinkage=0.0)
+    x = two_step.copula(family, params, fitted, 20000, seed=3)[0]  # (N, D)
     np.testing.assert_allclose(x.mean(0), [10.0, -5.0], atol=0.05)
     np.testing.assert_allclose(x.std(0), [2.0, 0.5], rtol=0.03)
     assert abs(np.corrcoef(x.T)[0, 1] - 0.8) < 0.02
-    again = two_step.copula(family, params, scores, 20000, 0.0, seed=3)[0]
+    again = two_step.copula(family, params, fitted, 20000, seed=3)[0]
     np.testing.assert_array_equal(x, again)
 
 
