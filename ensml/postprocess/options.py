@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -56,14 +56,15 @@ class Products:
     ecc_spacing: EccSpacing = "centred"
     ecc_members: bool = False
 
-    #: Options added after output folders were first written, with their defaults: a unit's
-    #: identity holds them only when set otherwise, so that products made before they existed
-    #: stay current (and are not made again) while the option is left alone.
-    LATER: ClassVar[dict[str, Any]] = {"ecc_members": False}
+    #: Options added after output folders were first written: a unit's identity holds them only
+    #: when set otherwise than their default, so that products made before they existed stay
+    #: current (and are not made again) while the option is left alone.
+    LATER: ClassVar[tuple[str, ...]] = ("ecc_members",)
 
     def identity(self) -> dict[str, Any]:
         """The options as a unit's identity records them (:data:`LATER` left out at its default)."""
-        return {k: v for k, v in asdict(self).items() if k not in self.LATER or v != self.LATER[k]}
+        defaults = {f.name: f.default for f in fields(self) if f.name in self.LATER}
+        return {k: v for k, v in asdict(self).items() if k not in defaults or v != defaults[k]}
 
 
 @dataclass
