@@ -34,7 +34,7 @@ from ensml.verify.multivariate import FieldScores, compare, field_scores
 from ensml.verify.tables import p_value, to_markdown
 
 if TYPE_CHECKING:
-    from ensml.experiments.benchmark_generative import Cell
+    from ensml.experiments.benchmark_generative_cells import Cell
 
 #: The per-point CRPS target: within this fraction of the parametric network's.
 CRPS_TOLERANCE = 0.02
