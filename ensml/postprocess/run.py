@@ -4,28 +4,22 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from jsonargparse.typing import PositiveInt
 from rich.console import Console
 
-from ensml import __version__
-from ensml.data.open import open_forecast
-from ensml.data.outputs import STATE_DIR, OutputFolder, create_zarr_store
+from ensml.data.outputs import STATE_DIR, OutputFolder
 from ensml.errors import EnsmlError, PartialFailure
-from ensml.names import LATITUDE, LONGITUDE, MEMBER
 from ensml.postprocess.cluster import ClusterSpec, Connection, job_script
 from ensml.postprocess.execute import execute
-from ensml.postprocess.generated import GENERATIVE, members_to_draw
+from ensml.postprocess.generated import GENERATIVE
 from ensml.postprocess.interrupt import interrupted, poll, stopping_on_signals
-from ensml.postprocess.manifest import MANIFEST, Manifest, data_sha256, input_identity, zarr_store_id
+from ensml.postprocess.manifest import MANIFEST, Manifest, data_sha256
 from ensml.postprocess.models import ModelSet
 from ensml.postprocess.options import (
     ClusterKind,
@@ -33,12 +27,18 @@ from ensml.postprocess.options import (
     JobQueue,
     OutputFormat,
     Products,
-    ThresholdSet,
     check_products,
-    plain_options,
 )
-from ensml.postprocess.plan import ZARR_STORE, expand_inputs, netcdf_units, zarr_units
-from ensml.postprocess.products import placeholder_params, product_dataset, product_encoding
+from ensml.postprocess.plan import (
+    SUFFIX,
+    ZARR_STORE,
+    Settings,
+    expand_inputs,
+    netcdf_units,
+    plan_run,
+    unit_identities,
+    zarr_units,
+)
 from ensml.postprocess.progress import run_progress, summary
 from ensml.postprocess.stations import StationModels, is_station_model
 from ensml.postprocess.worker import Job, ModelPlugin, Unit, run_unit
@@ -46,58 +46,6 @@ from ensml.provenance import command
 from ensml.times import format_leads
 
 COMMAND = "postprocess"
-#: The file suffix of each output format with one file per input.
-SUFFIX = {"netcdf": ".nc", "csv": ".csv"}
-ECC_REFERENCE = "ECC-Q: Schefzik, Thorarinsdottir and Gneiting (2013), Statistical Science 28, 616-640"
-#: What a generative run's members follow (ensml.train.generative).
-GENERATIVE_REFERENCE = (
-    "generated members trained on proper multivariate scores: Chen, Janke, Steinke and Lerch (2024), "
-    "Ann. Appl. Stat. 18(1)"
-)
-
-
-@dataclass
-class Settings:
-    """What a run was asked for, checked before any side effect: the checkpoints and the options
-    that shape every output."""
-
-    models: ModelSet | StationModels
-    format: OutputFormat
-    products: Products
-    thresholds: list[ThresholdSet]
-    analysis: tuple[str, ...] | None
-    force: bool = False
-    verify: bool = False
-
-    def options(self, products: Products | None = None, **extra: Any) -> dict[str, Any]:
-        """The options a unit's identity records (``products`` as planned, if given)."""
-        products = self.products if products is None else products
-        return dict(format=self.format, products=products.identity(), analysis=self.analysis, **extra)
-
-    @cached_property
-    def attrs(self) -> dict[str, Any]:
-        """The global attributes of every product: what made it (the run metadata) and how."""
-        models = self.models
-        return {
-            "title": f"ensml post-processed ensemble forecast ({models.task})",
-            "source": f"ensml {__version__} postprocess, {models.task}",
-            "references": GENERATIVE_REFERENCE if models.task == GENERATIVE else ECC_REFERENCE,
-            **models.run_meta().to_attrs(),
-            "ensml_checkpoints": "; ".join(f"{p} (sha256 {h})" for p, h in models.digest.items()),
-            "ensml_command": command(),
-        }
-
-
-@dataclass
-class Plan:
-    """The units of a run, each one's identity (what the manifest compares), the products
-    settings they share (zarr fixes the number of members), and a failed record for each input
-    that could not be planned (zarr: an unreadable input gives no unit)."""
-
-    units: list[Unit]
-    identities: dict[str, dict[str, Any]]
-    products: Products
-    unplanned: list[dict[str, Any]] = field(default_factory=list)
 
 
 def postprocess(
@@ -211,7 +159,7 @@ def postprocess(
         # The folder's lock keeps two runs apart; what a killed run staged is removed on opening.
         with OutputFolder.open(out, COMMAND, names=names) as folder:
             manifest = Manifest(out, folder)
-            plan = _plan(inputs, folder, settings)
+            plan = plan_run(inputs, folder, settings)
             for record in plan.unplanned:
                 manifest.append(record)
             stale = [
@@ -346,76 +294,6 @@ def _report(
     return counts
 
 
-def _plan(inputs: list[Path], folder: OutputFolder, settings: Settings) -> Plan:
-    """The run's units, their identities and the products they share.
-
-    zarr: the store is created (through ``folder``) unless one with these inits and variables
-    exists, so that the units only fill its regions.
-    """
-    models, products = settings.models, settings.products
-    if settings.format != "zarr":
-        units = netcdf_units(inputs, Path(folder.display), SUFFIX[settings.format])
-        return Plan(units, _identities(units, models, settings.options()), products)
-
-    unplanned: list[dict[str, Any]] = []
-
-    def on_bad(path: Path, reason: str) -> None:
-        unplanned.append(
-            {
-                **input_identity(path),
-                "key": str(path),
-                "status": "failed",
-                "reason": reason,
-                "checkpoints": models.identity,
-                "options": plain_options(**settings.options()),
-            }
-        )
-
-    units, inits = zarr_units(inputs, on_bad)
-    if not units:
-        return Plan(units, {}, products, unplanned)
-    with open_forecast(units[0].input, models.variables) as fc:
-        m = fc.sizes[MEMBER]
-        lat, lon = fc[LATITUDE].values, fc[LONGITUDE].values
-    n = m if products.members is None else products.members
-    products = replace(products, members=n)  # every region holds the same number of members
-    template = _template(inits[0], models, products, settings.thresholds, lat, lon, max(n, 1))
-    store_id = zarr_store_id(folder.final(ZARR_STORE), inits, list(template.data_vars))
-    if store_id is None or settings.force:
-        store_attrs = {**settings.attrs, "ensml_inputs": len(inputs), **template.attrs}
-        encoding = product_encoding(template, zarr=True)
-        store_id = create_zarr_store(folder, ZARR_STORE, template, inits, encoding, store_attrs, command())
-    identities = _identities(units, models, settings.options(products, store=store_id))
-    return Plan(units, identities, products, unplanned)
-
-
-def _template(
-    init: np.datetime64,
-    models: ModelSet,
-    products: Products,
-    thresholds: list[ThresholdSet],
-    lat: np.ndarray,
-    lon: np.ndarray,
-    m: int,
-) -> Any:
-    """One init's products made of placeholder values: the structure of every region."""
-    meta = models.run_meta()
-    shape = (len(models.leads), len(models.levels), lat.size, lon.size)
-    raw = np.zeros((len(models.variables), shape[0], m, *shape[1:]), np.float32)
-    params = placeholder_params(meta, shape, members_to_draw(products, m))
-    return product_dataset(init, meta, lat, lon, params, raw, products, thresholds)
-
-
-def _identities(
-    units: Iterable[Unit], models: ModelSet | StationModels, options: dict[str, Any]
-) -> dict[str, dict[str, Any]]:
-    opts = plain_options(**options)
-    return {
-        u.key: {"key": u.key, **input_identity(u.input), "checkpoints": models.identity, "options": opts}
-        for u in units
-    }
-
-
 def _current(
     folder: OutputFolder, manifest: Manifest, unit: Unit, identity: dict[str, Any], verify: bool
 ) -> bool:
@@ -476,7 +354,7 @@ def _dry_run(
         units, _ = zarr_units(inputs, lambda p, r: console.print(f"  would fail: {p}: {r}"))
     else:
         units = netcdf_units(inputs, out, SUFFIX[settings.format])
-    identities = _identities(units, models, settings.options())
+    identities = unit_identities(units, models, settings.options())
     current = (
         0
         if settings.force or manifest is None
