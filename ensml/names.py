@@ -53,6 +53,11 @@ TIME = "time"
 ANALYSIS_DIMS = (TIME, LEVEL, LATITUDE, LONGITUDE)
 #: The horizontal dimensions.
 SPATIAL_DIMS = (LATITUDE, LONGITUDE)
+#: The one horizontal dim of an unstructured grid (reduced Gaussian, HEALPix, a subset of cells),
+#: with 1-D ``latitude``/``longitude`` coordinates on it (e.g. an anemoi dataset's cells).
+CELL = "cell"
+#: A coordinate along :data:`CELL` with each cell's area (any unit), where the source gives one.
+CELL_AREA = "cell_area"
 
 #: What other sources call the dimensions (cfgrib, ENS-10, CMIP-like files, WeatherBench), renamed
 #: on open.

@@ -1,6 +1,6 @@
 """Horizontal grids: regular latitude/longitude, or projected with 2-D latitude/longitude.
 
-ensml reads two kinds of grid:
+ensml reads three kinds of grid:
 
 * **regular**: 1-D ``latitude`` and ``longitude`` dimension coordinates (the canonical
   ``(latitude, longitude)`` dims of :mod:`ensml.names`);
@@ -8,7 +8,10 @@ ensml reads two kinds of grid:
   other dims, e.g. ``(y, x)``, with 2-D ``latitude(y, x)`` and ``longitude(y, x)`` coordinates
   and, optionally, a CF ``grid_mapping`` variable and 1-D projection ``x``/``y`` coordinates.
   A file with ``x``/``y`` and a grid mapping pyproj understands but no latitude/longitude gets
-  them computed on open (:func:`add_geographic`).
+  them computed on open (:func:`add_geographic`);
+* **cells** (an unstructured grid: reduced Gaussian, HEALPix, a subset of cells, as anemoi
+  datasets hold them): one ``cell`` dim with 1-D ``latitude(cell)`` and ``longitude(cell)``
+  coordinates (:data:`ensml.names.CELL`).
 
 :func:`horizontal_dims` says which dims are horizontal, so that scores reduce over them
 whatever their names; :func:`check_grid` and :func:`check_same_grid_2d` turn malformed or
@@ -46,9 +49,18 @@ Obj = xr.Dataset | xr.DataArray
 
 
 def is_projected(obj: Obj) -> bool:
-    """Whether ``obj`` is on a projected grid (horizontal dims other than latitude/longitude)."""
+    """Whether ``obj`` is on a projected grid (two horizontal dims other than latitude/longitude)."""
     dims = horizontal_dims(obj)
-    return dims is not None and dims != (LATITUDE, LONGITUDE)
+    return dims is not None and len(dims) == 2 and dims != (LATITUDE, LONGITUDE)
+
+
+def cell_dim(obj: Obj) -> str | None:
+    """The dim of an unstructured grid (1-D latitude and longitude on one dim other than
+    ``latitude``, e.g. ``cell``), or None."""
+    lat, lon = obj.coords.get(LATITUDE), obj.coords.get(LONGITUDE)
+    if lat is None or lon is None or lat.ndim != 1 or lat.dims != lon.dims or lat.dims[0] == LATITUDE:
+        return None
+    return str(lat.dims[0])
 
 
 def _projection_dim(obj: Obj, names: tuple[str, ...]) -> str | None:
@@ -68,19 +80,20 @@ def projection_dims(obj: Obj) -> tuple[str, str] | None:
     return None
 
 
-def horizontal_dims(obj: Obj) -> tuple[str, str] | None:
-    """The two horizontal dims of ``obj``, or ``None`` when it has none.
+def horizontal_dims(obj: Obj) -> tuple[str, ...] | None:
+    """The horizontal dims of ``obj``, or ``None`` when it has none.
 
     ``(latitude, longitude)`` on a regular grid; the dims of the 2-D latitude coordinate, in its
-    order, on a projected grid; else the ``(y, x)`` dims of 1-D projection coordinates
-    (:func:`projection_dims`).
+    order, on a projected grid; ``(cell,)`` on an unstructured grid (:func:`cell_dim`); else the
+    ``(y, x)`` dims of 1-D projection coordinates (:func:`projection_dims`).
     """
     lat = obj.coords.get(LATITUDE)
     if lat is not None and lat.ndim == 2:
         return str(lat.dims[0]), str(lat.dims[1])
     if LATITUDE in obj.dims and LONGITUDE in obj.dims:
         return LATITUDE, LONGITUDE
-    return projection_dims(obj)
+    cells = cell_dim(obj)
+    return (cells,) if cells is not None and cells in obj.dims else projection_dims(obj)
 
 
 def grid_mapping(obj: Obj) -> xr.DataArray | None:
@@ -221,6 +234,8 @@ def describe(obj: Obj) -> str:
     if dims is None:
         return "no latitude/longitude grid"
     shape = " × ".join(str(obj.sizes[d]) for d in dims)
+    if len(dims) == 1:
+        return f"unstructured grid of {shape} cells ({dims[0]})"
     if dims == (LATITUDE, LONGITUDE):
         return f"latitude/longitude grid of {shape} points"
     geo = "2-D latitude/longitude" if LATITUDE in obj.coords else "no latitude/longitude"
@@ -270,6 +285,7 @@ def check_same_grid_2d(a: Obj, b: Obj, name_a: str, name_b: str) -> None:
 
 __all__ = [
     "add_geographic",
+    "cell_dim",
     "check_grid",
     "check_same_grid_2d",
     "describe",

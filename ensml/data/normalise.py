@@ -121,8 +121,8 @@ def normalise(ds: xr.Dataset) -> xr.Dataset:
     elif LONGITUDE in ds.coords:
         lon = ds[LONGITUDE].values % 360.0
         if not np.array_equal(lon, ds[LONGITUDE].values):
-            ds = ds.assign_coords({LONGITUDE: lon})
-        if np.any(np.diff(lon) < 0):
+            ds = ds.assign_coords({LONGITUDE: (ds[LONGITUDE].dims, lon, ds[LONGITUDE].attrs)})
+        if LONGITUDE in ds.dims and np.any(np.diff(lon) < 0):  # cells keep their order
             ds = ds.sortby(LONGITUDE)
     if (
         LATITUDE in ds.coords
@@ -140,7 +140,7 @@ def normalise(ds: xr.Dataset) -> xr.Dataset:
                     k: v
                     for k, v in attrs.items()
                     if (not np.issubdtype(ds[name].dtype, np.datetime64) or k != "units")
-                    and (k != "axis" or ds[name].ndim == 1)  # CF: axis on 1-D coordinates only
+                    and (k != "axis" or ds[name].dims == (name,))  # CF: axis on dim coordinates only
                 }
             )
     return ds

@@ -86,7 +86,7 @@ def _not_readable(path: Path) -> str | None:
     if stat.S_ISREG(mode):
         return None
     if stat.S_ISDIR(mode):
-        if detect_format(path) == "zarr":
+        if detect_format(path) in ("zarr", "anemoi"):
             return None
         return f"{unknown_format(path)}; give files or a glob such as {path}/*.nc"
     if stat.S_ISFIFO(mode):
@@ -104,7 +104,7 @@ def _open(
     if len(paths) == 1:
         return read_file(paths[0], what, chunks, reader)
     fast_error = None
-    if reader is None and not any(detect_format(p) == "grib" for p in paths):
+    if reader is None and not any(detect_format(p) in ("grib", "anemoi") for p in paths):
         try:
             return xr.open_mfdataset(paths, combine="by_coords", chunks=chunks or {}, parallel=False)
         except Exception as exc:  # any failure of the fast path: the slow one below says which file

@@ -10,7 +10,11 @@ spherical cell areas on projected grids with 2-D latitude/longitude, uniform oth
   depends on one index and longitude on the other (a regular grid stored as 2-D arrays) gets the
   exact band × longitude-width areas; any other grid gets spherical quadrilaterals whose corners
   are estimated from the cell centres;
-* otherwise (no latitude/longitude, latitude not monotone, cells that fold over): uniform
+* cells of an unstructured grid (one ``cell`` dim, e.g. an anemoi dataset on a reduced Gaussian
+  grid): the ``cell_area`` coordinate where the data carry one, else :func:`voronoi_areas`, the
+  areas of the spherical Voronoi cells of the cell centres (as anemoi-graphs weighs its nodes);
+* otherwise (no latitude/longitude, latitude not monotone, cells that fold over, cells that do not
+  cover the globe and carry no ``cell_area``): uniform
   weights, with a one-line note on stderr saying why (:func:`ensml.progress.note`: not under
   ``--quiet``).
 """
@@ -25,9 +29,9 @@ import xarray as xr
 from ensml import progress
 from ensml.data.grid import horizontal_dims
 from ensml.errors import EnsmlError
-from ensml.names import LATITUDE, LONGITUDE
+from ensml.names import CELL_AREA, LATITUDE, LONGITUDE
 
-__all__ = ["area_weights", "cell_areas", "cell_corners", "latitude_weights"]
+__all__ = ["area_weights", "cell_areas", "cell_corners", "latitude_weights", "voronoi_areas"]
 
 
 #: How the weights were computed (the ``weighting`` attribute of :func:`area_weights`' result).
@@ -35,6 +39,10 @@ EXACT = "exact cell area"
 SPHERICAL = "spherical cell area from the 2-D latitude/longitude"
 #: Degrees: a 2-D latitude (longitude) that varies less than this along one index is regular.
 RECTILINEAR_TOL_DEG = 1e-5
+PROVIDED = "cell area given by the data (cell_area)"
+VORONOI = "spherical Voronoi cell area from the cell centres"
+#: A Voronoi cell this many times the median is the open side of cells that do not cover the globe.
+VORONOI_MAX_RATIO = 50.0
 
 
 class _NoCellAreas(EnsmlError):
@@ -233,6 +241,51 @@ def cell_areas(latitude: Any, longitude: Any) -> np.ndarray:
     return np.abs(signed)
 
 
+def voronoi_areas(latitude: Any, longitude: Any) -> np.ndarray:
+    """Areas (steradians, summing to 4π) of the spherical Voronoi cells of points on the sphere.
+
+    Each point owns the part of the sphere nearer to it than to any other point
+    (:class:`scipy.spatial.SphericalVoronoi`): on a global grid of cells (reduced Gaussian,
+    HEALPix, icosahedral) that part is the cell. anemoi-graphs weighs its nodes so.
+
+    Parameters
+    ----------
+    latitude, longitude
+        Cell centres in degrees, 1-D arrays of one length, at least 4 distinct points.
+
+    Raises
+    ------
+    EnsmlError
+        Non-finite coordinates or latitudes beyond ±90°; fewer than 4 points, points that share a
+        position, or points that do not cover the globe (a Voronoi cell over
+        :data:`VORONOI_MAX_RATIO` times the median: a regional set of cells).
+    """
+    from scipy.spatial import SphericalVoronoi
+
+    lat = np.asarray(latitude, dtype=np.float64)
+    lon = np.asarray(longitude, dtype=np.float64)
+    if lat.ndim != 1 or lat.shape != lon.shape:
+        raise EnsmlError(
+            f"voronoi_areas: latitude and longitude must be 1-D of one length, got {lat.shape}, {lon.shape}"
+        )
+    if not (np.all(np.isfinite(lat)) and np.all(np.isfinite(lon))) or np.any(np.abs(lat) > 90):
+        raise EnsmlError(
+            "voronoi_areas: latitudes and longitudes must be finite, latitudes within [-90, 90] degrees"
+        )
+    if lat.size < 4:
+        raise _NoCellAreas(f"{lat.size} cells have no Voronoi areas (4 or more are needed)")
+    points = _unit_vectors(lat, lon)
+    shared = lat.size - np.unique(np.round(points, 12), axis=0).shape[0]
+    if shared:
+        raise _NoCellAreas(f"{shared} cells share a position with another (duplicate latitude/longitude)")
+    areas = SphericalVoronoi(points, radius=1.0).calculate_areas()
+    if areas.max() > VORONOI_MAX_RATIO * np.median(areas):
+        raise _NoCellAreas(
+            "the cells do not cover the globe (a regional set of cells: give a cell_area coordinate)"
+        )
+    return areas
+
+
 def _uniform(obj: xr.Dataset | xr.DataArray, dims: tuple[str, str], why: str, what: str, note: bool):
     if note:
         progress.note(f"ensml: note: {what}: {why}; weighting every grid point the same (uniform weights)")
@@ -279,6 +332,8 @@ def area_weights(obj: xr.Dataset | xr.DataArray, *, what: str = "data", note: bo
         w = latitude_weights(obj)
         w.attrs["weighting"] = EXACT
         return w
+    if len(dims) == 1:
+        return _cell_weights(obj, dims, what, note)
     if LATITUDE not in obj.coords or LONGITUDE not in obj.coords:
         why = f"projected grid ({', '.join(dims)}) without latitude/longitude coordinates"
         return _uniform(obj, dims, why, what, note)
@@ -292,3 +347,21 @@ def area_weights(obj: xr.Dataset | xr.DataArray, *, what: str = "data", note: bo
         raise EnsmlError(f"{what}: {str(err).removeprefix('cell_areas: ')}") from None
     method = EXACT if _regular_axes(lat, lon) is not None else SPHERICAL
     return _weights(areas, obj, dims, method)
+
+
+def _cell_weights(
+    obj: xr.Dataset | xr.DataArray, dims: tuple[str, ...], what: str, note: bool
+) -> xr.DataArray:
+    """Weights of the cells of an unstructured grid: its ``cell_area``, else :func:`voronoi_areas`."""
+    if CELL_AREA in obj.coords:
+        area = np.asarray(obj[CELL_AREA].values, dtype=np.float64)
+        if area.shape != (obj.sizes[dims[0]],) or not np.all(np.isfinite(area)) or np.any(area <= 0):
+            raise EnsmlError(f"{what}: {CELL_AREA} must be finite and positive, one per cell")
+        return _weights(area, obj, dims, PROVIDED)
+    try:
+        areas = voronoi_areas(obj[LATITUDE].values, obj[LONGITUDE].values)
+    except _NoCellAreas as err:
+        return _uniform(obj, dims, str(err), what, note)
+    except EnsmlError as err:
+        raise EnsmlError(f"{what}: {str(err).removeprefix('voronoi_areas: ')}") from None
+    return _weights(areas, obj, dims, VORONOI)

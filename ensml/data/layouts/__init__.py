@@ -2,10 +2,11 @@
 
 A file's format is recognised by its content (:mod:`.formats`), never by its name, and read by
 the reader registered for it in :data:`READERS`: netCDF (:mod:`.netcdf`), GRIB through cfgrib
-(:mod:`.grib`, control and perturbed members merged by :mod:`.grib_merge`) and zarr v2/v3
-(:mod:`.zarr`). Several files combine as members in separate files (:mod:`.members`) or files
-split by date in any order (:mod:`.ens10`). :class:`~.options.ReaderOptions` (GRIB filters, the
-control member, renames) apply to every read. Readers return the source's own names; the caller
+(:mod:`.grib`, control and perturbed members merged by :mod:`.grib_merge`), zarr v2/v3
+(:mod:`.zarr`) and anemoi datasets through anemoi-datasets (:mod:`.anemoi`, the ``ensml[anemoi]``
+extra). Several files combine as members in separate files (:mod:`.members`) or files split by
+date in any order (:mod:`.ens10`). :class:`~.options.ReaderOptions` (GRIB filters, the control
+member, renames, anemoi's options) apply to every read. Readers return the source's own names; the caller
 normalises them (:mod:`ensml.data.normalise`).
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from ensml.data.layouts import grib, netcdf, zarr
+from ensml.data.layouts import anemoi, grib, netcdf, zarr
 from ensml.data.layouts.formats import Format, detect_format, unknown_format
 from ensml.data.layouts.options import ReaderOptions
 from ensml.errors import EnsmlError
@@ -29,6 +30,7 @@ READERS: dict[Format, Reader] = {
     "hdf5": netcdf.read,
     "grib": grib.read,
     "zarr": zarr.read,
+    "anemoi": anemoi.read,
 }
 
 
@@ -40,6 +42,7 @@ def read_file(
     if kind is None:
         raise EnsmlError(f"{what} file {path} {unknown_format(path)}")
     options = reader or ReaderOptions()
+    options.check_format(kind, path, what)
     return options.apply_rename(READERS[kind](path, what, chunks, options), path, what)
 
 

@@ -4,7 +4,8 @@ netCDF classic files start with ``CDF\\x01|\\x02|\\x05``; netCDF-4 files are HDF
 signature lies at byte 0 (or 512, 1024, 2048, … when a user block precedes it); a GRIB message
 starts with ``GRIB`` and its edition (1 or 2) at byte 7, possibly after a bulletin header; a
 zarr store is a folder with zarr metadata (``.zgroup``/``.zattrs``/``.zarray`` for v2,
-``zarr.json`` for v3).
+``zarr.json`` for v3); an anemoi dataset is a zarr store with anemoi's arrays and attributes
+(:func:`ensml.data.layouts.anemoi.is_anemoi`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-Format = Literal["netcdf3", "hdf5", "grib", "zarr"]
+from ensml.data.layouts.anemoi import is_anemoi
+
+Format = Literal["netcdf3", "hdf5", "grib", "zarr", "anemoi"]
 
 NETCDF3_SIGNATURES = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -25,7 +28,9 @@ def detect_format(path: str | Path) -> Format | None:
     """The format of ``path`` by content, or None when no signature matches."""
     path = Path(path)
     if path.is_dir():
-        return "zarr" if any((path / name).is_file() for name in ZARR_METADATA) else None
+        if not any((path / name).is_file() for name in ZARR_METADATA):
+            return None
+        return "anemoi" if is_anemoi(path) else "zarr"
     with path.open("rb") as f:
         head = f.read(max(HDF5_OFFSETS) + len(HDF5_SIGNATURE))
     if head[:4] in NETCDF3_SIGNATURES:

@@ -28,11 +28,25 @@ class ReaderOptions:
     rename
         Variable renames applied on open, ``{name in the file: name in ensml}``, e.g.
         ``{2t: t2m}`` or ``{temperature: t}``.
+    anemoi
+        Anemoi datasets only: options of anemoi-datasets' own ``open_dataset`` (``select``,
+        ``members``, ``start``, ``end``, ``frequency``, ``area``, …), e.g. ``{select: [t_850,
+        z_500], members: [0]}`` (:mod:`ensml.data.layouts.anemoi`).
     """
 
     filter_by_keys: dict[str, Any] = field(default_factory=dict)
     drop_control: bool = False
     rename: dict[str, str] = field(default_factory=dict)
+    anemoi: dict[str, Any] = field(default_factory=dict)
+
+    def check_format(self, kind: str, path: object, what: str) -> None:
+        """Raise if an option does not apply to a file of format ``kind`` (anemoi's options to
+        another file; GRIB's to an anemoi dataset are refused by its reader, which says what to use)."""
+        if self.anemoi and kind != "anemoi":
+            raise EnsmlError(
+                f"{what} file {path}: reader.anemoi applies to anemoi datasets only, and this is a "
+                f"{kind} file; leave reader.anemoi out"
+            )
 
     def apply_rename(self, ds: xr.Dataset, path: object, what: str) -> xr.Dataset:
         """``ds`` with the renames applied; a source name missing from ``ds`` is an error."""
@@ -57,7 +71,7 @@ def as_reader(options: ReaderOptions | dict | None) -> ReaderOptions:
         return ReaderOptions(**dict(options))
     except TypeError as exc:
         raise EnsmlError(
-            f"reader options must be filter_by_keys, drop_control, rename ({exception_reason(exc)})"
+            f"reader options must be filter_by_keys, drop_control, rename, anemoi ({exception_reason(exc)})"
         ) from None
 
 
