@@ -217,3 +217,12 @@ def test_bad_settings_are_one_line_and_harmless(
 def test_open_errors_name_the_dataset(made: dict[str, Path]) -> None:
     with pytest.raises(EnsmlError, match=r"forecast anemoi dataset .*era5-eda.zarr has no ensemble"):
         open_forecast(made["regular"], reader={"anemoi": {"members": [0]}})
+
+
+def test_variables_that_do_not_fit_ensml_are_named(made: dict[str, Path]) -> None:
+    mixed = {"select": ["t_500", "t_850", "z_500"]}
+    with pytest.raises(EnsmlError, match=r"do not share one set of levels \(t on 850, 500 hPa, z on 500 hPa\)"):
+        open_forecast(made["regular"], reader={"anemoi": mixed})
+    both = {"rename": {"cell_area": "t"}}  # a surface t beside t_850 and t_500
+    with pytest.raises(EnsmlError, match=r"'t' is both on pressure levels and at the surface.*drop: \[t\]"):
+        open_forecast(made["cells"], reader={"anemoi": both})

@@ -190,7 +190,7 @@ class AnemoiArray(BackendArray):
             out.append(raw)
         data = np.stack(out) if out else np.empty((0, members.size, variables.size, *self._grid_sizes(axes)))
         if self.forecast:
-            data = data[:, None]
+            data = data[:, None][:, axes["lead"]]  # the one lead
         else:
             data = data[:, 0]  # the analysis' one member
         drop = tuple(i for i, s in enumerate(scalar) if s)
@@ -231,7 +231,8 @@ def _levels(ds: Any, path: Path, what: str) -> dict[str, list[tuple[float | None
         if len(entries) > 1 and any(level is None for level, _ in entries):
             raise EnsmlError(
                 f"{what} anemoi dataset {path}: variable {param!r} is both on pressure levels and at "
-                "the surface; select one with reader.anemoi: {select: [...]}"
+                f"the surface; leave one out or rename the surface one with reader.anemoi: "
+                f"{{drop: [{param}]}} or {{rename: {{{param}: {param}_surface}}}}"
             )
         entries.sort(key=lambda e: -(e[0] or 0.0))
     on_levels = {p: [lev for lev, _ in e] for p, e in groups.items() if e[0][0] is not None}
