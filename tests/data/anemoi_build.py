@@ -23,6 +23,7 @@ import xarray as xr
 import yaml
 
 GRIB = "cfgrib/era5-levels-members.grib"
+SMOKE = Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
 DATES = {"start": "2017-01-01T00:00:00", "end": "2017-01-02T12:00:00", "frequency": "12h"}
 #: Every how many longitudes a row of the reduced grid keeps, by |latitude| (degrees).
 STRIDES = ((60.0, 4), (30.0, 2), (-1.0, 1))
