@@ -2,7 +2,8 @@
 sample ``cfgrib/era5-levels-members.grib`` (ERA5's ensemble of data assimilations: 10 members,
 4 dates 12 h apart, t and z on 850 and 500 hPa, a 3° global grid).
 
-* :func:`regular`: a recipe with a ``grib`` source: the grid stays regular (61 × 120 cells).
+* :func:`regular`: a recipe with a ``grib`` source: the grid stays regular (61 × 120 cells);
+  the same with a date declared missing.
 * :func:`cells`: a reduced latitude/longitude grid (no pole rows; every 4th longitude poleward of
   60°, every 2nd poleward of 30°, all of them nearer the equator: 4260 cells), written as a
   netCDF of cells with a ``cell_area`` field (the exact area of each cell: its latitude band times
@@ -41,10 +42,14 @@ def create(recipe: dict, out: Path) -> Path:
     return out
 
 
-def regular(real: Path, folder: Path) -> Path:
-    """The GRIB sample as an anemoi dataset, by a recipe with a ``grib`` source."""
+def regular(real: Path, folder: Path, missing: list[str] | None = None) -> Path:
+    """The GRIB sample as an anemoi dataset, by a recipe with a ``grib`` source (with the dates
+    ``missing`` declared missing: anemoi loads nothing for them)."""
     source = {"grib": {"path": str(real / GRIB), "param": ["t", "z"], "levelist": [850, 500]}}
-    return create({"dates": DATES, "input": source}, folder / "era5-eda.zarr")
+    dates = {**DATES, "missing": missing} if missing else DATES
+    return create(
+        {"dates": dates, "input": source}, folder / ("missing.zarr" if missing else "era5-eda.zarr")
+    )
 
 
 def reduced_cells(latitude: np.ndarray, longitude: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

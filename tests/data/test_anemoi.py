@@ -20,7 +20,10 @@ import xarray as xr
 
 import ensml  # noqa: F401  (before anemoi, which loads eccodes: pyproj first, see ensml/__init__.py)
 
-pytest.importorskip("anemoi.datasets", reason="anemoi-datasets is not installed here (make env-anemoi)")
+pytest.importorskip(
+    "anemoi.datasets",
+    reason="no anemoi-datasets here: tests/data/test_anemoi_env.py runs this file in .venv-anemoi",
+)
 
 from ensml.cli.main import main
 from ensml.data.grid import describe, horizontal_dims
@@ -35,10 +38,16 @@ pytestmark = [pytest.mark.realdata, pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def made(real_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The regular and the reduced-grid datasets, made once (about 20 s)."""
+    """The regular and the reduced-grid datasets, and one with a missing date, made once (30 s)."""
     folder = tmp_path_factory.mktemp("anemoi")
     cells, source = anemoi_build.cells(real_data, folder)
-    return {"regular": anemoi_build.regular(real_data, folder), "cells": cells, "source": source}
+    missing = anemoi_build.regular(real_data, folder, missing=["2017-01-01T12:00:00"])
+    return {
+        "regular": anemoi_build.regular(real_data, folder),
+        "cells": cells,
+        "source": source,
+        "missing": missing,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +87,12 @@ def test_anemoi_options_select_and_subset(made: dict[str, Path], grib: xr.Datase
     assert fc.sizes["init_time"] == 3 and fc.sizes["member"] == 2
     ref = grib.t.isel(init_time=slice(1, None), member=[1, 7]).sel(level=[500.0])
     np.testing.assert_array_equal(fc.t.values, ref.values)
+
+
+def test_missing_dates_are_left_out(made: dict[str, Path], grib: xr.Dataset) -> None:
+    fc = open_forecast(made["missing"])
+    assert fc.init_time.values.tolist() == grib.init_time.values[[0, 2, 3]].tolist()
+    np.testing.assert_array_equal(fc.z.values, grib.z.isel(init_time=[0, 2, 3]).values)
 
 
 def test_lazy_reads_are_the_loaded_values(made: dict[str, Path]) -> None:
@@ -221,7 +236,9 @@ def test_open_errors_name_the_dataset(made: dict[str, Path]) -> None:
 
 def test_variables_that_do_not_fit_ensml_are_named(made: dict[str, Path]) -> None:
     mixed = {"select": ["t_500", "t_850", "z_500"]}
-    with pytest.raises(EnsmlError, match=r"do not share one set of levels \(t on 850, 500 hPa, z on 500 hPa\)"):
+    with pytest.raises(
+        EnsmlError, match=r"do not share one set of levels \(t on 850, 500 hPa, z on 500 hPa\)"
+    ):
         open_forecast(made["regular"], reader={"anemoi": mixed})
     both = {"rename": {"cell_area": "t"}}  # a surface t beside t_850 and t_500
     with pytest.raises(EnsmlError, match=r"'t' is both on pressure levels and at the surface.*drop: \[t\]"):
