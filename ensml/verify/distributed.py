@@ -1,0 +1,340 @@
+"""``evaluate --cluster``: blocks of init times scored by dask workers, joined on the client.
+
+The unit of work is one lead and one block of ``init_block`` consecutive init times of the frame.
+A worker opens the frame itself from the same inputs (:class:`FrameSource`: the paths, made
+absolute, and the options; opened once per worker process and kept), reads only its block's
+fields at that lead, checks them as ``evaluate`` does, and returns the block's
+:class:`~ensml.verify.blocks.VariableParts`: one number per source, init time and point (the CRPS
+of every ensemble and distribution, the analysis, the spread estimates) and the Hersbach sums
+per init time. The members never leave the worker, so a worker holds one block whatever the
+length of the archive. The client joins each lead's blocks in init order
+(:func:`~ensml.verify.blocks.join_parts`) and computes the rows from them as the single-process
+run does (:func:`~ensml.verify.frame_scores.score_frame`): the tables are the same, to the last
+bit.
+
+At most a few blocks per worker are in flight, and a lead's parts are freed once its rows are
+made, so the client holds about one lead's parts. The cluster is the one of ``postprocess``
+(:mod:`ensml.cluster`): the supervisor looks at it about once a second and stops the run with
+one line when it cannot go on; a signal stops it at the next result; nothing is written then.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ensml.cluster.connection import ClusterSpec, Connection
+from ensml.cluster.interrupt import critical, interrupted, poll, stopping_on_signals
+from ensml.cluster.options import ClusterKind, JobQueue
+from ensml.cluster.supervisor import Supervisor
+from ensml.data.outputs import STATE_DIR
+from ensml.errors import EnsmlError
+from ensml.progress import Progress, note
+from ensml.times import format_lead
+from ensml.verify.blocks import VariableParts, join_parts, variable_parts
+from ensml.verify.frame_scores import GridFrame, grid_frame, read_lead
+from ensml.verify.options import Selection, Sources
+from ensml.verify.thresholds import bounded_variables
+
+#: Init times per block (``init_block``): a worker holds one block at one lead, all members.
+INIT_BLOCK = 4
+T = TypeVar("T")
+
+#: Seconds to fetch a finished block's parts before looking at the cluster again.
+GATHER_S = 5.0
+
+
+@dataclass(frozen=True)
+class FrameSource:
+    """What a worker opens the frame from: ``evaluate``'s grid inputs (see
+    :func:`~ensml.verify.frame_scores.grid_frame`), every path absolute (workers may run in
+    another folder)."""
+
+    forecast: str | tuple[str, ...]
+    analysis: str | tuple[str, ...]
+    sources: Sources
+    selection: Selection
+    reader: Any = None
+    analysis_reader: Any = None
+
+    @classmethod
+    def of(
+        cls,
+        forecast: str | list[str],
+        analysis: str | list[str],
+        sources: Sources,
+        selection: Selection,
+        reader: Any = None,
+        analysis_reader: Any = None,
+    ) -> FrameSource:
+        paths = Sources(*(_absolute(getattr(sources, f)) for f in sources.__dataclass_fields__))
+        return cls(_absolute(forecast), _absolute(analysis), paths, selection, reader, analysis_reader)
+
+    def open(self) -> GridFrame:
+        """The frame, opened and checked (once per process: kept for the next blocks)."""
+        key = repr(self)
+        if key not in _FRAMES:
+            _FRAMES.clear()  # one run's frame at a time
+            _FRAMES[key] = grid_frame(
+                _listed(self.forecast),
+                _listed(self.analysis),
+                self.sources,
+                self.selection,
+                reader=self.reader,
+                analysis_reader=self.analysis_reader,
+            )
+        return _FRAMES[key]
+
+
+_FRAMES: dict[str, GridFrame] = {}
+
+
+def _absolute(paths: str | list[str] | tuple[str, ...] | None) -> Any:
+    if paths is None:
+        return None
+    if isinstance(paths, str):
+        return os.path.abspath(paths)
+    return tuple(os.path.abspath(p) for p in paths)
+
+
+def _listed(paths: str | tuple[str, ...]) -> str | list[str]:
+    return paths if isinstance(paths, str) else list(paths)
+
+
+def score_block(
+    source: FrameSource, lead: np.timedelta64, inits: np.ndarray, fair: bool, missing_forecast: bool
+) -> dict[str, VariableParts]:
+    """On a worker: every variable's parts at ``lead`` on the init times ``inits``."""
+    grid = source.open()
+    frame = replace(grid.frame, inits=inits)
+    lf = read_lead(frame, lead, missing_forecast)
+    return {var: variable_parts(frame, lf, var, grid.subset, fair, grid.families) for var in frame.variables}
+
+
+def init_blocks(inits: np.ndarray, size: int) -> list[np.ndarray]:
+    """``inits`` in consecutive blocks of ``size`` (the last one shorter)."""
+    return [inits[i : i + size] for i in range(0, len(inits), size)]
+
+
+@dataclass
+class _Unit:
+    lead: int  # index in the frame's leads
+    block: int  # index in the lead's blocks
+    inits: np.ndarray
+
+
+class ClusterBlocks:
+    """Each lead's joined parts, its blocks scored on the cluster of ``client``
+    (a :class:`~ensml.verify.frame_scores.BlockParts`)."""
+
+    def __init__(
+        self,
+        client: Any,
+        supervisor: Supervisor | None,
+        source: FrameSource,
+        grid: GridFrame,
+        init_block: int,
+        fair: bool = False,
+        missing_forecast: bool = False,
+    ) -> None:
+        self.client, self.supervisor = client, supervisor or Supervisor(client)
+        self.source, self.fair, self.missing_forecast = source, fair, missing_forecast
+        self.leads = grid.frame.leads
+        self.blocks = init_blocks(grid.frame.inits, init_block)
+        self.done = 0
+
+    @property
+    def total(self) -> int:
+        return len(self.leads) * len(self.blocks)
+
+    def parts(self) -> Iterator[dict[str, VariableParts]]:
+        """``{variable: parts}`` of each lead, in order (see the module doc)."""
+        from distributed import wait
+
+        units = iter(_Unit(i, j, b) for i in range(len(self.leads)) for j, b in enumerate(self.blocks))
+        owner: dict[Any, _Unit] = {}  # future → its unit
+        held: dict[int, dict[int, dict[str, VariableParts]]] = {}  # lead → block → parts
+        progress = Progress("evaluate", self.total, "blocks")
+        supervisor, nb = self.supervisor, len(self.blocks)
+
+        def top_up() -> None:
+            # a few blocks per worker in flight; the parts held for later leads stay bounded too
+            cap = max(4, 2 * supervisor.workers)  # workers may join later (batch jobs)
+            waiting = sum(len(b) for b in held.values())
+            while len(owner) < cap and waiting + len(owner) < nb + cap:
+                unit = next(units, None)
+                if unit is None:
+                    return
+                lead = self.leads[unit.lead]
+                args = (self.source, lead, unit.inits, self.fair, self.missing_forecast)
+                owner[self.client.submit(score_block, *args, pure=False)] = unit
+
+        try:
+            with critical():  # signals stop the loop at poll(), never inside a call to the scheduler
+                supervisor.watch(0, self.total)
+                top_up()
+                for lead in range(len(self.leads)):
+                    while len(held.get(lead, {})) < nb:
+                        poll()
+                        supervisor.watch(self.done, self.total)
+                        try:
+                            finished = wait(list(owner), timeout=0.5, return_when="FIRST_COMPLETED").done
+                        except TimeoutError:
+                            continue
+                        for future in finished:
+                            parts = self._result(future, owner[future])
+                            if parts is not None:
+                                unit = owner.pop(future)
+                                held.setdefault(unit.lead, {})[unit.block] = parts
+                                self.done += 1
+                                progress.advance(
+                                    f"+{format_lead(self.leads[unit.lead])}, inits {unit.block + 1}/{nb}"
+                                )
+                        top_up()
+                    blocks = held.pop(lead)
+                    variables = list(blocks[0])
+                    yield {var: join_parts([blocks[j][var] for j in range(nb)]) for var in variables}
+                    top_up()
+        finally:
+            progress.close()
+            for future in owner:
+                future.cancel()
+
+    def _result(self, future: Any, unit: _Unit) -> dict[str, VariableParts] | None:
+        """A block's parts; None when they cannot be fetched within :data:`GATHER_S` (its worker
+        died after scoring it: distributed scores it again)."""
+        try:
+            parts = future.result(timeout=GATHER_S)
+        except TimeoutError:
+            return None
+        except EnsmlError:  # the inputs' own one line (a NaN, an unreadable file): as in one process
+            raise
+        except Exception as exc:
+            from distributed import KilledWorker
+
+            if not isinstance(exc, KilledWorker):
+                raise
+            first, last = (str(np.datetime_as_string(t, unit="h")) for t in unit.inits[[0, -1]])
+            raise EnsmlError(
+                f"evaluate: dask workers died while scoring the init times {first} to {last} at "
+                f"+{format_lead(self.leads[unit.lead])} (out of memory? a smaller --init_block holds less); "
+                "nothing written"
+            ) from None
+        future.release()
+        return parts
+
+
+@dataclass(frozen=True)
+class EvaluateCluster:
+    """The cluster of an ``evaluate`` or ``report`` run and its blocks' size (:func:`cluster_spec`)."""
+
+    spec: ClusterSpec
+    init_block: int = INIT_BLOCK
+
+
+def cluster_spec(
+    command: str,
+    cluster: ClusterKind = "none",
+    workers: int | None = None,
+    scheduler_file: str | None = None,
+    scheduler_address: str | None = None,
+    jobqueue: JobQueue | None = None,
+    out_dir: str | None = None,
+    init_block: int = INIT_BLOCK,
+) -> EvaluateCluster | None:
+    """The cluster asked for by ``command``'s options, checked (None: in this process).
+
+    A scheduler to join (``scheduler_file``, ``scheduler_address``) is a cluster without
+    ``cluster: local`` being said. The jobs' batch logs go to ``<out_dir>/.ensml/logs`` (or
+    ``jobqueue.log_directory``), not to the folder ensml was started in.
+
+    Raises
+    ------
+    EnsmlError
+        One line, before anything is done: ``workers`` without a cluster, ``init_block`` below
+        1, and whatever :meth:`~ensml.cluster.connection.ClusterSpec.check` refuses (a scheduler
+        file that does not exist, sbatch/qsub not on PATH, impossible job settings).
+    """
+    joins = bool(scheduler_file or scheduler_address)
+    kind = "local" if cluster == "none" and joins else cluster
+    if init_block < 1:
+        raise EnsmlError(f"{command}: init_block must be at least 1, got {init_block}")
+    if kind == "none":
+        if workers is not None:
+            raise EnsmlError(
+                f"{command}: workers {workers} is for a cluster; with cluster: none the scoring runs in "
+                "this process (set cluster: local)"
+            )
+        return None
+    logs = os.path.join(os.path.abspath(out_dir), STATE_DIR, "logs") if out_dir else None
+    spec = ClusterSpec(
+        kind=kind,
+        workers=workers,
+        scheduler_file=scheduler_file,
+        scheduler_address=scheduler_address,
+        jobqueue=jobqueue or JobQueue(),
+        log_dir=logs,
+        command=command,
+        recorded=False,
+    )
+    spec.check(submit=True)
+    return EvaluateCluster(spec, init_block)
+
+
+def check_blocks(
+    grid: GridFrame, thresholds: dict[str, list[float]] | None, command: str = "evaluate"
+) -> None:
+    """Refuse what blocks of init times cannot score: the event scores (Brier, reliability,
+    SEEPS, FSS) of the bounded variables, which need each lead's fields at once."""
+    bounded = bounded_variables(grid.frame, grid.families, thresholds)
+    if bounded:
+        raise EnsmlError(
+            f"{command}: {', '.join(bounded)} get event scores (a family bounded below or thresholds), "
+            "which need each lead's fields at once: score them in this process (cluster: none), or "
+            "leave them out (variables)"
+        )
+
+
+def on_cluster(
+    cluster: EvaluateCluster,
+    grid: GridFrame,
+    source: FrameSource,
+    score: Callable[[ClusterBlocks], T],
+    fair: bool = False,
+    missing_forecast: bool = False,
+) -> T:
+    """``score(blocks)`` with ``grid``'s blocks of init times scored on ``cluster``: started or
+    joined, supervised, closed (its jobs cancelled) however the run ends; a signal stops it
+    with :class:`~ensml.errors.Interrupted` (nothing written)."""
+    spec = cluster.spec
+    with stopping_on_signals(spec.command):  # a signal stops the run at a safe point
+        conn, blocks = Connection(spec), None
+        try:
+            with conn:
+                blocks = ClusterBlocks(
+                    conn.client, conn.supervisor, source, grid, cluster.init_block, fair, missing_forecast
+                )
+                out = score(blocks)
+                where = conn.where()
+        except KeyboardInterrupt:  # the connection cancelled the jobs
+            done, total = (blocks.done, blocks.total) if blocks else (0, 0)
+            raise interrupted(f" after {done} of {total} blocks{conn.jobs_note()}; nothing written") from None
+    note(f"{spec.command}: scored {blocks.total} blocks of init times on {where}")
+    return out
+
+
+__all__ = [
+    "INIT_BLOCK",
+    "ClusterBlocks",
+    "EvaluateCluster",
+    "FrameSource",
+    "check_blocks",
+    "cluster_spec",
+    "init_blocks",
+    "on_cluster",
+    "score_block",
+]
