@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from ensml.cluster.connection import ClusterSpec, Connection
 from ensml.cluster.interrupt import critical, interrupted, poll, stopping_on_signals
 from ensml.cluster.options import ClusterKind, JobQueue
 from ensml.cluster.supervisor import Supervisor
+from ensml.data.frame import LeadFrame
 from ensml.data.outputs import STATE_DIR
 from ensml.errors import EnsmlError
 from ensml.progress import Progress, note
@@ -89,8 +90,38 @@ class FrameSource:
             )
         return _FRAMES[key]
 
+    def hook(self, make: HookFactory) -> CollectedHook:
+        """``make(frame)``, made once per process for this frame (a report's climatology is
+        computed once per worker)."""
+        key = f"{self!r} {make!r}"
+        if key not in _HOOKS:
+            _HOOKS.clear()
+            _HOOKS[key] = make(self.open())
+        return _HOOKS[key]
+
 
 _FRAMES: dict[str, GridFrame] = {}
+
+
+class CollectedHook(Protocol):
+    """A :data:`~ensml.verify.frame_scores.LeadHook` that runs on the workers: what it collected
+    is taken out there (:meth:`take`) and put into the client's own (:meth:`put`), lead by lead
+    in order, so the client's holds what one process would have collected."""
+
+    def __call__(self, lf: LeadFrame, var: str) -> None: ...
+
+    def take(self) -> Any:
+        """What was collected since the last take (a plain, picklable value), forgotten here."""
+        ...
+
+    def put(self, piece: Any) -> None:
+        """Add what a worker took."""
+        ...
+
+
+#: Makes a worker's hook from the frame (e.g. ``ensml report``'s ``LeadScores.of_grid``).
+HookFactory = Callable[[GridFrame], CollectedHook]
+_HOOKS: dict[str, CollectedHook] = {}
 
 
 def _absolute(paths: str | list[str] | tuple[str, ...] | None) -> Any:
@@ -106,13 +137,25 @@ def _listed(paths: str | tuple[str, ...]) -> str | list[str]:
 
 
 def score_block(
-    source: FrameSource, lead: np.timedelta64, inits: np.ndarray, fair: bool, missing_forecast: bool
-) -> dict[str, VariableParts]:
-    """On a worker: every variable's parts at ``lead`` on the init times ``inits``."""
+    source: FrameSource,
+    lead: np.timedelta64,
+    inits: np.ndarray,
+    fair: bool,
+    missing_forecast: bool,
+    hook: HookFactory | None = None,
+) -> tuple[dict[str, VariableParts], Any]:
+    """On a worker: every variable's parts at ``lead`` on the init times ``inits``, and what
+    ``hook`` (made once per worker) collected of them (None without one)."""
     grid = source.open()
     frame = replace(grid.frame, inits=inits)
     lf = read_lead(frame, lead, missing_forecast)
-    return {var: variable_parts(frame, lf, var, grid.subset, fair, grid.families) for var in frame.variables}
+    collect = source.hook(hook) if hook is not None else None
+    parts = {}
+    for var in frame.variables:
+        parts[var] = variable_parts(frame, lf, var, grid.subset, fair, grid.families)
+        if collect is not None:
+            collect(lf, var)
+    return parts, (collect.take() if collect is not None else None)
 
 
 def init_blocks(inits: np.ndarray, size: int) -> list[np.ndarray]:
@@ -140,9 +183,12 @@ class ClusterBlocks:
         init_block: int,
         fair: bool = False,
         missing_forecast: bool = False,
+        hook: HookFactory | None = None,
+        receive: CollectedHook | None = None,
     ) -> None:
         self.client, self.supervisor = client, supervisor or Supervisor(client)
         self.source, self.fair, self.missing_forecast = source, fair, missing_forecast
+        self.hook, self.receive = hook, receive
         self.leads = grid.frame.leads
         self.blocks = init_blocks(grid.frame.inits, init_block)
         self.done = 0
@@ -170,7 +216,7 @@ class ClusterBlocks:
                 if unit is None:
                     return
                 lead = self.leads[unit.lead]
-                args = (self.source, lead, unit.inits, self.fair, self.missing_forecast)
+                args = (self.source, lead, unit.inits, self.fair, self.missing_forecast, self.hook)
                 owner[self.client.submit(score_block, *args, pure=False)] = unit
 
         try:
@@ -195,16 +241,19 @@ class ClusterBlocks:
                                     f"+{format_lead(self.leads[unit.lead])}, inits {unit.block + 1}/{nb}"
                                 )
                         top_up()
-                    blocks = held.pop(lead)
-                    variables = list(blocks[0])
-                    yield {var: join_parts([blocks[j][var] for j in range(nb)]) for var in variables}
+                    blocks = [held[lead][j] for j in range(nb)]
+                    del held[lead]
+                    if self.receive is not None:
+                        for _, piece in blocks:
+                            self.receive.put(piece)
+                    yield {var: join_parts([parts[var] for parts, _ in blocks]) for var in blocks[0][0]}
                     top_up()
         finally:
             progress.close()
             for future in owner:
                 future.cancel()
 
-    def _result(self, future: Any, unit: _Unit) -> dict[str, VariableParts] | None:
+    def _result(self, future: Any, unit: _Unit) -> tuple[dict[str, VariableParts], Any] | None:
         """A block's parts; None when they cannot be fetched within :data:`GATHER_S` (its worker
         died after scoring it: distributed scores it again)."""
         try:
@@ -306,17 +355,24 @@ def on_cluster(
     score: Callable[[ClusterBlocks], T],
     fair: bool = False,
     missing_forecast: bool = False,
+    hook: HookFactory | None = None,
+    receive: CollectedHook | None = None,
 ) -> T:
     """``score(blocks)`` with ``grid``'s blocks of init times scored on ``cluster``: started or
     joined, supervised, closed (its jobs cancelled) however the run ends; a signal stops it
-    with :class:`~ensml.errors.Interrupted` (nothing written)."""
+    with :class:`~ensml.errors.Interrupted` (nothing written).
+
+    ``hook``: makes the workers' hook of each lead's fields, whose collections are put into
+    ``receive`` lead by lead; its blocks are then whole leads (a hook such as the report's
+    sees every init time of a lead at once)."""
     spec = cluster.spec
     with stopping_on_signals(spec.command):  # a signal stops the run at a safe point
         conn, blocks = Connection(spec), None
         try:
             with conn:
+                size = cluster.init_block if hook is None else len(grid.frame.inits)
                 blocks = ClusterBlocks(
-                    conn.client, conn.supervisor, source, grid, cluster.init_block, fair, missing_forecast
+                    conn.client, conn.supervisor, source, grid, size, fair, missing_forecast, hook, receive
                 )
                 out = score(blocks)
                 where = conn.where()
@@ -330,6 +386,7 @@ def on_cluster(
 __all__ = [
     "INIT_BLOCK",
     "ClusterBlocks",
+    "CollectedHook",
     "EvaluateCluster",
     "FrameSource",
     "check_blocks",
