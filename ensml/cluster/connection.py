@@ -370,7 +370,8 @@ class Connection:
                     self.cluster.scale(jobs=spec.jobqueue.jobs)
                 self.client = Client(self.cluster)
         except OSError as exc:
-            raise EnsmlError(f"cannot reach the dask cluster at {spec.describe()} ({exc})") from None
+            where = spec.describe()
+            raise EnsmlError(f"{spec.command}: cannot reach {where} ({exc}); nothing was done") from None
         self.supervisor = self.supervisor or self._supervisor(None)
         self.supervisor.client = self.client
         if self.plugin is not None:
