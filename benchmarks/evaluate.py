@@ -6,15 +6,16 @@ prints one line per comparison:
 
 * inits/s of ``evaluate`` in one process (``cluster: none``) and on a 2-worker local cluster
   (``--scheduler_address`` of a cluster started once and warmed, set up as ``evaluate --cluster
-  local`` sets it up), the median and the fastest of ``--repeats`` interleaved repeats, and the
+  local`` sets it up; its workers open the inputs afresh in every run, as one process does),
+  the median and the fastest of ``--repeats`` interleaved repeats, and the
   speed-up (ratio of medians; the target on 2 cores is 1.8x);
 * the peak resident memory of each worker (fresh clusters) and of this process against the
   archive's length (``--lengths``, e.g. 20, 40 and 60 inits): a worker holds one block of
   ``--init_block`` init times at one lead, so its peak stays flat.
 
 The tables of both runs are checked identical (the cluster's promise). Every process uses one
-thread for numpy's BLAS (``OMP_NUM_THREADS=1``, set before numpy loads) and one dask thread per
-worker.
+thread for numpy's BLAS (``OMP_NUM_THREADS=1``, set before numpy loads; distributed's nannies set
+it for the workers too) and one dask thread per worker.
 
 The data are generated as an archive grows, in periods of a week (``ensml data synth``, one
 init a day), each week's forecast written one init per file (``ensml data archive``) and the
@@ -31,7 +32,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy: one BLAS thread p
 import argparse
 import logging
 import math
-import resource
 import statistics
 import tempfile
 import time
@@ -41,9 +41,11 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ensml.cluster.workers import peak_rss_mb
 from ensml.data.archive import archive
 from ensml.data.synth.generate import synth
 from ensml.logs import configure
+from ensml.verify.distributed import forget_frames
 from ensml.verify.evaluate import evaluate
 
 START = np.datetime64("2021-01-04")
@@ -81,11 +83,6 @@ def prepare(work: Path, n_lat: int, n_lon: int, inits: int) -> tuple[list[str], 
     return paths, str(work / "analysis.nc")
 
 
-def max_rss_mb() -> float:
-    """This process's peak resident memory since it started, MB (Linux: ru_maxrss in kB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 class Cluster:
     """A 2-worker local cluster as ``evaluate --cluster local`` starts it (one thread a worker)."""
 
@@ -94,23 +91,32 @@ class Cluster:
         from distributed import Client, LocalCluster
 
         from ensml.cluster.connection import WORKER_CONFIG
+        from ensml.cluster.workers import ScoringPlugin
 
         with dask.config.set(WORKER_CONFIG):
             self.cluster = LocalCluster(
                 n_workers=workers, threads_per_worker=1, dashboard_address=":0", silence_logs=logging.ERROR
             )
         self.client = Client(self.cluster)
+        self.client.register_plugin(ScoringPlugin(), name=ScoringPlugin.name)
         self.address = self.cluster.scheduler_address
 
     def peak_rss_mb(self) -> list[float]:
-        return sorted(self.client.run(max_rss_mb).values())
+        return sorted(self.client.run(peak_rss_mb).values())
 
     def close(self) -> None:
         self.client.close()
         self.cluster.close()
 
 
-def run_evaluate(forecast: list[str], analysis: str, **cluster: object) -> tuple[float, pd.DataFrame]:
+def run_evaluate(
+    forecast: list[str], analysis: str, on: Cluster | None = None, **cluster: object
+) -> tuple[float, pd.DataFrame]:
+    """Seconds and the CRPS table of one ``evaluate``; on ``on``, its workers open the inputs
+    afresh, as the one-process run does."""
+    if on is not None:
+        on.client.run(forget_frames)
+        cluster["scheduler_address"] = on.address
     start = time.perf_counter()
     scores = evaluate(forecast, analysis, variables=["z", "t"], out_dir=None, **cluster)
     return time.perf_counter() - start, scores.table
@@ -131,8 +137,8 @@ def run(n_lat: int, n_lon: int, inits: int, lengths: list[int], repeats: int, in
         paths, analysis = prepare(Path(tmp), n_lat, n_lon, max(inits, *lengths))
         forecast = paths[:inits]
         on = Cluster()
-        warm = {"scheduler_address": on.address, "init_block": init_block}
-        run_evaluate(forecast[: 2 * init_block], analysis, **warm)  # workers import and open once
+        warm = {"on": on, "init_block": init_block}
+        run_evaluate(forecast[: 2 * init_block], analysis, **warm)  # the workers import ensml
         times: dict[str, list[float]] = {"serial": [], "two": []}
         for _ in range(repeats):  # interleaved, so that the machine's slow spells hit both alike
             t, serial_table = run_evaluate(forecast, analysis)
@@ -156,7 +162,7 @@ def run(n_lat: int, n_lon: int, inits: int, lengths: list[int], repeats: int, in
         peaks = {}
         for length in lengths:  # fresh workers: ru_maxrss is a peak since the process started
             on = Cluster()
-            run_evaluate(paths[:length], analysis, scheduler_address=on.address, init_block=init_block)
+            run_evaluate(paths[:length], analysis, on, init_block=init_block)
             peaks[length] = on.peak_rss_mb()
             on.close()
         shown = ", ".join(f"{k} inits {max(v):.0f} MB" for k, v in peaks.items())
@@ -165,7 +171,7 @@ def run(n_lat: int, n_lon: int, inits: int, lengths: list[int], repeats: int, in
             f"evaluate peak memory per worker ({n_lat}x{n_lon}, init_block {init_block}): {shown} -> "
             f"{max(peaks[last]) / max(peaks[first]):.2f}x for {last / first:.1f}x the inits"
         )
-        print(f"evaluate peak memory of this process (one-process runs included): {max_rss_mb():.0f} MB")
+        print(f"evaluate peak memory of this process (one-process runs included): {peak_rss_mb():.0f} MB")
 
 
 if __name__ == "__main__":

@@ -124,6 +124,12 @@ HookFactory = Callable[[GridFrame], CollectedHook]
 _HOOKS: dict[str, CollectedHook] = {}
 
 
+def forget_frames() -> None:
+    """Forget the frames and hooks this process opened (a worker's next block opens them again)."""
+    _FRAMES.clear()
+    _HOOKS.clear()
+
+
 def _absolute(paths: str | list[str] | tuple[str, ...] | None) -> Any:
     if paths is None:
         return None
@@ -365,9 +371,11 @@ def on_cluster(
     ``hook``: makes the workers' hook of each lead's fields, whose collections are put into
     ``receive`` lead by lead; its blocks are then whole leads (a hook such as the report's
     sees every init time of a lead at once)."""
+    from ensml.cluster.workers import ScoringPlugin  # distributed: only for a run on a cluster
+
     spec = cluster.spec
     with stopping_on_signals(spec.command):  # a signal stops the run at a safe point
-        conn, blocks = Connection(spec), None
+        conn, blocks = Connection(spec, ScoringPlugin()), None
         try:
             with conn:
                 size = cluster.init_block if hook is None else len(grid.frame.inits)
@@ -391,6 +399,7 @@ __all__ = [
     "FrameSource",
     "check_blocks",
     "cluster_spec",
+    "forget_frames",
     "init_blocks",
     "on_cluster",
     "score_block",
