@@ -82,18 +82,29 @@ def _batch_sums(f: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     m, g = x.shape[-1], x.shape[0]
     lo, hi = x[..., :-1], x[..., 1:]
     c = np.minimum(np.maximum(y[..., None], lo), hi)
-    wr = w[:, None, :]
     x1, xn = x[..., 0], x[..., -1]
     out = np.zeros((g, 2 * m + 6))
-    out[:, 1:m] = (wr @ (c - lo))[:, 0]  # α_i, 0 < i < N
-    out[:, m] = (w * np.maximum(y - xn, 0.0)).sum(1)  # α_N
-    out[:, m + 1] = (w * np.maximum(x1 - y, 0.0)).sum(1)  # β_0
-    out[:, m + 2 : 2 * m + 1] = (wr @ (hi - c))[:, 0]  # β_i, 0 < i < N
-    out[:, 2 * m + 2] = (w * (y < x1)).sum(1)
-    out[:, 2 * m + 3] = (w * (y > xn)).sum(1)
-    out[:, 2 * m + 4] = w.sum(1)
-    out[:, 2 * m + 5] = (x1 + xn).sum(1)
+    # Sums over the contiguous last axis (numpy's pairwise sum of each row), not a matmul or
+    # einsum, whose order of summation depends on BLAS's threads or on the batch's shape: a block
+    # of init times scored by a worker (``evaluate --cluster``) gets the sums of one process.
+    out[:, 1:m] = _row_sums(c - lo, w)  # α_i, 0 < i < N
+    out[:, m] = _row_sums(np.maximum(y - xn, 0.0), w)  # α_N
+    out[:, m + 1] = _row_sums(np.maximum(x1 - y, 0.0), w)  # β_0
+    out[:, m + 2 : 2 * m + 1] = _row_sums(hi - c, w)  # β_i, 0 < i < N
+    out[:, 2 * m + 2] = _row_sums(y < x1, w)
+    out[:, 2 * m + 3] = _row_sums(y > xn, w)
+    out[:, 2 * m + 4] = _row_sums(w)
+    out[:, 2 * m + 5] = _row_sums(x1 + xn)
     return out
+
+
+def _row_sums(d: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """Σ_n w[g, n] d[g, n, k] -> (G, K) (d (G, n): -> (G,); no w: unweighted), each row summed
+    alone over a C-contiguous last axis (numpy's pairwise sum: its order depends on n only)."""
+    rows = np.ascontiguousarray(np.moveaxis(d, -1, 1) if d.ndim == 3 else d)
+    if w is not None:
+        rows = rows * (w[:, None, :] if d.ndim == 3 else w)
+    return np.ascontiguousarray(rows).sum(-1)
 
 
 def _case_sums(f: np.ndarray, y: np.ndarray, w: np.ndarray, nred: int) -> np.ndarray:

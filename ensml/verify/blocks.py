@@ -79,14 +79,25 @@ def variable_parts(
             SPREAD_TARGET: x.std(MEMBER, ddof=0),
         }
     return VariableParts(
-        crps=crps_fields(frame, lf, var, ensembles, fair, dists),
-        analysis=y,
+        crps=_in_order(crps_fields(frame, lf, var, ensembles, fair, dists)),
+        analysis=_contiguous(y),
         sums=_decomposition_sums(ensembles, y, frame.weights),
-        spread=spread,
+        spread=None if spread is None else _in_order(spread),
         estimators={name: estimator(family) for name, (_, family) in dists.items()},
         oracle=next((name for name in dists if name.startswith("oracle")), "oracle (Gaussian)"),
         members=x.sizes[MEMBER],
     )
+
+
+def _contiguous(field: xr.DataArray) -> xr.DataArray:
+    """``field`` in C order: the rows' means (xarray's weighted means, through einsum) sum in an
+    order that follows the memory layout, so a block's parts and the joined parts of several
+    (concatenated in C order) must have the same one."""
+    return field.copy(data=np.ascontiguousarray(field.values))
+
+
+def _in_order(fields: dict[str, xr.DataArray]) -> dict[str, xr.DataArray]:
+    return {name: _contiguous(field) for name, field in fields.items()}
 
 
 def join_parts(parts: list[VariableParts]) -> VariableParts:

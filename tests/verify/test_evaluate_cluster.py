@@ -24,6 +24,7 @@ import xarray as xr
 from ensml.cli.main import main
 from ensml.verify.distributed import init_blocks
 from tests.cli.test_cli_table import _args, _check, _hashes, _sandbox, inputs  # noqa: F401 - a fixture
+from tests.verify.reference_inputs import make_inputs
 
 EVAL = "evaluate --forecast {fc} --analysis {an} --out_dir out"
 REPORT = "report --forecast {fc} --analysis {an} --out_dir out"
@@ -38,26 +39,38 @@ def test_blocks_cover_the_inits_in_order() -> None:
     assert [b.tolist() for b in init_blocks(inits, 20)] == [inits.tolist()]
 
 
-def _evaluate(tiny_data: dict, out: Path, *extra: str) -> None:
-    args = ["evaluate", "--forecast", str(tiny_data["forecast"]), "--analysis", str(tiny_data["analysis"])]
-    args += ["--oracle", str(tiny_data["oracle"]), "--variables", "[z, t]", "--out_dir", str(out), *extra]
-    assert main(args) == 0
+@pytest.fixture(scope="module")
+def sources(tiny_data: dict, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Every input ``evaluate`` scores: predictions, members in two files, spread predictions,
+    the oracle, and an analysis that does not observe a box of z (NaN: left out of every score)."""
+    root = tmp_path_factory.mktemp("cluster-inputs")
+    paths = make_inputs(tiny_data, root)
+    with xr.open_dataset(tiny_data["analysis"]) as an:
+        an = an.load()
+    an["z"][:, :, 2:5, 3:9] = np.nan
+    an.to_netcdf(root / "analysis.nc")
+    args = ["--forecast", str(tiny_data["forecast"]), "--analysis", str(root / "analysis.nc")]
+    for name in ("predictions", "members", "spread_predictions", "oracle"):
+        args += [f"--{name}", str(paths[name])]
+    return args
 
 
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.timeout(600)
-def test_evaluate_on_a_local_cluster_writes_the_tables_of_one_process(tiny_data, tmp_path) -> None:
-    _evaluate(tiny_data, tmp_path / "one")
-    # blocks of 7 init times: the last one shorter; the leads interleave on two workers
-    _evaluate(tiny_data, tmp_path / "two", "--cluster", "local", "--workers", "2", "--init_block", "7")
-    for name in TABLES:
+def test_evaluate_on_a_local_cluster_writes_the_tables_of_one_process(sources, tmp_path) -> None:
+    assert main(["evaluate", *sources, "--out_dir", str(tmp_path / "one")]) == 0
+    # blocks of 7 init times, the last one shorter; the leads interleave on two workers
+    cluster = ["--cluster", "local", "--workers", "2", "--init_block", "7"]
+    assert main(["evaluate", *sources, "--out_dir", str(tmp_path / "two"), *cluster]) == 0
+    for name in (*TABLES, "spread.csv", "spread.md"):
         assert filecmp.cmp(tmp_path / "one" / name, tmp_path / "two" / name, shallow=False), name
     with xr.open_dataset(tmp_path / "one" / "scores.nc") as one:
         with xr.open_dataset(tmp_path / "two" / "scores.nc") as two:
             # every value, coordinate and attribute but the time of writing
             one.attrs.pop("history"), two.attrs.pop("history")
             xr.testing.assert_identical(one.load(), two.load())
+            assert "n_observed_z" in one  # the box of NaN was left out alike
 
 
 @pytest.mark.slow
