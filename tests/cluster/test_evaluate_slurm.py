@@ -70,7 +70,8 @@ def test_a_job_that_cannot_start_ends_evaluate_in_one_line(slurm, tiny_data, tmp
     assert code == 1, stderr
     assert "Traceback" not in stdout + stderr
     line = stderr.strip().splitlines()[-1]
-    assert line.startswith("ensml: SLURM job ") and " PENDING (PartitionConfig) did not start within 3 s" in line
+    assert line.startswith("ensml: SLURM job "), line
+    assert " PENDING (PartitionConfig) did not start within 3 s" in line, line
     assert "cancelled; 0 of " in line and line.endswith(" units scored, nothing written"), line
     _assert_no_job_left(slurm)
     assert not (out / "scores.csv").exists()
