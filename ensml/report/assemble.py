@@ -49,9 +49,10 @@ from ensml.times import LeadLike, format_lead, format_leads, lead_hours, parse_l
 from ensml.verify.casefind import find_extreme_cases, storm_cases
 from ensml.verify.cases import Case, load_cases
 from ensml.verify.casestudy import score_case
-from ensml.verify.distributed import FrameSource, cluster_spec
+from ensml.verify.distributed import FrameSource
 from ensml.verify.evaluate import Scores
 from ensml.verify.frame_scores import grid_frame
+from ensml.verify.on_cluster import check_options, cluster_spec
 from ensml.verify.options import Selection, Sources
 from ensml.verify.stations import (
     StationScores,
@@ -187,11 +188,8 @@ def report(
     """
     OutputFolder.check(out_dir, "report", names=["report.md", "report.html"])  # before hours of work
     on = cluster_spec("report", cluster, workers, scheduler_file, scheduler_address, jobqueue, out_dir)
-    if on is not None and (observations is not None or analysis is None):
-        raise EnsmlError(
-            "report: cluster scores gridded forecasts against an analysis; a report at stations is "
-            "made in this process (cluster: none)"
-        )
+    if on is not None:
+        check_options("report", stations=observations is not None or analysis is None)
     leads, lead = leads_option(leads), (parse_lead(lead) if lead is not None else None)  # fail at once
     variables, levels = as_list(variables, "variables"), as_list(levels, "levels")
     if observations is not None or analysis is None:

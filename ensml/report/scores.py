@@ -44,11 +44,12 @@ from ensml.scores.calibration import ensemble_mean_rmse, rank_histogram, spread_
 from ensml.scores.distributions import Family
 from ensml.scores.probability import reliability
 from ensml.times import lead_hours
-from ensml.verify.distributed import EvaluateCluster, FrameSource, check_blocks, on_cluster
+from ensml.verify.distributed import FrameSource
 from ensml.verify.evaluate import Scores, score_grid
 from ensml.verify.families import distributions, family_members, family_moments, family_params
 from ensml.verify.frame_scores import GridFrame, lead_ensembles
 from ensml.verify.levels import at, levels_of, per_level, table_level
+from ensml.verify.on_cluster import EvaluateCluster, check_blocks, on_cluster
 from ensml.verify.thresholds import EventThresholds, bounded_variables, thresholds_for
 
 Families = dict[str, dict[str, Family]]

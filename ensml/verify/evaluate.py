@@ -51,24 +51,24 @@ from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.outputs import OutputFolder
 from ensml.data.runfiles import leads_option
-from ensml.errors import EnsmlError
 from ensml.names import as_list
 from ensml.progress import note
 from ensml.times import LeadLike, format_leads
 from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
-from ensml.verify.distributed import (
-    INIT_BLOCK,
-    EvaluateCluster,
-    FrameSource,
-    check_blocks,
-    cluster_spec,
-    on_cluster,
-)
+from ensml.verify.distributed import FrameSource
 from ensml.verify.event_tables import event_files
 from ensml.verify.events import EventTables
 from ensml.verify.frame_scores import BlockParts, GridFrame, LeadHook, grid_frame, score_frame
 from ensml.verify.multivariate import MultivariateScores, multivariate_files
+from ensml.verify.on_cluster import (
+    INIT_BLOCK,
+    EvaluateCluster,
+    check_blocks,
+    check_options,
+    cluster_spec,
+    on_cluster,
+)
 from ensml.verify.options import Selection, Sources
 from ensml.verify.stations import StationScores, evaluate_stations, gridded_options, station_options
 from ensml.verify.tables import Content, score_files, write_files
@@ -323,20 +323,12 @@ def evaluate(
     spec = cluster_spec(
         "evaluate", cluster, workers, scheduler_file, scheduler_address, jobqueue, out_dir, init_block
     )
-    if spec is not None and (observations is not None or analysis is None):
-        raise EnsmlError(
-            "evaluate: cluster scores gridded forecasts against an analysis; station observations "
-            "are scored in this process (cluster: none)"
-        )
-    if spec is not None and multivariate:
-        raise EnsmlError(
-            "evaluate: multivariate scores whole fields of every init time at once; score them "
-            "in this process (cluster: none)"
-        )
-    if spec is not None and thresholds:
-        raise EnsmlError(
-            "evaluate: thresholds: event scores need each lead's fields at once; score them in "
-            "this process (cluster: none)"
+    if spec is not None:
+        check_options(
+            "evaluate",
+            stations=observations is not None or analysis is None,
+            multivariate=multivariate,
+            thresholds=thresholds,
         )
     if observations is not None or analysis is None:  # station observations: ensml.verify.stations
         station_options(

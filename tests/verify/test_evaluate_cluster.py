@@ -169,7 +169,7 @@ ROWS = [
         "report: cluster at stations",
         "report --forecast {fc} --observations {dir}/readme.txt --out_dir out --cluster local",
         1,
-        ("report at stations", "cluster: none"),
+        ("report: cluster scores gridded forecasts", "cluster: none"),
     ),
 ]
 
