@@ -11,7 +11,7 @@ Run by hand (``python benchmarks/postprocess.py``); prints one line per comparis
 The three modes are timed in turn in every repeat (so the machine's slow spells hit each alike);
 the median and the fastest are printed, the median is the figure to quote. Each worker and the
 serial loop use one torch thread; the clusters are set up as ``ensml postprocess`` sets them up
-(:data:`ensml.postprocess.cluster.WORKER_CONFIG`, the model plugin) and warmed before timing.
+(:data:`ensml.cluster.connection.WORKER_CONFIG`, the model plugin) and warmed before timing.
 
 The data: the embedded generator's 32 × 64 grid, z and t at 500/850 hPa, 10 members, leads
 0/24/48 h, one init per file; the model: the main job's U-Net (width 16, depth 3) after a short
@@ -33,9 +33,9 @@ import dask
 import torch
 
 from ensml.cli.main import main
+from ensml.cluster.connection import WORKER_CONFIG
 from ensml.data.archive import archive
 from ensml.data.synth.generate import synth
-from ensml.postprocess.cluster import WORKER_CONFIG
 from ensml.postprocess.models import ModelSet, load_models
 from ensml.postprocess.options import Products, check_products
 from ensml.postprocess.plan import expand_inputs, netcdf_units

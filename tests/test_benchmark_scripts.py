@@ -39,3 +39,23 @@ def test_script_help_runs_as_the_guides_run_it(script: str) -> None:
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "usage:" in run.stdout
+
+
+@pytest.mark.slow  # a small archive, two local workers, four evaluate runs (about a minute)
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_evaluate_benchmark_runs_at_its_tiny_setting() -> None:
+    """``benchmarks/evaluate.py`` end to end on a tiny grid: its lines, the tables checked equal."""
+    args = ["--n_lat", "16", "--n_lon", "32", "--inits", "8", "--lengths", "4,8", "--repeats", "1"]
+    run = subprocess.run(
+        [sys.executable, "benchmarks/evaluate.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = run.stdout
+    assert "tables identical" in out, out
+    assert "evaluate 8 inits 16x32: 2 workers " in out and "inits/s vs one process " in out, out
+    assert "evaluate peak memory per worker (16x32, init_block 4): 4 inits " in out, out

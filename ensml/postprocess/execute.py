@@ -1,21 +1,33 @@
 """The loop that runs post-processing units on a supervised dask cluster.
 
 Kept apart from :mod:`ensml.postprocess.run` (the plan, the manifest, the outputs): this is
-where signals are acted on (:mod:`.interrupt`) and the cluster is watched (:mod:`.supervisor`).
+where signals are acted on (:mod:`ensml.cluster.interrupt`) and the cluster is watched
+(:mod:`ensml.cluster.supervisor`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from ensml.postprocess.cluster import for_workers
-from ensml.postprocess.interrupt import critical, poll
-from ensml.postprocess.supervisor import Supervisor
+from ensml.cluster.interrupt import critical, poll
+from ensml.cluster.supervisor import Supervisor
 from ensml.postprocess.worker import Job, Unit, run_unit
 
 #: Seconds to fetch a finished unit's record (a few kB) before looking at the cluster again.
 GATHER_S = 5.0
+
+
+def for_workers(job: Job, units: list[Unit]) -> tuple[Job, list[Unit]]:
+    """``job`` and ``units`` with every input path absolute: workers may run in another folder.
+
+    A unit's output stays a name relative to the output folder: its staging (absolute) writes it.
+    """
+    analysis = None if job.analysis is None else tuple(os.path.abspath(p) for p in job.analysis)
+    job = replace(job, models=job.models.with_absolute_paths(), analysis=analysis)
+    return job, [replace(u, input=os.path.abspath(u.input)) for u in units]
 
 
 def execute(

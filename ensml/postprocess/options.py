@@ -1,4 +1,7 @@
-"""Options of ``ensml postprocess`` (the YAML sections ``products`` and ``jobqueue``) and their checks."""
+"""Options of ``ensml postprocess`` (the YAML section ``products``) and their checks.
+
+The cluster options (``cluster``, ``jobqueue``) are every cluster verb's: :mod:`ensml.cluster.options`.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ from ensml.names import VARIABLE_ATTRS, default_family
 #: Probability levels of the ECC quantiles (see :func:`ensml.postprocess.ecc.ecc_levels`).
 EccSpacing = Literal["centred", "rank"]
 OutputFormat = Literal["netcdf", "zarr", "csv"]
-ClusterKind = Literal["local", "slurm", "pbs", "none"]
 Device = Literal["cpu", "cuda", "auto"]
 
 
@@ -65,60 +67,6 @@ class Products:
         """The options as a unit's identity records them (:data:`LATER` left out at its default)."""
         defaults = {f.name: f.default for f in fields(self) if f.name in self.LATER}
         return {k: v for k, v in asdict(self).items() if k not in defaults or v != defaults[k]}
-
-
-@dataclass
-class JobQueue:
-    """A SLURM or PBS cluster through dask-jobqueue (used when ``cluster`` is ``slurm`` or ``pbs``).
-
-    Attributes
-    ----------
-    queue, account
-        Partition/queue and project to charge.
-    cores, memory
-        Cores and memory of one job (e.g. ``16GB``).
-    processes
-        Workers per job; each runs one file at a time with cores/processes torch threads.
-    jobs
-        Number of jobs to start.
-    walltime
-        Limit of one job (``HH:MM:SS``).
-    job_extra_directives
-        Further batch directives, e.g. ``["--gres=gpu:1"]`` (SLURM) or ``["-l select=1:ngpus=1"]``.
-    job_script_prologue
-        Shell lines run before the worker starts (``module load …``, ``source venv/bin/activate``).
-    interface, local_directory, log_directory
-        Network interface of the workers, their scratch folder, and where batch logs go.
-    python
-        Python executable of the workers (default: this one).
-    pending_timeout
-        How long the jobs may wait in the queue while no worker has started: seconds, or a
-        duration such as ``90s``, ``10m``, ``2h``. Past it the run stops with the scheduler's
-        reason (``squeue``/``qstat``) and cancels its jobs; a job still queued while others work
-        is cancelled with a note.
-    no_worker_timeout
-        How long a run may go on without any dask worker while units remain (seconds or a
-        duration): all workers lost (jobs cancelled, nodes down) or jobs that started no worker.
-        The run then stops, naming its jobs and their states; the completed units stay recorded
-        and a rerun does the rest. Jobs that started get at least 2 min for their first worker to
-        connect. Also bounds a joined cluster (``scheduler_file``) without workers.
-    """
-
-    queue: str | None = None
-    account: str | None = None
-    cores: int = 4
-    memory: str = "16GB"
-    processes: int = 1
-    jobs: int = 1
-    walltime: str = "01:00:00"
-    job_extra_directives: list[str] = field(default_factory=list)
-    job_script_prologue: list[str] = field(default_factory=list)
-    interface: str | None = None
-    local_directory: str | None = None
-    log_directory: str | None = None
-    python: str | None = None
-    pending_timeout: float | str = 600.0
-    no_worker_timeout: float | str = 300.0
 
 
 #: Default exceedance thresholds of precipitation, mm (= kg m-2) in 24 h (``products.thresholds``).

@@ -13,22 +13,16 @@ import torch
 from jsonargparse.typing import PositiveInt
 from rich.console import Console
 
+from ensml.cluster.connection import ClusterSpec, Connection, job_script
+from ensml.cluster.interrupt import interrupted, poll, stopping_on_signals
+from ensml.cluster.options import ClusterKind, JobQueue
 from ensml.data.outputs import STATE_DIR, OutputFolder
 from ensml.errors import EnsmlError, PartialFailure
-from ensml.postprocess.cluster import ClusterSpec, Connection, job_script
 from ensml.postprocess.execute import execute
 from ensml.postprocess.generated import GENERATIVE
-from ensml.postprocess.interrupt import interrupted, poll, stopping_on_signals
 from ensml.postprocess.manifest import MANIFEST, Manifest, data_sha256
 from ensml.postprocess.models import ModelSet
-from ensml.postprocess.options import (
-    ClusterKind,
-    Device,
-    JobQueue,
-    OutputFormat,
-    Products,
-    check_products,
-)
+from ensml.postprocess.options import Device, OutputFormat, Products, check_products
 from ensml.postprocess.plan import (
     SUFFIX,
     ZARR_STORE,
@@ -129,7 +123,7 @@ def postprocess(
     dict
         Counts of units ``done``, ``up_to_date`` and ``failed``.
     """
-    with stopping_on_signals():  # a signal stops the run at a safe point (see .interrupt)
+    with stopping_on_signals():  # a signal stops the run at a safe point (see ensml.cluster.interrupt)
         products = products or Products()
         spec = ClusterSpec(
             kind=cluster,
@@ -194,7 +188,7 @@ def postprocess(
                                 finish(unit, run_unit(unit, job))
                         else:
                             execute(todo, job, conn.client, finish, conn.supervisor)
-            except KeyboardInterrupt:  # a signal (see .interrupt): the connection cancelled the jobs
+            except KeyboardInterrupt:  # a signal (ensml.cluster.interrupt): the connection cancelled the jobs
                 n = progress.done + progress.failed
                 raise interrupted(
                     f" after {n} of {len(todo)} units{conn.jobs_note()}; run the same command again to finish"

@@ -9,11 +9,9 @@ never stop the run.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import socket
-import sys
 import time
 import traceback
 from collections.abc import Sequence
@@ -26,6 +24,7 @@ import torch
 import xarray as xr
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ensml.cluster.workers import peak_rss_mb, restore_malloc_thresholds
 from ensml.data.open import open_analysis, open_inputs
 from ensml.data.outputs import Staging, append_netcdf_init, write_zarr_region
 from ensml.data.samples import (
@@ -323,45 +322,6 @@ class ModelPlugin(WorkerPlugin):
                 load_models(self.models, self.device)
         except EnsmlError:
             pass  # each unit then fails with the one-line reason
-
-
-def restore_malloc_thresholds() -> bool:
-    """Undo the nanny's ``MALLOC_TRIM_THRESHOLD_`` for this worker (glibc only).
-
-    distributed's nanny sets that variable so workers hand memory back to the OS. glibc then stops
-    adapting its mmap threshold, and every tensor above 128 KiB is mmap'ed and unmapped anew;
-    that made each unit 1.7x slower here. Memory per worker stays bounded without it, because a
-    unit holds one init at a time (``benchmarks/postprocess.py`` measures the peak).
-    """
-    if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc
-        return False
-    # The ceilings glibc's own adaptive thresholds reach on 64-bit: blocks up to 32 MiB are reused
-    # from the heap, and up to 64 MiB of freed heap is kept rather than handed back each time.
-    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    return bool(libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 64 << 20))
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory in MB.
-
-    Linux's ``VmHWM`` belongs to the process's own address space; ``ru_maxrss`` (the fallback
-    elsewhere) survives fork and exec, so a spawned worker would report its parent's peak.
-    """
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    scale = 1 if sys.platform != "darwin" else 1024  # bytes on macOS, KiB elsewhere
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale / 1024
 
 
 def worker_state() -> dict[str, Any]:

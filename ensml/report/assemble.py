@@ -31,6 +31,7 @@ import numpy as np
 import xarray as xr
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
+from ensml.cluster.options import ClusterKind, JobQueue
 from ensml.data.frame import EnsembleFrame
 from ensml.data.grid import describe, is_projected
 from ensml.data.heights import STANDARD_LAPSE_RATE
@@ -48,8 +49,10 @@ from ensml.times import LeadLike, format_lead, format_leads, lead_hours, parse_l
 from ensml.verify.casefind import find_extreme_cases, storm_cases
 from ensml.verify.cases import Case, load_cases
 from ensml.verify.casestudy import score_case
+from ensml.verify.distributed import FrameSource
 from ensml.verify.evaluate import Scores
 from ensml.verify.frame_scores import grid_frame
+from ensml.verify.on_cluster import check_options, cluster_spec
 from ensml.verify.options import Selection, Sources
 from ensml.verify.stations import (
     StationScores,
@@ -95,6 +98,11 @@ def report(
     observations: str | None = None,
     extraction: Literal["nearest", "bilinear"] = "nearest",
     model_height: str | None = None,
+    cluster: ClusterKind = "none",
+    workers: PositiveInt | None = None,
+    scheduler_file: str | None = None,
+    scheduler_address: str | None = None,
+    jobqueue: JobQueue | None = None,
 ) -> Report:
     """Write the verification report (``report.md`` + ``figures/``, and ``report.html``).
 
@@ -162,6 +170,16 @@ def report(
     model_height
         With ``observations``: the model's surface height or geopotential on the forecast's
         grid; 2 m temperature is moved to each station's elevation.
+    cluster
+        Where the global scores and those by lead time are computed: ``none`` (default: in this
+        process), or on a dask cluster as ``ensml evaluate --cluster`` (``local``, ``slurm``,
+        ``pbs``): each worker reads and scores whole leads (the report's rank histograms and
+        reliability need every init time of a lead at once), so the leads are scored side by
+        side; the numbers are those of one process. Against an analysis, without variables
+        that get event scores (a family bounded below).
+    workers, scheduler_file, scheduler_address, jobqueue
+        The cluster's workers (local), a running cluster to join, SLURM/PBS settings: as for
+        ``ensml evaluate``.
 
     Returns
     -------
@@ -169,6 +187,9 @@ def report(
         The report's folder and its global scores.
     """
     OutputFolder.check(out_dir, "report", names=["report.md", "report.html"])  # before hours of work
+    on = cluster_spec("report", cluster, workers, scheduler_file, scheduler_address, jobqueue, out_dir)
+    if on is not None:
+        check_options("report", stations=observations is not None or analysis is None)
     leads, lead = leads_option(leads), (parse_lead(lead) if lead is not None else None)  # fail at once
     variables, levels = as_list(variables, "variables"), as_list(levels, "levels")
     if observations is not None or analysis is None:
@@ -205,7 +226,8 @@ def report(
     grid = grid_frame(forecast, analysis, sources, Selection(variables, levels, leads, k))
     frame = grid.frame
     lead = _report_lead(lead, frame.leads)
-    scores, by_lead = scores_by_lead(grid)  # one pass: the global scores and those by lead time
+    source = FrameSource.of(forecast, analysis, sources, Selection(variables, levels, leads, k))
+    scores, by_lead = scores_by_lead(grid, on, source)  # one pass: the global scores and those by lead
     reliable = {(v, lev): s for (at, v, lev), s in by_lead.rel.items() if at == lead}
     events = by_lead.events
     if len(events):

@@ -44,10 +44,12 @@ from ensml.scores.calibration import ensemble_mean_rmse, rank_histogram, spread_
 from ensml.scores.distributions import Family
 from ensml.scores.probability import reliability
 from ensml.times import lead_hours
+from ensml.verify.distributed import FrameSource
 from ensml.verify.evaluate import Scores, score_grid
 from ensml.verify.families import distributions, family_members, family_moments, family_params
 from ensml.verify.frame_scores import GridFrame, lead_ensembles
 from ensml.verify.levels import at, levels_of, per_level, table_level
+from ensml.verify.on_cluster import EvaluateCluster, check_blocks, on_cluster
 from ensml.verify.thresholds import EventThresholds, bounded_variables, thresholds_for
 
 Families = dict[str, dict[str, Family]]
@@ -71,13 +73,18 @@ class ByLead(NamedTuple):
     events: pd.DataFrame
 
 
-def scores_by_lead(grid: GridFrame) -> tuple[Scores, ByLead]:
+def scores_by_lead(
+    grid: GridFrame, cluster: EvaluateCluster | None = None, source: FrameSource | None = None
+) -> tuple[Scores, ByLead]:
     """``evaluate``'s global scores of ``grid`` and the report's scores by lead time, in one pass.
 
     ``grid`` (:func:`ensml.verify.frame_scores.grid_frame`) is read one lead at a time, once:
     :func:`ensml.verify.evaluate.score_grid` scores each lead's fields for ``evaluate``'s tables
     and hands them to :class:`LeadScores`. Means are weighted by the frame's area weights over
     the init times and the horizontal dims; the raw subset is scored beside the raw ensemble.
+    With ``cluster`` (and the ``source`` its workers open the frame from), each lead is read and
+    scored by a dask worker, :class:`LeadScores` included, and the client puts the leads'
+    scores together in order (:func:`ensml.verify.distributed.on_cluster`): the same numbers.
 
     Returns
     -------
@@ -85,8 +92,19 @@ def scores_by_lead(grid: GridFrame) -> tuple[Scores, ByLead]:
         ``evaluate``'s :class:`~ensml.verify.evaluate.Scores` (nothing written) and the
         report's :class:`ByLead`, whose CRPS is that of the scores' table.
     """
-    extra = LeadScores(grid.frame, grid.subset, grid.families)
-    scores = score_grid(grid, collect=extra)
+    extra = LeadScores.of_grid(grid)
+    if cluster is None or source is None:
+        scores = score_grid(grid, collect=extra)
+    else:
+        check_blocks(grid, None, "report")
+        scores = on_cluster(
+            cluster,
+            grid,
+            source,
+            lambda blocks: score_grid(grid, blocks=blocks),
+            hook=LeadScores.of_grid,
+            receive=extra,
+        )
     return scores, extra.result(scores)
 
 
@@ -103,12 +121,45 @@ class LeadScores:
 
     def __init__(self, frame: EnsembleFrame, subset: Subset, families: Families) -> None:
         self.frame, self.subset, self.families = frame, subset, families
-        events = event_thresholds(frame, families)  # their reliability is evaluate's
-        self.climates = {v: _monthly_climate(frame.analysis[v]) for v in frame.variables if v not in events}
+        self._climates: dict[str, tuple[xr.DataArray, xr.DataArray]] | None = None
         self.rows: dict[str, list[dict]] = {var: [] for var in frame.variables}
         self.hists: dict = {}
         self.rel: dict = {}
         self.drawn: dict[str, set[str]] = {}  # each variable's forecasts: the raw ensemble, the distributions
+
+    @classmethod
+    def of_grid(cls, grid: GridFrame) -> LeadScores:
+        """The scores of ``grid``'s frame, subset and families (a cluster worker makes its own)."""
+        return cls(grid.frame, grid.subset, grid.families)
+
+    @property
+    def climates(self) -> dict[str, tuple[xr.DataArray, xr.DataArray]]:
+        """The monthly climatology of each variable without event thresholds (read when first
+        needed: a cluster's client, whose workers score, never reads it)."""
+        if self._climates is None:
+            frame = self.frame
+            events = event_thresholds(frame, self.families)  # their reliability is evaluate's
+            kept = [v for v in frame.variables if v not in events]
+            self._climates = {v: _monthly_climate(frame.analysis[v]) for v in kept}
+        return self._climates
+
+    def take(self) -> tuple[dict, dict, dict, dict]:
+        """What was collected so far (rows, histograms, reliability, forecasts drawn), forgotten
+        here: a cluster worker's scores of one lead, for the client's :meth:`put`."""
+        piece = (self.rows, self.hists, self.rel, self.drawn)
+        self.rows, self.hists, self.rel, self.drawn = {v: [] for v in self.frame.variables}, {}, {}, {}
+        return piece
+
+    def put(self, piece: tuple[dict, dict, dict, dict]) -> None:
+        """Add a worker's :meth:`take` (lead by lead, in order: as one process collects them)."""
+        rows, hists, rel, drawn = piece
+        for var, more in rows.items():
+            self.rows[var] += more
+        for lead, by_field in hists.items():
+            self.hists.setdefault(lead, {}).update(by_field)
+        for key, by_forecast in rel.items():
+            self.rel.setdefault(key, {}).update(by_forecast)
+        self.drawn.update(drawn)
 
     def __call__(self, lf: LeadFrame, var: str) -> None:
         """Score ``var`` at the lead of ``lf`` (the fields ``evaluate`` scored)."""

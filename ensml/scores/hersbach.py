@@ -45,6 +45,12 @@ and reduces its weighted per-bin sums (with the outlier weights, the weight and 
 check) to 2N + 6 numbers per kept point, and loads the observation (1/N of the forecast's
 size, kept in memory for the uncertainty's sort). NaN or ±Inf in the forecast or observation
 is an error, unlike the other scores' NaN policy: every case needs all N members and y.
+
+In parts: the per-bin sums are additive over disjoint sets of cases, so :func:`case_sums` of
+each part (a block of init times read by one dask worker) and :func:`decomposition_of_sums` of
+their sums over the parts give the decomposition of the whole; the uncertainty takes the
+observations of every part. Summing per-init sums in init order makes the result independent
+of how the init times were split into parts.
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from ensml.errors import EnsmlError
 from ensml.names import MEMBER
 from ensml.scores.reduce import check_fcst_obs, check_weights, resolve_reduce_dims
 
-__all__ = ["crps_decomposition"]
+__all__ = ["case_sums", "crps_decomposition", "decomposition_of_sums"]
 
 BIN = "bin"
 REFERENCE = "Hersbach (2000), Wea. Forecasting 15, 559-570"
@@ -76,18 +82,29 @@ def _batch_sums(f: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     m, g = x.shape[-1], x.shape[0]
     lo, hi = x[..., :-1], x[..., 1:]
     c = np.minimum(np.maximum(y[..., None], lo), hi)
-    wr = w[:, None, :]
     x1, xn = x[..., 0], x[..., -1]
     out = np.zeros((g, 2 * m + 6))
-    out[:, 1:m] = (wr @ (c - lo))[:, 0]  # α_i, 0 < i < N
-    out[:, m] = (w * np.maximum(y - xn, 0.0)).sum(1)  # α_N
-    out[:, m + 1] = (w * np.maximum(x1 - y, 0.0)).sum(1)  # β_0
-    out[:, m + 2 : 2 * m + 1] = (wr @ (hi - c))[:, 0]  # β_i, 0 < i < N
-    out[:, 2 * m + 2] = (w * (y < x1)).sum(1)
-    out[:, 2 * m + 3] = (w * (y > xn)).sum(1)
-    out[:, 2 * m + 4] = w.sum(1)
-    out[:, 2 * m + 5] = (x1 + xn).sum(1)
+    # Sums over the contiguous last axis (numpy's pairwise sum of each row), not a matmul or
+    # einsum, whose order of summation depends on BLAS's threads or on the batch's shape: a block
+    # of init times scored by a worker (``evaluate --cluster``) gets the sums of one process.
+    out[:, 1:m] = _row_sums(c - lo, w)  # α_i, 0 < i < N
+    out[:, m] = _row_sums(np.maximum(y - xn, 0.0), w)  # α_N
+    out[:, m + 1] = _row_sums(np.maximum(x1 - y, 0.0), w)  # β_0
+    out[:, m + 2 : 2 * m + 1] = _row_sums(hi - c, w)  # β_i, 0 < i < N
+    out[:, 2 * m + 2] = _row_sums(y < x1, w)
+    out[:, 2 * m + 3] = _row_sums(y > xn, w)
+    out[:, 2 * m + 4] = _row_sums(w)
+    out[:, 2 * m + 5] = _row_sums(x1 + xn)
     return out
+
+
+def _row_sums(d: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """Σ_n w[g, n] d[g, n, k] -> (G, K) (d (G, n): -> (G,); no w: unweighted), each row summed
+    alone over a C-contiguous last axis (numpy's pairwise sum: its order depends on n only)."""
+    rows = np.ascontiguousarray(np.moveaxis(d, -1, 1) if d.ndim == 3 else d)
+    if w is not None:
+        rows = rows * (w[:, None, :] if d.ndim == 3 else w)
+    return np.ascontiguousarray(rows).sum(-1)
 
 
 def _case_sums(f: np.ndarray, y: np.ndarray, w: np.ndarray, nred: int) -> np.ndarray:
@@ -270,6 +287,72 @@ def crps_decomposition(
         raise EnsmlError(f"{func}: observation has {n} NaN or infinite values; every case needs one")
     terms = _terms(sums, m)
     terms["uncertainty"] = _uncertainty(yv, w, len(red))
+    terms["resolution"] = terms["uncertainty"] - terms["crps_potential"]
+    return _dataset(terms, obs, kept, m)
+
+
+def case_sums(
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    member_dim: str = MEMBER,
+    preserve_dims: str | Iterable[Hashable],
+    weights: xr.DataArray | None = None,
+) -> xr.DataArray:
+    """The per-bin sums of :func:`crps_decomposition` over the cases of each kept point.
+
+    ``fcst``, ``obs`` and ``weights`` as :func:`crps_decomposition`'s (numpy-backed); the sums
+    (dims ``preserve_dims`` + ``sum``, 2N + 6 of them per kept point: Σwα_i, Σwβ_i, the
+    outlier weights, Σw) are over the other dims of ``obs``. Keep a dim here that
+    :func:`decomposition_of_sums` then sums over (``init_time``) to split the cases in parts.
+
+    Raises
+    ------
+    EnsmlError
+        As :func:`crps_decomposition`: fewer than 2 members, NaN or ±Inf in the forecast or
+        the observation, bad weights.
+    """
+    func = "crps_decomposition"
+    fcst, obs = check_fcst_obs(fcst, obs, func, member_dim, finite=False)
+    m = fcst.sizes[member_dim]
+    if m < 2:
+        raise EnsmlError(f"{func}: the decomposition needs at least 2 members along '{member_dim}', got {m}")
+    red = resolve_reduce_dims(obs.dims, None, preserve_dims, func)
+    kept = [d for d in obs.dims if d not in red]
+    w = _weights(weights, obs, [*kept, *red], func)
+    f, y = fcst.transpose(*kept, *red, member_dim).values, obs.transpose(*kept, *red).values
+    sums = _case_sums(f, y, w, len(red)).reshape(*y.shape[: len(kept)], 2 * m + 6)
+    if not np.all(np.isfinite(sums[..., -1])):
+        n = int((~np.isfinite(f)).sum())
+        raise EnsmlError(f"{func}: forecast has {n} NaN or infinite values; every case needs all members")
+    n = int(np.count_nonzero(~np.isfinite(y)))
+    if n:
+        raise EnsmlError(f"{func}: observation has {n} NaN or infinite values; every case needs one")
+    coords = {k: v.variable for k, v in obs.coords.items() if set(v.dims) <= set(kept)}
+    return xr.DataArray(sums, dims=[*kept, "sum"], coords=coords, attrs=dict(obs.attrs, members=m))
+
+
+def decomposition_of_sums(
+    sums: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    over: str | Iterable[Hashable] = (),
+    weights: xr.DataArray | None = None,
+) -> xr.Dataset:
+    """:func:`crps_decomposition` from :func:`case_sums`, summed over the dims ``over``.
+
+    ``obs`` and ``weights``: every case's observation and weight (for the uncertainty, which
+    needs all of them: the sorted observations of each kept point); the kept dims are those of
+    ``sums`` but ``over`` and ``sum``. The sums over ``over`` are taken in its order.
+    """
+    over = [over] if isinstance(over, str) else list(over)
+    kept = [d for d in sums.dims if d not in (*over, "sum")]
+    m = int(sums.attrs["members"])
+    total = sums.transpose(*over, *kept, "sum").values.sum(axis=tuple(range(len(over))))
+    red = [d for d in obs.dims if d not in kept]
+    w = _weights(weights, obs, [*kept, *red], "crps_decomposition")
+    terms = _terms(total, m)
+    terms["uncertainty"] = _uncertainty(obs.transpose(*kept, *red).values, w, len(red))
     terms["resolution"] = terms["uncertainty"] - terms["crps_potential"]
     return _dataset(terms, obs, kept, m)
 

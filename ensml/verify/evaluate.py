@@ -46,6 +46,7 @@ import pandas as pd
 import xarray as xr
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
+from ensml.cluster.options import ClusterKind, JobQueue
 from ensml.data.heights import STANDARD_LAPSE_RATE
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.outputs import OutputFolder
@@ -55,10 +56,19 @@ from ensml.progress import note
 from ensml.times import LeadLike, format_leads
 from ensml.verify.cases import load_cases
 from ensml.verify.casestudy import CaseResult, case_files, score_case
+from ensml.verify.distributed import FrameSource
 from ensml.verify.event_tables import event_files
 from ensml.verify.events import EventTables
-from ensml.verify.frame_scores import GridFrame, LeadHook, grid_frame, score_frame
+from ensml.verify.frame_scores import BlockParts, GridFrame, LeadHook, grid_frame, score_frame
 from ensml.verify.multivariate import MultivariateScores, multivariate_files
+from ensml.verify.on_cluster import (
+    INIT_BLOCK,
+    EvaluateCluster,
+    check_blocks,
+    check_options,
+    cluster_spec,
+    on_cluster,
+)
 from ensml.verify.options import Selection, Sources
 from ensml.verify.stations import StationScores, evaluate_stations, gridded_options, station_options
 from ensml.verify.tables import Content, score_files, write_files
@@ -137,6 +147,12 @@ def evaluate(
     missing_forecast: bool = False,
     thresholds: dict[str, list[float]] | None = None,
     multivariate: bool = False,
+    cluster: ClusterKind = "none",
+    workers: PositiveInt | None = None,
+    scheduler_file: str | None = None,
+    scheduler_address: str | None = None,
+    jobqueue: JobQueue | None = None,
+    init_block: PositiveInt = INIT_BLOCK,
 ) -> Scores | StationScores:
     """Score forecasts at each lead time on the init times of the predictions (or all forecast inits).
 
@@ -262,6 +278,26 @@ def evaluate(
         and band depths, and the members' zonal power spectra against the analysis's, with 95 %
         block-bootstrap intervals and Diebold-Mariano tests; written to ``multivariate.csv``/``.md``,
         ``rank_histograms.csv`` and ``rank_histograms_<var>.png``. Against an analysis only.
+    cluster
+        Where the scoring runs: ``none`` (default: in this process, one lead at a time), or on
+        a dask cluster, as ``ensml postprocess`` runs: ``local`` (a LocalCluster of ``workers``
+        processes), ``slurm`` or ``pbs`` (dask-jobqueue jobs, see ``jobqueue``). Each worker
+        reads and scores blocks of ``init_block`` init times at one lead; the tables are those
+        of the single-process run. Against an analysis, without ``multivariate`` and without
+        event scores (no ``thresholds``, no variable with a family bounded below).
+    workers
+        Local worker processes with ``cluster: local`` (default: one per CPU core).
+    scheduler_file
+        Join a running dask cluster through its scheduler file instead of starting one (start
+        its workers with ``--nthreads 1``).
+    scheduler_address
+        Join a running dask cluster at this address (e.g. ``tcp://10.0.0.5:8786``).
+    jobqueue
+        SLURM/PBS settings, as ``ensml postprocess``'s: queue, account, cores, memory,
+        processes, jobs, walltime, directives, pending_timeout, no_worker_timeout.
+    init_block
+        Init times per unit of work on a cluster: a worker holds one block of init times at one
+        lead (all members), whatever the length of the archive.
 
     Returns
     -------
@@ -284,6 +320,16 @@ def evaluate(
     """
     variables, levels = as_list(variables, "variables"), as_list(levels, "levels")
     selection = Selection(variables, levels, leads, k)
+    spec = cluster_spec(
+        "evaluate", cluster, workers, scheduler_file, scheduler_address, jobqueue, out_dir, init_block
+    )
+    if spec is not None:
+        check_options(
+            "evaluate",
+            stations=observations is not None or analysis is None,
+            multivariate=multivariate,
+            thresholds=thresholds,
+        )
     if observations is not None or analysis is None:  # station observations: ensml.verify.stations
         station_options(
             analysis,
@@ -323,6 +369,7 @@ def evaluate(
         out_dir=out_dir,
         reader=reader,
         analysis_reader=analysis_reader,
+        cluster=spec,
     )
 
 
@@ -340,12 +387,15 @@ def evaluate_grid(
     out_dir: str | None = "runs/eval",
     reader: ReaderOptions | None = None,
     analysis_reader: ReaderOptions | None = None,
+    cluster: EvaluateCluster | None = None,
 ) -> Scores:
     """Score ``forecast`` and ``sources`` against the gridded ``analysis`` at each lead time.
 
     The options are :func:`evaluate`'s, grouped: ``sources`` the predictions, spread
     predictions, oracle and calibrated members; ``selection`` the variables, levels, leads and
-    ``k`` (default: none; all of the forecast's, K of 5). Raises as :func:`evaluate`.
+    ``k`` (default: none; all of the forecast's, K of 5); ``cluster`` the dask cluster that
+    scores blocks of init times (:func:`cluster_spec`; None: this process). Raises as
+    :func:`evaluate`.
     """
     sources, selection = sources or Sources(), selection or Selection()
     if out_dir is not None:
@@ -368,10 +418,23 @@ def evaluate_grid(
         score_case(c, forecast, analysis, predictions, oracle, k, **readers) for c in load_cases(cases or [])
     ]
     grid = grid_frame(forecast, analysis, sources, selection, **readers)
-    fields = MultivariateScores(grid.frame, grid.subset, fair) if multivariate else None
-    scores = score_grid(
-        grid, fair=fair, missing_forecast=missing_forecast, thresholds=thresholds, collect=fields
-    )
+    if cluster is None:
+        fields = MultivariateScores(grid.frame, grid.subset, fair) if multivariate else None
+        scores = score_grid(
+            grid, fair=fair, missing_forecast=missing_forecast, thresholds=thresholds, collect=fields
+        )
+    else:
+        fields = None
+        check_blocks(grid, thresholds)
+        source = FrameSource.of(forecast, analysis, sources, selection, **readers)
+        scores = on_cluster(
+            cluster,
+            grid,
+            source,
+            lambda blocks: score_grid(grid, fair=fair, missing_forecast=missing_forecast, blocks=blocks),
+            fair,
+            missing_forecast,
+        )
     scores.multivariate = fields
     scores.cases = studies
     if out_dir is not None:
@@ -389,13 +452,15 @@ def score_grid(
     missing_forecast: bool = False,
     thresholds: dict[str, list[float]] | None = None,
     collect: LeadHook | None = None,
+    blocks: BlockParts | None = None,
 ) -> Scores:
     """``evaluate``'s scores of ``grid`` (:func:`~ensml.verify.frame_scores.grid_frame`), in one
     pass over its leads (:func:`~ensml.verify.frame_scores.score_frame`); nothing is written.
 
     ``fair``, ``missing_forecast`` and ``thresholds`` are :func:`evaluate`'s options;
     ``collect`` gets each lead's fields and each variable as they are scored
-    (:data:`~ensml.verify.frame_scores.LeadHook`: ``ensml report``'s scores by lead time).
+    (:data:`~ensml.verify.frame_scores.LeadHook`: ``ensml report``'s scores by lead time);
+    ``blocks``: each lead's parts scored on a cluster (:class:`~ensml.verify.distributed.ClusterBlocks`).
     """
     frame = grid.frame
     table, spread, per_point, decomposition, events = score_frame(
@@ -406,6 +471,7 @@ def score_grid(
         families=grid.families,
         thresholds=thresholds,
         collect=collect,
+        blocks=blocks,
     )
     return Scores(
         table,

@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
+from ensml.cluster.interrupt import SignalGuard, critical, poll, stopping_on_signals
 from ensml.errors import SIGNAL_WORDS, Interrupted
-from ensml.postprocess.interrupt import SignalGuard, critical, poll, stopping_on_signals
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from ensml.cli.main import main
+from ensml.cluster.batch import JobState, parse_qstat, parse_squeue, pbs_resources, supervised_job_cls
+from ensml.cluster.connection import ClusterSpec, job_script
+from ensml.cluster.options import JobQueue
 from ensml.errors import EnsmlError
-from ensml.postprocess.batch import JobState, parse_qstat, parse_squeue, pbs_resources, supervised_job_cls
-from ensml.postprocess.cluster import ClusterSpec, job_script
-from ensml.postprocess.options import JobQueue
 from tests.postprocess.conftest import pp_args
 
 pytestmark = pytest.mark.timeout(120)
@@ -148,7 +148,7 @@ def test_a_rejected_pbs_job_is_qsubs_message(
 
 def test_dask_jobqueue_still_fails_a_submission_the_way_we_read_it(fake_pbs, monkeypatch) -> None:
     """dask-jobqueue's submission error (its private ``Job._call`` message) as seen by our job class."""
-    from ensml.postprocess.interrupt import import_jobqueue
+    from ensml.cluster.interrupt import import_jobqueue
 
     dask_jobqueue = import_jobqueue()  # without its process-wide SIGINT handler
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from ensml.cluster.batch import JobState, Slurm
+from ensml.cluster.supervisor import Supervisor
 from ensml.errors import EnsmlError, PartialFailure
-from ensml.postprocess.batch import JobState, Slurm
-from ensml.postprocess.supervisor import Supervisor
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -190,7 +190,7 @@ def test_an_unreachable_scheduler_counts_as_no_worker() -> None:
 
 
 def test_shutdown_cancels_what_the_cluster_left_and_says_when_it_cannot(monkeypatch) -> None:
-    import ensml.postprocess.supervisor as supervisor
+    import ensml.cluster.supervisor as supervisor
 
     monkeypatch.setattr(supervisor, "GONE_S", 0.0)
     monkeypatch.setattr(supervisor.time, "sleep", lambda s: None)

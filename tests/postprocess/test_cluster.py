@@ -16,9 +16,9 @@ import pytest
 import xarray as xr
 
 from ensml.cli.main import main
-from ensml.postprocess.cluster import ClusterSpec, job_script
+from ensml.cluster.connection import ClusterSpec, job_script
+from ensml.cluster.options import JobQueue
 from ensml.postprocess.manifest import MANIFEST
-from ensml.postprocess.options import JobQueue
 from tests.cluster.runs import archive_year, finish, last_line, start, wait_for_records, wait_session_gone
 from tests.postprocess.conftest import pp_args
 
@@ -236,7 +236,7 @@ def test_paths_sent_to_workers_are_absolute(ckpt, archive_dir, tiny_data, tmp_pa
 
 
 def test_for_workers_makes_every_input_path_absolute(ckpt, tiny_data, monkeypatch, tmp_path) -> None:
-    from ensml.postprocess.cluster import for_workers
+    from ensml.postprocess.execute import for_workers
     from ensml.postprocess.models import ModelSet
     from ensml.postprocess.options import Products
     from ensml.postprocess.worker import Job, Unit
@@ -259,7 +259,7 @@ def test_a_busy_dashboard_port_prints_no_warning(capfd) -> None:
 
     from distributed.diagnostics.plugin import WorkerPlugin
 
-    from ensml.postprocess.cluster import Connection, jobqueue_cluster
+    from ensml.cluster.connection import Connection, jobqueue_cluster
 
     class Nothing(WorkerPlugin):
         name = "nothing"

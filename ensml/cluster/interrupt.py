@@ -51,7 +51,8 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class SignalGuard:
     """SIGINT/SIGTERM handlers for one run (a context manager; main thread only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, command: str = "postprocess") -> None:
+        self.command = command
         self.signum: int | None = None
         self.count = 0  # signals received
         self._critical = 0
@@ -75,7 +76,8 @@ class SignalGuard:
             self.signum = signum
             if not quiet():  # os.write: print may be busy in the code interrupted
                 name = signal.Signals(signum).name
-                os.write(2, f"postprocess: {name}: stopping at the next safe point (again: now)\n".encode())
+                line = f"{self.command}: {name}: stopping at the next safe point (again: now)\n"
+                os.write(2, line.encode())
         elif self.count >= 3:
             # The user insists: die of the signal itself, no clean-up (the shell sees 128 + signal).
             signal.signal(signum, signal.SIG_DFL)
@@ -104,13 +106,13 @@ _ACTIVE: list[SignalGuard] = []  # the guard of the run in progress (signal hand
 
 
 @contextmanager
-def stopping_on_signals() -> Iterator[SignalGuard]:
+def stopping_on_signals(command: str = "postprocess") -> Iterator[SignalGuard]:
     """A run under a :class:`SignalGuard`: a signal ends it with :class:`Interrupted`.
 
     A context manager rather than a decorator, so that it is not on the call stack of the
     run's own work (see docs/architecture.md: the spine counts the modules a sample crosses).
     """
-    with SignalGuard() as guard:
+    with SignalGuard(command) as guard:
         _ACTIVE.append(guard)
         try:
             yield guard

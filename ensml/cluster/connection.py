@@ -1,9 +1,12 @@
 """The dask cluster a run uses: local processes, SLURM or PBS jobs, or a running scheduler.
 
-Every worker runs one unit at a time (one dask thread) and gives torch the cores it owns
-(``threads_per_worker`` locally, cores / processes in a batch job), so workers never
-oversubscribe cores. The checkpoints are loaded once per worker by :class:`ModelPlugin`, which
-also sets torch's threads, including on workers that join later.
+One options class (:class:`ClusterSpec`) and one connection (:class:`Connection`, watched by
+:class:`~ensml.cluster.supervisor.Supervisor`) for every verb that runs on a cluster:
+``postprocess`` (a unit is a forecast file), ``evaluate`` and ``report`` (a unit is a block of
+init times at one lead). Every worker runs one unit at a time (one dask thread) and gives torch
+the cores it owns (``threads_per_worker`` locally, cores / processes in a batch job), so workers
+never oversubscribe cores. A verb's worker plugin (``postprocess``: the checkpoints, loaded once
+per worker) is registered on every worker, including those that join later.
 """
 
 from __future__ import annotations
@@ -18,19 +21,18 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import dask
 from dask.utils import parse_bytes, parse_timedelta
 
+from ensml.cluster.batch import batch_system, pbs_resources, supervised_job_cls
+from ensml.cluster.interrupt import critical, import_jobqueue
+from ensml.cluster.options import ClusterKind, JobQueue
+from ensml.cluster.supervisor import Supervisor
 from ensml.errors import EnsmlError
 from ensml.logs import verbose
-from ensml.postprocess.batch import batch_system, pbs_resources, supervised_job_cls
-from ensml.postprocess.interrupt import critical, import_jobqueue
-from ensml.postprocess.options import ClusterKind, JobQueue
-from ensml.postprocess.supervisor import Supervisor
-from ensml.postprocess.worker import Job, Unit
 from ensml.train.options import cpu_cores
 
 # Dask settings for workers that run one long unit at a time, a few queued. distributed's
@@ -80,7 +82,12 @@ PER_CORE = 4
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """How to get workers (see ``ensml postprocess`` for each option)."""
+    """How to get workers (see ``ensml postprocess`` for each option).
+
+    ``command`` (``postprocess``, ``evaluate``, ``report``) begins the run's messages;
+    ``recorded``: whether the units done are kept when the run stops (``postprocess``'s
+    manifest), which the supervisor's messages say.
+    """
 
     kind: ClusterKind = "local"
     workers: int | None = None
@@ -91,6 +98,8 @@ class ClusterSpec:
     #: The batch jobs' logs when ``jobqueue.log_directory`` is not set: the run's out_dir has
     #: them (``<out_dir>/.ensml/logs``), never the folder ensml was started in.
     log_dir: str | None = None
+    command: str = "postprocess"
+    recorded: bool = True
 
     def check(self, submit: bool = True) -> None:
         """Raise :class:`EnsmlError` for an impossible setting, before anything is done.
@@ -121,7 +130,7 @@ class ClusterSpec:
         workers, threads = self.workers or 1, self.threads_per_worker
         if threads > cap or workers * threads > cap:
             raise EnsmlError(
-                f"postprocess: --workers {workers} × --threads_per_worker {threads} is more than this "
+                f"{self.command}: --workers {workers} × --threads_per_worker {threads} is more than this "
                 f"machine can run ({cap}: {PER_CORE} per CPU core, {cores} cores); for more, use "
                 "--cluster slurm|pbs or --scheduler_address"
             )
@@ -243,7 +252,7 @@ def jobqueue_cluster(spec: ClusterSpec) -> Any:
 
     Its jobs are named ``ensml-<8 hex digits>`` (``cluster.job_name``), unique to the run, so
     that what the run submitted can be found in the queue, and keep a rejected submission's
-    message (:func:`~ensml.postprocess.batch.supervised_job_cls`).
+    message (:func:`~ensml.cluster.batch.supervised_job_cls`).
     """
     dask_jobqueue = import_jobqueue()
     jq = spec.jobqueue
@@ -304,27 +313,17 @@ def _missing_parents(path: str) -> list[str]:
     return missing
 
 
-def for_workers(job: Job, units: list[Unit]) -> tuple[Job, list[Unit]]:
-    """``job`` and ``units`` with every input path absolute: workers may run in another folder.
-
-    A unit's output stays a name relative to the output folder: its staging (absolute) writes it.
-    """
-    analysis = None if job.analysis is None else tuple(os.path.abspath(p) for p in job.analysis)
-    job = replace(job, models=job.models.with_absolute_paths(), analysis=analysis)
-    return job, [replace(u, input=os.path.abspath(u.input)) for u in units]
-
-
 class Connection:
     """The run's dask client, cluster and :class:`Supervisor` (a context manager).
 
     Entering starts or joins the cluster (for SLURM/PBS: submits ``jobqueue.jobs`` jobs) and
-    registers ``plugin`` on the workers; leaving closes the client and the cluster and makes
+    registers ``plugin`` (if any) on the workers; leaving closes the client and the cluster and makes
     sure no job of the run is left in the queue. No signal cuts either short
-    (:func:`~ensml.postprocess.interrupt.critical`). For
+    (:func:`~ensml.cluster.interrupt.critical`). For
     ``cluster: none`` there is no client (units run in this process).
     """
 
-    def __init__(self, spec: ClusterSpec, plugin: Any) -> None:
+    def __init__(self, spec: ClusterSpec, plugin: Any = None) -> None:
         self.spec, self.plugin = spec, plugin
         self.client: Any = None
         self.cluster: Any = None
@@ -371,10 +370,12 @@ class Connection:
                     self.cluster.scale(jobs=spec.jobqueue.jobs)
                 self.client = Client(self.cluster)
         except OSError as exc:
-            raise EnsmlError(f"cannot reach the dask cluster at {spec.describe()} ({exc})") from None
+            where = spec.describe()
+            raise EnsmlError(f"{spec.command}: cannot reach {where} ({exc}); nothing was done") from None
         self.supervisor = self.supervisor or self._supervisor(None)
         self.supervisor.client = self.client
-        self.client.register_plugin(self.plugin, name=self.plugin.name)
+        if self.plugin is not None:
+            self.client.register_plugin(self.plugin, name=self.plugin.name)
 
     def _supervisor(self, system: Any) -> Supervisor:
         spec = self.spec
@@ -385,6 +386,8 @@ class Connection:
             spec.pending_timeout_s,
             spec.no_worker_timeout_s,
             spec.describe(),
+            command=spec.command,
+            recorded=spec.recorded,
         )
 
     def __exit__(self, *exc: object) -> None:

@@ -188,7 +188,7 @@ def supervised_job_cls(base: type) -> type:
 
     dask-jobqueue submits from a task on its event loop that nobody awaits: a rejected job
     script becomes an asyncio traceback and the run waits for workers forever. Jobs of this
-    class keep the message in ``submit_error`` for :class:`~ensml.postprocess.supervisor.Supervisor`,
+    class keep the message in ``submit_error`` for :class:`~ensml.cluster.supervisor.Supervisor`,
     which stops the run with it. ``job_cls`` is dask-jobqueue's documented way to give a
     cluster its own job class; ``start`` and ``close`` are the job interface of distributed's
     ``ProcessInterface``.

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ensml.cluster.batch import BatchSystem, JobState
 from ensml.errors import EnsmlError, PartialFailure
-from ensml.postprocess.batch import BatchSystem, JobState
 from ensml.progress import EVERY_S, note, seconds
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,13 @@ class Supervisor:
         The cluster in words, for messages and the summary (``ClusterSpec.describe()``).
     clock, say
         The monotonic clock in seconds and the progress printer (replaced by tests).
+    command
+        The verb, at the start of the progress lines (``postprocess: waiting for …``).
+    recorded
+        Whether the units done are kept when the run stops (``postprocess``'s manifest: its
+        messages then say how many, and a run stopped after some ends with
+        :class:`~ensml.errors.PartialFailure`); else (``evaluate``) the messages say that
+        nothing was written.
     """
 
     def __init__(
@@ -67,7 +74,10 @@ class Supervisor:
         where: str = "the dask cluster",
         clock: Callable[[], float] = time.monotonic,
         say: Callable[[str], None] = note,
+        command: str = "postprocess",
+        recorded: bool = True,
     ) -> None:
+        self.command, self.recorded = command, recorded
         self.client, self.cluster, self.system = client, cluster, system
         self.pending_timeout, self.no_worker_timeout = pending_timeout, no_worker_timeout
         self._where, self.clock, self.say = where, clock, say
@@ -137,7 +147,7 @@ class Supervisor:
             self.system.cancel([s.job_id for s in overdue])
             self.dropped.update(s.job_id for s in overdue)
             late = f"{self._jobs_text(overdue)} did not start within {seconds(self.pending_timeout)}"
-            self.say(f"postprocess: {late}: cancelled; going on with the {len(self.ran)} that started")
+            self.say(f"{self.command}: {late}: cancelled; going on with the {len(self.ran)} that started")
         elif overdue:
             raise self._never_started(overdue, done, total)
         elif submitting and now - self.start > self.pending_timeout:
@@ -182,7 +192,7 @@ class Supervisor:
         parts += [f"{submitting} being submitted"] if submitting else []
         parts += [f"{n - len(waiting) - submitting} started"] if n > len(waiting) + submitting else []
         word = "job" if n == 1 else "jobs"
-        return f"postprocess: waiting for {n} {self.system.name} {word} to start ({'; '.join(parts)})"
+        return f"{self.command}: waiting for {n} {self.system.name} {word} to start ({'; '.join(parts)})"
 
     def _never_started(self, overdue: list[JobState], done: int, total: int) -> EnsmlError:
         asker = "squeue" if self.system.name == "SLURM" else "qstat"
@@ -202,11 +212,12 @@ class Supervisor:
             for_s += "" if lost else " (see the jobs' batch logs)"
         else:
             for_s += f" at {self._where}"
-        error = PartialFailure if done else EnsmlError
+        error = PartialFailure if done and self.recorded else EnsmlError
         return error(for_s + self._units(done, total))
 
-    @staticmethod
-    def _units(done: int, total: int) -> str:
+    def _units(self, done: int, total: int) -> str:
+        if not self.recorded:
+            return f"; {done} of {total} units scored, nothing written"
         if not done:
             return "; no unit was done"
         left = total - done

@@ -1,0 +1,231 @@
+"""``evaluate --cluster`` and ``report --cluster`` give the tables of the single-process run.
+
+The reference is the same command in one process (``cluster: none``): the per-init parts of
+each block of init times, joined on the client, must make the same rows to the last bit
+(``scores.csv``, ``decomposition.csv``, ``spread.csv`` byte for byte, ``scores.nc``
+identical), whatever the block size; the report's page and tables likewise. Bad cluster
+settings end in one line with nothing written (the sandbox of ``tests/cli/test_cli_table.py``).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from ensml.cli.main import main
+from ensml.verify.distributed import init_blocks
+from tests.cli.test_cli_table import _args, _check, _hashes, _sandbox, inputs  # noqa: F401 - a fixture
+from tests.verify.reference_inputs import make_inputs
+
+EVAL = "evaluate --forecast {fc} --analysis {an} --out_dir out"
+REPORT = "report --forecast {fc} --analysis {an} --out_dir out"
+#: What the tables are compared on: every file ``evaluate`` writes (the figures are not compared).
+TABLES = ("scores.csv", "scores.md", "decomposition.csv", "decomposition.md")
+
+
+def test_blocks_cover_the_inits_in_order() -> None:
+    inits = np.arange(10)
+    blocks = init_blocks(inits, 4)
+    assert [b.tolist() for b in blocks] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert [b.tolist() for b in init_blocks(inits, 20)] == [inits.tolist()]
+
+
+@pytest.fixture(scope="module")
+def sources(tiny_data: dict, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Every input ``evaluate`` scores: predictions, members in two files, spread predictions,
+    the oracle, and an analysis that does not observe a box of z (NaN: left out of every score)."""
+    root = tmp_path_factory.mktemp("cluster-inputs")
+    paths = make_inputs(tiny_data, root)
+    with xr.open_dataset(tiny_data["analysis"]) as an:
+        an = an.load()
+    an["z"][:, :, 2:5, 3:9] = np.nan
+    an.to_netcdf(root / "analysis.nc")
+    args = ["--forecast", str(tiny_data["forecast"]), "--analysis", str(root / "analysis.nc")]
+    for name in ("predictions", "members", "spread_predictions", "oracle"):
+        args += [f"--{name}", str(paths[name])]
+    return args
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_evaluate_on_a_local_cluster_writes_the_tables_of_one_process(sources, tmp_path) -> None:
+    assert main(["evaluate", *sources, "--out_dir", str(tmp_path / "one")]) == 0
+    # blocks of 7 init times, the last one shorter; the leads interleave on two workers
+    cluster = ["--cluster", "local", "--workers", "2", "--init_block", "7"]
+    assert main(["evaluate", *sources, "--out_dir", str(tmp_path / "two"), *cluster]) == 0
+    for name in (*TABLES, "spread.csv", "spread.md"):
+        assert filecmp.cmp(tmp_path / "one" / name, tmp_path / "two" / name, shallow=False), name
+    with xr.open_dataset(tmp_path / "one" / "scores.nc") as one:
+        with xr.open_dataset(tmp_path / "two" / "scores.nc") as two:
+            # every value, coordinate and attribute but the time of writing
+            one.attrs.pop("history"), two.attrs.pop("history")
+            xr.testing.assert_identical(one.load(), two.load())
+            assert "n_observed_z" in one  # the box of NaN was left out alike
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_report_on_a_local_cluster_writes_the_page_of_one_process(tiny_data, tmp_path) -> None:
+    def report(out: Path, *extra: str) -> None:
+        args = ["report", "--forecast", str(tiny_data["forecast"]), "--analysis", str(tiny_data["analysis"])]
+        args += ["--oracle", str(tiny_data["oracle"]), "--variables", "z", "--leads", "[24h, 48h]"]
+        assert main([*args, "--out_dir", str(out), *extra]) == 0
+
+    report(tmp_path / "one")
+    report(tmp_path / "two", "--cluster", "local", "--workers", "2")
+    for name in ("report.md", *(f"tables/{t}" for t in TABLES)):
+        assert filecmp.cmp(tmp_path / "one" / name, tmp_path / "two" / name, shallow=False), name
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_evaluate_on_a_cluster_with_nothing_written(tiny_data, tmp_path) -> None:
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "ensml.cli.main", "evaluate", "--forecast", str(tiny_data["forecast"])]
+    args += ["--analysis", str(tiny_data["analysis"]), "--out_dir", str(out), "--variables", "[z, t]"]
+    args += ["--cluster", "local", "--workers", "2", "--init_block", "1"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 200
+    seen = ""
+    while time.monotonic() < end and "blocks" not in seen:  # a block scored: the run is under way
+        seen += proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ensml: interrupted (Ctrl-C) after ") and "blocks; nothing written" in last, last
+    assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()]
+
+
+#: One row: a name, the arguments, the exit status and words the one line must contain.
+ROWS = [
+    ("evaluate: workers zero", EVAL + " --cluster local --workers 0", 1, ("--workers",)),
+    ("evaluate: workers without a cluster", EVAL + " --workers 2", 1, ("workers 2 is for a cluster",)),
+    ("evaluate: init_block zero", EVAL + " --cluster local --init_block 0", 1, ("--init_block",)),
+    ("evaluate: cluster unknown", EVAL + " --cluster bogus", 1, ("--cluster", "'bogus'")),
+    (
+        "evaluate: scheduler file missing",
+        EVAL + " --scheduler_file {dir}/no-scheduler.json",
+        1,
+        ("scheduler_file", "no-scheduler.json", "does not exist"),
+    ),
+    (
+        "evaluate: two schedulers",
+        EVAL + " --scheduler_file {dir}/readme.txt --scheduler_address tcp://127.0.0.1:1",
+        1,
+        ("not both",),
+    ),
+    (
+        "evaluate: more local workers than cores",
+        EVAL + " --cluster local --workers 100000",
+        1,
+        ("evaluate: --workers 100000", "more than this machine can run"),
+    ),
+    (
+        "evaluate: cluster with multivariate",
+        EVAL + " --cluster local --multivariate true",
+        1,
+        ("multivariate", "cluster: none"),
+    ),
+    (
+        "evaluate: cluster with thresholds",
+        EVAL + ' --cluster local --thresholds={{"z":[50000]}}',
+        1,
+        ("thresholds", "cluster: none"),
+    ),
+    (
+        "evaluate: cluster with observations",
+        "evaluate --forecast {fc} --observations {dir}/readme.txt --out_dir out --cluster local",
+        1,
+        ("station observations", "cluster: none"),
+    ),
+    (
+        "evaluate: jobqueue cores below processes",
+        EVAL + " --cluster slurm --jobqueue.cores 1 --jobqueue.processes 2",
+        1,
+        ("cores (1) must be at least processes (2)",),
+    ),
+    ("report: workers without a cluster", REPORT + " --workers 2", 1, ("workers 2 is for a cluster",)),
+    (
+        "report: scheduler file missing",
+        REPORT + " --scheduler_file {dir}/no-scheduler.json",
+        1,
+        ("no-scheduler.json", "does not exist"),
+    ),
+    (
+        "report: cluster at stations",
+        "report --forecast {fc} --observations {dir}/readme.txt --out_dir out --cluster local",
+        1,
+        ("report: cluster scores gridded forecasts", "cluster: none"),
+    ),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("row", ROWS, ids=[row[0] for row in ROWS])
+def test_bad_cluster_option_is_one_line_and_harmless(
+    row,
+    inputs,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _sandbox(tmp_path)
+    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
+    before = _hashes(*roots)
+    status = main(_args(row, inputs))
+    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_a_scheduler_that_cannot_be_reached_is_one_line_and_harmless(
+    inputs,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Nothing listens on port 1: the connection fails after its timeout, nothing is written."""
+    row = (
+        "evaluate: scheduler unreachable",
+        EVAL + " --variables z --scheduler_address tcp://127.0.0.1:1",
+        1,
+        ("evaluate: cannot reach the cluster at tcp://127.0.0.1:1", "nothing was done"),
+    )
+    monkeypatch.chdir(tmp_path)
+    _sandbox(tmp_path)
+    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
+    before = _hashes(*roots)
+    status = main(_args(row, inputs))
+    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is not None, reason="sbatch is on PATH here: the row would submit")
+def test_slurm_without_sbatch_is_one_line(
+    inputs,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    row = ("evaluate: no sbatch", EVAL + " --cluster slurm", 1, ("sbatch, which is not on PATH",))
+    monkeypatch.chdir(tmp_path)
+    _sandbox(tmp_path)
+    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
+    before = _hashes(*roots)
+    status = main(_args(row, inputs))
+    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
