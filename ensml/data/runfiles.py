@@ -177,7 +177,14 @@ def choose_leads(
     common = isinstance(asked, str)
     none = np.array([], dtype=LEAD_DTYPE)
     if (asked is None or common) and not held:
-        return np.sort(forecast_leads[forecast_leads > np.timedelta64(0, "ns")]), none
+        positive = np.sort(forecast_leads[forecast_leads > np.timedelta64(0, "ns")])
+        if positive.size == 0:
+            # an analysis-like forecast (lead 0 h alone, e.g. an EDA): scored only when asked for
+            raise EnsmlError(
+                f"the forecast holds no lead time but {format_leads(forecast_leads)}, which is scored "
+                "only when asked for: --leads 0h"
+            )
+        return positive, none
     if common:
         shared = reduce(np.intersect1d, held.values())
         if shared.size == 0:

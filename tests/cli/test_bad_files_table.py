@@ -118,6 +118,7 @@ def inputs(tiny_data: Inputs, fitted: Path, tmp_path_factory: pytest.TempPathFac
         "repeated-init": _variant(fc, d / "repeated.nc", lambda ds: ds.isel(init_time=[0, 1, 1, 2, 3])),
         "unsorted-init": _variant(fc, d / "unsorted.nc", lambda ds: ds.isel(init_time=[0, 2, 1, 3])),
         "no-init": _variant(fc, d / "no-init.nc", _no_init_times),
+        "lead-0": _variant(fc, d / "lead-0.nc", lambda ds: ds.isel(lead_time=[0])),
         "nan-predictions": _variant(preds, d / "nan-preds.nc", _poison("z_mean", np.nan)),
         "renamed-predictions": _variant(preds, d / "renamed-preds.nc", lambda ds: ds.rename(z_mean="zz")),
         "nan-latitude": _variant(an, d / "nan-lat.nc", _nan_latitude),
@@ -193,6 +194,10 @@ CASES: dict[str, Case] = {
     "data archive: forecast with no init times": Case(
         lambda i: ["data", "archive", f"--forecast={i['no-init']}", "--out_dir=arch"],
         ("no-init.nc", "holds no init_time"),
+    ),
+    "evaluate: forecast of lead 0 h alone, no --leads": Case(
+        lambda i: ["evaluate", f"--forecast={i['lead-0']}", f"--analysis={i['analysis']}", "--out_dir=out"],
+        ("no lead time but 0 h", "--leads 0h"),
     ),
     "evaluate: forecast with no init times": Case(
         lambda i: ["evaluate", f"--forecast={i['no-init']}", f"--analysis={i['analysis']}", "--out_dir=out"],
