@@ -143,6 +143,20 @@ class SampleReader:
                 an = None if an is None else an.isel(box)
             self._an, self._fc = an, fc
 
+    def sample_bytes(self) -> int:
+        """Bytes of decompressed data one read of a sample holds (opens the files)."""
+        self.open()
+        spec, fc = self.spec, self._fc
+        field = len(spec.levels) * fc.sizes[LATITUDE] * fc.sizes[LONGITUDE] * 4  # float32
+        members = spec.k * len(spec.input_leads)
+        if self.member_sampling != "first":
+            members = spec.members * len(spec.input_leads)
+        elif self.targets:
+            members += (spec.members - spec.k) * len(spec.target_leads)
+        if self._an is not None:
+            members += 1 + (len(spec.target_leads) if self.targets else 0)  # analysis fields
+        return len(spec.variables) * members * field
+
     def read(self, index: int) -> dict[str, np.ndarray]:
         """The arrays of sample ``index``, read from disk.
 

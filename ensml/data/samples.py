@@ -163,8 +163,9 @@ class EnsembleSamples(torch.utils.data.Dataset):
             self._cached_bytes += size
         return blocks
 
-    def _prefetched(self, index: int, epoch: int) -> dict[str, np.ndarray]:
-        """Sample ``index`` through the clairvoyant prefetcher (:mod:`ensml.data.prefetch`)."""
+    def stage(self) -> None:
+        """Start prefetching (its threads, and reader processes if any) before the first request:
+        a reader process takes a second or two to start. Needs :attr:`plan` and prefetch_workers."""
         if self._prefetcher is None:
             # A DataLoader worker is itself one of several reading processes: threads there.
             worker = torch.utils.data.get_worker_info() is not None
@@ -172,6 +173,10 @@ class EnsembleSamples(torch.utils.data.Dataset):
             self._readers = Readers(self.reader, self.prefetch_workers, mode)
             lookahead = max(8, 2 * self.plan.batch_size)  # reads ahead stop soon after the consumer
             self._prefetcher = Prefetcher(self._readers, self.cache_bytes, self.prefetch_workers, lookahead)
+
+    def _prefetched(self, index: int, epoch: int) -> dict[str, np.ndarray]:
+        """Sample ``index`` through the clairvoyant prefetcher (:mod:`ensml.data.prefetch`)."""
+        self.stage()
         for e in (epoch, epoch + 1):  # this epoch's order and the next one's, planned once
             if e not in self._planned:
                 self._planned.add(e)

@@ -9,11 +9,13 @@ the files once and reads whole samples (:meth:`SampleReader.staged
 reduces the K members to their mean and spread, and sends the arrays back raw through a pipe.
 The arrays are the same bits a read in this process gives.
 
-A reader process starts in about a second (it imports xarray and the readers, not torch); until
-one is ready, reads run in this process, so staging never makes the first samples wait. In
-``auto`` mode the processes start only once a read in this process has taken longer than
-:data:`SLOW_READ_S` (a 361 × 720 sample takes 0.2–0.3 s, a 32 × 64 one a few ms, where a
-process's start and the transfer would not pay). A reader process that cannot start or exits
+This process is one of the readers (no start-up, no transfer); the others are processes. A
+reader process starts in one to two seconds (it imports xarray and the readers, not torch);
+until one is ready, reads run in this process, so staging never makes the first samples wait.
+In ``auto`` mode the processes start only for samples of more than :data:`LARGE_SAMPLE_BYTES`
+(a 361 × 720 sample of z and t at 2 levels, 5 of 10 members at 3 leads, reads 92 MB and takes
+0.2–0.3 s from netCDF; a 32 × 64 one 0.7 MB and a few ms, where a process's start and the
+transfer would not pay). A reader process that cannot start or exits
 is replaced by reads in this process, with one warning. Reader processes exit when their
 requests pipe closes: at :meth:`Readers.close` or when this process ends, however it ends.
 """
@@ -27,7 +29,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -39,8 +40,8 @@ from ensml.errors import EnsmlError, exception_reason
 
 PrefetchReaders = Literal["auto", "processes", "threads"]
 READER_MODES: tuple[str, ...] = ("auto", "processes", "threads")
-#: Seconds a read in this process may take before ``auto`` starts reader processes.
-SLOW_READ_S = 0.1
+#: Decompressed bytes a sample's read must exceed for ``auto`` to start reader processes.
+LARGE_SAMPLE_BYTES = 16 * 2**20
 _HEADER = 8  # bytes of a message's length
 
 
@@ -211,8 +212,9 @@ class Readers:
         Readers, this process included: ``processes - 1`` reader processes are started (in
         ``auto`` and ``processes`` modes).
     mode
-        ``processes``: start them now; ``auto``: once a read here takes over :data:`SLOW_READ_S`;
-        ``threads``: never (every read in this process).
+        ``processes``: start them now; ``auto``: now if a sample reads more than
+        :data:`LARGE_SAMPLE_BYTES` (this opens the files), else never; ``threads``: never
+        (every read in this process).
     """
 
     def __init__(self, reader: SampleReader, processes: int, mode: PrefetchReaders = "auto") -> None:
@@ -228,7 +230,9 @@ class Readers:
         self._busy = 0
         self._here_busy = False  # a read under way in this process
         self._started = self._closed = self._warned = False
-        if self._mode == "processes":
+        if self._mode == "auto" and reader.sample_bytes() <= LARGE_SAMPLE_BYTES:
+            self._mode = "threads"
+        if self._mode != "threads":
             self._start()
 
     @property
@@ -316,12 +320,7 @@ class Readers:
         return blocks
 
     def _here(self, index: int) -> Blocks:
-        self._reader.open()
-        start = time.perf_counter()
-        blocks = self._reader.staged(index)
-        if self._mode == "auto" and time.perf_counter() - start > SLOW_READ_S:
-            self._start()
-        return blocks
+        return self._reader.staged(index)
 
     def close(self) -> None:
         """Stop the reader processes (call when no read is under way)."""
@@ -333,4 +332,4 @@ class Readers:
             proc.close()
 
 
-__all__ = ["READER_MODES", "SLOW_READ_S", "PrefetchReaders", "ReaderProcess", "Readers", "serve"]
+__all__ = ["LARGE_SAMPLE_BYTES", "READER_MODES", "PrefetchReaders", "ReaderProcess", "Readers", "serve"]

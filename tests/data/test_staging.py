@@ -160,16 +160,17 @@ def test_a_reader_process_that_dies_is_replaced_by_reads_here(files) -> None:
 
 
 @pytest.mark.slow
-def test_auto_starts_processes_only_when_reads_are_slow(files, monkeypatch) -> None:
-    fast = Readers(reader(files), processes=2, mode="auto")
-    for i in range(3):
-        fast(i)  # an 8 x 16 sample reads in milliseconds
+def test_auto_starts_processes_only_for_large_samples(files, monkeypatch) -> None:
+    small = reader(files)
+    # 2 variables x (5 members x 3 leads + 5 x 2 target leads + 3 analysis fields) x 2 levels x 8 x 16
+    assert small.sample_bytes() == 2 * (15 + 10 + 3) * 2 * 8 * 16 * 4
+    fast = Readers(small, processes=2, mode="auto")
+    fast(0)
     assert fast.processes == 0
     fast.close()
-    monkeypatch.setattr(staging, "SLOW_READ_S", 0.0)
+    monkeypatch.setattr(staging, "LARGE_SAMPLE_BYTES", small.sample_bytes() - 1)
     slow = Readers(reader(files), processes=3, mode="auto")
     try:
-        slow(0)
         assert slow.processes == 2
         procs = list(slow._all)
     finally:
