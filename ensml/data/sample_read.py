@@ -18,8 +18,9 @@ import dask
 import numpy as np
 import xarray as xr
 
+from ensml.data.layouts.formats import detect_format
 from ensml.data.layouts.options import ReaderOptions
-from ensml.data.open import open_analysis, open_forecast
+from ensml.data.open import expand_paths, open_analysis, open_forecast
 from ensml.data.subset import Subset
 from ensml.data.surface import read_levels
 from ensml.errors import EnsmlError, exception_reason
@@ -156,6 +157,10 @@ class SampleReader:
         if self._an is not None:
             members += 1 + (len(spec.target_leads) if self.targets else 0)  # analysis fields
         return len(spec.variables) * members * field
+
+    def threads_decompress(self) -> bool:
+        """Whether reads of the forecast decompress in parallel threads already (zarr does)."""
+        return detect_format(expand_paths(self.forecast_paths, "forecast")[0]) == "zarr"
 
     def read(self, index: int) -> dict[str, np.ndarray]:
         """The arrays of sample ``index``, read from disk.

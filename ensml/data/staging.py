@@ -15,9 +15,11 @@ until one is ready, reads run in this process, so staging never makes the first 
 In ``auto`` mode the processes start only for samples of more than :data:`LARGE_SAMPLE_BYTES`
 (a 361 × 720 sample of z and t at 2 levels, 5 of 10 members at 3 leads, reads 92 MB and takes
 0.2–0.3 s from netCDF; a 32 × 64 one 0.7 MB and a few ms, where a process's start and the
-transfer would not pay). A reader process that cannot start or exits
-is replaced by reads in this process, with one warning. Reader processes exit when their
-requests pipe closes: at :meth:`Readers.close` or when this process ends, however it ends.
+transfer would not pay), and not for a zarr forecast: zarr decompresses a read's chunks in
+its own threads, outside the GIL, so reader threads already read in parallel there. A reader
+process that cannot start or exits is replaced by reads in this process, with one warning.
+Reader processes exit when their requests pipe closes: at :meth:`Readers.close` or when this
+process ends, however it ends.
 """
 
 from __future__ import annotations
@@ -213,8 +215,8 @@ class Readers:
         ``auto`` and ``processes`` modes).
     mode
         ``processes``: start them now; ``auto``: now if a sample reads more than
-        :data:`LARGE_SAMPLE_BYTES` (this opens the files), else never; ``threads``: never
-        (every read in this process).
+        :data:`LARGE_SAMPLE_BYTES` (this opens the files) from a forecast that is not zarr,
+        else never; ``threads``: never (every read in this process).
     """
 
     def __init__(self, reader: SampleReader, processes: int, mode: PrefetchReaders = "auto") -> None:
@@ -230,7 +232,9 @@ class Readers:
         self._busy = 0
         self._here_busy = False  # a read under way in this process
         self._started = self._closed = self._warned = False
-        if self._mode == "auto" and reader.sample_bytes() <= LARGE_SAMPLE_BYTES:
+        if self._mode == "auto" and (
+            reader.sample_bytes() <= LARGE_SAMPLE_BYTES or reader.threads_decompress()
+        ):
             self._mode = "threads"
         if self._mode != "threads":
             self._start()
