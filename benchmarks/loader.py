@@ -249,7 +249,7 @@ def main() -> None:
         "--full-inits",
         type=int,
         default=24,
-        help="init times of the 361 x 720 training split (one fewer samples: the last one's 48 h is past it)",
+        help="init times of the 361 x 720 training period (samples: one fewer)",
     )
     parser.add_argument("--grids", nargs="+", choices=list(GRIDS), default=list(GRIDS))
     parser.add_argument("--formats", nargs="+", choices=["netcdf", "zarr"], default=["netcdf", "zarr"])
