@@ -285,7 +285,9 @@ def subset_moments(fc: np.ndarray, members: np.ndarray, k: int) -> dict[str, np.
     ``fc`` is (V, L, M, D, H, W) float32; the results are (V, L, D, H, W). ``ensml predict`` and
     ``ensml postprocess`` both build their inputs here, so they feed the network the same bits.
     """
-    sub = fc[:, :, members]  # (V, L, K, D, H, W)
+    members = np.asarray(members)
+    every = np.array_equal(members, np.arange(fc.shape[2]))  # fc is the subset: no copy of it
+    sub = fc if every else fc[:, :, members]  # (V, L, K, D, H, W)
     return {
         "mean_k": sub.mean(axis=2),
         "std_k": sub.std(axis=2, ddof=1) if k > 1 else np.zeros_like(sub[:, :, 0]),
