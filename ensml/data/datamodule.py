@@ -158,9 +158,9 @@ class EnsembleDataModule(L.LightningDataModule):
     prefetch_workers
         Readers per process that read samples ahead in the order the coming epochs will ask for
         them, into the ``cache_mb`` cache with clairvoyant eviction (:mod:`ensml.data.prefetch`),
-        as many reads under way at once; 0 (the default here; the configs set 2, measured at
-        361 x 720 on 2 cores) reads each sample when it is asked for. They stop at ``teardown``
-        (Lightning calls it after a fit).
+        as many reads under way at once; 0 (the default here; the configs set 2, one a core on
+        2 cores; 3 were no faster there at 361 x 720) reads each sample when it is asked for. They
+        stop at ``teardown`` (Lightning calls it after a fit).
     prefetch_readers
         Where those reads run (:mod:`ensml.data.staging`). ``processes``: this process and
         ``prefetch_workers - 1`` reader processes, each with the files open, so reads run in
