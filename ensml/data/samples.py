@@ -167,9 +167,10 @@ class EnsembleSamples(torch.utils.data.Dataset):
         """Start prefetching (its threads, and reader processes if any) before the first request:
         a reader process takes a second or two to start. Needs :attr:`plan` and prefetch_workers."""
         if self._prefetcher is None:
-            # A DataLoader worker is itself one of several reading processes: threads there.
+            # A DataLoader worker is itself one of several reading processes: threads there;
+            # without a cache nothing is read ahead, so a reader process would never be used.
             worker = torch.utils.data.get_worker_info() is not None
-            mode = "threads" if worker else self.prefetch_readers
+            mode = "threads" if worker or not self.cache_bytes else self.prefetch_readers
             self._readers = Readers(self.reader, self.prefetch_workers, mode)
             lookahead = max(8, 2 * self.plan.batch_size)  # reads ahead stop soon after the consumer
             self._prefetcher = Prefetcher(self._readers, self.cache_bytes, self.prefetch_workers, lookahead)

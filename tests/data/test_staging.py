@@ -20,6 +20,7 @@ from ensml.data import staging
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.data.sample_read import SampleReader, SampleSpec
 from ensml.data.samples import EnsembleSamples
+from ensml.data.sampling import EpochPlan
 from ensml.data.staging import Readers
 from ensml.data.synth.generate import synth
 from ensml.errors import EnsmlError
@@ -197,11 +198,15 @@ def test_threads_mode_and_single_readers_start_no_process(files) -> None:
         readers.close()
 
 
-def test_the_dataset_stages_in_processes_only_outside_dataloader_workers(files) -> None:
+def test_the_dataset_ships_no_readers_and_starts_none_without_a_cache(files) -> None:
     ds = EnsembleSamples(files["forecast"], files["analysis"], inits(files), SPEC)
     assert ds.prefetch_readers == "auto"
     state = ds.__getstate__()
     assert state["_readers"] is None and state["_prefetcher"] is None
+    ds.plan, ds.prefetch_workers, ds.prefetch_readers = EpochPlan(len(ds), 2), 2, "processes"
+    ds.stage()  # cache_mb 0 (the test split): nothing is read ahead, so no process to start
+    assert ds._readers.processes == 0
+    ds.close()
 
 
 @pytest.mark.parametrize(
