@@ -17,6 +17,7 @@ from ensml.data.open import open_inputs
 from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec, check_leads
 from ensml.data.sampling import EpochPlan, EpochSampler
 from ensml.data.splits import split_init_times
+from ensml.data.staging import READER_MODES, PrefetchReaders
 from ensml.data.static import read_static
 from ensml.data.stats import compute_stats
 from ensml.data.surface import broadcast_levels, surface_mask
@@ -56,6 +57,19 @@ def _check_machine(num_workers: int, prefetch_workers: int, seed: int) -> None:
                 f"CPU core, {cores} cores)"
             )
     check_seed(seed, "data.seed")  # parsed as a Seed on the command line; this for Python callers
+
+
+def _check_readers(prefetch_readers: str, prefetch_workers: int, num_workers: int) -> None:
+    """Refuse a reader mode ensml does not know, and reader processes inside DataLoader workers."""
+    if prefetch_readers not in READER_MODES:
+        raise EnsmlError(
+            f"data.prefetch_readers must be one of {', '.join(READER_MODES)}, got {prefetch_readers!r}"
+        )
+    if prefetch_readers == "processes" and prefetch_workers > 0 and num_workers > 0:
+        raise EnsmlError(
+            f"data.prefetch_readers=processes cannot run inside DataLoader workers "
+            f"(data.num_workers={num_workers}): set prefetch_readers to auto or threads, or num_workers to 0"
+        )
 
 
 def _plain_hparams(module: L.LightningDataModule) -> None:
@@ -142,10 +156,21 @@ class EnsembleDataModule(L.LightningDataModule):
     static_variables
         The variables of ``static`` to use (linked to the model's ``static_variables``).
     prefetch_workers
-        Background threads per process that read samples ahead in the order the coming epochs
-        will ask for them, into the ``cache_mb`` cache with clairvoyant eviction
-        (:mod:`ensml.data.prefetch`); 0 (the default here; the configs set 1) reads each sample
-        when it is asked for. The threads stop at ``teardown`` (Lightning calls it after a fit).
+        Readers per process that read samples ahead in the order the coming epochs will ask for
+        them, into the ``cache_mb`` cache with clairvoyant eviction (:mod:`ensml.data.prefetch`),
+        as many reads under way at once; 0 (the default here; the configs set 2, one a core on
+        2 cores; 3 were no faster there at 361 x 720) reads each sample when it is asked for. They
+        stop at ``teardown`` (Lightning calls it after a fit).
+    prefetch_readers
+        Where those reads run (:mod:`ensml.data.staging`). ``processes``: this process and
+        ``prefetch_workers - 1`` reader processes, each with the files open, so reads run in
+        parallel whatever the format (HDF5, under netCDF, lets one thread read at a time);
+        until they are ready (a second or two) reads run in this process. ``threads``: all in
+        this process (no start-up; parallel for zarr only). ``auto`` (default): processes for
+        samples that read more than 16 MiB (z and t at 2 levels, 5 of 10 members at 3 leads:
+        92 MB at 361 x 720, 0.7 MB at 32 x 64) from a forecast that is not zarr, else
+        threads. DataLoader workers (``num_workers`` > 0) read with threads; ``processes`` is
+        refused with them.
     """
 
     def __init__(
@@ -169,6 +194,7 @@ class EnsembleDataModule(L.LightningDataModule):
         reader: ReaderOptions | None = None,
         analysis_reader: ReaderOptions | None = None,
         prefetch_workers: NonNegativeInt = 0,
+        prefetch_readers: PrefetchReaders = "auto",
         static: str | None = None,
         static_variables: list[str] = (),  # type: ignore[assignment]
     ) -> None:
@@ -188,6 +214,7 @@ class EnsembleDataModule(L.LightningDataModule):
             raise EnsmlError(
                 f"prefetch_workers and cache_mb must be >= 0, got {prefetch_workers} and {cache_mb}"
             )
+        _check_readers(prefetch_readers, prefetch_workers, num_workers)
         self._spec: SampleSpec | None = None
         self._splits: dict[str, np.ndarray] | None = None
         self._stats: dict[str, np.ndarray] | None = None
@@ -313,6 +340,9 @@ class EnsembleDataModule(L.LightningDataModule):
         # Unshuffled under DDP, Lightning splits the order itself: no plan to follow then.
         dataset.plan = plan if shuffle or replicas[0] == 1 else None
         dataset.prefetch_workers = hp.prefetch_workers
+        dataset.prefetch_readers = hp.prefetch_readers
+        if dataset.plan is not None and hp.prefetch_workers > 0 and hp.num_workers == 0:
+            dataset.stage()  # reader processes start now, not at the first batch
         return DataLoader(
             dataset,
             batch_size=hp.batch_size,
@@ -331,7 +361,7 @@ class EnsembleDataModule(L.LightningDataModule):
         return int(kwargs.get("num_replicas", 1)), int(kwargs.get("rank", 0))
 
     def teardown(self, stage: str) -> None:
-        """Stop the prefetch threads (after fit, validate, test or predict)."""
+        """Stop the prefetch threads and reader processes (after fit, validate, test or predict)."""
         for name in ("train_set", "val_set", "test_set"):
             if hasattr(self, name):
                 getattr(self, name).close()

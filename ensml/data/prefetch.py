@@ -10,9 +10,10 @@ use is furthest in the future leaves, and a sample is not read ahead at all if e
 is needed sooner. Samples that fit stay cached across epochs, so an epoch whose samples all
 fit reads nothing from disk.
 
-The reads are the dataset's own (:meth:`EnsembleSamples._read <ensml.data.samples.EnsembleSamples>`),
-so what the model sees does not change by a bit; an error in a background read is raised when
-that sample is asked for, as the same one-line error as without prefetching.
+The reads are the dataset's own (:meth:`SampleReader.staged <ensml.data.sample_read.SampleReader.staged>`,
+made in this process or in reader processes, :mod:`ensml.data.staging`), so what the model sees
+does not change by a bit; an error in a background read is raised when that sample is asked for,
+as the same one-line error as without prefetching.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Prefetcher:
     budget_bytes
         Memory the cached samples may take.
     workers
-        Background reader threads (≥ 1).
+        Background threads (≥ 1), each calling ``read``: as many reads under way at once.
     lookahead
         How many positions of the planned sequence, past the current one, may be read ahead.
     """

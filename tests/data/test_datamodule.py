@@ -110,12 +110,12 @@ def test_first_members_read_only_what_the_sample_uses(dm: EnsembleDataModule, ti
         return EnsembleSamples(path, tiny_data["analysis"], [init], spec, member_sampling=sampling)
 
     holes = sample(tmp_path / "holes.nc", "first")
-    assert holes._read(0)["fc_k"].shape[2] == spec.k  # (V, L, K, D, H, W)
+    assert holes.reader.read(0)["fc_k"].shape[2] == spec.k  # (V, L, K, D, H, W)
     got, full = holes[0], sample(tiny_data["forecast"], "random")
     want = dm.test_set[3]
     for key in ("mean_k", "std_k", "std_m", "obs", "analysis_init"):
         np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
-    block = full._read(0)["fc"]  # every member: the reference std_m from the whole block
+    block = full.reader.read(0)["fc"]  # every member: the reference std_m from the whole block
     np.testing.assert_array_equal(got["std_m"].numpy(), block[:, spec.target_index].std(axis=1))
     with pytest.raises(EnsmlError, match=r"has NaN or infinite values in z, t at"):
         sample(tmp_path / "holes.nc", "random")[0]  # a random subset needs every member
