@@ -12,6 +12,7 @@ from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveInt
 from torch.utils.data import DataLoader
 
 from ensml.compat import uses_distributed_sampler
+from ensml.data.grid import cell_dim
 from ensml.data.layouts.options import ReaderOptions
 from ensml.data.open import open_inputs
 from ensml.data.samples import EnsembleSamples, MemberSampling, SampleSpec, check_leads
@@ -237,6 +238,12 @@ class EnsembleDataModule(L.LightningDataModule):
             analysis_reader=hp.analysis_reader,
         )
         fc, an, name = inputs.forecast, inputs.analysis, inputs.names[0]
+        cells = cell_dim(fc)
+        if cells is not None:  # the U-Net convolves a latitude x longitude grid
+            raise EnsmlError(
+                f"{name} is on {fc.sizes[cells]} cells of an unstructured grid; training needs a regular "
+                "latitude x longitude grid (regrid it first; evaluate scores grids of cells)"
+            )
         surface = surface_mask(fc, hp.variables)
         # Surface variables: one channel repeated over the levels (ensml.data.surface).
         fc = broadcast_levels(fc.sel({LEVEL: list(hp.levels)}) if LEVEL in fc.dims else fc)

@@ -55,6 +55,11 @@ def _no_init_times(ds: xr.Dataset) -> xr.Dataset:
     return empty
 
 
+def _on_cells(ds: xr.Dataset) -> xr.Dataset:
+    """The grid's points as cells of an unstructured grid (1-D latitude, longitude on ``cell``)."""
+    return ds.stack(cell=("latitude", "longitude")).reset_index("cell").transpose(..., "cell")
+
+
 def _nan_latitude(ds: xr.Dataset) -> xr.Dataset:
     lat = ds.latitude.values.copy()
     lat[3] = np.nan
@@ -119,6 +124,8 @@ def inputs(tiny_data: Inputs, fitted: Path, tmp_path_factory: pytest.TempPathFac
         "unsorted-init": _variant(fc, d / "unsorted.nc", lambda ds: ds.isel(init_time=[0, 2, 1, 3])),
         "no-init": _variant(fc, d / "no-init.nc", _no_init_times),
         "lead-0": _variant(fc, d / "lead-0.nc", lambda ds: ds.isel(lead_time=[0])),
+        "cells": _variant(fc, d / "cells.nc", _on_cells),
+        "cells-analysis": _variant(an, d / "cells-analysis.nc", _on_cells),
         "nan-predictions": _variant(preds, d / "nan-preds.nc", _poison("z_mean", np.nan)),
         "renamed-predictions": _variant(preds, d / "renamed-preds.nc", lambda ds: ds.rename(z_mean="zz")),
         "nan-latitude": _variant(an, d / "nan-lat.nc", _nan_latitude),
@@ -175,6 +182,10 @@ CASES: dict[str, Case] = {
     ),
     "fit: forecast truncated": Case(
         lambda i: fit(i, **{"data.forecast": i["dir"] / "truncated.nc"}), ("truncated.nc", "cannot be read")
+    ),
+    "fit: forecast on cells of an unstructured grid": Case(
+        lambda i: fit(i, **{"data.forecast": i["cells"], "data.analysis": i["cells-analysis"]}),
+        ("cells.nc is on 512 cells", "regular latitude x longitude"),
     ),
     "fit: resume from a truncated checkpoint": Case(
         lambda i: fit(i, f"--ckpt_path={i['dir'] / 'truncated.ckpt'}"), ("truncated.ckpt", "cannot be read")
