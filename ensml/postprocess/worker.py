@@ -27,14 +27,14 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ensml.cluster.workers import peak_rss_mb, restore_malloc_thresholds
 from ensml.data.open import open_analysis, open_inputs
 from ensml.data.outputs import Staging, append_netcdf_init, write_zarr_region
-from ensml.data.samples import (
+from ensml.data.sample_read import (
     ANALYSIS_SAMPLE_DIMS,
     FORECAST_SAMPLE_DIMS,
     read_block,
     select,
     subset_moments,
-    to_tensors,
 )
+from ensml.data.samples import to_tensors
 from ensml.data.subset import Subset
 from ensml.errors import EnsmlError
 from ensml.names import INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME

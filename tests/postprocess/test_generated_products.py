@@ -14,7 +14,8 @@ import xarray as xr
 
 from ensml.cli.main import main
 from ensml.data.open import open_forecast
-from ensml.data.samples import subset_moments, to_tensors
+from ensml.data.sample_read import subset_moments
+from ensml.data.samples import to_tensors
 from ensml.errors import EnsmlError
 from ensml.postprocess.generated import GeneratedMembers, init_index, members_to_draw
 from ensml.postprocess.options import Products, ThresholdSet
