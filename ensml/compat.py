@@ -9,6 +9,9 @@ upgrade breaks a test, not a user's run. Calls:
   reads it, and the spatial-parallel strategy turns it off for spatial ranks of one replica.
 - :func:`restart_train_iterator`: re-creates the training iterator of the epoch that just started
   (Lightning's own call at an epoch start), so a resumed run does not replay epoch 0's order.
+- :func:`log_batch_now`: the metrics of the training batch that just ended, logged from an
+  ``on_train_batch_end`` hook (Lightning logs them after its hooks): a run preempted there
+  (:mod:`ensml.train.preemption`) keeps the row of its last batch, as the uninterrupted run has it.
 - :func:`thin_sigterm_broadcast`: Lightning 2.6 broadcasts rank 0's SIGTERM flag before every
   training batch (``_broadcast_sigterm_tensor`` of the training epoch loop; no setting turns it
   down until its PR #21640). A broadcast waits for every rank, so it ties all ranks to the
@@ -47,6 +50,12 @@ def set_distributed_sampler(trainer: Any, use: bool) -> None:
 def restart_train_iterator(trainer: Any) -> None:
     """Create the training iterator of the current epoch anew (drops prefetched batches)."""
     iter(trainer.fit_loop._data_fetcher)
+
+
+def log_batch_now(trainer: Any) -> None:
+    """Log the ending training batch's metrics now (the loop's own two calls after its hooks)."""
+    trainer._logger_connector.on_batch_end()
+    trainer._logger_connector.update_train_step_metrics()
 
 
 def thin_sigterm_broadcast(trainer: Any, every: int) -> None:

@@ -46,9 +46,16 @@ def run(args: list[str]) -> None:
     from ensml.errors import EnsmlError
     from ensml.seeds import out_of_range
     from ensml.train.lightning_cli import run_lightning
+    from ensml.train.preemption import Preempted
+    from ensml.train.slurm import SlurmJob, SlurmTasksMismatch
 
     try:
         run_lightning(args)
+    except (SlurmTasksMismatch, Preempted) as exc:  # every SLURM task stops alike: rank 0 says why
+        job = SlurmJob.current()
+        if job is not None and job.rank > 0:
+            raise SystemExit(exc.exit_code) from None
+        raise
     except MisconfigurationException as exc:  # a trainer option this machine cannot honour
         raise EnsmlError(trainer_problem(exc)) from None
     except ValueError as exc:
