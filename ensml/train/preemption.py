@@ -88,6 +88,23 @@ def _peek(path: Path) -> dict[str, Any]:
     return saved if isinstance(saved, dict) else {}
 
 
+def start_helpers_ignoring(signum: int) -> None:
+    """Start multiprocessing's forkserver (and its resource tracker) with ``signum`` ignored.
+
+    SLURM signals every process of a job step, not only the ranks: DataLoader workers, which
+    ensml forks from the forkserver, would die of SIGUSR1's default action (and the loader with
+    them). An ignored signal stays ignored across fork and exec, so the server and every worker
+    it forks ignore it; the rank itself then gets its own handler.
+    """
+    from multiprocessing import forkserver
+
+    previous = signal.signal(signum, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()  # starts the resource tracker first
+    finally:
+        signal.signal(signum, previous)
+
+
 class SkipFirst:
     """A sampler whose iteration of ``epoch`` leaves out its first ``n`` indices (other epochs whole)."""
 
@@ -123,6 +140,7 @@ class Preemption(Callback):
         self._previous_sampler: Any = None
         self._previous: Any = None  # the signal's handler before this one
         if threading.current_thread() is threading.main_thread():  # signals go to the main thread
+            start_helpers_ignoring(SIGNAL)
             self._previous = signal.signal(SIGNAL, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:

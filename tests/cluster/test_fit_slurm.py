@@ -74,6 +74,11 @@ def assert_same_run(reference: Path, run: Path) -> None:
     pd.testing.assert_frame_equal(metrics[0], metrics[1])
 
 
+def describe(fields: dict[str, str], log: str) -> str:
+    keys = ("JobState", "Reason", "ExitCode", "Restarts", "RunTime")
+    return " ".join(f"{k}={fields.get(k)}" for k in keys) + "\n" + log[-4000:]
+
+
 def ensml_lines(text: str) -> list[str]:
     assert "Traceback" not in text, text[-3000:]
     return [line for line in text.splitlines() if line.startswith("ensml: ")]
@@ -89,23 +94,20 @@ def test_a_ddp_fit_through_sbatch_and_srun_ends_as_the_local_one(slurm, tiny_dat
     job = submit(slurm, batch_script(tmp_path), fit_args(tiny_data), tmp_path)
     fields = wait_job(slurm, job)
     log = output(tmp_path, job)
-    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "0", (fields, log[-3000:])
+    assert (fields["JobState"], fields["Restarts"]) == ("COMPLETED", "0"), describe(fields, log)
     assert not ensml_lines(log), log[-3000:]
     assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in log  # srun started both ranks
     assert_same_run(reference, tmp_path)
 
 
 @pytest.mark.timeout(600, func_only=True)
+@pytest.mark.parametrize("workers", [0, 2])  # SLURM signals the loader's worker processes too
 def test_a_preempted_fit_requeues_itself_and_ends_as_the_uninterrupted_one(
-    slurm, tiny_data, reference, tmp_path
+    slurm, tiny_data, reference, tmp_path, workers
 ):
     wait = {"class_path": "tests.cluster.fit_jobs.WaitAtBatch", "init_args": {"epoch": 1, "batch": 2}}
-    job = submit(
-        slurm,
-        batch_script(tmp_path),
-        fit_args(tiny_data, f"--trainer.callbacks+={json.dumps(wait)}"),
-        tmp_path,
-    )
+    extra = [f"--trainer.callbacks+={json.dumps(wait)}", f"--data.num_workers={workers}"]
+    job = submit(slurm, batch_script(tmp_path), fit_args(tiny_data, *extra), tmp_path)
     wait_job(slurm, job, until=("RUNNING",))
     ready, end = tmp_path / "ready", time.monotonic() + 180
     while not ready.exists() and time.monotonic() < end:  # the run waits before epoch 1's batch 2
@@ -115,7 +117,7 @@ def test_a_preempted_fit_requeues_itself_and_ends_as_the_uninterrupted_one(
     (tmp_path / "go").write_text("")
     fields = wait_job(slurm, job, timeout=300)
     log = output(tmp_path, job)
-    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", (fields, log[-3000:])
+    assert (fields["JobState"], fields["Restarts"]) == ("COMPLETED", "1"), describe(fields, log)
     preempted = tmp_path / "runs/smoke/checkpoints/preempted.ckpt"
     assert ensml_lines(log) == [
         f"ensml: fit: SLURM job {job} preempted (SIGUSR1) at epoch 1, batch 3 of 8: saved {preempted}; "
