@@ -28,6 +28,7 @@ upgrade breaks a test, not a user's run. Calls:
 
 Overrides of protected hooks, which subclasses are meant to implement (checked to exist by the
 same test): ``LightningCLI._parse_ckpt_path`` (a broken checkpoint as one line),
+``LightningCLI._run_subcommand`` (``fit --sbatch`` parses the job's options and runs nothing),
 ``ParallelStrategy._configure_launcher`` (the spatial split checked before launch) and
 ``nn.Module._load_from_state_dict`` (data-shaped buffers sized from the checkpoint).
 """
@@ -101,6 +102,7 @@ def terminate_workers(pool: Any) -> None:
 #: Protected hooks ensml overrides: (module, class, method).
 OVERRIDDEN_HOOKS = (
     ("lightning.pytorch.cli", "LightningCLI", "_parse_ckpt_path"),
+    ("lightning.pytorch.cli", "LightningCLI", "_run_subcommand"),
     ("lightning.pytorch.strategies", "DDPStrategy", "_configure_launcher"),
     ("torch.nn", "Module", "_load_from_state_dict"),
 )

@@ -16,7 +16,8 @@ STATION_FIT = "ensml.train.station_fit:fit_stations"
 COMMANDS: dict = {}
 SUMMARIES = {
     "fit": "Train a model (spread or post-processing) from a YAML config: --config configs/mixed.yaml "
-    "(a station config, configs/stations.yaml, fits a station model).",
+    "(a station config, configs/stations.yaml, fits a station model); --sbatch configs/slurm_fit.sh "
+    "submits it as a SLURM job.",
     "validate": "Score a checkpoint on the validation split (--ckpt_path).",
     "test": "Score a checkpoint on the test split (--ckpt_path).",
     "predict": "Write a checkpoint's predictions for the test split to netCDF (--ckpt_path).",
@@ -40,6 +41,12 @@ def run(args: list[str]) -> None:
         fitted = run_function(STATION_FIT, args)
         if fitted is not None:
             print(f"fit: {fitted.model.describe()}; wrote {fitted.out_dir}")
+        return
+    if args and args[0] == "fit" and any(a.partition("=")[0] == "--sbatch" for a in args):
+        from ensml.train.lightning_cli import check_fit_args
+        from ensml.train.slurm_submit import submit_fit
+
+        print(submit_fit(args[1:], check=check_fit_args))
         return
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
