@@ -43,10 +43,9 @@ def run(args: list[str]) -> None:
             print(f"fit: {fitted.model.describe()}; wrote {fitted.out_dir}")
         return
     if args and args[0] == "fit" and any(a.partition("=")[0] == "--sbatch" for a in args):
-        from ensml.train.lightning_cli import check_fit_args
         from ensml.train.slurm_submit import submit_fit
 
-        print(submit_fit(args[1:], check=check_fit_args))
+        print(submit_fit(args[1:]))
         return
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 

@@ -366,33 +366,6 @@ def load_fit_config(config: str, overrides: list[str] = ()) -> EnsmlCLI:  # type
     )
 
 
-class _ParseOnly(EnsmlCLI):
-    """EnsmlCLI that parses and checks the options (and a ``--ckpt_path`` file), builds nothing."""
-
-    def instantiate_classes(self) -> None:
-        pass
-
-    def after_instantiate_classes(self) -> None:
-        pass
-
-    def _run_subcommand(self, subcommand: str) -> None:
-        pass
-
-
-def check_fit_args(args: list[str]) -> None:
-    """Parse ``ensml fit ARGS`` as the job will (options, config files, a checkpoint), running nothing."""
-    quiet_lightning()
-    logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # the job seeds
-    _ParseOnly(
-        EnsembleTask,
-        EnsembleDataModule,
-        subclass_mode_model=True,
-        seed_everything_default=0,
-        parser_kwargs={"exit_on_error": False, **{verb: {"exit_on_error": False} for verb in VERBS}},
-        args=["fit", *args],
-    )
-
-
 def run_lightning(args: list[str]) -> None:
     """Run a Lightning verb (``fit``, ``validate``, ``test``, ``predict``) with ``args``."""
     quiet_lightning()

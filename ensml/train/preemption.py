@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import Callback
 
 from ensml.compat import log_batch_now, restart_train_iterator
 from ensml.errors import EnsmlError
+from ensml.train.checkpoint_file import peek_checkpoint
 from ensml.train.run_folder import checkpoint_dirs
 from ensml.train.slurm import SlurmJob
 
@@ -72,20 +72,11 @@ def requeued_checkpoint(trainer: L.Trainer, job: SlurmJob | None) -> Path | None
     found = []
     for folder in checkpoint_dirs(trainer):
         for path in sorted(folder.glob("*.ckpt")) if folder.is_dir() else []:
-            saved = _peek(path)
+            saved = peek_checkpoint(path)
             state = saved.get("callbacks", {}).get(Preemption.__qualname__, {})
             if state.get("job") == job.id:
                 found.append((int(saved.get("global_step", 0)), path.name in (PREEMPTED, "last.ckpt"), path))
     return max(found)[2] if found else None
-
-
-def _peek(path: Path) -> dict[str, Any]:
-    """A checkpoint's top-level entries, read lazily (mmap: no weights are read); {} if unreadable."""
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # not a checkpoint of this job: read_checkpoint names a damaged one if used
-        return {}
-    return saved if isinstance(saved, dict) else {}
 
 
 def start_helpers_ignoring(signum: int) -> None:

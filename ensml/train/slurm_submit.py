@@ -17,23 +17,24 @@ While it waits, a line every 30 s says why (squeue's reason).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
+from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError, Interrupted, interrupted_line
 from ensml.progress import EVERY_S, note, seconds
+from ensml.train.lightning_cli import VERBS, EnsmlCLI, quiet_lightning
+from ensml.train.tasks import EnsembleTask
 
 COMMAND = "fit"
 #: The options of the submission (not passed on to the job's ``ensml fit``).
 OPTIONS = {"--sbatch": None, "--sbatch_pending_timeout": "10m"}
 #: States in which the job has started (or already ended).
 STARTED = ("RUNNING", "COMPLETING", "COMPLETED", "SUSPENDED")
-#: Units of ``--sbatch_pending_timeout``.
-UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def take_options(args: list[str]) -> tuple[dict[str, str | None], list[str]]:
@@ -56,13 +57,12 @@ def take_options(args: list[str]) -> tuple[dict[str, str | None], list[str]]:
 
 
 def duration_s(value: str, option: str) -> float:
-    """Seconds from ``600``, ``90s``, ``10m`` or ``2h``."""
-    text = str(value).strip().lower()
-    number = text.rstrip("minsh")
-    unit = text[len(number) :] or "s"
+    """Seconds from ``600``, ``90s``, ``10m`` or ``2h`` (dask's parser, as postprocess's timeouts)."""
+    from dask.utils import parse_timedelta
+
     try:
-        s = float(number) * UNITS[unit]
-    except (KeyError, ValueError):
+        s = float(parse_timedelta(value, default="s"))
+    except (ValueError, KeyError, TypeError):
         raise EnsmlError(
             f"{COMMAND}: {option}: {value!r} is not a duration (seconds, or e.g. 90s, 10m, 2h)"
         ) from None
@@ -91,11 +91,37 @@ def job_field(job: str, name: str) -> str:
     return ""
 
 
-def submit_fit(args: list[str], check: Callable[[list[str]], None]) -> str:
+class ParseOnly(EnsmlCLI):
+    """EnsmlCLI that parses and checks the options (and a ``--ckpt_path`` file), builds nothing."""
+
+    def instantiate_classes(self) -> None:
+        pass
+
+    def after_instantiate_classes(self) -> None:
+        pass
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        pass
+
+
+def check_fit_args(args: list[str]) -> None:
+    """Parse ``ensml fit ARGS`` as the job will (options, config files, a checkpoint), running nothing."""
+    quiet_lightning()
+    logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # the job seeds
+    ParseOnly(
+        EnsembleTask,
+        EnsembleDataModule,
+        subclass_mode_model=True,
+        seed_everything_default=0,
+        parser_kwargs={"exit_on_error": False, **{verb: {"exit_on_error": False} for verb in VERBS}},
+        args=["fit", *args],
+    )
+
+
+def submit_fit(args: list[str]) -> str:
     """Check ``ensml fit ARGS``, submit it with ``--sbatch SCRIPT`` and wait until it starts.
 
-    ``check(fit_args)`` parses the fit's options (raising one line). Returns the line that says
-    which job started where.
+    Returns the line that says which job started where.
     """
     options, fit_args = take_options(args)
     script = Path(str(options["--sbatch"]))
@@ -106,7 +132,7 @@ def submit_fit(args: list[str], check: Callable[[list[str]], None]) -> str:
         raise EnsmlError(
             f"{COMMAND}: --sbatch submits with sbatch, which is not on PATH here: run on a SLURM login node"
         )
-    check(fit_args)
+    check_fit_args(fit_args)
     done = subprocess.run(
         ["sbatch", "--parsable", str(script), *fit_args], capture_output=True, text=True, timeout=120
     )

@@ -111,3 +111,43 @@ def test_fit_with_devices_unlike_the_jobs_tasks_writes_nothing(
     else:
         assert not [line for line in err if line.startswith("ensml:") or "Traceback" in line], err
     assert _hashes(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--sbatch", "nothere.sh"], "ensml: fit: --sbatch nothere.sh: no such batch script"),
+        (
+            ["--sbatch", "job.sh", "--sbatch_pending_timeout=soon"],
+            "ensml: fit: --sbatch_pending_timeout: 'soon' is not a duration (seconds, or e.g. 90s, 10m, 2h)",
+        ),
+        (["--sbatch"], "ensml: fit: option --sbatch needs a value"),
+    ],
+    ids=["no-script", "timeout", "no-value"],
+)
+def test_bad_sbatch_options_are_one_line_and_submit_nothing(
+    tmp_path, monkeypatch, capsys, options, says
+) -> None:
+    from ensml.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch: nothing could be submitted anyway
+    before = _hashes(tmp_path)
+    assert main(["fit", "--config", SMOKE, *options]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(says), err
+    assert _hashes(tmp_path) == before
+
+
+def test_sbatch_needs_sbatch_on_path(tmp_path, monkeypatch, capsys) -> None:
+    from ensml.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["fit", "--config", SMOKE, "--sbatch=job.sh"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "ensml: fit: --sbatch submits with sbatch, which is not on PATH here: run on a SLURM login node"
+    ]
