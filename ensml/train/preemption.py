@@ -144,15 +144,14 @@ class Preemption(Callback):
     # -- the stop ---------------------------------------------------------------------------------
     def _may_stop(self, trainer: L.Trainer, batch_idx: int) -> bool:
         """Whether this batch's end is a point to stop at (the same answer on every rank)."""
-        done = batch_idx + 1
-        if done % self.every or done >= trainer.num_training_batches:
+        done, total = batch_idx + 1, trainer.fit_loop.epoch_loop.total_batch_idx + 1
+        if total % self.every or done >= trainer.num_training_batches:
             return False
         if done % max(1, trainer.accumulate_grad_batches):
             return False
         val = trainer.val_check_batch  # a validation follows this batch: Lightning's restart skips it
-        if trainer.check_val_every_n_epoch is None:
-            done = trainer.fit_loop.epoch_loop.total_batch_idx + 1
-        return not (isinstance(val, int | float) and val != float("inf") and done % int(val) == 0)
+        count = total if trainer.check_val_every_n_epoch is None else done
+        return not (isinstance(val, int | float) and val != float("inf") and count % int(val) == 0)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int

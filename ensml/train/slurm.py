@@ -65,8 +65,8 @@ class SlurmJob:
             return f"scontrol requeue {self.id}: {exc}"
         if done.returncode == 0:
             return None
-        said = done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}"
-        words = " ".join(said.split())
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        words = " ".join(said[-1].split()) if said else f"exit status {done.returncode}"  # its last word
         return f"scontrol requeue {self.id}: {words}"
 
 
