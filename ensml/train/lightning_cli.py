@@ -124,12 +124,13 @@ class EnsmlCLI(LightningCLI):
         self.run_folder.close()
 
     def _use_preemption(self, trainer: L.Trainer) -> None:
-        """Under SLURM: stop at a checkpoint on SIGUSR1, and resume a requeued job from its own."""
+        """Under SLURM: stop at a checkpoint on SIGUSR1, and resume a requeued job from its own;
+        anywhere: resume a preemption checkpoint exactly."""
         job = SlurmJob.current()
-        if job is None or checkpoint_folder(trainer) is None:
+        if checkpoint_folder(trainer) is None:
             return
         every = getattr(trainer.strategy, "sigterm_every", 1)  # decentralised: not every batch
-        trainer.callbacks.append(Preemption(job, every=every))
+        trainer.callbacks.append(Preemption(job, every=every))  # outside SLURM: exact resumes only
         path = requeued_checkpoint(trainer, job)
         if path is None or self.config[self.subcommand].get("ckpt_path"):
             return
@@ -138,12 +139,7 @@ class EnsmlCLI(LightningCLI):
         self.checkpoint = read_checkpoint(path, task_class=type(self.model))
         self.checkpoint.check_options(dict(self.model.hparams))
         self.config[self.subcommand]["ckpt_path"] = self.config_init[self.subcommand]["ckpt_path"] = str(path)
-        # Lightning warns that a loader restarted mid-epoch replays the epoch's first batches:
-        # Preemption skips them (the checkpoint says how many).
-        warnings.filterwarnings(
-            "ignore", message="You're resuming from a checkpoint that ended before the epoch"
-        )
-        if job.rank == 0:
+        if job is not None and job.rank == 0:
             note(f"fit: SLURM job {job.id} requeued ({job.restarts}×): resuming from {path}")
 
     def _requeue(self, stop: Preempted) -> Preempted:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import signal
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,12 +118,13 @@ class Preemption(Callback):
     Parameters
     ----------
     job
-        The SLURM job (its id goes into the checkpoint).
+        The SLURM job (its id goes into every checkpoint); None outside SLURM: no signal is
+        handled, a preemption checkpoint is still resumed exactly.
     every
         Check for the signal at every ``every``-th batch (every rank checks at the same ones).
     """
 
-    def __init__(self, job: SlurmJob, every: int = 1) -> None:
+    def __init__(self, job: SlurmJob | None, every: int = 1) -> None:
         self.job, self.every = job, max(1, int(every))
         self.requested = False
         self._saving: dict[str, Any] | None = None  # what the preemption checkpoint records
@@ -130,7 +132,11 @@ class Preemption(Callback):
         self._loader: Any = None  # the batch sampler whose sampler skips, in the resumed epoch
         self._previous_sampler: Any = None
         self._previous: Any = None  # the signal's handler before this one
-        if threading.current_thread() is threading.main_thread():  # signals go to the main thread
+        # Outside SLURM (job None) only the resume: a run goes on from a preemption checkpoint
+        # exactly wherever it runs (``--ckpt_path .../preempted.ckpt``).
+        if (
+            job is not None and threading.current_thread() is threading.main_thread()
+        ):  # the main thread gets signals
             start_helpers_ignoring(SIGNAL)
             self._previous = signal.signal(SIGNAL, self._on_signal)
 
@@ -144,6 +150,8 @@ class Preemption(Callback):
     # -- the stop ---------------------------------------------------------------------------------
     def _may_stop(self, trainer: L.Trainer, batch_idx: int) -> bool:
         """Whether this batch's end is a point to stop at (the same answer on every rank)."""
+        if self.job is None:
+            return False
         done, total = batch_idx + 1, trainer.fit_loop.epoch_loop.total_batch_idx + 1
         if total % self.every or done >= trainer.num_training_batches:
             return False
@@ -177,10 +185,12 @@ class Preemption(Callback):
     def state_dict(self) -> dict[str, Any]:
         # Every checkpoint of the job says whose it is; the preemption checkpoint also where the
         # ranks stopped.
-        return {"job": self.job.id, **(self._saving or {})}
+        return {"job": self.job.id, **(self._saving or {})} if self.job is not None else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._resume = dict(state_dict) if state_dict.get("batches") else None
+        if self._resume:  # Lightning warns that the epoch's first batches come again: they do not
+            warnings.filterwarnings("ignore", message="You.re resuming from a checkpoint that ended before")
 
     # -- the resume -------------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

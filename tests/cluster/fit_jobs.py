@@ -52,10 +52,10 @@ def job_env(slurm: Slurm) -> dict[str, str]:
     return {**cli_env(), "SLURM_CONF": str(slurm.conf), "ENSML": f"{sys.executable} -m ensml.cli.main"}
 
 
-def submit(slurm: Slurm, script: Path, args: list[str], cwd: Path) -> str:
-    """``sbatch --parsable SCRIPT ARGS`` in ``cwd``; the job id."""
+def submit(slurm: Slurm, script: Path, args: list[str], cwd: Path, *options: str) -> str:
+    """``sbatch --parsable [OPTIONS] SCRIPT ARGS`` in ``cwd``; the job id."""
     done = subprocess.run(
-        ["sbatch", "--parsable", f"--chdir={cwd}", str(script), *args],
+        ["sbatch", "--parsable", f"--chdir={cwd}", *options, str(script), *args],
         capture_output=True,
         text=True,
         env=job_env(slurm),

@@ -154,6 +154,39 @@ def test_a_preempted_fit_requeues_itself_and_ends_as_the_uninterrupted_one(
     assert_same_run(references(strategy), tmp_path)
 
 
+@pytest.mark.timeout(600, func_only=True)
+def test_a_preempted_job_slurm_will_not_requeue_says_how_to_go_on(slurm, tiny_data, references, tmp_path):
+    wait = {"class_path": "tests.cluster.fit_jobs.WaitAtBatch", "init_args": {"epoch": 1, "batch": 2}}
+    args = fit_args(tiny_data, f"--trainer.callbacks+={json.dumps(wait)}")
+    job = submit(slurm, batch_script(tmp_path), args, tmp_path, "--no-requeue")
+    ready, end = tmp_path / "ready", time.monotonic() + 180
+    while not ready.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert ready.exists(), output(tmp_path, job)[-3000:]
+    slurm.run("scancel", "--signal=USR1", job)
+    (tmp_path / "go").write_text("")
+    fields = wait_job(slurm, job)
+    log = output(tmp_path, job)
+    assert (fields["JobState"], fields["ExitCode"], fields["Restarts"]) == ("FAILED", "2:0", "0"), describe(
+        fields, log
+    )
+    preempted = tmp_path / "runs/smoke/checkpoints/preempted.ckpt"
+    lines = ensml_lines(log)
+    assert len(lines) == 1, log[-3000:]
+    assert lines[0].startswith(
+        f"ensml: fit: SLURM job {job} preempted (SIGUSR1) at epoch 1, batch 3 of 8: saved "
+    ), lines
+    assert f"; SLURM did not requeue the job (scontrol requeue {job}: " in lines[0], lines
+    assert lines[0].endswith(f"): submit it again with --ckpt_path {preempted} to go on"), lines
+    # as the line says: a new job with --ckpt_path ends as the uninterrupted run
+    again = submit(
+        slurm, batch_script(tmp_path), [*fit_args(tiny_data), f"--ckpt_path={preempted}"], tmp_path
+    )
+    fields = wait_job(slurm, again)
+    assert fields["JobState"] == "COMPLETED", describe(fields, output(tmp_path, again))
+    assert_same_run(references("ddp"), tmp_path)
+
+
 def _files(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}
 
