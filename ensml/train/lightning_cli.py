@@ -152,11 +152,14 @@ class EnsmlCLI(LightningCLI):
             return stop
         refused = job.requeue()
         if refused is None:
-            return Preempted(f"{stop}; requeued: the job resumes from it when SLURM starts it again")
+            return Preempted(
+                f"{stop}; requeued: the job resumes from it when SLURM starts it again", stop.path
+            )
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         return Preempted(
             f"{stop}; SLURM did not requeue the job ({refused}): submit it again with "
-            f"--ckpt_path {checkpoint_folder(self.trainer) / 'preempted.ckpt'} to go on"
+            f"--ckpt_path {stop.path} to go on",
+            stop.path,
         )
 
     def parse_arguments(self, parser, args) -> None:

@@ -49,9 +49,13 @@ SIGNAL = signal.SIGUSR1
 
 
 class Preempted(EnsmlError):
-    """The run stopped at a checkpoint on SLURM's signal: exit status 2 (part done, resumable)."""
+    """The run stopped at a checkpoint (``path``) on SLURM's signal: exit status 2 (part done, resumable)."""
 
     exit_code = 2
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path  # known here: after the stop, asking the trainer would be a collective
 
 
 def checkpoint_folder(trainer: L.Trainer) -> Path | None:
@@ -179,7 +183,8 @@ class Preemption(Callback):
             self._saving = None
         raise Preempted(
             f"fit: SLURM job {self.job.id} preempted (SIGUSR1) at epoch {trainer.current_epoch}, "
-            f"batch {batch_idx + 1} of {trainer.num_training_batches}: saved {path}"
+            f"batch {batch_idx + 1} of {trainer.num_training_batches}: saved {path}",
+            path,
         )
 
     def state_dict(self) -> dict[str, Any]:
