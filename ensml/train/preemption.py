@@ -15,12 +15,13 @@ A batch script with ``#SBATCH --signal=USR1@120`` gets SIGUSR1 two minutes befor
 4. rank 0 requeues the job (``scontrol requeue``); SLURM runs the batch script again, with the
    same job id and ``SLURM_RESTART_COUNT`` one higher.
 
-The requeued ``ensml fit`` (the same command, no ``--ckpt_path``) finds ``preempted.ckpt`` of its
-own job (:func:`requeued_checkpoint`) and resumes from it as ``--ckpt_path`` would: the same
-checks, and the first epoch's loader skips the batches each rank had trained on
-(:class:`SkipFirst`), so that the run goes on with the batch it stopped before. The training
-order being a function of seed and epoch only (:mod:`ensml.data.sampling`), the resumed run ends
-with the weights of the uninterrupted one.
+The requeued ``ensml fit`` (the same command, no ``--ckpt_path``) finds its job's latest
+checkpoint, ``preempted.ckpt`` here (:func:`requeued_checkpoint`), and resumes from it as
+``--ckpt_path`` would: the same checks, and the first epoch's loader skips the batches each rank
+had trained on (:class:`SkipFirst`), so that the run goes on with the batch it stopped before.
+The training order being a function of seed and epoch only (:mod:`ensml.data.sampling`), the
+resumed run ends with the weights of the uninterrupted one. That resume works in every fit, on
+SLURM or not (``--ckpt_path .../preempted.ckpt``); the signal is handled under SLURM only.
 """
 
 from __future__ import annotations
