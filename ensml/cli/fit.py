@@ -57,6 +57,12 @@ def run(args: list[str]) -> None:
 
     try:
         run_lightning(args)
+    except SystemExit:  # --help printed Lightning's options: the submission's follow
+        if args[:1] == ["fit"] and any(a in ("-h", "--help") for a in args):
+            from ensml.train.slurm_submit import HELP
+
+            print(HELP, end="")
+        raise
     except (SlurmTasksMismatch, Preempted) as exc:  # every SLURM task stops alike: rank 0 says why
         job = SlurmJob.current()
         if job is not None and job.rank > 0:

@@ -37,6 +37,22 @@ OPTIONS = {"--sbatch": None, "--sbatch_pending_timeout": "10m"}
 STARTED = ("RUNNING", "COMPLETING", "COMPLETED", "SUSPENDED")
 
 
+#: What ``ensml fit --help`` adds after Lightning's options.
+HELP = """
+submit as a SLURM job (ensml fit OPTIONS --sbatch SCRIPT):
+  --sbatch SCRIPT       Parse the fit's options here, submit them with sbatch as
+                        the arguments of SCRIPT (configs/slurm_fit.sh, edited for
+                        the cluster: it runs srun ensml fit "$@") and wait until
+                        SLURM starts the job; a refused script, or a job that
+                        does not start in time, ends in one line and leaves no
+                        job. (type: str | null, default: null)
+  --sbatch_pending_timeout SBATCH_PENDING_TIMEOUT
+                        How long the job may wait in the queue before it is
+                        cancelled: seconds, or e.g. 90s, 10m, 2h. (type: str,
+                        default: 10m)
+"""
+
+
 def take_options(args: list[str]) -> tuple[dict[str, str | None], list[str]]:
     """``(submission options, the rest)`` of ``args`` (``--name value`` or ``--name=value``)."""
     options: dict[str, str | None] = dict(OPTIONS)
