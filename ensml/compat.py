@@ -9,6 +9,9 @@ upgrade breaks a test, not a user's run. Calls:
   reads it, and the spatial-parallel strategy turns it off for spatial ranks of one replica.
 - :func:`restart_train_iterator`: re-creates the training iterator of the epoch that just started
   (Lightning's own call at an epoch start), so a resumed run does not replay epoch 0's order.
+- :func:`log_batch_now`: the metrics of the training batch that just ended, logged from an
+  ``on_train_batch_end`` hook (Lightning logs them after its hooks): a run preempted there
+  (:mod:`ensml.train.preemption`) keeps the row of its last batch, as the uninterrupted run has it.
 - :func:`thin_sigterm_broadcast`: Lightning 2.6 broadcasts rank 0's SIGTERM flag before every
   training batch (``_broadcast_sigterm_tensor`` of the training epoch loop; no setting turns it
   down until its PR #21640). A broadcast waits for every rank, so it ties all ranks to the
@@ -25,6 +28,7 @@ upgrade breaks a test, not a user's run. Calls:
 
 Overrides of protected hooks, which subclasses are meant to implement (checked to exist by the
 same test): ``LightningCLI._parse_ckpt_path`` (a broken checkpoint as one line),
+``LightningCLI._run_subcommand`` (``fit --sbatch`` parses the job's options and runs nothing),
 ``ParallelStrategy._configure_launcher`` (the spatial split checked before launch) and
 ``nn.Module._load_from_state_dict`` (data-shaped buffers sized from the checkpoint).
 """
@@ -47,6 +51,12 @@ def set_distributed_sampler(trainer: Any, use: bool) -> None:
 def restart_train_iterator(trainer: Any) -> None:
     """Create the training iterator of the current epoch anew (drops prefetched batches)."""
     iter(trainer.fit_loop._data_fetcher)
+
+
+def log_batch_now(trainer: Any) -> None:
+    """Log the ending training batch's metrics now (the loop's own two calls after its hooks)."""
+    trainer._logger_connector.on_batch_end()
+    trainer._logger_connector.update_train_step_metrics()
 
 
 def thin_sigterm_broadcast(trainer: Any, every: int) -> None:
@@ -92,6 +102,7 @@ def terminate_workers(pool: Any) -> None:
 #: Protected hooks ensml overrides: (module, class, method).
 OVERRIDDEN_HOOKS = (
     ("lightning.pytorch.cli", "LightningCLI", "_parse_ckpt_path"),
+    ("lightning.pytorch.cli", "LightningCLI", "_run_subcommand"),
     ("lightning.pytorch.strategies", "DDPStrategy", "_configure_launcher"),
     ("torch.nn", "Module", "_load_from_state_dict"),
 )

@@ -31,6 +31,12 @@ def test_train_iterator_can_be_restarted() -> None:
     assert hasattr(trainer.fit_loop, "_data_fetcher")  # set when fitting starts; the name must exist
 
 
+def test_batch_metrics_can_be_logged_from_a_batch_end_hook() -> None:
+    trainer = L.Trainer(logger=False, enable_checkpointing=False)
+    connector = trainer._logger_connector  # the loop's own calls after on_train_batch_end
+    assert callable(connector.on_batch_end) and callable(connector.update_train_step_metrics)
+
+
 def test_sigterm_broadcast_runs_on_every_nth_batch_only(monkeypatch: pytest.MonkeyPatch) -> None:
     trainer = L.Trainer(logger=False, enable_checkpointing=False)
     loop_type = type(trainer.fit_loop.epoch_loop)

@@ -16,7 +16,8 @@ STATION_FIT = "ensml.train.station_fit:fit_stations"
 COMMANDS: dict = {}
 SUMMARIES = {
     "fit": "Train a model (spread or post-processing) from a YAML config: --config configs/mixed.yaml "
-    "(a station config, configs/stations.yaml, fits a station model).",
+    "(a station config, configs/stations.yaml, fits a station model); --sbatch configs/slurm_fit.sh "
+    "submits it as a SLURM job.",
     "validate": "Score a checkpoint on the validation split (--ckpt_path).",
     "test": "Score a checkpoint on the test split (--ckpt_path).",
     "predict": "Write a checkpoint's predictions for the test split to netCDF (--ckpt_path).",
@@ -41,14 +42,32 @@ def run(args: list[str]) -> None:
         if fitted is not None:
             print(f"fit: {fitted.model.describe()}; wrote {fitted.out_dir}")
         return
+    if args and args[0] == "fit" and any(a.partition("=")[0] == "--sbatch" for a in args):
+        from ensml.train.slurm_submit import submit_fit
+
+        print(submit_fit(args[1:]))
+        return
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     from ensml.errors import EnsmlError
     from ensml.seeds import out_of_range
     from ensml.train.lightning_cli import run_lightning
+    from ensml.train.preemption import Preempted
+    from ensml.train.slurm import SlurmJob, SlurmTasksMismatch
 
     try:
         run_lightning(args)
+    except SystemExit:  # --help printed Lightning's options: the submission's follow
+        if args[:1] == ["fit"] and any(a in ("-h", "--help") for a in args):
+            from ensml.train.slurm_submit import HELP
+
+            print(HELP, end="")
+        raise
+    except (SlurmTasksMismatch, Preempted) as exc:  # every SLURM task stops alike: rank 0 says why
+        job = SlurmJob.current()
+        if job is not None and job.rank > 0:
+            raise SystemExit(exc.exit_code) from None
+        raise
     except MisconfigurationException as exc:  # a trainer option this machine cannot honour
         raise EnsmlError(trainer_problem(exc)) from None
     except ValueError as exc:

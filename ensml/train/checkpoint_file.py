@@ -134,6 +134,17 @@ class Checkpoint:
                 )
 
 
+def peek_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's top-level entries (step, callback states...), its tensors mapped, not read;
+    ``{}`` for a file that is not a readable checkpoint (:func:`read_checkpoint` says why when the
+    file is used). For choosing among checkpoints, e.g. which one a requeued SLURM job resumes."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # damaged, truncated, not a checkpoint
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
 def read_checkpoint(path: str | Path, *, task_class: type[EnsembleTask] | str | None = None) -> Checkpoint:
     """Read the checkpoint at ``path`` and check it against this ensml and its own model; raise
     :class:`EnsmlError` (one line) if it is bad. A run then checks its data
@@ -331,5 +342,6 @@ __all__ = [
     "RunData",
     "check_same_grid",
     "known_hparams",
+    "peek_checkpoint",
     "read_checkpoint",
 ]

@@ -13,18 +13,22 @@ from typing import Any
 import lightning as L
 import yaml
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError, signal_as_interrupted
 from ensml.logs import apply_levels, quiet
 from ensml.names import family_names
+from ensml.progress import note
 from ensml.train import decentralised  # noqa: F401  (registers eager_solo, eager_majority, wagma)
 from ensml.train.checkpoint_file import RUNNING_KEYS, Checkpoint, RunData, read_checkpoint
 from ensml.train.checkpoints import FlushLogs, KeepLoggedMetrics, last_every_epoch, use_atomic_checkpoints
 from ensml.train.hparams import SAMPLING_KEYS
 from ensml.train.options import check_trainer_options  # [cli: option ranges]
+from ensml.train.preemption import Preempted, Preemption, checkpoint_folder, requeued_checkpoint
 from ensml.train.progress import LogProgress, use_lightning_bar
 from ensml.train.run_folder import RunFolder, SaveConfigToRunFolder
+from ensml.train.slurm import SlurmJob, check_tasks, cluster_plugins
 from ensml.train.tasks import DATA_KEYS, EnsembleTask
 
 #: ``--ckpt_path`` values that Lightning resolves itself (no file named).
@@ -72,6 +76,10 @@ class EnsmlCLI(LightningCLI):
         # [cli: option ranges] trainer options this machine cannot honour: one line, not a hang.
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         check_trainer_options(config.get("trainer", {}))
+        # Under srun: the ranks are SLURM's tasks (checked), in Lightning's SLURM environment
+        # without its own requeue handler (ensml.train.preemption stops at a batch boundary).
+        check_tasks(config.get("trainer", {}))
+        kwargs["plugins"] = cluster_plugins(config.get("trainer", {}).get("plugins"))
         if quiet():  # [cli: -q] results, warnings and errors only: no model summary
             kwargs["enable_model_summary"] = False
         trainer = super().instantiate_trainer(**kwargs)
@@ -83,6 +91,7 @@ class EnsmlCLI(LightningCLI):
         last_every_epoch(trainer)
         use_atomic_checkpoints(trainer, self.run_folder)
         trainer.callbacks.append(FlushLogs())
+        self._use_preemption(trainer)
         if self.config[self.subcommand].get("ckpt_path"):
             trainer.callbacks.insert(0, KeepLoggedMetrics(self.run_folder))
         for cb in trainer.callbacks:
@@ -106,10 +115,52 @@ class EnsmlCLI(LightningCLI):
         """``trainer.fit``; then adopt what Lightning wrote into the run folder and release it."""
         try:
             self.trainer.fit(**kwargs)
+        except Preempted as stop:  # a checkpoint to resume from: the folder is whole, adopt it
+            self.run_folder.close()
+            raise self._requeue(stop) from None
         except BaseException:  # release the run folder on any way out (Ctrl-C too), then re-raise
             self.run_folder.close(failed=True)
             raise
         self.run_folder.close()
+
+    def _use_preemption(self, trainer: L.Trainer) -> None:
+        """Under SLURM: stop at a checkpoint on SIGUSR1, and resume a requeued job from its own;
+        anywhere: resume a preemption checkpoint exactly."""
+        job = SlurmJob.current()
+        if checkpoint_folder(trainer) is None:
+            return
+        every = getattr(trainer.strategy, "sigterm_every", 1)  # decentralised: not every batch
+        trainer.callbacks.append(Preemption(job, every=every))  # outside SLURM: exact resumes only
+        path = requeued_checkpoint(trainer, job)
+        if path is None or self.config[self.subcommand].get("ckpt_path"):
+            return
+        # As --ckpt_path PATH: read and checked (this ensml's model, the config's options; the data
+        # once opened), the logged rows kept; the model is the config's, which the check compares.
+        self.checkpoint = read_checkpoint(path, task_class=type(self.model))
+        self.checkpoint.check_options(dict(self.model.hparams))
+        self.config[self.subcommand]["ckpt_path"] = self.config_init[self.subcommand]["ckpt_path"] = str(path)
+        if job is not None and job.rank == 0:
+            note(f"fit: SLURM job {job.id} requeued ({job.restarts}×): resuming from {path}")
+
+    def _requeue(self, stop: Preempted) -> Preempted:
+        """Requeue the job (rank 0); the line that ends this part of it."""
+        job = SlurmJob.current()
+        if job is None:
+            return stop
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends the job's steps: exit on our own
+        if rank_zero_only.rank != 0:
+            return stop
+        refused = job.requeue()
+        if refused is None:
+            return Preempted(
+                f"{stop}; requeued: the job resumes from it when SLURM starts it again", stop.path
+            )
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        return Preempted(
+            f"{stop}; SLURM did not requeue the job ({refused}): submit it again with "
+            f"--ckpt_path {stop.path} to go on",
+            stop.path,
+        )
 
     def parse_arguments(self, parser, args) -> None:
         # The command line is kept: which model options the user gave (not their defaults) is

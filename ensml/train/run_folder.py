@@ -75,8 +75,7 @@ class RunFolder:
                 names.update({_inside(run, Path(log_dir) / f, "log file"): "file" for f in CSV_FILES})
             else:
                 names[_inside(run, Path(log_dir), f"{type(logger).__name__} folder", folder=True)] = "dir"
-        for cb in trainer.checkpoint_callbacks:
-            dirpath = Path(getattr(cb, "dirpath", None) or run / "checkpoints")
+        for dirpath in checkpoint_dirs(trainer):
             names[_inside(run, dirpath, "checkpoint folder", folder=True)] = "dir"
         return run, names
 
@@ -145,6 +144,13 @@ class RunFolder:
         if self.staging is None:
             raise EnsmlError(f"{COMMAND}: cannot write {name}: the run folder is not open in this process")
         self.staging.write_text(name, text)
+
+
+def checkpoint_dirs(trainer: L.Trainer) -> list[Path]:
+    """The folders of the trainer's checkpoint callbacks (Lightning's default: the run's ``checkpoints``)."""
+    run = Path(trainer.log_dir or trainer.default_root_dir)
+    dirs = [Path(getattr(cb, "dirpath", None) or run / "checkpoints") for cb in trainer.checkpoint_callbacks]
+    return list(dict.fromkeys(dirs))
 
 
 def _inside(run: Path, path: Path, what: str, folder: bool = False) -> str:
