@@ -33,7 +33,7 @@ from ensml.cluster.options import ClusterKind, JobQueue
 from ensml.cluster.supervisor import Supervisor
 from ensml.errors import EnsmlError
 from ensml.logs import verbose
-from ensml.train.options import cpu_cores
+from ensml.machine import PER_CORE, cpu_cores
 
 # Dask settings for workers that run one long unit at a time, a few queued. distributed's
 # defaults wake each worker's event loop every 20 ms (health tick), check memory every 100 ms,
@@ -74,10 +74,6 @@ def duration_s(value: float | str, option: str) -> float:
     if not 0 < s < float("inf"):
         raise EnsmlError(f"{option} must be a positive duration, got {value!r}")
     return s
-
-
-#: Local processes × threads per CPU core beyond which a run only thrashes (or hangs starting them).
-PER_CORE = 4
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import lightning as L
@@ -23,19 +22,9 @@ from ensml.data.static import read_static
 from ensml.data.stats import compute_stats
 from ensml.data.surface import broadcast_levels, surface_mask
 from ensml.errors import EnsmlError, exception_reason
+from ensml.machine import PER_CORE, cpu_cores
 from ensml.names import DEFAULT_K, INIT_TIME, LATITUDE, LEAD_TIME, LEVEL, LONGITUDE, TIME, check_distinct
 from ensml.seeds import Seed, check_seed
-
-#: Worker processes (or prefetch threads) per CPU core beyond which a run would only thrash.
-WORKERS_PER_CORE = 4
-
-
-def cpu_cores() -> int:
-    """The CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _check_distinct(**options: Sequence[object]) -> None:
@@ -50,11 +39,11 @@ def _check_distinct(**options: Sequence[object]) -> None:
 def _check_machine(num_workers: int, prefetch_workers: int, seed: int) -> None:
     """Refuse worker counts the machine cannot run (a hang, not an error, otherwise) and bad seeds."""
     cores = cpu_cores()
-    cap = WORKERS_PER_CORE * cores
+    cap = PER_CORE * cores
     for key, value in (("num_workers", num_workers), ("prefetch_workers", prefetch_workers)):
         if value > cap:
             raise EnsmlError(
-                f"data.{key}={value} is more than this machine can run ({cap}: {WORKERS_PER_CORE} per "
+                f"data.{key}={value} is more than this machine can run ({cap}: {PER_CORE} per "
                 f"CPU core, {cores} cores)"
             )
     check_seed(seed, "data.seed")  # parsed as a Seed on the command line; this for Python callers

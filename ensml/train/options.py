@@ -21,6 +21,7 @@ from jsonargparse.typing import (
 )
 
 from ensml.errors import EnsmlError
+from ensml.machine import PER_CORE, cpu_cores
 
 #: U-Net base width (channels of the first block; doubled at each pooling).
 Width = restricted_number_type("Width", int, [(">=", 1), ("<=", 4096)])
@@ -39,24 +40,11 @@ __all__ = [
     "PositiveInt",
     "Width",
     "check_trainer_options",
-    "cpu_cores",
 ]
 
 
-#: Processes per CPU core beyond which a run on CPU would only thrash (or hang starting them).
-PROCESSES_PER_CORE = 4
 #: What ``--trainer.accelerator`` may name (besides an Accelerator object).
 ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
-
-
-def cpu_cores() -> int:
-    """The CPU cores this process may run on."""
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def check_trainer_options(trainer: Any) -> None:
@@ -112,9 +100,9 @@ def _check_cpu_devices(devices: Any, accelerator: str) -> None:
         count = int(devices)
     except (TypeError, ValueError):  # "auto", a list of device ids: Lightning checks those
         return
-    cap = PROCESSES_PER_CORE * cpu_cores()
+    cap = PER_CORE * cpu_cores()
     if count > cap:
         raise EnsmlError(
             f"option --trainer.devices: {count} CPU processes is more than this machine can run "
-            f"({cap}: {PROCESSES_PER_CORE} per CPU core, {cpu_cores()} cores)"
+            f"({cap}: {PER_CORE} per CPU core, {cpu_cores()} cores)"
         )

@@ -24,6 +24,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from ensml.cluster.batch import SLURM
+from ensml.cluster.connection import duration_s
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError, Interrupted, interrupted_line
 from ensml.progress import EVERY_S, note, seconds
@@ -72,31 +74,6 @@ def take_options(args: list[str]) -> tuple[dict[str, str | None], list[str]]:
     return options, rest
 
 
-def duration_s(value: str, option: str) -> float:
-    """Seconds from ``600``, ``90s``, ``10m`` or ``2h`` (dask's parser, as postprocess's timeouts)."""
-    from dask.utils import parse_timedelta
-
-    try:
-        s = float(parse_timedelta(value, default="s"))
-    except (ValueError, KeyError, TypeError):
-        raise EnsmlError(
-            f"{COMMAND}: {option}: {value!r} is not a duration (seconds, or e.g. 90s, 10m, 2h)"
-        ) from None
-    if not 0 < s < float("inf"):
-        raise EnsmlError(f"{COMMAND}: {option} must be a positive duration, got {value!r}")
-    return s
-
-
-def squeue(job: str) -> tuple[str, str]:
-    """``(state, reason)`` of ``job`` from squeue; ``("", "")`` once it has left the queue."""
-    done = subprocess.run(
-        ["squeue", "-h", "-j", job, "-o", "%T|%r"], capture_output=True, text=True, timeout=60
-    )
-    line = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else ""
-    state, _, reason = line.partition("|")
-    return state, "" if reason in ("None", "(null)") else reason
-
-
 def job_field(job: str, name: str) -> str:
     """One field of ``scontrol show job`` (e.g. ``StdOut``, ``NodeList``); "" if not known."""
     done = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=60)
@@ -141,7 +118,7 @@ def submit_fit(args: list[str]) -> str:
     """
     options, fit_args = take_options(args)
     script = Path(str(options["--sbatch"]))
-    timeout = duration_s(str(options["--sbatch_pending_timeout"]), "--sbatch_pending_timeout")
+    timeout = duration_s(str(options["--sbatch_pending_timeout"]), f"{COMMAND}: --sbatch_pending_timeout")
     if not script.is_file():
         raise EnsmlError(f"{COMMAND}: --sbatch {script}: no such batch script (e.g. configs/slurm_fit.sh)")
     if shutil.which("sbatch") is None:
@@ -178,10 +155,11 @@ def _wait_start(job: str, timeout: float) -> str:
     start = last = time.monotonic()
     state = reason = ""
     while True:
-        state, reason = squeue(job)
+        seen = SLURM.states([job])[job]  # "unknown" while squeue cannot be asked: ask again
+        state, reason = seen.state, seen.reason
         if state in STARTED:
             return state
-        if not state:  # left the queue without being seen running: it ran and ended, or failed
+        if state not in SLURM.waiting | SLURM.running | {"unknown"}:  # ended (or gone) unseen running
             ended = job_field(job, "JobState") or "ended"
             if ended in STARTED:
                 return ended
@@ -205,4 +183,4 @@ def _wait_start(job: str, timeout: float) -> str:
 
 
 def _cancel(job: str) -> None:
-    subprocess.run(["scancel", job], capture_output=True, timeout=60)
+    SLURM.cancel([job])
