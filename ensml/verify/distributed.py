@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import dask
 import numpy as np
 
 from ensml.cluster.interrupt import critical, poll
@@ -143,17 +144,24 @@ def score_block(
     hook: HookFactory | None = None,
 ) -> tuple[dict[str, VariableParts], Any]:
     """On a worker: every variable's parts at ``lead`` on the init times ``inits``, and what
-    ``hook`` (made once per worker) collected of them (None without one)."""
-    grid = source.open()
-    frame = replace(grid.frame, inits=inits)
-    lf = read_lead(frame, lead, missing_forecast)
-    collect = source.hook(hook) if hook is not None else None
-    parts = {}
-    for var in frame.variables:
-        parts[var] = variable_parts(frame, lf, var, grid.subset, fair, grid.families)
-        if collect is not None:
-            collect(lf, var)
-    return parts, (collect.take() if collect is not None else None)
+    ``hook`` (made once per worker) collected of them (None without one).
+
+    The block is read in this task's own thread (dask's synchronous scheduler): otherwise the
+    lazy reads would go back to the cluster as tasks of their own, on other workers and threads,
+    where netCDF files that xarray's file cache closes under a concurrent read fail with
+    ``NetCDF: HDF error`` (seen at 60 inits of 361 × 720).
+    """
+    with dask.config.set(scheduler="synchronous"):
+        grid = source.open()
+        frame = replace(grid.frame, inits=inits)
+        lf = read_lead(frame, lead, missing_forecast)
+        collect = source.hook(hook) if hook is not None else None
+        parts = {}
+        for var in frame.variables:
+            parts[var] = variable_parts(frame, lf, var, grid.subset, fair, grid.families)
+            if collect is not None:
+                collect(lf, var)
+        return parts, (collect.take() if collect is not None else None)
 
 
 def init_blocks(inits: np.ndarray, size: int) -> list[np.ndarray]:

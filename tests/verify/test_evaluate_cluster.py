@@ -75,6 +75,24 @@ def test_evaluate_on_a_local_cluster_writes_the_tables_of_one_process(sources, t
 
 @pytest.mark.slow
 @pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_a_worker_reads_its_block_itself(tiny_data, tmp_path) -> None:
+    """The cluster runs one task per block: the block's reads are not sent back to the cluster as
+    tasks of their own (on other threads, they met netCDF files that xarray's file cache had
+    closed: ``NetCDF: HDF error`` at 60 inits of 361 x 720)."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, dashboard_address=":0") as cluster:
+        with Client(cluster) as client, get_task_stream(client) as stream:
+            args = ["--forecast", str(tiny_data["forecast"]), "--analysis", str(tiny_data["analysis"])]
+            run = ["--scheduler_address", cluster.scheduler_address, "--init_block", "5"]
+            assert main(["evaluate", *args, "--out_dir", str(tmp_path / "out"), *run]) == 0
+    names = {str(task["key"]).split("-")[0] for task in stream.data}
+    assert names == {"score_block"}, names
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.timeout(600)
 def test_report_on_a_local_cluster_writes_the_page_of_one_process(tiny_data, tmp_path) -> None:
     def report(out: Path, *extra: str) -> None:
