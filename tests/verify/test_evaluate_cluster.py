@@ -10,6 +10,7 @@ settings end in one line with nothing written (the sandbox of ``tests/cli/test_c
 from __future__ import annotations
 
 import filecmp
+import os
 import shutil
 import signal
 import subprocess
@@ -71,6 +72,39 @@ def test_evaluate_on_a_local_cluster_writes_the_tables_of_one_process(sources, t
             one.attrs.pop("history"), two.attrs.pop("history")
             xr.testing.assert_identical(one.load(), two.load())
             assert "n_observed_z" in one  # the box of NaN was left out alike
+
+
+def _open_under(folder: Path) -> list[str]:
+    """The files under ``folder`` this process holds open (its file descriptors)."""
+    fds = Path("/proc/self/fd")
+    targets = (os.path.realpath(fd) for fd in fds.iterdir()) if fds.is_dir() else ()
+    return [t for t in targets if t.startswith(str(folder.resolve()))]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to list open files")
+def test_a_block_closes_the_files_it_read(tiny_data, tmp_path) -> None:
+    """A worker's memory must not grow with the files it has read (netCDF keeps a chunk cache per
+    variable of every open file): after a block, at most one file of the archive stays open, and
+    the next block reopens what it reads and scores it as before."""
+    from ensml.data.archive import archive
+    from ensml.verify.distributed import FrameSource, forget_frames, score_block
+    from ensml.verify.options import Selection, Sources
+
+    files = archive(
+        str(tiny_data["forecast"]), str(tmp_path / "archive"), period=("2017-11-01", "2017-11-30")
+    )
+    source = FrameSource.of([str(f) for f in files], str(tiny_data["analysis"]), Sources(), Selection())
+    try:
+        frame = source.open().frame
+        lead, inits = frame.leads[0], frame.inits[:4]
+        first, _ = score_block(source, lead, inits, False, False)
+        assert len(_open_under(tmp_path / "archive")) <= 1
+        again, _ = score_block(source, lead, inits, False, False)
+        for var, parts in first.items():
+            for name, crps in parts.crps.items():
+                xr.testing.assert_identical(crps, again[var].crps[name])
+    finally:
+        forget_frames()
 
 
 @pytest.mark.slow
