@@ -177,9 +177,16 @@ def report(
         reliability need every init time of a lead at once), so the leads are scored side by
         side; the numbers are those of one process. Against an analysis, without variables
         that get event scores (a family bounded below).
-    workers, scheduler_file, scheduler_address, jobqueue
-        The cluster's workers (local), a running cluster to join, SLURM/PBS settings: as for
-        ``ensml evaluate``.
+    workers
+        Local worker processes with ``cluster: local`` (default: one per CPU core).
+    scheduler_file
+        Join a running dask cluster through its scheduler file instead of starting one (start
+        its workers with ``--nthreads 1``).
+    scheduler_address
+        Join a running dask cluster at this address (e.g. ``tcp://10.0.0.5:8786``).
+    jobqueue
+        SLURM/PBS settings with ``cluster: slurm|pbs`` (queue, account, cores, memory, walltime,
+        jobs, …), as for ``ensml postprocess``.
 
     Returns
     -------

@@ -126,7 +126,8 @@ def test_a_rank_reads_only_its_slab(tiny_data: dict[str, Path]) -> None:
     dm.slab = (slice(8, 16), slice(16, 32))
     dm.setup("fit")
     part = dm.train_set[3]
-    assert dm.train_set._fc.sizes["latitude"] == 8 and dm.train_set._fc.sizes["longitude"] == 16
+    opened = dm.train_set.reader._fc  # the slab alone was opened
+    assert opened.sizes["latitude"] == 8 and opened.sizes["longitude"] == 16
     for key, value in full.items():
         expected = value if key == "index" else value[..., 8:16, 16:32]
         torch.testing.assert_close(part[key], expected, rtol=0, atol=0, msg=key)
