@@ -24,7 +24,7 @@ import numpy as np
 import xarray as xr
 
 from ensml.errors import EnsmlError
-from ensml.names import LATITUDE, LONGITUDE, SPATIAL_DIMS
+from ensml.names import CELL, LATITUDE, LONGITUDE, SPATIAL_DIMS
 
 #: CF standard names of 1-D projection (or rotated-pole) coordinates, by axis.
 PROJECTION_X = ("projection_x_coordinate", "grid_longitude")
@@ -55,12 +55,13 @@ def is_projected(obj: Obj) -> bool:
 
 
 def cell_dim(obj: Obj) -> str | None:
-    """The dim of an unstructured grid (1-D latitude and longitude on one dim other than
-    ``latitude``, e.g. ``cell``), or None."""
+    """The dim of an unstructured grid (1-D latitude and longitude on the ``cell`` dim,
+    :data:`ensml.names.CELL`), or None. Only that name: points on another dim with 1-D latitude
+    and longitude, such as stations (``station``), are places, not a grid."""
     lat, lon = obj.coords.get(LATITUDE), obj.coords.get(LONGITUDE)
-    if lat is None or lon is None or lat.ndim != 1 or lat.dims != lon.dims or lat.dims[0] == LATITUDE:
+    if lat is None or lon is None or lat.ndim != 1 or lat.dims != lon.dims or lat.dims[0] != CELL:
         return None
-    return str(lat.dims[0])
+    return CELL
 
 
 def _projection_dim(obj: Obj, names: tuple[str, ...]) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ensml.data.grid import add_geographic, grid_mapping_names
+from ensml.data.grid import add_geographic, cell_dim, grid_mapping_names
 from ensml.errors import EnsmlError, exception_reason
 from ensml.names import (
     COORD_ATTRS,
@@ -120,9 +120,11 @@ def normalise(ds: xr.Dataset) -> xr.Dataset:
         ds = ds.assign_coords({LONGITUDE: (lon.dims, lon.values % 360.0, lon.attrs)})
     elif LONGITUDE in ds.coords:
         lon = ds[LONGITUDE].values % 360.0
+        cells = cell_dim(ds) is not None  # cells keep their order and their dim
         if not np.array_equal(lon, ds[LONGITUDE].values):
-            ds = ds.assign_coords({LONGITUDE: (ds[LONGITUDE].dims, lon, ds[LONGITUDE].attrs)})
-        if LONGITUDE in ds.dims and np.any(np.diff(lon) < 0):  # cells keep their order
+            new = (ds[LONGITUDE].dims, lon, ds[LONGITUDE].attrs) if cells else lon
+            ds = ds.assign_coords({LONGITUDE: new})
+        if not cells and np.any(np.diff(lon) < 0):
             ds = ds.sortby(LONGITUDE)
     if (
         LATITUDE in ds.coords
