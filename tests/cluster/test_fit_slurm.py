@@ -23,6 +23,7 @@ from tests.cli.process import run_cli
 from tests.cluster.fit_jobs import SCRIPT, batch_script, job_env, output, submit, wait_job
 from tests.cluster.runs import finish, start
 from tests.conftest import SMOKE, tiny_data_args
+from tests.train.test_exact_resume import assert_same_tensors
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -59,21 +60,6 @@ def local_reference(tiny_data: dict[str, Path], folder: Path, strategy: str) -> 
     )
     assert done.returncode == 0, done.stdout[-3000:]
     return folder
-
-
-def assert_same_tensors(a: object, b: object, where: str) -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b), f"{where} differs"
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: keys differ"
-        for key in a:
-            assert_same_tensors(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), f"{where}: lengths differ"
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same_tensors(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
 
 
 def assert_same_run(reference: Path, run: Path) -> None:
