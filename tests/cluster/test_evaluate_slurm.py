@@ -17,18 +17,10 @@ import pytest
 from ensml.cli.main import main
 from tests.cluster.runs import finish, start
 from tests.cluster.slurm import Slurm
+from tests.cluster.test_slurm import JOB  # one CPU and 1 GB a job, short timeouts
 
 pytestmark = pytest.mark.distributed
 
-JOB = [
-    "--cluster=slurm",
-    "--jobqueue.cores=1",
-    "--jobqueue.processes=1",
-    "--jobqueue.memory=1GB",
-    "--jobqueue.walltime=00:10:00",
-    "--jobqueue.pending_timeout=60",
-    "--jobqueue.no_worker_timeout=60",
-]
 TABLES = ("scores.csv", "scores.md", "decomposition.csv", "decomposition.md")
 
 
