@@ -13,9 +13,10 @@ import torch
 from jsonargparse.typing import PositiveInt
 from rich.console import Console
 
-from ensml.cluster.connection import ClusterSpec, Connection, job_script
+from ensml.cluster.connection import Connection, job_script
 from ensml.cluster.interrupt import interrupted, poll, stopping_on_signals
 from ensml.cluster.options import ClusterKind, JobQueue
+from ensml.cluster.spec import ClusterSpec
 from ensml.data.outputs import STATE_DIR, OutputFolder
 from ensml.errors import EnsmlError, PartialFailure
 from ensml.postprocess.execute import execute

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ensml.cluster.batch import SLURM
-from ensml.cluster.connection import duration_s
+from ensml.cluster.spec import duration_s
 from ensml.data.datamodule import EnsembleDataModule
 from ensml.errors import EnsmlError, Interrupted, interrupted_line
 from ensml.progress import EVERY_S, note, seconds

@@ -1,7 +1,7 @@
 """The options and the run of ``evaluate --cluster`` and ``report --cluster``.
 
 :func:`cluster_spec` turns a verb's cluster options into the shared
-:class:`~ensml.cluster.connection.ClusterSpec` (checked before any work), :func:`check_blocks`
+:class:`~ensml.cluster.spec.ClusterSpec` (checked before any work), :func:`check_blocks`
 refuses what blocks of init times cannot score, and :func:`on_cluster` runs the scoring with the
 cluster started or joined, supervised and closed (:mod:`ensml.cluster`), the blocks scored by
 :class:`~ensml.verify.distributed.ClusterBlocks`.
@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ensml.cluster.connection import ClusterSpec, Connection
+from ensml.cluster.connection import Connection
 from ensml.cluster.interrupt import interrupted, stopping_on_signals
 from ensml.cluster.options import ClusterKind, JobQueue
+from ensml.cluster.spec import ClusterSpec
 from ensml.data.outputs import STATE_DIR
 from ensml.errors import EnsmlError
 from ensml.progress import note
@@ -57,7 +58,7 @@ def cluster_spec(
     ------
     EnsmlError
         One line, before anything is done: ``workers`` without a cluster, ``init_block`` below
-        1, and whatever :meth:`~ensml.cluster.connection.ClusterSpec.check` refuses (a scheduler
+        1, and whatever :meth:`~ensml.cluster.spec.ClusterSpec.check` refuses (a scheduler
         file that does not exist, sbatch/qsub not on PATH, impossible job settings).
     """
     joins = bool(scheduler_file or scheduler_address)

@@ -12,8 +12,9 @@ import pytest
 
 from ensml.cli.main import main
 from ensml.cluster.batch import JobState, parse_qstat, parse_squeue, pbs_resources, supervised_job_cls
-from ensml.cluster.connection import ClusterSpec, job_script
+from ensml.cluster.connection import job_script
 from ensml.cluster.options import JobQueue
+from ensml.cluster.spec import ClusterSpec
 from ensml.errors import EnsmlError
 from tests.postprocess.conftest import pp_args
 

@@ -16,8 +16,9 @@ import pytest
 import xarray as xr
 
 from ensml.cli.main import main
-from ensml.cluster.connection import ClusterSpec, job_script
+from ensml.cluster.connection import job_script
 from ensml.cluster.options import JobQueue
+from ensml.cluster.spec import ClusterSpec
 from ensml.postprocess.manifest import MANIFEST
 from tests.cluster.runs import archive_year, finish, last_line, start, wait_for_records, wait_session_gone
 from tests.postprocess.conftest import pp_args
