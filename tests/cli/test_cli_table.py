@@ -846,6 +846,26 @@ def _check(row: Row, status: int, err: str, before: dict[str, str], after: dict[
     assert after == before, f"{name}: the sandbox or the inputs changed"
 
 
+def run_row(
+    row: Row,
+    inputs: dict[str, str],
+    folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    roots: tuple[Path, ...] | None = None,
+    args: list[str] | None = None,
+) -> None:
+    """Run ``row`` in ``folder`` beside the sandbox's user files (``main(args)``; by default the
+    row's command line) and check it: its exit status, one ``ensml:`` line, and every file under
+    ``roots`` (by default the folder and the inputs) byte-identical afterwards."""
+    monkeypatch.chdir(folder)
+    _sandbox(folder)
+    roots = roots or (folder, Path(inputs["dir"]), Path(inputs["inputs"]))
+    before = _hashes(*roots)
+    status = main(_args(row, inputs) if args is None else args)
+    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+
+
 #: Rows that fail today, with the work that fixes them (not run: each would write for a minute).
 KNOWN_BUGS: dict[str, str] = {}
 
@@ -870,12 +890,7 @@ def test_bad_option_is_one_line_and_harmless(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    _sandbox(tmp_path)
-    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
-    before = _hashes(*roots)
-    status = main(_args(row, inputs))
-    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+    run_row(row, inputs, tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.timeout(120)

@@ -19,7 +19,7 @@ from ensml.cli.main import main
 from ensml.data.stations import read_stations
 from ensml.data.synth.generate import synth
 from ensml.train.station_model import read_station_model
-from tests.cli.test_cli_table import Row, _check, _hashes, _sandbox
+from tests.cli.test_cli_table import Row, run_row
 from tests.train.test_station_fit import station_config
 
 SYNTH = {"n_lat": 8, "n_lon": 16, "start": "2019-01-01", "end": "2019-03-31", "members": 4, "surface": True}
@@ -220,9 +220,5 @@ def test_bad_station_input_is_one_line_and_harmless(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    _sandbox(tmp_path)
-    roots = (tmp_path, Path(inputs["work"]))
-    before = _hashes(*roots)
-    status = main([word.format(**inputs) for word in row[1].split()])
-    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+    args = [word.format(**inputs) for word in row[1].split()]
+    run_row(row, inputs, tmp_path, monkeypatch, capsys, roots=(tmp_path, Path(inputs["work"])), args=args)

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ensml.cli.main import main
-from tests.cli.test_cli_table import FIT, Row, _args, _check, _hashes, _sandbox, inputs  # noqa: F401
+from tests.cli.test_cli_table import FIT, Row, inputs, run_row  # noqa: F401
 
 ROWS: list[Row] = [
     (
@@ -37,9 +36,4 @@ def test_bad_reader_setting_is_one_line_and_harmless(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    _sandbox(tmp_path)
-    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
-    before = _hashes(*roots)
-    status = main(_args(row, inputs))
-    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+    run_row(row, inputs, tmp_path, monkeypatch, capsys)

@@ -24,7 +24,7 @@ import xarray as xr
 
 from ensml.cli.main import main
 from ensml.verify.distributed import init_blocks
-from tests.cli.test_cli_table import _args, _check, _hashes, _sandbox, inputs  # noqa: F401 - a fixture
+from tests.cli.test_cli_table import inputs, run_row  # noqa: F401 - a fixture
 from tests.verify.reference_inputs import make_inputs
 
 EVAL = "evaluate --forecast {fc} --analysis {an} --out_dir out"
@@ -235,12 +235,7 @@ def test_bad_cluster_option_is_one_line_and_harmless(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    _sandbox(tmp_path)
-    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
-    before = _hashes(*roots)
-    status = main(_args(row, inputs))
-    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+    run_row(row, inputs, tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.slow
@@ -259,12 +254,7 @@ def test_a_scheduler_that_cannot_be_reached_is_one_line_and_harmless(
         1,
         ("evaluate: cannot reach the cluster at tcp://127.0.0.1:1", "nothing was done"),
     )
-    monkeypatch.chdir(tmp_path)
-    _sandbox(tmp_path)
-    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
-    before = _hashes(*roots)
-    status = main(_args(row, inputs))
-    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+    run_row(row, inputs, tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.skipif(shutil.which("sbatch") is not None, reason="sbatch is on PATH here: the row would submit")
@@ -275,9 +265,4 @@ def test_slurm_without_sbatch_is_one_line(
     capsys: pytest.CaptureFixture,
 ) -> None:
     row = ("evaluate: no sbatch", EVAL + " --cluster slurm", 1, ("sbatch, which is not on PATH",))
-    monkeypatch.chdir(tmp_path)
-    _sandbox(tmp_path)
-    roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
-    before = _hashes(*roots)
-    status = main(_args(row, inputs))
-    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+    run_row(row, inputs, tmp_path, monkeypatch, capsys)
