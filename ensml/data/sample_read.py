@@ -18,8 +18,9 @@ import dask
 import numpy as np
 import xarray as xr
 
+from ensml.data.direct_read import DirectChunks
 from ensml.data.layouts.formats import detect_format
-from ensml.data.layouts.options import ReaderOptions
+from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.open import expand_paths, open_analysis, open_forecast
 from ensml.data.subset import Subset
 from ensml.data.surface import read_levels
@@ -117,10 +118,11 @@ class SampleReader:
         self._lock = threading.Lock()
         self._fc: xr.Dataset | None = None
         self._an: xr.Dataset | None = None
+        self._direct: tuple[DirectChunks | None, DirectChunks | None] = (None, None)
 
     def __getstate__(self) -> dict:
         # Never ship open file handles to another process.
-        return {**self.__dict__, "_fc": None, "_an": None, "_lock": None}
+        return {**self.__dict__, "_fc": None, "_an": None, "_lock": None, "_direct": (None, None)}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _lock=threading.Lock())
@@ -142,7 +144,19 @@ class SampleReader:
                 box = {LATITUDE: self.slab[0], LONGITUDE: self.slab[1]}
                 fc = fc.isel(box)
                 an = None if an is None else an.isel(box)
+            self._direct = (
+                self._direct_chunks(self.forecast_paths, "forecast", self.readers[0], fc),
+                None
+                if an is None
+                else self._direct_chunks(self.analysis_paths, "analysis", self.readers[1], an),
+            )
             self._an, self._fc = an, fc
+
+    def _direct_chunks(self, paths, what: str, reader, ds: xr.Dataset) -> DirectChunks | None:
+        """The variables of a netCDF-4 file read chunk by chunk (:mod:`ensml.data.direct_read`)."""
+        files = expand_paths(paths, what)
+        formats = [detect_format(f) for f in files[:1]]
+        return DirectChunks.of(files, formats, bool(as_reader(reader).rename), ds, self.spec.variables)
 
     def sample_bytes(self) -> int:
         """Bytes of decompressed data one read of a sample holds (opens the files)."""
@@ -159,8 +173,16 @@ class SampleReader:
         return len(spec.variables) * members * field
 
     def threads_decompress(self) -> bool:
-        """Whether reads of the forecast decompress in parallel threads already (zarr does)."""
-        return detect_format(expand_paths(self.forecast_paths, "forecast")[0]) == "zarr"
+        """Whether reads decompress in parallel threads: zarr's do, and those of a netCDF-4
+        forecast and analysis read chunk by chunk (:mod:`ensml.data.direct_read`; opens them)."""
+        if detect_format(expand_paths(self.forecast_paths, "forecast")[0]) == "zarr":
+            return True
+        self.open()
+        sources = [(self._fc, self._direct[0]), (self._an, self._direct[1])]
+        return all(
+            ds is None or (direct is not None and set(self.spec.variables) <= set(direct.variables))
+            for ds, direct in sources
+        )
 
     def read(self, index: int) -> dict[str, np.ndarray]:
         """The arrays of sample ``index``, read from disk.
@@ -175,23 +197,29 @@ class SampleReader:
         at, what = {INIT_TIME: init}, f"forecast {self.forecast_paths}"
         if self.member_sampling == "first":
             first_k = {MEMBER: Subset.first(spec.k).positions}
-            fc_k = read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what, first_k)
+            direct = self._direct[0]
+            fc_k = read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what, first_k, direct)
             blocks = {"fc_k": fc_k}
             if self.targets:
                 others = {LEAD_TIME: index_slice(spec.target_indices), MEMBER: slice(spec.k, None)}
-                rest = read_block(self._fc, at, FORECAST_TARGET_DIMS, variables, what, others)
+                rest = read_block(self._fc, at, FORECAST_TARGET_DIMS, variables, what, others, direct)
                 members = np.concatenate([fc_k[:, spec.target_indices], rest], axis=2)
                 blocks["std_m"] = by_field(members.std(axis=2))
         else:
-            blocks = {"fc": read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what)}
+            blocks = {
+                "fc": read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what, None, self._direct[0])
+            }
         if self._an is not None:
             what = f"analysis {self.analysis_paths}"
+            direct = self._direct[1]
             blocks["analysis_init"] = read_block(
-                self._an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, variables, what
+                self._an, {TIME: init}, ANALYSIS_SAMPLE_DIMS, variables, what, None, direct
             )
             if self.targets:
                 obs = [
-                    read_block(self._an, {TIME: init + lead}, ANALYSIS_SAMPLE_DIMS, variables, what)
+                    read_block(
+                        self._an, {TIME: init + lead}, ANALYSIS_SAMPLE_DIMS, variables, what, None, direct
+                    )
                     for lead in spec.target_leads
                 ]
                 blocks["obs"] = np.concatenate(obs)  # (T·V, D, H, W), lead-major
@@ -243,13 +271,15 @@ def read_block(
     variables: Sequence[str],
     what: str,
     positions: dict | None = None,
+    direct: DirectChunks | None = None,
 ) -> np.ndarray:
     """Read ``variables`` at ``indexer`` as one float32 array (V, *dims), refusing NaN/inf.
 
     ``indexer`` selects by label (a time), ``positions`` by position (``{member: slice(0, 5)}``);
-    only the selected hyperslab is read from the file. Reads without dask threads (safe in
-    DataLoader and dask workers). The error names ``what`` (the file), the variables and the
-    selected time.
+    only the selected hyperslab is read from the file: chunk by chunk for the variables
+    ``direct`` reads (the same values), through xarray without dask threads for the others
+    (safe in DataLoader and dask workers). The error names ``what`` (the file), the variables
+    and the selected time.
     """
     try:
         # Positions, then xarray Variables (not DataArray.sel per variable: its label lookups
@@ -258,7 +288,7 @@ def read_block(
         at.update(positions or {})
         with dask.config.set(scheduler="synchronous"):
             n_levels = ds.sizes.get(LEVEL, 1)
-            arr = np.stack([_values(ds.variables[v].isel(at), dims, n_levels) for v in variables])
+            arr = np.stack([_read(ds, v, at, dims, n_levels, direct) for v in variables])
     except Exception as exc:  # corrupt data behind readable metadata, a missing time
         when = str(next(iter(indexer.values())))[:16]
         reason = exception_reason(exc)
@@ -269,6 +299,21 @@ def read_block(
         when = str(next(iter(indexer.values())))[:16]
         raise EnsmlError(f"{what} has NaN or infinite values in {', '.join(bad)} at {when}")
     return arr
+
+
+def _read(
+    ds: xr.Dataset, var: str, at: dict, dims: Sequence[str], n_levels: int, direct: DirectChunks | None
+) -> np.ndarray:
+    """``var`` at positions ``at`` as an array of ``dims``: chunk by chunk where ``direct`` reads
+    it and it can (else through xarray); a surface variable repeated along the level axis."""
+    da = ds.variables[var]
+    if direct is None or var not in direct.variables:
+        return _values(da.isel(at), dims, n_levels)
+    flat = [d for d in dims if d != LEVEL or LEVEL in da.dims]
+    arr = direct.read(var, at, flat)
+    if arr is None:  # a chunk never written or the fill value: xarray's NaN says so
+        return _values(da.isel(at), dims, n_levels)
+    return arr if len(flat) == len(dims) else read_levels(arr, n_levels, list(dims).index(LEVEL))
 
 
 def _values(da: xr.Variable, dims: Sequence[str], n_levels: int) -> np.ndarray:

@@ -2,9 +2,13 @@
 
 A cold epoch at full resolution is decompression: a 361 × 720 sample is some 40 compressed
 chunks, about 0.25 s of zlib in netCDF's HDF5, and HDF5 is not thread-safe, so reader *threads*
-take turns on one lock (xarray's) and a second thread adds nothing. :class:`Readers` stages
-samples in reader *processes* instead (after HDMLP, Dryden et al., IPDPS'21): each process opens
-the files once and reads whole samples (:meth:`SampleReader.staged
+reading through netCDF-C take turns on one lock (xarray's) and a second thread adds nothing.
+Two kinds of file decompress in threads all the same, and ``auto`` keeps them on threads: a
+netCDF-4 file whose variables are read chunk by chunk (:mod:`ensml.data.direct_read`: h5py's
+raw chunks, inflated outside the GIL) and a zarr store (zarr decompresses a read's chunks in its
+own threads). For the others (several netCDF files, netCDF-3, GRIB, renamed variables)
+:class:`Readers` stages samples in reader *processes* (after HDMLP, Dryden et al., IPDPS'21):
+each process opens the files once and reads whole samples (:meth:`SampleReader.staged
 <ensml.data.sample_read.SampleReader.staged>`, chunk-aligned: one chunk per member field),
 reduces the K members to their mean and spread, and sends the arrays back raw through a pipe.
 The arrays are the same bits a read in this process gives.
@@ -15,11 +19,11 @@ until one is ready, reads run in this process, so staging never makes the first 
 In ``auto`` mode the processes start only for samples of more than :data:`LARGE_SAMPLE_BYTES`
 (a 361 × 720 sample of z and t at 2 levels, 5 of 10 members at 3 leads, reads 92 MB and takes
 0.2–0.3 s from netCDF; a 32 × 64 one 0.7 MB and a few ms, where a process's start and the
-transfer would not pay), and not for a zarr forecast: zarr decompresses a read's chunks in
-its own threads, outside the GIL, so reader threads already read in parallel there. A reader
-process that cannot start or exits is replaced by reads in this process, with one warning.
-Reader processes exit when their requests pipe closes: at :meth:`Readers.close` or when this
-process ends, however it ends.
+transfer would not pay) whose reads cannot decompress in threads
+(:meth:`SampleReader.threads_decompress <ensml.data.sample_read.SampleReader.threads_decompress>`).
+A reader process that cannot start or exits is replaced by reads in this process, with one
+warning. Reader processes exit when their requests pipe closes: at :meth:`Readers.close` or when
+this process ends, however it ends.
 """
 
 from __future__ import annotations
@@ -215,8 +219,9 @@ class Readers:
         ``auto`` and ``processes`` modes).
     mode
         ``processes``: start them now; ``auto``: now if a sample reads more than
-        :data:`LARGE_SAMPLE_BYTES` (this opens the files) from a forecast that is not zarr,
-        else never; ``threads``: never (every read in this process).
+        :data:`LARGE_SAMPLE_BYTES` (this opens the files) and its reads cannot decompress in
+        threads (not zarr, not netCDF-4 read chunk by chunk), else never; ``threads``: never
+        (every read in this process).
     """
 
     def __init__(self, reader: SampleReader, processes: int, mode: PrefetchReaders = "auto") -> None:

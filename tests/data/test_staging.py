@@ -161,7 +161,7 @@ def test_a_reader_process_that_dies_is_replaced_by_reads_here(files) -> None:
 
 
 @pytest.mark.slow
-def test_auto_starts_processes_only_for_large_samples(files, monkeypatch) -> None:
+def test_auto_starts_processes_only_for_large_samples(files, tmp_path, monkeypatch) -> None:
     small = reader(files)
     # 2 variables x (5 members x 3 leads + 5 x 2 target leads + 3 analysis fields) x 2 levels x 8 x 16
     assert small.sample_bytes() == 2 * (15 + 10 + 3) * 2 * 8 * 16 * 4
@@ -170,14 +170,26 @@ def test_auto_starts_processes_only_for_large_samples(files, monkeypatch) -> Non
     assert fast.processes == 0
     fast.close()
     monkeypatch.setattr(staging, "LARGE_SAMPLE_BYTES", small.sample_bytes() - 1)
-    slow = Readers(reader(files), processes=3, mode="auto")
-    try:  # zarr decompresses in its own threads: reader threads suffice there
-        assert slow.processes == (0 if small.threads_decompress() else 2)
+    # zarr decompresses in its own threads, and netCDF-4 files are read chunk by chunk in reader
+    # threads (ensml.data.direct_read): no process for them; a netCDF-3 forecast gets processes
+    assert small.threads_decompress()
+    threads = Readers(reader(files), processes=3, mode="auto")
+    threads(0)
+    assert threads.processes == 0
+    threads.close()
+    if Path(files["forecast"]).suffix == ".zarr":
+        return
+    with xr.open_dataset(files["forecast"]) as fc:
+        fc.load().to_netcdf(tmp_path / "classic.nc", format="NETCDF3_64BIT")
+    classic = SampleReader(tmp_path / "classic.nc", files["analysis"], inits(files), SPEC)
+    assert not classic.threads_decompress()
+    slow = Readers(classic, processes=3, mode="auto")
+    try:
+        assert slow.processes == 2
         procs = list(slow._all)
     finally:
         slow.close()
     assert all(p.process.poll() is not None for p in procs)
-    assert small.threads_decompress() == (Path(files["forecast"]).suffix == ".zarr")
 
 
 @pytest.mark.slow
