@@ -1,36 +1,48 @@
-"""netCDF-4 chunks read directly: a sample's decompression outside the GIL, in threads.
+"""Chunks read directly: a sample's decompression outside the GIL, in reader threads.
 
 netCDF-C reads through HDF5, which is not thread-safe: xarray serialises every read of a
 netCDF-4 file on one lock, so reader threads take turns and a cold epoch at 361 × 720 is one
-core's zlib. :class:`DirectChunks` reads the same chunks without netCDF-C: when the file is
-opened, h5py lists where each chunk of a variable is stored (HDF5's chunk index: offset, size,
-filters skipped); a read then takes a chunk's bytes with ``os.pread`` and undoes its filters
-here, deflate by ISA-L (``isal``, faster than zlib) and HDF5's byte shuffle by numpy, all with
-the GIL released and no HDF5 call (h5py is not safe to call from several threads at once).
-Reader threads then decompress at once, with no reader process to start and no arrays to send.
+core's zlib. zarr decompresses in threads, but drives every read of a process from one event
+loop, which keeps the cores of a loader's threads half idle. :class:`DirectChunks` reads the same
+chunks itself, with the file's own library only to find them:
+
+- **netCDF-4** (:class:`NetcdfChunks`): when the file is opened, h5py lists where each chunk of a
+  variable is stored (HDF5's chunk index: offset, size, filters skipped); a read takes a chunk's
+  bytes with ``os.pread`` and undoes its filters here, deflate by ISA-L (``isal``, faster than
+  zlib) and HDF5's byte shuffle by numpy, with no HDF5 call (h5py is not safe to call from
+  several threads at once);
+- **zarr v3** (:class:`ZarrChunks`): the array's metadata through zarr's own API; a read takes a
+  chunk's file (or, in a sharded array, the shard's index and then the inner chunk's bytes) and
+  decompresses it with numcodecs' zstd.
+
+Both release the GIL while they decompress, so reader threads decompress side by side, with no
+reader process to start and no arrays to send.
 
 A variable is read this way only where that gives the very values xarray gives
 (:meth:`DirectChunks.of` decides, variable by variable; the others are read through xarray as
 before):
 
-- one HDF5 (netCDF-4) file, opened without renames, whose variable has ensml's name and dims,
-  floating-point values stored in chunks, no filter but shuffle and deflate, no
+- one netCDF-4 file or zarr v3 store on a local disk, opened without renames, whose variable
+  has ensml's name and dims, floating-point values stored in chunks, no filter but shuffle and
+  deflate (netCDF-4) or no codec but bytes, zstd and sharding (zarr), no
   ``scale_factor``/``add_offset``;
 - every label the sample reads (init time, lead, member, level, latitude, longitude) found
   among the file's coordinates, which gives its position in the file;
 - one field read both ways when the file is opened, bitwise equal (a unit conversion on
   open, such as precipitation in metres, shows there).
 
-A chunk never written (the file's fill value) or holding the fill value makes that read go
-through xarray, which then gives ensml's usual error.
+A chunk never written (the fill value) or holding the fill value makes that read go through
+xarray, which then gives ensml's usual error.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,65 +96,67 @@ def by_chunk(pos: np.ndarray, size: int) -> list[tuple[int, slice | np.ndarray, 
 
 
 class DirectChunks:
-    """The variables of one netCDF-4 file that read directly (see the module), from ``ds``'s
-    positions: thread-safe, opened in the process that reads (never pickled)."""
+    """The variables of one file that read directly (see the module), from ``ds``'s positions:
+    thread-safe, opened in the process that reads (never pickled). A format's class finds and
+    decodes the chunks (:meth:`_layout`, :meth:`_chunk`); what is read is decided here."""
 
     def __init__(self, path: Path, ds: xr.Dataset, variables: Sequence[str]) -> None:
-        import h5py  # only where files are read this way
-
-        self.path = path
+        self.path = Path(path)
         self._file_pos: dict[str, np.ndarray] = {}  # ds position -> file position, per dim
-        self._filters: dict[str, list[int]] = {}
         self._fill: dict[str, float | None] = {}
         self._dims: dict[str, tuple[str, ...]] = {}
         self._shape: dict[str, tuple[int, ...]] = {}  # of a chunk
         self._dtype: dict[str, np.dtype] = {}
-        self._stored: dict[str, dict[tuple[int, ...], Stored]] = {}
-        with (
-            h5py.File(path, "r") as h5,
-            xr.open_dataset(path, mask_and_scale=False, decode_timedelta=True) as raw,
-        ):
-            base = h5.userblock_size  # HDF5's addresses start after the user block
-            self.variables = tuple(v for v in variables if self._readable(h5, raw, ds, v, base))
-        self._fd = os.open(path, os.O_RDONLY)
-        self._close = weakref.finalize(self, os.close, self._fd)  # closed when this is forgotten
+        with self._open_raw() as raw:
+            self.variables = tuple(v for v in variables if self._readable(raw, ds, v))
         self.variables = tuple(v for v in self.variables if self._same_field(ds, v))
 
-    @classmethod
+    @staticmethod
     def of(
-        cls, files: Sequence[Path], formats: Sequence[str | None], renamed: bool, ds: xr.Dataset, variables
+        files: Sequence[Path], formats: Sequence[str | None], renamed: bool, ds: xr.Dataset, variables
     ) -> DirectChunks | None:
         """The direct reads of ``ds``'s ``variables``, or None when none reads directly: ``files``
-        must be one HDF5 file (``formats``: what it is) opened without renames."""
-        if len(files) != 1 or formats[0] != "hdf5" or renamed:
+        must be one netCDF-4 file or zarr store (``formats``: what it is) opened without renames."""
+        kinds: dict[str | None, type[DirectChunks]] = {"hdf5": NetcdfChunks, "zarr": ZarrChunks}
+        if len(files) != 1 or formats[0] not in kinds or renamed:
             return None
         try:
-            chunks = cls(files[0], ds, variables)
-        except (ImportError, OSError, ValueError, KeyError):  # not an HDF5 file h5py reads
+            chunks = kinds[formats[0]](files[0], ds, variables)
+        except Exception:  # a file these reads do not understand is read through xarray
             return None
         if not chunks.variables:
             chunks.close()
             return None
         return chunks
 
+    # -- the format's part ----------------------------------------------------------------------
+    def _open_raw(self) -> Any:
+        """A context manager giving the file as xarray opens it, undecoded values."""
+        raise NotImplementedError
+
+    def _layout(self, raw: xr.Dataset, var: str) -> bool:
+        """Whether ``var`` is stored in a way read here (then its chunk shape and dtype are set)."""
+        raise NotImplementedError
+
+    def _chunk(self, var: str, origin: tuple[int, ...]) -> np.ndarray | None:
+        """The chunk at ``origin`` (its first element's position), decoded; None if never written."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close what the reads hold open."""
+
     # -- what reads directly -------------------------------------------------------------------
-    def _readable(self, h5: Any, raw: xr.Dataset, ds: xr.Dataset, var: str, base: int) -> bool:
-        """Whether ``var`` is stored in a way read here, with every label of ``ds`` in the file
-        (then its chunks are listed)."""
-        if var not in raw.variables or var not in h5 or var not in ds.variables:
+    def _readable(self, raw: xr.Dataset, ds: xr.Dataset, var: str) -> bool:
+        """Whether ``var`` reads directly, with every label of ``ds`` in the file."""
+        if var not in raw.variables or var not in ds.variables:
             return False
-        dset, rv = h5[var], raw.variables[var]
+        rv = raw.variables[var]
         if (
-            dset.chunks is None
-            or dset.dtype.kind != "f"
-            or set(rv.dims) != set(ds.variables[var].dims)
+            rv.dtype.kind != "f"
             or rv.dims != ds.variables[var].dims  # the file's order is the one read
             or {"scale_factor", "add_offset"} & set(rv.attrs)
+            or not self._layout(raw, var)
         ):
-            return False
-        plist = dset.id.get_create_plist()
-        filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
-        if not set(filters) <= {SHUFFLE, DEFLATE}:
             return False
         for dim in rv.dims:
             if dim in self._file_pos:
@@ -151,17 +165,9 @@ class DirectChunks:
             if pos is None:
                 return False
             self._file_pos[dim] = pos
-        fill = rv.attrs.get("_FillValue", rv.attrs.get("missing_value"))
-        self._filters[var] = filters
-        self._dims[var] = tuple(str(d) for d in rv.dims)
-        self._shape[var], self._dtype[var] = tuple(dset.chunks), dset.dtype
-        self._stored[var] = stored = {}
-
-        def visit(info: Any) -> None:
-            stored[tuple(info.chunk_offset)] = (base + info.byte_offset, info.size, info.filter_mask)
-
-        dset.id.chunk_iter(visit)
+        fill = rv.attrs.get("_FillValue", rv.attrs.get("missing_value", rv.encoding.get("_FillValue")))
         self._fill[var] = None if fill is None or np.isnan(fill) else float(np.asarray(fill).ravel()[0])
+        self._dims[var] = tuple(str(d) for d in rv.dims)
         return True
 
     @staticmethod
@@ -229,8 +235,54 @@ class DirectChunks:
             out[into] = chunk[take]
         return out
 
+
+class NetcdfChunks(DirectChunks):
+    """A netCDF-4 file's chunks: listed by h5py when opened, read with ``os.pread``, inflated by
+    ISA-L and unshuffled here (no HDF5 call while reading)."""
+
+    def __init__(self, path: Path, ds: xr.Dataset, variables: Sequence[str]) -> None:
+        self._filters: dict[str, list[int]] = {}
+        self._stored: dict[str, dict[tuple[int, ...], Stored]] = {}
+        self._fd = os.open(path, os.O_RDONLY)
+        self._close = weakref.finalize(self, os.close, self._fd)  # closed when this is forgotten
+        super().__init__(path, ds, variables)
+
+    def close(self) -> None:
+        self._close()
+
+    @contextmanager
+    def _open_raw(self) -> Iterator[xr.Dataset]:
+        import h5py  # only where files are read this way
+
+        with (
+            h5py.File(self.path, "r") as self._h5,
+            xr.open_dataset(self.path, mask_and_scale=False, decode_timedelta=True) as raw,
+        ):
+            yield raw
+        del self._h5  # no h5py object outlives the opening
+
+    def _layout(self, raw: xr.Dataset, var: str) -> bool:
+        if var not in self._h5:
+            return False
+        dset = self._h5[var]
+        if dset.chunks is None:
+            return False
+        plist = dset.id.get_create_plist()
+        filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+        if not set(filters) <= {SHUFFLE, DEFLATE}:
+            return False
+        self._filters[var] = filters
+        self._shape[var], self._dtype[var] = tuple(dset.chunks), dset.dtype
+        self._stored[var] = stored = {}
+        base = self._h5.userblock_size  # HDF5's addresses start after the user block
+
+        def visit(info: Any) -> None:
+            stored[tuple(info.chunk_offset)] = (base + info.byte_offset, info.size, info.filter_mask)
+
+        dset.id.chunk_iter(visit)
+        return True
+
     def _chunk(self, var: str, origin: tuple[int, ...]) -> np.ndarray | None:
-        """One chunk, its filters undone (None if it was never written)."""
         stored = self._stored[var].get(origin)
         if stored is None:  # never written: the fill value
             return None
@@ -249,8 +301,100 @@ class DirectChunks:
         arr = np.frombuffer(data, dtype)
         return arr.reshape(shape) if arr.size == int(np.prod(shape)) else None
 
-    def close(self) -> None:
-        self._close()
+
+class ZarrChunks(DirectChunks):
+    """A zarr v3 store's chunks on a local disk: a chunk's file (or the part of its shard the
+    shard's index points to) read with ``os.pread``, decompressed by numcodecs' zstd."""
+
+    def __init__(self, path: Path, ds: xr.Dataset, variables: Sequence[str]) -> None:
+        self._codec: dict[str, Any] = {}  # the zstd codec, or None for raw bytes
+        self._inner: dict[str, tuple[int, ...] | None] = {}  # a shard's chunks, if sharded
+        self._outer: dict[str, tuple[int, ...]] = {}  # a file's chunk (a shard, if sharded)
+        self._index_at_end: dict[str, bool] = {}
+        self._checksum: dict[str, bool] = {}  # a shard's index ends with its crc32c
+        self._separator: dict[str, str] = {}
+        super().__init__(path, ds, variables)
+
+    @contextmanager
+    def _open_raw(self) -> Iterator[xr.Dataset]:
+        with warnings.catch_warnings():  # a store without consolidated metadata is fine
+            warnings.simplefilter("ignore")
+            raw = xr.open_zarr(self.path, mask_and_scale=False, decode_timedelta=True, chunks=None)
+        with raw:
+            yield raw
+
+    def _layout(self, raw: xr.Dataset, var: str) -> bool:
+        import zarr
+        from numcodecs import Zstd
+
+        meta = zarr.open_array(self.path / var, mode="r").metadata.to_dict()
+        if meta.get("zarr_format") != 3 or meta["chunk_grid"]["name"] != "regular":
+            return False
+        encoding = meta["chunk_key_encoding"]
+        if encoding["name"] != "default":
+            return False
+        codecs, inner = list(meta["codecs"]), None
+        if codecs and codecs[0]["name"] == "sharding_indexed":
+            if len(codecs) != 1:
+                return False
+            conf = codecs[0]["configuration"]
+            index_codecs = [c["name"] for c in conf["index_codecs"]]
+            if index_codecs not in (["bytes"], ["bytes", "crc32c"]) or not _little(conf["index_codecs"][0]):
+                return False
+            inner, codecs = tuple(conf["chunk_shape"]), list(conf["codecs"])
+            self._index_at_end[var] = conf.get("index_location", "end") == "end"
+            self._checksum[var] = index_codecs[-1] == "crc32c"
+        names = [c["name"] for c in codecs]
+        if names not in (["bytes"], ["bytes", "zstd"]) or not _little(codecs[0]):
+            return False
+        self._codec[var] = Zstd() if "zstd" in names else None
+        self._inner[var] = inner
+        self._separator[var] = encoding.get("configuration", {}).get("separator", "/")
+        outer = tuple(meta["chunk_grid"]["configuration"]["chunk_shape"])
+        self._shape[var], self._outer[var] = inner or outer, outer
+        self._dtype[var] = np.dtype(raw.variables[var].dtype).newbyteorder("<")
+        return True
+
+    def _chunk(self, var: str, origin: tuple[int, ...]) -> np.ndarray | None:
+        outer, inner = self._outer[var], self._inner[var]
+        key = self._separator[var].join(["c", *(str(o // n) for o, n in zip(origin, outer))])
+        try:
+            fd = os.open(self.path / var / key, os.O_RDONLY)
+        except FileNotFoundError:  # never written: the fill value
+            return None
+        try:
+            if inner is None:
+                data = os.read(fd, os.fstat(fd).st_size)
+            else:
+                data = self._inner_chunk(fd, var, origin, outer, inner)
+                if data is None:
+                    return None
+        finally:
+            os.close(fd)
+        codec = self._codec[var]
+        arr = np.frombuffer(codec.decode(data) if codec is not None else data, self._dtype[var])
+        shape = self._shape[var]
+        return arr.reshape(shape) if arr.size == int(np.prod(shape)) else None
+
+    def _inner_chunk(
+        self, fd: int, var: str, origin: tuple[int, ...], outer: tuple[int, ...], inner: tuple[int, ...]
+    ) -> bytes | None:
+        """The stored bytes of the inner chunk at ``origin`` in the shard open as ``fd``."""
+        per = tuple(o // i for o, i in zip(outer, inner))  # inner chunks along each dim
+        n = int(np.prod(per))
+        size = 16 * n + (4 if self._checksum[var] else 0)
+        at = os.fstat(fd).st_size - size if self._index_at_end[var] else 0
+        index = np.frombuffer(os.pread(fd, size, at)[: 16 * n], "<u8").reshape(*per, 2)
+        offset, nbytes = index[tuple((o % m) // i for o, m, i in zip(origin, outer, inner))]
+        if offset == nbytes == np.uint64(2**64 - 1):  # an inner chunk never written
+            return None
+        data = os.pread(fd, int(nbytes), int(offset))
+        return data if len(data) == int(nbytes) else None
+
+
+def _little(codec: Mapping) -> bool:
+    """Whether a ``bytes`` codec stores little-endian values (or bytes, which have no order)."""
+    return codec.get("configuration", {}).get("endian", "little") == "little"
 
 
 def _outer(index: tuple[slice | np.ndarray, ...], shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
@@ -258,4 +402,4 @@ def _outer(index: tuple[slice | np.ndarray, ...], shape: tuple[int, ...]) -> tup
     return np.ix_(*(np.arange(n)[i] if isinstance(i, slice) else i for i, n in zip(index, shape)))
 
 
-__all__ = ["DirectChunks", "as_slice", "by_chunk", "unshuffle"]
+__all__ = ["DirectChunks", "NetcdfChunks", "ZarrChunks", "as_slice", "by_chunk", "unshuffle"]

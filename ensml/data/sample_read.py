@@ -173,8 +173,8 @@ class SampleReader:
         return len(spec.variables) * members * field
 
     def threads_decompress(self) -> bool:
-        """Whether reads decompress in parallel threads: zarr's do, and those of a netCDF-4
-        forecast and analysis read chunk by chunk (:mod:`ensml.data.direct_read`; opens them)."""
+        """Whether reads decompress in parallel threads: zarr's do, and those of a forecast and
+        analysis read chunk by chunk (:mod:`ensml.data.direct_read`; opens them)."""
         if detect_format(expand_paths(self.forecast_paths, "forecast")[0]) == "zarr":
             return True
         self.open()

@@ -4,13 +4,14 @@ A cold epoch at full resolution is decompression: a 361 × 720 sample is some 40
 chunks, about 0.25 s of zlib in netCDF's HDF5, and HDF5 is not thread-safe, so reader *threads*
 reading through netCDF-C take turns on one lock (xarray's) and a second thread adds nothing.
 Two kinds of file decompress in threads all the same, and ``auto`` keeps them on threads: a
-netCDF-4 file whose variables are read chunk by chunk (:mod:`ensml.data.direct_read`: h5py's
-raw chunks, inflated outside the GIL) and a zarr store (zarr decompresses a read's chunks in its
-own threads). For the others (several netCDF files, netCDF-3, GRIB, renamed variables)
-:class:`Readers` stages samples in reader *processes* (after HDMLP, Dryden et al., IPDPS'21):
-each process opens the files once and reads whole samples (:meth:`SampleReader.staged
-<ensml.data.sample_read.SampleReader.staged>`, chunk-aligned: one chunk per member field),
-reduces the K members to their mean and spread, and sends the arrays back raw through a pipe.
+netCDF-4 file or zarr v3 store whose variables are read chunk by chunk
+(:mod:`ensml.data.direct_read`: decompressed outside the GIL) and any zarr store (zarr
+decompresses a read's chunks in its own threads). For the others (several netCDF files,
+netCDF-3, GRIB, renamed variables) :class:`Readers` stages samples in reader *processes*
+(after HDMLP, Dryden et al., IPDPS'21): each process opens the files once and reads whole
+samples (:meth:`SampleReader.staged <ensml.data.sample_read.SampleReader.staged>`,
+chunk-aligned: one chunk per member field), reduces the K members to their mean and spread, and
+sends the arrays back raw through a pipe.
 The arrays are the same bits a read in this process gives.
 
 This process is one of the readers (no start-up, no transfer); the others are processes. A

@@ -1,11 +1,12 @@
-"""netCDF-4 chunks read directly (ensml.data.direct_read): the values HDF5 itself reads.
+"""Chunks read directly (ensml.data.direct_read): the values HDF5 and zarr themselves read.
 
 References: h5py's own reads of the same dataset (HDF5's filter pipeline) for the chunk decoding,
-and xarray's reads through netCDF-C (``SampleReader`` with the direct reads turned off) for whole
-samples, compared bit for bit, on chunkings that do and do not line up with a sample, files whose
-latitudes run south to north, slabs and several leads. What is not read directly (a packed
-variable, a unit converted on open, netCDF-3, renames, several files) goes through xarray as
-before, and a chunk never written or holding the fill value gives ensml's usual one-line error.
+and xarray's reads through netCDF-C and zarr (``SampleReader`` with the direct reads turned off)
+for whole samples, compared bit for bit (zarr v3 sharded and not; v2 stays with zarr), on
+chunkings that do and do not line up with a sample, files whose latitudes run south to north,
+slabs and several leads. What is not read directly (a packed variable, a unit converted on
+open, netCDF-3, renames, several files) goes through xarray as before, and a chunk never
+written or holding the fill value gives ensml's usual one-line error.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensml.data.direct_read import DirectChunks, as_slice, by_chunk, unshuffle
+from ensml.data.direct_read import NetcdfChunks, ZarrChunks, as_slice, by_chunk, unshuffle
 from ensml.data.sample_read import SampleReader, SampleSpec
 from ensml.data.synth.generate import synth
 from ensml.errors import EnsmlError
@@ -138,7 +139,7 @@ def test_chunks_decode_as_hdf5_reads_them(tmp_path: Path, chunks, shuffle, dtype
         )
         z[:] = values
     with xr.open_dataset(path) as opened:
-        direct = DirectChunks(path, opened, ["z"])
+        direct = NetcdfChunks(path, opened, ["z"])
         at = {"init_time": 1, "member": slice(1, 4), "latitude": np.array([4, 0, 2])}
         got = direct.read("z", at, ("latitude", "member", "longitude"))
         direct.close()
@@ -230,7 +231,7 @@ def test_a_unit_converted_on_open_is_read_through_xarray(tmp_path) -> None:
     from ensml.data.open import open_analysis
 
     opened = open_analysis(tmp_path / "an.nc", ["tp", "t"])
-    direct = DirectChunks(tmp_path / "an.nc", opened, ["tp", "t"])
+    direct = NetcdfChunks(tmp_path / "an.nc", opened, ["tp", "t"])
     assert direct.variables == ("t",)
     direct.close()
 
@@ -281,10 +282,67 @@ def test_reader_threads_read_the_same_bits_at_once(files) -> None:
 
 def test_the_file_is_closed_once_the_reads_are_forgotten(files) -> None:
     with xr.open_dataset(files["analysis"]) as an:
-        direct = DirectChunks(Path(files["analysis"]), an, ["z", "t"])
+        direct = NetcdfChunks(Path(files["analysis"]), an, ["z", "t"])
         fd = direct._fd
         os.fstat(fd)
         del direct
         gc.collect()
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+# -- zarr ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """The synthetic stores, zarr v3 (sharded, one shard per init time) and v2."""
+    root = tmp_path_factory.mktemp("zarr")
+    return {f"v{v}": synth(root / f"v{v}", format="zarr", zarr_format=v, **KW) for v in (3, 2)}
+
+
+@pytest.mark.filterwarnings("ignore:Failed to open Zarr store with consolidated metadata")
+@pytest.mark.parametrize("sampling", ["first", "random"])
+def test_zarr_v3_shards_read_directly_and_as_zarr_reads_them(stores, sampling) -> None:
+    files = stores["v3"]
+    r = reader(
+        files["forecast"], files["analysis"], member_sampling=sampling, slab=(slice(2, 9), slice(0, 11))
+    )
+    r.open()
+    assert all(isinstance(d, ZarrChunks) and d.variables == ("z", "t") for d in r._direct)
+    slow = through_xarray(r)
+    for i in range(len(r.init_times)):
+        assert_same_bits(r.read(i), slow.read(i))
+
+
+@pytest.mark.filterwarnings("ignore:Failed to open Zarr store with consolidated metadata")
+def test_zarr_v3_unsharded_chunks_and_v2_stores(stores, tmp_path) -> None:
+    with xr.open_zarr(stores["v3"]["forecast"]) as ds:
+        ds = ds.load()
+    chunks = {"init_time": 2, "lead_time": 1, "member": 3, "level": 2, "latitude": 4, "longitude": 16}
+    for v in ("z", "t"):
+        ds[v].encoding = {"chunks": tuple(chunks[d] for d in ds[v].dims)}
+    ds.to_zarr(tmp_path / "plain.zarr", zarr_format=3)
+    r = reader(tmp_path / "plain.zarr", stores["v3"]["analysis"])
+    r.open()
+    assert isinstance(r._direct[0], ZarrChunks) and r._direct[0].variables == ("z", "t")
+    assert_same_bits(r.read(2), through_xarray(r).read(2))
+
+    v2 = reader(stores["v2"]["forecast"], stores["v2"]["analysis"])
+    v2.open()
+    assert v2._direct == (None, None) and v2.threads_decompress()  # zarr's own reads
+
+
+@pytest.mark.filterwarnings("ignore:Failed to open Zarr store with consolidated metadata")
+def test_a_zarr_chunk_with_the_fill_value_or_missing_is_ensmls_one_line_error(stores, tmp_path) -> None:
+    import shutil
+
+    import zarr
+
+    store = tmp_path / "fc.zarr"
+    shutil.copytree(stores["v3"]["forecast"], store)
+    zarr.open_array(store / "z", mode="r+")[2, 1, 0] = np.nan  # one member field: the fill value
+    r = reader(store, stores["v3"]["analysis"])
+    r.open()
+    assert r._direct[0].variables == ("z", "t")
+    assert_same_bits(r.read(1), through_xarray(r).read(1))
+    with pytest.raises(EnsmlError, match="has NaN or infinite values in z at"):
+        r.read(2)
