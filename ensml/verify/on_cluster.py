@@ -14,12 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import xarray as xr
+
 from ensml.cluster.connection import Connection
 from ensml.cluster.interrupt import interrupted, stopping_on_signals
 from ensml.cluster.options import ClusterKind, JobQueue
 from ensml.cluster.spec import ClusterSpec
 from ensml.data.outputs import STATE_DIR
 from ensml.errors import EnsmlError
+from ensml.names import TIME
 from ensml.progress import note
 from ensml.verify.distributed import ClusterBlocks, CollectedHook, FrameSource, HookFactory
 from ensml.verify.frame_scores import GridFrame
@@ -124,6 +127,21 @@ def check_blocks(
         )
 
 
+def analysis_chunks_note(analysis: xr.Dataset, variables, init_block: int, command: str) -> str | None:
+    """A line for an analysis that stores more times in a chunk than a block reads (None if it
+    does not): a worker closes a block's files, so every block decompresses those chunks whole
+    again, and the work grows with the square of the archive (``docs/guide/cluster.md``)."""
+    for var in variables:
+        per_chunk = analysis[var].encoding.get("preferred_chunks", {}).get(TIME, 1)
+        if per_chunk > init_block:
+            return (
+                f"{command}: the analysis stores {var} {per_chunk} times to a chunk, and every block of "
+                f"{init_block} init times decompresses such chunks whole; stored one time to a chunk it "
+                "reads faster on a cluster"
+            )
+    return None
+
+
 def on_cluster(
     cluster: EvaluateCluster,
     grid: GridFrame,
@@ -144,6 +162,9 @@ def on_cluster(
     from ensml.cluster.workers import ScoringPlugin  # distributed: only for a run on a cluster
 
     spec = cluster.spec
+    hint = analysis_chunks_note(grid.frame.analysis, grid.frame.variables, cluster.init_block, spec.command)
+    if hint:
+        note(hint)
     with stopping_on_signals(spec.command):  # a signal stops the run at a safe point
         conn, blocks = Connection(spec, ScoringPlugin()), None
         try:
@@ -161,4 +182,12 @@ def on_cluster(
     return out
 
 
-__all__ = ["INIT_BLOCK", "EvaluateCluster", "check_blocks", "check_options", "cluster_spec", "on_cluster"]
+__all__ = [
+    "INIT_BLOCK",
+    "EvaluateCluster",
+    "analysis_chunks_note",
+    "check_blocks",
+    "check_options",
+    "cluster_spec",
+    "on_cluster",
+]

@@ -266,3 +266,29 @@ def test_slurm_without_sbatch_is_one_line(
 ) -> None:
     row = ("evaluate: no sbatch", EVAL + " --cluster slurm", 1, ("sbatch, which is not on PATH",))
     run_row(row, inputs, tmp_path, monkeypatch, capsys)
+
+
+def test_an_analysis_with_many_times_to_a_chunk_gets_a_note(tmp_path: Path) -> None:
+    """Each block decompresses its analysis chunks whole: many times to a chunk are said once."""
+    from ensml.data.open import open_analysis
+    from ensml.verify.on_cluster import analysis_chunks_note
+
+    times = np.arange("2021-01-01", "2021-01-13", dtype="datetime64[D]").astype("datetime64[ns]")
+    dims = ("time", "level", "latitude", "longitude")
+    values = np.random.default_rng(0).normal(size=(12, 1, 3, 4)).astype("f4")
+    ds = xr.Dataset(
+        {"z": (dims, values), "t": (dims, values + 250)},
+        coords={"time": times, "level": [500], "latitude": [10.0, 0.0, -10.0], "longitude": np.arange(4.0)},
+    )
+    for name, per_chunk in (("one.nc", 1), ("many.nc", 12)):
+        chunks = (per_chunk, 1, 3, 4)
+        ds.to_netcdf(tmp_path / name, encoding={v: {"zlib": True, "chunksizes": chunks} for v in ("z", "t")})
+    assert (
+        analysis_chunks_note(open_analysis(tmp_path / "one.nc", ["z", "t"]), ["z", "t"], 4, "evaluate")
+        is None
+    )
+    line = analysis_chunks_note(open_analysis(tmp_path / "many.nc", ["z", "t"]), ["z", "t"], 4, "evaluate")
+    assert line == (
+        "evaluate: the analysis stores z 12 times to a chunk, and every block of 4 init times decompresses "
+        "such chunks whole; stored one time to a chunk it reads faster on a cluster"
+    )
