@@ -64,6 +64,17 @@ def assert_same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None
         assert np.array_equal(a[key].view(np.uint8), b[key].view(np.uint8)), key
 
 
+def assert_one_bad_sample(forecast, analysis, bad: int, names: str) -> None:
+    """The forecast reads directly, sample 1 as xarray reads it, and sample ``bad`` (NaN or the
+    fill value in ``names``) is ensml's one-line error."""
+    r = reader(forecast, analysis)
+    r.open()
+    assert r._direct[0].variables == ("z", "t")
+    assert_same_bits(r.read(1), through_xarray(r).read(1))
+    with pytest.raises(EnsmlError, match=f"has NaN or infinite values in {names} at"):
+        r.read(bad)
+
+
 def rewrite(src: Path, dst: Path, chunks: dict[str, int] | None = None, flip: bool = False, **enc) -> Path:
     """``src`` written again with other chunks, latitudes south to north or other encodings."""
     with xr.open_dataset(src) as ds:
@@ -240,12 +251,7 @@ def test_a_chunk_never_written_or_the_fill_value_is_ensmls_one_line_error(files,
     fc = rewrite(files["forecast"], tmp_path / "fc.nc", _FillValue=np.float32(-999.0))
     with netCDF4.Dataset(fc, "a") as nc:  # one member field holds the fill value
         nc["z"][2, 1, 0] = np.full(nc["z"].shape[3:], -999.0, "f4")
-    r = reader(fc, files["analysis"])
-    r.open()
-    assert r._direct[0].variables == ("z", "t")
-    assert_same_bits(r.read(1), through_xarray(r).read(1))
-    with pytest.raises(EnsmlError, match="has NaN or infinite values in z at"):
-        r.read(2)
+    assert_one_bad_sample(fc, files["analysis"], 2, "z")
 
     # chunks never written: the variables hold NaN there, their fill value
     with xr.open_dataset(files["forecast"]) as ds:
@@ -259,12 +265,7 @@ def test_a_chunk_never_written_or_the_fill_value_is_ensmls_one_line_error(files,
                 name, "f4", ds[name].dims, zlib=True, chunksizes=chunks, fill_value=np.nan
             )
             out[:2] = ds[name].values[:2]  # init times 0 and 1 only
-    r = reader(holes, files["analysis"])
-    r.open()
-    assert r._direct[0].variables == ("z", "t")
-    assert_same_bits(r.read(1), through_xarray(r).read(1))
-    with pytest.raises(EnsmlError, match="has NaN or infinite values in z, t at"):
-        r.read(3)
+    assert_one_bad_sample(holes, files["analysis"], 3, "z, t")
 
 
 def test_reader_threads_read_the_same_bits_at_once(files) -> None:
@@ -340,9 +341,4 @@ def test_a_zarr_chunk_with_the_fill_value_or_missing_is_ensmls_one_line_error(st
     store = tmp_path / "fc.zarr"
     shutil.copytree(stores["v3"]["forecast"], store)
     zarr.open_array(store / "z", mode="r+")[2, 1, 0] = np.nan  # one member field: the fill value
-    r = reader(store, stores["v3"]["analysis"])
-    r.open()
-    assert r._direct[0].variables == ("z", "t")
-    assert_same_bits(r.read(1), through_xarray(r).read(1))
-    with pytest.raises(EnsmlError, match="has NaN or infinite values in z at"):
-        r.read(2)
+    assert_one_bad_sample(store, stores["v3"]["analysis"], 2, "z")
