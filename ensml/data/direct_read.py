@@ -118,8 +118,8 @@ class DirectChunks:
         """The direct reads of ``ds``'s ``variables``, or None when none reads directly: ``files``
         must be one netCDF-4 file or zarr store (``formats``: what it is) opened without renames."""
         kinds: dict[str | None, type[DirectChunks]] = {"hdf5": NetcdfChunks, "zarr": ZarrChunks}
-        if len(files) != 1 or formats[0] not in kinds or renamed:
-            return None
+        if len(files) != 1 or formats[0] not in kinds or renamed or not hasattr(os, "pread"):
+            return None  # (os.pread: POSIX only)
         try:
             chunks = kinds[formats[0]](files[0], ds, variables)
         except Exception:  # a file these reads do not understand is read through xarray
