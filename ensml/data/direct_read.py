@@ -103,7 +103,7 @@ class DirectChunks:
     def __init__(self, path: Path, ds: xr.Dataset, variables: Sequence[str]) -> None:
         self.path = Path(path)
         self._file_pos: dict[str, np.ndarray] = {}  # ds position -> file position, per dim
-        self._fill: dict[str, float | None] = {}
+        self._fill: dict[str, np.ndarray] = {}  # the values xarray masks (NaN aside)
         self._dims: dict[str, tuple[str, ...]] = {}
         self._shape: dict[str, tuple[int, ...]] = {}  # of a chunk
         self._dtype: dict[str, np.dtype] = {}
@@ -165,8 +165,9 @@ class DirectChunks:
             if pos is None:
                 return False
             self._file_pos[dim] = pos
-        fill = rv.attrs.get("_FillValue", rv.attrs.get("missing_value", rv.encoding.get("_FillValue")))
-        self._fill[var] = None if fill is None or np.isnan(fill) else float(np.asarray(fill).ravel()[0])
+        marks = [rv.attrs.get(k, rv.encoding.get(k)) for k in ("_FillValue", "missing_value")]
+        fills = np.concatenate([np.asarray(m, np.float64).ravel() for m in marks if m is not None] or [[]])
+        self._fill[var] = fills[~np.isnan(fills)]
         self._dims[var] = tuple(str(d) for d in rv.dims)
         return True
 
@@ -213,8 +214,7 @@ class DirectChunks:
         out = self._hyperslab(var, pos)
         if out is None:
             return None
-        fill = self._fill[var]
-        if fill is not None and (out == fill).any():
+        if self._fill[var].size and np.isin(out, self._fill[var]).any():  # xarray's NaN says so
             return None
         out = out.squeeze(axis=tuple(dropped)) if dropped else out
         kept = [d for i, d in enumerate(file_dims) if i not in dropped]
