@@ -57,8 +57,10 @@ except ImportError:  # pragma: no cover - a declared dependency; zlib gives the 
 #: HDF5's filter ids: the only filters a chunk may have to be read here.
 SHUFFLE, DEFLATE = 2, 1
 Position = int | slice | np.ndarray
-#: Where a chunk is stored: (byte offset in the file, bytes, filters skipped as a bit mask).
-Stored = tuple[int, int, int]
+#: Where each chunk of a variable is stored, on the grid of its chunks: byte offset in the file,
+#: bytes (0: never written) and filters skipped (a bit mask), as three arrays of that grid's
+#: shape (about 20 bytes a chunk, however many chunks a file holds).
+Stored = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def unshuffle(data: bytes, itemsize: int) -> np.ndarray:
@@ -242,7 +244,7 @@ class NetcdfChunks(DirectChunks):
 
     def __init__(self, path: Path, ds: xr.Dataset, variables: Sequence[str]) -> None:
         self._filters: dict[str, list[int]] = {}
-        self._stored: dict[str, dict[tuple[int, ...], Stored]] = {}
+        self._stored: dict[str, Stored] = {}
         self._fd = os.open(path, os.O_RDONLY)
         self._close = weakref.finalize(self, os.close, self._fd)  # closed when this is forgotten
         super().__init__(path, ds, variables)
@@ -273,20 +275,28 @@ class NetcdfChunks(DirectChunks):
             return False
         self._filters[var] = filters
         self._shape[var], self._dtype[var] = tuple(dset.chunks), dset.dtype
-        self._stored[var] = stored = {}
+        grid = tuple(-(-n // c) for n, c in zip(dset.shape, dset.chunks))
+        offsets, sizes, skipped = (
+            np.zeros(grid, np.uint64),
+            np.zeros(grid, np.uint64),
+            np.zeros(grid, np.uint32),
+        )
         base = self._h5.userblock_size  # HDF5's addresses start after the user block
 
         def visit(info: Any) -> None:
-            stored[tuple(info.chunk_offset)] = (base + info.byte_offset, info.size, info.filter_mask)
+            at = tuple(o // c for o, c in zip(info.chunk_offset, dset.chunks))
+            offsets[at], sizes[at], skipped[at] = base + info.byte_offset, info.size, info.filter_mask
 
         dset.id.chunk_iter(visit)
+        self._stored[var] = (offsets, sizes, skipped)
         return True
 
     def _chunk(self, var: str, origin: tuple[int, ...]) -> np.ndarray | None:
-        stored = self._stored[var].get(origin)
-        if stored is None:  # never written: the fill value
+        offsets, sizes, masks = self._stored[var]
+        at = tuple(o // c for o, c in zip(origin, self._shape[var]))
+        size, offset, skipped = int(sizes[at]), int(offsets[at]), int(masks[at])
+        if not size:  # never written: the fill value
             return None
-        offset, size, skipped = stored
         data: bytes | np.ndarray = os.pread(self._fd, size, offset)
         if len(data) != size:  # the file was cut short since it was opened
             return None
