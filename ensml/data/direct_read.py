@@ -41,6 +41,7 @@ import itertools
 import os
 import warnings
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,7 +98,7 @@ def by_chunk(pos: np.ndarray, size: int) -> list[tuple[int, slice | np.ndarray, 
     return groups
 
 
-class DirectChunks:
+class DirectChunks(ABC):
     """The variables of one file that read directly (see the module), from ``ds``'s positions:
     thread-safe, opened in the process that reads (never pickled). A format's class finds and
     decodes the chunks (:meth:`_layout`, :meth:`_chunk`); what is read is decided here."""
@@ -132,18 +133,19 @@ class DirectChunks:
         return chunks
 
     # -- the format's part ----------------------------------------------------------------------
+    @abstractmethod
     def _open_raw(self) -> Any:
         """A context manager giving the file as xarray opens it, undecoded values."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _layout(self, raw: xr.Dataset, var: str) -> bool:
         """Whether ``var`` is stored in a way read here (then its chunk shape and dtype are set)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _chunk(self, var: str, origin: tuple[int, ...]) -> np.ndarray | None:
         """The chunk at ``origin`` (its first element's position), decoded; None if never written."""
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self) -> None:
         """Close what the reads hold open."""
 
@@ -324,6 +326,9 @@ class ZarrChunks(DirectChunks):
         self._checksum: dict[str, bool] = {}  # a shard's index ends with its crc32c
         self._separator: dict[str, str] = {}
         super().__init__(path, ds, variables)
+
+    def close(self) -> None:
+        """Nothing to close: a read opens its chunk's file and closes it."""
 
     @contextmanager
     def _open_raw(self) -> Iterator[xr.Dataset]:
