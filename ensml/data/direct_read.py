@@ -48,7 +48,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
+
+from ensml.names import LONGITUDE
 
 try:  # ISA-L's inflate: about twice zlib's speed, same output
     from isal.isal_zlib import decompress as inflate
@@ -179,7 +182,12 @@ class DirectChunks(ABC):
     def _positions(raw: xr.Dataset, ds: xr.Dataset, dim: str) -> np.ndarray | None:
         """The file position of each of ``ds``'s positions along ``dim``, found by label."""
         if dim in ds.indexes and dim in raw.indexes:
-            pos = raw.indexes[dim].get_indexer(ds.indexes[dim])
+            labels = raw.indexes[dim]
+            if (
+                dim == LONGITUDE and labels.dtype.kind == "f"
+            ):  # ensml's are in [0, 360), as normalise makes them
+                labels = pd.Index(labels.values % 360.0)
+            pos = labels.get_indexer(ds.indexes[dim]) if labels.is_unique else np.array([-1])
             return pos if (pos >= 0).all() else None
         if dim not in ds.indexes and dim not in raw.indexes and ds.sizes[dim] == raw.sizes[dim]:
             return np.arange(raw.sizes[dim])  # no labels on either side: the same positions

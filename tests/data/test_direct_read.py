@@ -3,10 +3,10 @@
 References: h5py's own reads of the same dataset (HDF5's filter pipeline) for the chunk decoding,
 and xarray's reads through netCDF-C and zarr (``SampleReader`` with the direct reads turned off)
 for whole samples, compared bit for bit (zarr v3 sharded and not; v2 stays with zarr), on
-chunkings that do and do not line up with a sample, files whose latitudes run south to north,
-slabs and several leads. What is not read directly (a packed variable, a unit converted on
-open, netCDF-3, renames, several files) goes through xarray as before, and a chunk never
-written or holding the fill value gives ensml's usual one-line error.
+chunkings that do and do not line up with a sample, files whose latitudes run south to north
+or longitudes from -180, slabs and several leads. What is not read directly (a packed variable,
+a unit converted on open, netCDF-3, renames, several files) goes through xarray as before, and
+a chunk never written or holding the fill value gives ensml's usual one-line error.
 """
 
 from __future__ import annotations
@@ -75,12 +75,17 @@ def assert_one_bad_sample(forecast, analysis, bad: int, names: str) -> None:
         r.read(bad)
 
 
-def rewrite(src: Path, dst: Path, chunks: dict[str, int] | None = None, flip: bool = False, **enc) -> Path:
-    """``src`` written again with other chunks, latitudes south to north or other encodings."""
+def rewrite(
+    src: Path, dst: Path, chunks: dict[str, int] | None = None, flip: bool = False, west: bool = False, **enc
+) -> Path:
+    """``src`` written again with other chunks, latitudes south to north, longitudes from -180
+    (``west``) or other encodings."""
     with xr.open_dataset(src) as ds:
         ds = ds.load()
     if flip:
         ds = ds.isel(latitude=slice(None, None, -1))
+    if west:
+        ds = ds.assign_coords(longitude=(ds["longitude"] + 180.0) % 360.0 - 180.0).sortby("longitude")
     encoding = {}
     for v in ("z", "t"):
         dims = ds[v].dims
@@ -173,17 +178,22 @@ def test_synth_files_read_directly_and_as_xarray_reads_them(files) -> None:
 
 
 @pytest.mark.parametrize(
-    "chunks, flip",
+    "chunks, flip, west",
     [
-        ({"init_time": 2, "lead_time": 2, "member": 3, "level": 1, "latitude": 4, "longitude": 5}, False),
-        ({"init_time": 1, "lead_time": 3, "member": 10, "latitude": 9, "longitude": 16}, True),
+        (
+            {"init_time": 2, "lead_time": 2, "member": 3, "level": 1, "latitude": 4, "longitude": 5},
+            False,
+            False,
+        ),
+        ({"init_time": 1, "lead_time": 3, "member": 10, "latitude": 9, "longitude": 16}, True, False),
+        ({"init_time": 1, "lead_time": 1, "member": 1, "latitude": 9, "longitude": 6}, False, True),
     ],
-    ids=["chunks across samples and fields", "latitudes south to north"],
+    ids=["chunks across samples and fields", "latitudes south to north", "longitudes from -180"],
 )
 @pytest.mark.parametrize("sampling", ["first", "random"])
-def test_other_chunkings_and_orders_read_the_same_bits(files, tmp_path, chunks, flip, sampling) -> None:
-    fc = rewrite(files["forecast"], tmp_path / "fc.nc", chunks, flip)
-    an = rewrite(files["analysis"], tmp_path / "an.nc", {"time": 3, "latitude": 2}, flip)
+def test_other_chunkings_and_orders_read_the_same_bits(files, tmp_path, chunks, flip, west, sampling) -> None:
+    fc = rewrite(files["forecast"], tmp_path / "fc.nc", chunks, flip, west)
+    an = rewrite(files["analysis"], tmp_path / "an.nc", {"time": 3, "latitude": 2}, flip, west)
     r = reader(fc, an, member_sampling=sampling, slab=(slice(1, 8), slice(3, 14)))
     r.open()
     assert all(d is not None and d.variables == ("z", "t") for d in r._direct)
