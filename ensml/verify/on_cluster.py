@@ -128,9 +128,10 @@ def check_blocks(
 
 
 def analysis_chunks_note(analysis: xr.Dataset, variables, init_block: int, command: str) -> str | None:
-    """A line for an analysis that stores more times in a chunk than a block reads (None if it
-    does not): a worker closes a block's files, so every block decompresses those chunks whole
-    again, and the work grows with the square of the archive (``docs/guide/cluster.md``)."""
+    """A line for an analysis that stores more times in a chunk than a block of ``init_block``
+    init times reads (None if it does not): a worker closes a block's files, so every block
+    decompresses those chunks whole again, and the work grows with the square of the archive
+    (``docs/guide/cluster.md``)."""
     for var in variables:
         per_chunk = analysis[var].encoding.get("preferred_chunks", {}).get(TIME, 1)
         if per_chunk > init_block:
@@ -162,14 +163,14 @@ def on_cluster(
     from ensml.cluster.workers import ScoringPlugin  # distributed: only for a run on a cluster
 
     spec = cluster.spec
-    hint = analysis_chunks_note(grid.frame.analysis, grid.frame.variables, cluster.init_block, spec.command)
+    size = cluster.init_block if hook is None else len(grid.frame.inits)  # a hook's blocks: whole leads
+    hint = analysis_chunks_note(grid.frame.analysis, grid.frame.variables, size, spec.command)
     if hint:
         note(hint)
     with stopping_on_signals(spec.command):  # a signal stops the run at a safe point
         conn, blocks = Connection(spec, ScoringPlugin()), None
         try:
             with conn:
-                size = cluster.init_block if hook is None else len(grid.frame.inits)
                 blocks = ClusterBlocks(
                     conn.client, conn.supervisor, source, grid, size, fair, missing_forecast, hook, receive
                 )
