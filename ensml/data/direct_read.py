@@ -79,12 +79,12 @@ def unshuffle(data: bytes, itemsize: int) -> np.ndarray:
     return out
 
 
-def as_slice(pos: np.ndarray) -> slice | np.ndarray:
-    """Positions with a constant step as a slice (basic indexing, no copy of an index), else them."""
-    if pos.size == 1:
-        return slice(int(pos[0]), int(pos[0]) + 1)
-    step = int(pos[1] - pos[0])
-    if step and np.array_equal(np.diff(pos), np.full(pos.size - 1, step)):
+def index_slice(index: Sequence[int]) -> slice | np.ndarray:
+    """Evenly spaced positions as a slice, in either direction (a file reads slices faster than
+    index arrays, and basic indexing copies no index); other positions as they are."""
+    pos = np.asarray(index)
+    step = int(pos[1] - pos[0]) if pos.size > 1 else 1
+    if step and np.array_equal(pos, pos[0] + step * np.arange(pos.size)):
         stop = int(pos[-1]) + step
         return slice(int(pos[0]), stop if stop >= 0 else None, step)
     return pos
@@ -97,7 +97,7 @@ def by_chunk(pos: np.ndarray, size: int) -> list[tuple[int, slice | np.ndarray, 
     groups = []
     for cid in dict.fromkeys(ids.tolist()):
         where = np.flatnonzero(ids == cid)
-        groups.append((cid * size, as_slice(where), as_slice(pos[where] - cid * size)))
+        groups.append((cid * size, index_slice(where), index_slice(pos[where] - cid * size)))
     return groups
 
 
@@ -425,4 +425,4 @@ def _outer(index: tuple[slice | np.ndarray, ...], shape: tuple[int, ...]) -> tup
     return np.ix_(*(np.arange(n)[i] if isinstance(i, slice) else i for i, n in zip(index, shape)))
 
 
-__all__ = ["DirectChunks", "NetcdfChunks", "ZarrChunks", "as_slice", "by_chunk", "unshuffle"]
+__all__ = ["DirectChunks", "NetcdfChunks", "ZarrChunks", "by_chunk", "index_slice", "unshuffle"]

@@ -18,7 +18,7 @@ import dask
 import numpy as np
 import xarray as xr
 
-from ensml.data.direct_read import DirectChunks
+from ensml.data.direct_read import DirectChunks, index_slice
 from ensml.data.layouts.formats import detect_format
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.open import expand_paths, open_analysis, open_forecast
@@ -242,15 +242,6 @@ class SampleReader:
 def by_field(x: np.ndarray) -> np.ndarray:
     """(V, T, D, H, W) → (T·V, D, H, W), lead-major: the fields of the outputs."""
     return np.ascontiguousarray(x.swapaxes(0, 1)).reshape(-1, *x.shape[2:])
-
-
-def index_slice(index: Sequence[int]) -> slice | np.ndarray:
-    """Evenly spaced positions as a slice (a file reads slices faster than index arrays)."""
-    pos = np.asarray(index)
-    step = int(pos[1] - pos[0]) if pos.size > 1 else 1
-    if step > 0 and np.array_equal(pos, pos[0] + step * np.arange(pos.size)):
-        return slice(int(pos[0]), int(pos[-1]) + 1, step)
-    return pos
 
 
 def select(ds: xr.Dataset, labels: dict[str, Sequence]) -> xr.Dataset:

@@ -25,7 +25,7 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensml.data.direct_read import NetcdfChunks, ZarrChunks, as_slice, by_chunk, unshuffle
+from ensml.data.direct_read import NetcdfChunks, ZarrChunks, by_chunk, index_slice, unshuffle
 from ensml.data.sample_read import SampleReader, SampleSpec
 from ensml.data.synth.generate import synth
 from ensml.errors import EnsmlError
@@ -117,11 +117,11 @@ def test_by_chunk_puts_every_position_once_in_its_chunk(positions: list[int], si
     assert np.array_equal(out, pos)
 
 
-def test_as_slice_keeps_steps_and_arrays() -> None:
-    assert as_slice(np.array([3])) == slice(3, 4)
-    assert as_slice(np.array([2, 4, 6])) == slice(2, 8, 2)
-    assert as_slice(np.array([2, 1, 0])) == slice(2, None, -1)
-    assert isinstance(as_slice(np.array([0, 1, 3])), np.ndarray)
+def test_index_slice_keeps_steps_and_arrays() -> None:
+    assert index_slice(np.array([3])) == slice(3, 4, 1)
+    assert index_slice(np.array([2, 4, 6])) == slice(2, 8, 2)
+    assert index_slice(np.array([2, 1, 0])) == slice(2, None, -1)
+    assert isinstance(index_slice(np.array([0, 1, 3])), np.ndarray)
 
 
 # -- chunks against HDF5's own reads ---------------------------------------------------------------
