@@ -6,21 +6,21 @@ core's zlib. zarr decompresses in threads, but drives every read of a process fr
 loop, which keeps the cores of a loader's threads half idle. :class:`DirectChunks` reads the same
 chunks itself, with the file's own library only to find them:
 
-- **netCDF-4** (:class:`NetcdfChunks`): when the file is opened, h5py lists where each chunk of a
-  variable is stored (HDF5's chunk index: offset, size, filters skipped); a read takes a chunk's
-  bytes with ``os.pread`` and undoes its filters here, deflate by ISA-L (``isal``, faster than
-  zlib) and HDF5's byte shuffle by numpy, with no HDF5 call (h5py is not safe to call from
-  several threads at once);
-- **zarr v3** (:class:`ZarrChunks`): the array's metadata through zarr's own API; a read takes a
-  chunk's file (or, in a sharded array, the shard's index and then the inner chunk's bytes) and
-  decompresses it with numcodecs' zstd.
+- **netCDF-4** (:class:`~ensml.data.direct_netcdf.NetcdfChunks`): when the file is opened,
+  h5py lists where each chunk of a variable is stored (HDF5's chunk index: offset, size, filters
+  skipped); a read takes a chunk's bytes with ``os.pread`` and undoes its filters, deflate by
+  ISA-L (``isal``, faster than zlib) and HDF5's byte shuffle by numpy, with no HDF5 call (h5py
+  is not safe to call from several threads at once);
+- **zarr v3** (:class:`~ensml.data.direct_zarr.ZarrChunks`): the array's metadata through
+  zarr's own API; a read takes a chunk's file (or, in a sharded array, the shard's index and
+  then the inner chunk's bytes) and decompresses it with numcodecs' zstd.
 
 Both release the GIL while they decompress, so reader threads decompress side by side, with no
 reader process to start and no arrays to send.
 
 A variable is read this way only where that gives the very values xarray gives
-(:meth:`DirectChunks.of` decides, variable by variable; the others are read through xarray as
-before):
+(:class:`DirectChunks` decides, variable by variable, once the file's format has chosen the
+class; the others are read through xarray as before):
 
 - one netCDF-4 file or zarr v3 store on a local disk, opened without renames, whose variable
   has ensml's name and dims, floating-point values stored in chunks, no filter but shuffle and
@@ -39,11 +39,8 @@ from __future__ import annotations
 
 import itertools
 import os
-import warnings
-import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,30 +50,7 @@ import xarray as xr
 
 from ensml.names import LONGITUDE
 
-try:  # ISA-L's inflate: about twice zlib's speed, same output
-    from isal.isal_zlib import decompress as inflate
-except ImportError:  # pragma: no cover - a declared dependency; zlib gives the same bytes
-    from zlib import decompress as inflate
-
-#: HDF5's filter ids: the only filters a chunk may have to be read here.
-SHUFFLE, DEFLATE = 2, 1
 Position = int | slice | np.ndarray
-#: Where each chunk of a variable is stored, on the grid of its chunks: byte offset in the file,
-#: bytes (0: never written) and filters skipped (a bit mask), as three arrays of that grid's
-#: shape (about 20 bytes a chunk, however many chunks a file holds).
-Stored = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-def unshuffle(data: bytes, itemsize: int) -> np.ndarray:
-    """HDF5's shuffle undone: byte ``i`` of every element is stored in the ``i``-th block."""
-    src = np.frombuffer(data, np.uint8)
-    out = np.empty_like(src)
-    n = src.size // itemsize
-    body = out[: n * itemsize].reshape(n, itemsize)
-    for i in range(itemsize):  # a strided copy per byte: no Python loop over elements
-        body[:, i] = src[i * n : (i + 1) * n]
-    out[n * itemsize :] = src[n * itemsize :]  # HDF5 leaves a partial element's bytes as they are
-    return out
 
 
 def index_slice(index: Sequence[int]) -> slice | np.ndarray:
@@ -117,17 +91,14 @@ class DirectChunks(ABC):
             self.variables = tuple(v for v in variables if self._readable(raw, ds, v))
         self.variables = tuple(v for v in self.variables if self._same_field(ds, v))
 
-    @staticmethod
-    def of(
-        files: Sequence[Path], formats: Sequence[str | None], renamed: bool, ds: xr.Dataset, variables
-    ) -> DirectChunks | None:
-        """The direct reads of ``ds``'s ``variables``, or None when none reads directly: ``files``
-        must be one netCDF-4 file or zarr store (``formats``: what it is) opened without renames."""
-        kinds: dict[str | None, type[DirectChunks]] = {"hdf5": NetcdfChunks, "zarr": ZarrChunks}
-        if len(files) != 1 or formats[0] not in kinds or renamed or not hasattr(os, "pread"):
-            return None  # (os.pread: POSIX only)
+    @classmethod
+    def of(cls, path: Path, ds: xr.Dataset, variables: Sequence[str]) -> DirectChunks | None:
+        """The direct reads of ``ds``'s ``variables`` in the file at ``path``, or None when none
+        reads directly (the caller knows the file is of this class's format)."""
+        if not hasattr(os, "pread"):  # POSIX only
+            return None
         try:
-            chunks = kinds[formats[0]](files[0], ds, variables)
+            chunks = cls(path, ds, variables)
         except Exception:  # a file these reads do not understand is read through xarray
             return None
         if not chunks.variables:
@@ -248,181 +219,9 @@ class DirectChunks(ABC):
         return out
 
 
-class NetcdfChunks(DirectChunks):
-    """A netCDF-4 file's chunks: listed by h5py when opened, read with ``os.pread``, inflated by
-    ISA-L and unshuffled here (no HDF5 call while reading)."""
-
-    def __init__(self, path: Path, ds: xr.Dataset, variables: Sequence[str]) -> None:
-        self._filters: dict[str, list[int]] = {}
-        self._stored: dict[str, Stored] = {}
-        self._fd = os.open(path, os.O_RDONLY)
-        self._close = weakref.finalize(self, os.close, self._fd)  # closed when this is forgotten
-        super().__init__(path, ds, variables)
-
-    def close(self) -> None:
-        self._close()
-
-    @contextmanager
-    def _open_raw(self) -> Iterator[xr.Dataset]:
-        import h5py  # only where files are read this way
-
-        with (
-            h5py.File(self.path, "r") as self._h5,
-            xr.open_dataset(self.path, mask_and_scale=False, decode_timedelta=True) as raw,
-        ):
-            yield raw
-        del self._h5  # no h5py object outlives the opening
-
-    def _layout(self, raw: xr.Dataset, var: str) -> bool:
-        if var not in self._h5:
-            return False
-        dset = self._h5[var]
-        if dset.chunks is None:
-            return False
-        plist = dset.id.get_create_plist()
-        filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
-        if not set(filters) <= {SHUFFLE, DEFLATE}:
-            return False
-        self._filters[var] = filters
-        self._shape[var], self._dtype[var] = tuple(dset.chunks), dset.dtype
-        grid = tuple(-(-n // c) for n, c in zip(dset.shape, dset.chunks))
-        offsets, sizes, skipped = (
-            np.zeros(grid, np.uint64),
-            np.zeros(grid, np.uint64),
-            np.zeros(grid, np.uint32),
-        )
-        base = self._h5.userblock_size  # HDF5's addresses start after the user block
-
-        def visit(info: Any) -> None:
-            at = tuple(o // c for o, c in zip(info.chunk_offset, dset.chunks))
-            offsets[at], sizes[at], skipped[at] = base + info.byte_offset, info.size, info.filter_mask
-
-        dset.id.chunk_iter(visit)
-        self._stored[var] = (offsets, sizes, skipped)
-        return True
-
-    def _chunk(self, var: str, origin: tuple[int, ...]) -> np.ndarray | None:
-        offsets, sizes, masks = self._stored[var]
-        at = tuple(o // c for o, c in zip(origin, self._shape[var]))
-        size, offset, skipped = int(sizes[at]), int(offsets[at]), int(masks[at])
-        if not size:  # never written: the fill value
-            return None
-        data: bytes | np.ndarray = os.pread(self._fd, size, offset)
-        if len(data) != size:  # the file was cut short since it was opened
-            return None
-        dtype, shape = self._dtype[var], self._shape[var]
-        for i in reversed(range(len(self._filters[var]))):
-            if skipped & (1 << i):  # the writer skipped this filter for this chunk
-                continue
-            if self._filters[var][i] == DEFLATE:
-                data = inflate(data)
-            else:
-                data = unshuffle(data, dtype.itemsize)
-        arr = np.frombuffer(data, dtype)
-        return arr.reshape(shape) if arr.size == int(np.prod(shape)) else None
-
-
-class ZarrChunks(DirectChunks):
-    """A zarr v3 store's chunks on a local disk: a chunk's file (or the part of its shard the
-    shard's index points to) read with ``os.pread``, decompressed by numcodecs' zstd."""
-
-    def __init__(self, path: Path, ds: xr.Dataset, variables: Sequence[str]) -> None:
-        self._codec: dict[str, Any] = {}  # the zstd codec, or None for raw bytes
-        self._inner: dict[str, tuple[int, ...] | None] = {}  # a shard's chunks, if sharded
-        self._outer: dict[str, tuple[int, ...]] = {}  # a file's chunk (a shard, if sharded)
-        self._index_at_end: dict[str, bool] = {}
-        self._checksum: dict[str, bool] = {}  # a shard's index ends with its crc32c
-        self._separator: dict[str, str] = {}
-        super().__init__(path, ds, variables)
-
-    def close(self) -> None:
-        """Nothing to close: a read opens its chunk's file and closes it."""
-
-    @contextmanager
-    def _open_raw(self) -> Iterator[xr.Dataset]:
-        with warnings.catch_warnings():  # a store without consolidated metadata is fine
-            warnings.simplefilter("ignore")
-            raw = xr.open_zarr(self.path, mask_and_scale=False, decode_timedelta=True, chunks=None)
-        with raw:
-            yield raw
-
-    def _layout(self, raw: xr.Dataset, var: str) -> bool:
-        import zarr
-        from numcodecs import Zstd
-
-        meta = zarr.open_array(self.path / var, mode="r").metadata.to_dict()
-        if meta.get("zarr_format") != 3 or meta["chunk_grid"]["name"] != "regular":
-            return False
-        encoding = meta["chunk_key_encoding"]
-        if encoding["name"] != "default":
-            return False
-        codecs, inner = list(meta["codecs"]), None
-        if codecs and codecs[0]["name"] == "sharding_indexed":
-            if len(codecs) != 1:
-                return False
-            conf = codecs[0]["configuration"]
-            index_codecs = [c["name"] for c in conf["index_codecs"]]
-            if index_codecs not in (["bytes"], ["bytes", "crc32c"]) or not _little(conf["index_codecs"][0]):
-                return False
-            inner, codecs = tuple(conf["chunk_shape"]), list(conf["codecs"])
-            self._index_at_end[var] = conf.get("index_location", "end") == "end"
-            self._checksum[var] = index_codecs[-1] == "crc32c"
-        names = [c["name"] for c in codecs]
-        if names not in (["bytes"], ["bytes", "zstd"]) or not _little(codecs[0]):
-            return False
-        self._codec[var] = Zstd() if "zstd" in names else None
-        self._inner[var] = inner
-        self._separator[var] = encoding.get("configuration", {}).get("separator", "/")
-        outer = tuple(meta["chunk_grid"]["configuration"]["chunk_shape"])
-        self._shape[var], self._outer[var] = inner or outer, outer
-        self._dtype[var] = np.dtype(raw.variables[var].dtype).newbyteorder("<")
-        return True
-
-    def _chunk(self, var: str, origin: tuple[int, ...]) -> np.ndarray | None:
-        outer, inner = self._outer[var], self._inner[var]
-        key = self._separator[var].join(["c", *(str(o // n) for o, n in zip(origin, outer))])
-        try:
-            fd = os.open(self.path / var / key, os.O_RDONLY)
-        except FileNotFoundError:  # never written: the fill value
-            return None
-        try:
-            if inner is None:
-                data = os.read(fd, os.fstat(fd).st_size)
-            else:
-                data = self._inner_chunk(fd, var, origin, outer, inner)
-                if data is None:
-                    return None
-        finally:
-            os.close(fd)
-        codec = self._codec[var]
-        arr = np.frombuffer(codec.decode(data) if codec is not None else data, self._dtype[var])
-        shape = self._shape[var]
-        return arr.reshape(shape) if arr.size == int(np.prod(shape)) else None
-
-    def _inner_chunk(
-        self, fd: int, var: str, origin: tuple[int, ...], outer: tuple[int, ...], inner: tuple[int, ...]
-    ) -> bytes | None:
-        """The stored bytes of the inner chunk at ``origin`` in the shard open as ``fd``."""
-        per = tuple(o // i for o, i in zip(outer, inner))  # inner chunks along each dim
-        n = int(np.prod(per))
-        size = 16 * n + (4 if self._checksum[var] else 0)
-        at = os.fstat(fd).st_size - size if self._index_at_end[var] else 0
-        index = np.frombuffer(os.pread(fd, size, at)[: 16 * n], "<u8").reshape(*per, 2)
-        offset, nbytes = index[tuple((o % m) // i for o, m, i in zip(origin, outer, inner))]
-        if offset == nbytes == np.uint64(2**64 - 1):  # an inner chunk never written
-            return None
-        data = os.pread(fd, int(nbytes), int(offset))
-        return data if len(data) == int(nbytes) else None
-
-
-def _little(codec: Mapping) -> bool:
-    """Whether a ``bytes`` codec stores little-endian values (or bytes, which have no order)."""
-    return codec.get("configuration", {}).get("endian", "little") == "little"
-
-
 def _outer(index: tuple[slice | np.ndarray, ...], shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     """Slices and arrays as ``np.ix_`` arrays (numpy pairs several index arrays elementwise)."""
     return np.ix_(*(np.arange(n)[i] if isinstance(i, slice) else i for i, n in zip(index, shape)))
 
 
-__all__ = ["DirectChunks", "NetcdfChunks", "ZarrChunks", "by_chunk", "index_slice", "unshuffle"]
+__all__ = ["DirectChunks", "Position", "by_chunk", "index_slice"]

@@ -18,7 +18,9 @@ import dask
 import numpy as np
 import xarray as xr
 
+from ensml.data.direct_netcdf import NetcdfChunks
 from ensml.data.direct_read import DirectChunks, index_slice
+from ensml.data.direct_zarr import ZarrChunks
 from ensml.data.layouts.formats import detect_format
 from ensml.data.layouts.options import ReaderOptions, as_reader
 from ensml.data.open import expand_paths, open_analysis, open_forecast
@@ -153,10 +155,13 @@ class SampleReader:
             self._an, self._fc = an, fc
 
     def _direct_chunks(self, paths, what: str, reader, ds: xr.Dataset) -> DirectChunks | None:
-        """The variables of a netCDF-4 file read chunk by chunk (:mod:`ensml.data.direct_read`)."""
+        """The variables of one netCDF-4 file or zarr store, opened without renames, that read
+        chunk by chunk (:mod:`ensml.data.direct_read`); None for anything else."""
         files = expand_paths(paths, what)
-        formats = [detect_format(f) for f in files[:1]]
-        return DirectChunks.of(files, formats, bool(as_reader(reader).rename), ds, self.spec.variables)
+        kind = {"hdf5": NetcdfChunks, "zarr": ZarrChunks}.get(detect_format(files[0]))
+        if len(files) != 1 or kind is None or as_reader(reader).rename:
+            return None
+        return kind.of(files[0], ds, self.spec.variables)
 
     def sample_bytes(self) -> int:
         """Bytes of decompressed data one read of a sample holds (opens the files)."""

@@ -25,7 +25,9 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensml.data.direct_read import NetcdfChunks, ZarrChunks, by_chunk, index_slice, unshuffle
+from ensml.data.direct_netcdf import NetcdfChunks, unshuffle
+from ensml.data.direct_read import by_chunk, index_slice
+from ensml.data.direct_zarr import ZarrChunks
 from ensml.data.sample_read import SampleReader, SampleSpec
 from ensml.data.synth.generate import synth
 from ensml.errors import EnsmlError
