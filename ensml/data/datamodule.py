@@ -157,11 +157,11 @@ class EnsembleDataModule(L.LightningDataModule):
         parallel whatever the format (HDF5, under netCDF, lets one thread read at a time);
         until they are ready (a second or two) reads run in this process. ``threads``: all in
         this process (no start-up; parallel for zarr and for a netCDF-4 file or zarr v3 store
-        read chunk by chunk, :mod:`ensml.data.direct_read`). ``auto`` (default): processes for samples that
-        read more than 16 MiB (z and t at 2 levels, 5 of 10 members at 3 leads: 92 MB at
-        361 x 720, 0.7 MB at 32 x 64) whose reads cannot decompress in threads, else threads.
-        DataLoader workers (``num_workers`` > 0) read with threads; ``processes`` is refused
-        with them.
+        read chunk by chunk, :mod:`ensml.data.direct_read`). ``auto`` (default): processes for
+        samples that read more than 16 MiB (z and t at 2 levels, 5 of 10 members at 3 leads:
+        92 MB at 361 x 720, 0.7 MB at 32 x 64) whose reads cannot decompress in threads, else
+        threads. DataLoader workers (``num_workers`` > 0) read with threads; ``processes`` is
+        refused with them.
     """
 
     def __init__(
