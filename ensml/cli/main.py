@@ -10,13 +10,18 @@ Exit codes are those of :data:`ensml.errors.EXIT_CODES`: a user error prints ``e
 wrong, in which file>`` and exits 1 (2 when part of the work failed); Ctrl-C and SIGTERM exit
 130 and 143 after the command has cleaned up; a full disk or a read-only file system is one line
 naming the path. A Python traceback is printed only for a bug (or with ``--verbose``).
+
+The console script is :func:`console`: :func:`main`, then the process ends. After a signal it ends
+at once (:func:`leave_at_once`), not through the interpreter's shutdown.
 """
 
 from __future__ import annotations
 
 import errno
+import gc
 import importlib
 import logging
+import multiprocessing
 import os
 import signal
 import sys
@@ -104,6 +109,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def console() -> None:
+    """The ``ensml`` console script (and ``python -m ensml.cli.main``): run :func:`main` and exit
+    with its status; after a signal, through :func:`leave_at_once`."""
+    status = main()
+    if status > 128:
+        leave_at_once(status)
+    sys.exit(status)
+
+
+def leave_at_once(status: int) -> None:
+    """End the process with ``status`` now that a signal's run has cleaned up and said its line.
+
+    The verb's own cleanup has run by then (its output folder, staging, clusters and readers are
+    closed on the way out). What is left is the interpreter's shutdown: it waits for every thread
+    still at work (a dask task of the stopped computation, resumed after the signal) and then
+    runs the finalisers of whatever the stopped computation left behind, at a point where
+    background threads can no longer run. A stopped run has nothing to wait for there, and a
+    finaliser that waits for such a thread would keep the terminal forever. So the garbage is
+    collected now (its finalisers run while threads still can), child processes still running
+    are stopped, logs and output are flushed, and the process exits without that shutdown.
+    """
+    gc.collect()
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(timeout=5)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing more can be said
+            pass
+    os._exit(status)
+
+
 def _fail(message: str, status: int) -> int:
     if verbose():
         traceback.print_exc()
@@ -157,4 +198,4 @@ def _verb(args: Sequence[str]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
