@@ -18,8 +18,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def cli_env() -> dict[str, str]:
-    """The environment of a test subprocess: one thread, loopback gloo, the repo importable."""
+    """The environment of a test subprocess: one thread, loopback gloo, the repo importable, and
+    Python's fault handler on (a crash, or the SIGABRT of :func:`finish` on a hang, prints where
+    every thread was)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
+    env["PYTHONFAULTHANDLER"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     return env
 
@@ -40,13 +43,20 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 def finish(proc: subprocess.Popen, what: str, timeout: float = 150) -> subprocess.CompletedProcess:
-    """Wait for ``proc``; on timeout kill its whole group and fail the test with its output."""
+    """Wait for ``proc``; on timeout kill its whole group and fail the test with its output, which
+    then ends with where each of the process's threads was (SIGABRT first: the fault handler of
+    :func:`cli_env` prints them)."""
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        kill_group(proc)
-        out, _ = proc.communicate()
-        pytest.fail(f"{what} did not finish in {timeout} s:\n{out[-3000:]}")
+        try:
+            os.kill(proc.pid, signal.SIGABRT)
+            out, _ = proc.communicate(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            kill_group(proc)
+            out, _ = proc.communicate()
+        stacks = [line for line in out.splitlines() if not line.startswith("Extension modules:")]
+        pytest.fail(f"{what} did not finish in {timeout} s:\n" + "\n".join(stacks)[-6000:])
     finally:
         kill_group(proc)  # make sure no rank is left behind
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
