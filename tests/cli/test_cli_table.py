@@ -11,21 +11,14 @@ options are checked, before any work: the table stays fast.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 
 import pytest
 
-from ensml.cli.main import main
+from tests.cli.bad_rows import FIT, Row, check, hashes, inputs, row_args, run_row, sandbox  # noqa: F401 - inputs: a fixture
 from tests.cli.process import run_cli
-from tests.conftest import CONFIGS, SMOKE, tiny_data_args
 
-#: One row: a name, the arguments (``{fc}``, ``{an}``, ``{dir}``, ``{sandbox}`` filled in), the exit
-#: status and words the one line must contain.
-Row = tuple[str, str, int, tuple[str, ...]]
-
-FIT = "fit --config {smoke} {data}"
 GEN = "fit --config {generative} {data}"
 SYNTH = "data synth --out_dir out"
 PHYS = "data physics --out_dir out"
@@ -779,93 +772,6 @@ SUBPROCESS_ROWS: list[Row] = [
 ]
 
 
-def _sandbox(root: Path) -> None:
-    """A user's files around and inside the working folder, shaped like what ensml writes."""
-    (root / ".predictions.abc123.tmp").mkdir()
-    (root / ".predictions.abc123.tmp" / "part.nc").write_bytes(b"user's partial download\n")
-    (root / ".notes.9f8e7d.tmp").write_text("hidden user file\n")
-    (root / "forecast_2017010100.nc").write_bytes(b"\x89HDF\r\n\x1a\n user's own archive")
-    (root / "predictions.nc").write_bytes(b"CDF\x01 user's predictions")
-    (root / "manifest.jsonl").write_text('{"user": "own manifest"}\n')
-    (root / "benchmark.md").write_text("# my benchmark notes\n")
-    (root / "sibling").mkdir()
-    (root / "sibling" / "thesis.tex").write_text("\\documentclass{article}\n")
-    (root / "sibling" / ".cache.1a2b3c.tmp").mkdir()
-
-
-def _hashes(*roots: Path) -> dict[str, str]:
-    """sha256 of every file (and a mark for every folder) under ``roots``."""
-    out = {}
-    for root in roots:
-        for path in sorted(root.rglob("*")):
-            out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
-    return out
-
-
-@pytest.fixture(scope="module")
-def inputs(tiny_data: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Placeholders of the rows: the tiny dataset, a folder of inputs, the smoke config."""
-    folder = tmp_path_factory.mktemp("table-inputs")
-    (folder / "readme.txt").write_text("inputs\n")
-    (folder / "empty.yaml").write_text("# nothing yet\n")
-    (folder / "repeated.yaml").write_text("k: 3\nk: 5\n")
-    (folder / "nested.yaml").write_text("reader:\n  rename: {a: b}\n  rename: {c: d}\n")
-    (folder / "list.yaml").write_text("- forecast.nc\n- analysis.nc\n")
-    far = "name: far\nvariable: z\nlevel: 500\nlead: 48h\nregion: {lat: [-75, -35], lon: [350, 80]}\n"
-    (folder / "far_case.yaml").write_text(
-        far + "window: [1600-01-01, 1600-01-03]\nthreshold: {quantile: 0.1}\n"
-    )
-    data = "\n".join(tiny_data_args(tiny_data))
-    return {
-        "fc": str(tiny_data["forecast"]),
-        "an": str(tiny_data["analysis"]),
-        "dir": str(folder),
-        "smoke": SMOKE,
-        "generative": str(CONFIGS / "generative.yaml"),
-        "data": data,
-        "inputs": str(Path(tiny_data["forecast"]).parent),
-    }
-
-
-def _args(row: Row, inputs: dict[str, str]) -> list[str]:
-    args: list[str] = []
-    for word in row[1].split():
-        args += inputs["data"].split("\n") if word == "{data}" else [word.format(**inputs)]
-    return args
-
-
-def _check(row: Row, status: int, err: str, before: dict[str, str], after: dict[str, str]) -> None:
-    name, _, expected, says = row
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert status == expected, f"{name}: exit status {status}: {lines[-5:]}"
-    assert len(lines) == 1, f"{name}: expected one line on stderr, got {len(lines)}: {lines[:8]}"
-    line = lines[0]
-    assert line.startswith("ensml: ") and "Traceback" not in line, line
-    for text in says:
-        assert text.format() in line, f"{name}: {text!r} not in {line!r}"
-    assert after == before, f"{name}: the sandbox or the inputs changed"
-
-
-def run_row(
-    row: Row,
-    inputs: dict[str, str],
-    folder: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,
-    roots: tuple[Path, ...] | None = None,
-    args: list[str] | None = None,
-) -> None:
-    """Run ``row`` in ``folder`` beside the sandbox's user files (``main(args)``; by default the
-    row's command line) and check it: its exit status, one ``ensml:`` line, and every file under
-    ``roots`` (by default the folder and the inputs) byte-identical afterwards."""
-    monkeypatch.chdir(folder)
-    _sandbox(folder)
-    roots = roots or (folder, Path(inputs["dir"]), Path(inputs["inputs"]))
-    before = _hashes(*roots)
-    status = main(_args(row, inputs) if args is None else args)
-    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
-
-
 #: Rows that fail today, with the work that fixes them (not run: each would write for a minute).
 KNOWN_BUGS: dict[str, str] = {}
 
@@ -885,7 +791,7 @@ def _params(rows: list[Row]) -> list:
 @pytest.mark.parametrize("row", _params(ROWS))
 def test_bad_option_is_one_line_and_harmless(
     row: Row,
-    inputs: dict[str, str],
+    inputs: dict[str, str],  # noqa: F811 - the fixture imported above
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
@@ -896,16 +802,20 @@ def test_bad_option_is_one_line_and_harmless(
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("row", SUBPROCESS_ROWS, ids=[row[0] for row in SUBPROCESS_ROWS])
 @pytest.mark.slow  # a Python process per row
-def test_bad_option_in_a_process(row: Row, inputs: dict[str, str], tmp_path: Path) -> None:
-    _sandbox(tmp_path)
+def test_bad_option_in_a_process(
+    row: Row,
+    inputs: dict[str, str],  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    sandbox(tmp_path)
     roots = (tmp_path, Path(inputs["dir"]), Path(inputs["inputs"]))
-    before = _hashes(*roots)
+    before = hashes(*roots)
     # stdout and stderr come merged in one pipe: nothing but the one line (warnings are off there)
-    done = run_cli(_args(row, inputs), tmp_path, timeout=110)
+    done = run_cli(row_args(row, inputs), tmp_path, timeout=110)
     err = "\n".join(
         line for line in done.stdout.splitlines() if "Warning" not in line and "warn(" not in line
     )
-    _check(row, done.returncode, err, before, _hashes(*roots))
+    check(row, done.returncode, err, before, hashes(*roots))
     for note in ("Seed set to", "GPU available", "TPU available", "Total params", "| Name"):
         assert note not in done.stdout, f"{row[0]}: {note!r} printed under -q"
 

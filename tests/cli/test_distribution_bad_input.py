@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ensml.cli.main import main
-from tests.cli.test_cli_table import FIT, Row, _args, _check, _hashes, _sandbox, inputs  # noqa: F401
+from tests.cli.bad_rows import FIT, Row, check, hashes, inputs, row_args, sandbox  # noqa: F401
 
 DIST = " --model.init_args.distribution"
 CELSIUS = " --data.forecast {celsius_fc} --data.analysis {celsius_an}"
@@ -73,9 +73,9 @@ def more(inputs, fitted, tmp_path_factory) -> dict[str, str]:  # noqa: F811
 @pytest.mark.slow
 @pytest.mark.parametrize("row", [pytest.param(r, id=r[0]) for r in ROWS])
 def test_bad_distribution_option(row: Row, more, tmp_path: Path, monkeypatch, capsys) -> None:
-    _sandbox(tmp_path)
+    sandbox(tmp_path)
     monkeypatch.chdir(tmp_path)
     watched = [tmp_path, Path(more["fc"]).parent, Path(more["celsius_fc"]).parent]
-    before = _hashes(*watched)
-    status = main(_args(row, more))
-    _check(row, status, capsys.readouterr().err, before, _hashes(*watched))
+    before = hashes(*watched)
+    status = main(row_args(row, more))
+    check(row, status, capsys.readouterr().err, before, hashes(*watched))

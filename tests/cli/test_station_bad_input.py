@@ -19,7 +19,7 @@ from ensml.cli.main import main
 from ensml.data.stations import read_stations
 from ensml.data.synth.generate import synth
 from ensml.train.station_model import read_station_model
-from tests.cli.test_cli_table import Row, run_row
+from tests.cli.bad_rows import Row, run_row
 from tests.train.test_station_fit import station_config
 
 SYNTH = {"n_lat": 8, "n_lon": 16, "start": "2019-01-01", "end": "2019-03-31", "members": 4, "surface": True}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli_table import FIT, Row, inputs, run_row  # noqa: F401
+from tests.cli.bad_rows import FIT, Row, inputs, run_row  # noqa: F401
 
 ROWS: list[Row] = [
     (

@@ -12,8 +12,8 @@ import xarray as xr
 from ensml.cli.main import main
 from ensml.data.stations import read_observations
 from ensml.errors import EnsmlError
+from tests.cli.bad_rows import hashes, sandbox
 from tests.cli.process import run_cli
-from tests.cli.test_cli_table import _hashes, _sandbox
 
 WIDE = """\
 # synoptic stations, 2 m temperature and pressure
@@ -167,7 +167,7 @@ def test_a_bad_station_file_is_one_line_and_harmless(
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    _sandbox(work)
+    sandbox(work)
     path = tmp_path / "nope.csv" if case == "file missing" else None
     if case == "model height for t":
         path = write(
@@ -175,7 +175,7 @@ def test_a_bad_station_file_is_one_line_and_harmless(
         )
     path = path or _bad_file(tmp_path, case)
     extra = ["--model_height", forecast] if case == "model height for t" else []
-    before = _hashes(tmp_path)
+    before = hashes(tmp_path)
     status = main(
         ["evaluate", "--forecast", forecast, "--observations", str(path), "--out_dir", "out", *extra]
     )
@@ -185,7 +185,7 @@ def test_a_bad_station_file_is_one_line_and_harmless(
     assert lines[0].startswith("ensml: ") and "Traceback" not in lines[0]
     for text in says:
         assert text in lines[0], (text, lines[0])
-    assert _hashes(tmp_path) == before and not (work / "out").exists()
+    assert hashes(tmp_path) == before and not (work / "out").exists()
 
 
 @pytest.mark.timeout(120)
@@ -194,7 +194,7 @@ def test_bad_station_files_in_a_process(forecast: str, tmp_path: Path) -> None:
     """The console entry point: exit status 1 and one line, no traceback, nothing written."""
     for case in ("time not a time", "no station on the grid"):
         path = write(tmp_path, f"{case.replace(' ', '-')}.csv", BAD[case][0])
-        before = _hashes(tmp_path)
+        before = hashes(tmp_path)
         done = run_cli(
             ["evaluate", "--forecast", forecast, "--observations", str(path), "--out_dir", "out"],
             tmp_path,
@@ -204,7 +204,7 @@ def test_bad_station_files_in_a_process(forecast: str, tmp_path: Path) -> None:
         assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("ensml: "), done.stdout[
             -2000:
         ]
-        assert "Traceback" not in done.stdout and _hashes(tmp_path) == before
+        assert "Traceback" not in done.stdout and hashes(tmp_path) == before
 
 
 def test_reader_errors_name_the_file(tmp_path: Path) -> None:

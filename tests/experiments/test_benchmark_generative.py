@@ -20,7 +20,7 @@ from ensml.experiments.benchmark_generative_page import verdicts
 from ensml.postprocess.copulas import fit_gaussian_copula
 from ensml.postprocess.ecc import ecc_levels
 from ensml.scores.distributions import get_family
-from tests.cli.test_cli_table import Row, _check, _hashes, _sandbox
+from tests.cli.bad_rows import Row, check, hashes, sandbox
 from tests.conftest import CONFIGS
 
 SMOKE = CONFIGS / "benchmark" / "generative_smoke.yaml"
@@ -212,7 +212,7 @@ def test_bad_generative_benchmark_is_one_line_and_harmless(
     row: Row, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    _sandbox(tmp_path)
+    sandbox(tmp_path)
     config = yaml.safe_load(SMOKE.read_text()) | {
         "data_dir": str(tmp_path / "data"),
         "out_dir": str(tmp_path / "out"),
@@ -222,9 +222,9 @@ def test_bad_generative_benchmark_is_one_line_and_harmless(
     path.parent.mkdir()
     path.write_text(yaml.safe_dump(config))
     args = ["benchmark", "--config", str(path), *(["--members", "0"] if row[1] == "no_members" else [])]
-    before = _hashes(tmp_path)
+    before = hashes(tmp_path)
     status = main(args)
-    _check(row, status, capsys.readouterr().err, before, _hashes(tmp_path))
+    check(row, status, capsys.readouterr().err, before, hashes(tmp_path))
 
 
 @pytest.mark.parametrize("name", ["generative", "physics_generative"])

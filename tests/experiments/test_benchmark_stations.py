@@ -19,7 +19,7 @@ from ensml.data.station_frame import build_station_frame
 from ensml.data.station_table import station_table
 from ensml.data.subset import Subset
 from ensml.experiments.benchmark_station_page import REFERENCE, best_model, verdicts
-from tests.cli.test_cli_table import Row, _check, _hashes, _sandbox
+from tests.cli.bad_rows import Row, check, hashes, sandbox
 from tests.conftest import CONFIGS
 
 SMOKE = CONFIGS / "benchmark" / "stations_smoke.yaml"
@@ -255,11 +255,11 @@ def test_bad_station_benchmark_is_one_line_and_harmless(
     capsys: pytest.CaptureFixture,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    _sandbox(tmp_path)
+    sandbox(tmp_path)
     roots = (tmp_path, Path(bad_configs["dir"]), Path(bad_configs["data"]))
-    before = _hashes(*roots)
+    before = hashes(*roots)
     status = main(row[1].format(**bad_configs).split())
-    _check(row, status, capsys.readouterr().err, before, _hashes(*roots))
+    check(row, status, capsys.readouterr().err, before, hashes(*roots))
 
 
 @pytest.mark.parametrize("name", ["stations", "physics_stations"])

@@ -24,7 +24,7 @@ import xarray as xr
 
 from ensml.cli.main import main
 from ensml.verify.distributed import init_blocks
-from tests.cli.test_cli_table import inputs, run_row  # noqa: F401 - a fixture
+from tests.cli.bad_rows import inputs, run_row  # noqa: F401 - a fixture
 from tests.verify.reference_inputs import make_inputs
 
 EVAL = "evaluate --forecast {fc} --analysis {an} --out_dir out"

@@ -16,7 +16,7 @@ import pytest
 import xarray as xr
 
 from ensml.cli.main import main
-from tests.cli.test_cli_table import _hashes, _sandbox
+from tests.cli.bad_rows import hashes, sandbox
 from tests.verify.test_cases import run_failing as run_failing_in
 
 
@@ -216,16 +216,16 @@ def test_k_comes_from_the_run(tiny_data, preds, work, capsys) -> None:
 def test_a_disagreeing_k_is_one_line_and_harmless(tiny_data, preds, work, capsys, verb) -> None:
     """``--k`` repeats a fact of the predictions' run metadata: a disagreeing one is refused with
     one line and exit status 1 before any work, every file around byte-identical."""
-    _sandbox(work)
+    sandbox(work)
     roots = (work, Path(tiny_data["forecast"]).parent, preds.parent)
-    before = _hashes(*roots)
+    before = hashes(*roots)
     args = [verb, *_evaluate(tiny_data, "--k=3", predictions=preds)[1:]]
     assert main(args) == 1
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines == [
         f"ensml: k=3 was given, but predictions {preds} was made from k=5 members; leave k unset"
     ]
-    assert _hashes(*roots) == before
+    assert hashes(*roots) == before
 
 
 def test_runs_of_two_k(tiny_data, preds, work, capsys) -> None:
