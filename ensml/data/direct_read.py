@@ -154,9 +154,8 @@ class DirectChunks(ABC):
         """The file position of each of ``ds``'s positions along ``dim``, found by label."""
         if dim in ds.indexes and dim in raw.indexes:
             labels = raw.indexes[dim]
-            if (
-                dim == LONGITUDE and labels.dtype.kind == "f"
-            ):  # ensml's are in [0, 360), as normalise makes them
+            # ensml's longitudes are in [0, 360), as normalise makes them; a file's may start at -180
+            if dim == LONGITUDE and labels.dtype.kind == "f":
                 labels = pd.Index(labels.values % 360.0)
             pos = labels.get_indexer(ds.indexes[dim]) if labels.is_unique else np.array([-1])
             return pos if (pos >= 0).all() else None

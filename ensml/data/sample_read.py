@@ -158,10 +158,10 @@ class SampleReader:
         """The variables of one netCDF-4 file or zarr store, opened without renames, that read
         chunk by chunk (:mod:`ensml.data.direct_read`); None for anything else."""
         files = expand_paths(paths, what)
-        kind = {"hdf5": NetcdfChunks, "zarr": ZarrChunks}.get(detect_format(files[0]))
-        if len(files) != 1 or kind is None or as_reader(reader).rename:
+        if len(files) != 1 or as_reader(reader).rename:
             return None
-        return kind.of(files[0], ds, self.spec.variables)
+        kind = {"hdf5": NetcdfChunks, "zarr": ZarrChunks}.get(detect_format(files[0]))
+        return None if kind is None else kind.of(files[0], ds, self.spec.variables)
 
     def sample_bytes(self) -> int:
         """Bytes of decompressed data one read of a sample holds (opens the files)."""
