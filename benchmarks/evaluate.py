@@ -1,4 +1,4 @@
-"""``ensml evaluate`` on a dask cluster against one process: throughput, speed-up, worker memory.
+"""``ensml evaluate`` and ``report`` on a dask cluster: throughput, speed-up, worker memory.
 
 Run by hand (``python benchmarks/evaluate.py``; the quotable run is the default, full
 resolution: 361 × 720, 10 members, z and t at 500/850 hPa, leads 24 and 48 h, 60 inits);
@@ -11,7 +11,11 @@ prints one line per comparison:
   speed-up (ratio of medians; the target on 2 cores is 1.8x);
 * the peak resident memory of each worker (fresh clusters) and of this process against the
   archive's length (``--lengths``, e.g. 20, 40 and 60 inits): a worker holds one block of
-  ``--init_block`` init times at one lead, so its peak stays flat.
+  ``--init_block`` init times at one lead, so its peak stays flat;
+* the same for ``ensml report --cluster`` (its page written to a scratch folder), whose workers
+  also compute the analysis's monthly climatology, a few times at a time.
+
+``--only memory`` skips the timed runs (``--only timing`` the memory runs).
 
 The tables of both runs are checked identical (the cluster's promise). Every process uses one
 thread for numpy's BLAS (``OMP_NUM_THREADS=1``, set before numpy loads; distributed's nannies set
@@ -45,8 +49,10 @@ from ensml.cluster.workers import peak_rss_mb
 from ensml.data.archive import archive
 from ensml.data.synth.generate import synth
 from ensml.logs import configure
+from ensml.report.assemble import report
 from ensml.verify.distributed import forget_frames
 from ensml.verify.evaluate import evaluate
+from ensml.verify.on_cluster import INIT_BLOCK
 
 START = np.datetime64("2021-01-04")
 
@@ -131,47 +137,78 @@ def line(label: str, times: list[float], n: int) -> float:
     return rate
 
 
-def run(n_lat: int, n_lon: int, inits: int, lengths: list[int], repeats: int, init_block: int) -> None:
+def run(
+    n_lat: int, n_lon: int, inits: int, lengths: list[int], repeats: int, init_block: int, only: str | None
+) -> None:
     configure(quiet=True)  # no progress lines between the results
     with tempfile.TemporaryDirectory(prefix="ensml-bench-evaluate-") as tmp:
         paths, analysis = prepare(Path(tmp), n_lat, n_lon, max(inits, *lengths))
-        forecast = paths[:inits]
-        on = Cluster()
-        warm = {"on": on, "init_block": init_block}
-        run_evaluate(forecast[: 2 * init_block], analysis, **warm)  # the workers import ensml
-        times: dict[str, list[float]] = {"serial": [], "two": []}
-        for _ in range(repeats):  # interleaved, so that the machine's slow spells hit both alike
-            t, serial_table = run_evaluate(forecast, analysis)
-            times["serial"].append(t)
-            t, cluster_table = run_evaluate(forecast, analysis, **warm)
-            times["two"].append(t)
-            pd.testing.assert_frame_equal(serial_table, cluster_table, check_exact=True)
-        on.close()
-        n = len(forecast)
-        print(
-            f"evaluate benchmark: {n} inits, {n_lat}x{n_lon}, 10 members, z/t x 500/850 hPa, leads 24/48 h; "
-            f"1 BLAS thread per process, 1 dask thread per worker, init_block {init_block}; {repeats} "
-            "interleaved repeats; tables identical"
-        )
-        s = line("one process (cluster: none)", times["serial"], n)
-        c = line("2-worker local cluster", times["two"], n)
-        print(
-            f"evaluate {n} inits {n_lat}x{n_lon}: 2 workers {c:.3f} inits/s vs one process {s:.3f} inits/s "
-            f"-> {c / s:.2f}x"
-        )
-        peaks = {}
-        for length in lengths:  # fresh workers: ru_maxrss is a peak since the process started
-            on = Cluster()
-            run_evaluate(paths[:length], analysis, on, init_block=init_block)
-            peaks[length] = on.peak_rss_mb()
-            on.close()
-        shown = ", ".join(f"{k} inits {max(v):.0f} MB" for k, v in peaks.items())
-        first, last = lengths[0], lengths[-1]
-        print(
-            f"evaluate peak memory per worker ({n_lat}x{n_lon}, init_block {init_block}): {shown} -> "
-            f"{max(peaks[last]) / max(peaks[first]):.2f}x for {last / first:.1f}x the inits"
-        )
+        if only != "memory":
+            timing(paths[:inits], analysis, n_lat, n_lon, repeats, init_block)
+        if only != "timing":
+            for verb in ("evaluate", "report"):
+                memory(verb, paths, analysis, n_lat, n_lon, lengths, init_block, Path(tmp))
         print(f"evaluate peak memory of this process (one-process runs included): {peak_rss_mb():.0f} MB")
+
+
+def timing(forecast: list[str], analysis: str, n_lat: int, n_lon: int, repeats: int, init_block: int) -> None:
+    """The timed runs: one process against a warm 2-worker cluster, interleaved."""
+    on = Cluster()
+    warm = {"on": on, "init_block": init_block}
+    run_evaluate(forecast[: 2 * init_block], analysis, **warm)  # the workers import ensml
+    times: dict[str, list[float]] = {"serial": [], "two": []}
+    for _ in range(repeats):  # interleaved, so that the machine's slow spells hit both alike
+        t, serial_table = run_evaluate(forecast, analysis)
+        times["serial"].append(t)
+        t, cluster_table = run_evaluate(forecast, analysis, **warm)
+        times["two"].append(t)
+        pd.testing.assert_frame_equal(serial_table, cluster_table, check_exact=True)
+    on.close()
+    n = len(forecast)
+    print(
+        f"evaluate benchmark: {n} inits, {n_lat}x{n_lon}, 10 members, z/t x 500/850 hPa, leads 24/48 h; "
+        f"1 BLAS thread per process, 1 dask thread per worker, init_block {init_block}; {repeats} "
+        "interleaved repeats; tables identical"
+    )
+    s = line("one process (cluster: none)", times["serial"], n)
+    c = line("2-worker local cluster", times["two"], n)
+    print(
+        f"evaluate {n} inits {n_lat}x{n_lon}: 2 workers {c:.3f} inits/s vs one process {s:.3f} inits/s "
+        f"-> {c / s:.2f}x"
+    )
+
+
+def memory(
+    verb: str,
+    paths: list[str],
+    analysis: str,
+    n_lat: int,
+    n_lon: int,
+    lengths: list[int],
+    init_block: int,
+    work: Path,
+) -> None:
+    """The peak memory of each worker of a fresh 2-worker cluster running ``verb`` on the first
+    ``length`` inits of the archive, for each of ``lengths``."""
+    peaks = {}
+    for length in lengths:  # fresh workers: ru_maxrss is a peak since the process started
+        on = Cluster()
+        if verb == "evaluate":
+            run_evaluate(paths[:length], analysis, on, init_block=init_block)
+        else:
+            out = work / f"report{length}"
+            report(
+                paths[:length], analysis, out_dir=str(out), variables=["z", "t"], scheduler_address=on.address
+            )
+        peaks[length] = on.peak_rss_mb()
+        on.close()
+    shown = ", ".join(f"{k} inits {max(v):.0f} MB" for k, v in peaks.items())
+    first, last = lengths[0], lengths[-1]
+    block = f"init_block {init_block if verb == 'evaluate' else INIT_BLOCK}"
+    print(
+        f"{verb} peak memory per worker ({n_lat}x{n_lon}, {block}): {shown} -> "
+        f"{max(peaks[last]) / max(peaks[first]):.2f}x for {last / first:.1f}x the inits"
+    )
 
 
 if __name__ == "__main__":
@@ -181,6 +218,10 @@ if __name__ == "__main__":
     parser.add_argument("--inits", type=int, default=60, help="inits timed (default 60)")
     parser.add_argument("--lengths", default="20,40,60", help="archive lengths of the memory runs")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--init_block", type=int, default=4)
+    parser.add_argument("--init_block", type=int, default=4, help="evaluate's (the report's is 4)")
+    parser.add_argument(
+        "--only", choices=["timing", "memory"], help="the timed runs or the memory runs alone"
+    )
     ns = parser.parse_args()
-    run(ns.n_lat, ns.n_lon, ns.inits, [int(x) for x in ns.lengths.split(",")], ns.repeats, ns.init_block)
+    lengths = [int(x) for x in ns.lengths.split(",")]
+    run(ns.n_lat, ns.n_lon, ns.inits, lengths, ns.repeats, ns.init_block, ns.only)

@@ -41,7 +41,7 @@ def test_script_help_runs_as_the_guides_run_it(script: str) -> None:
     assert "usage:" in run.stdout
 
 
-@pytest.mark.slow  # a small archive, two local workers, four evaluate runs (about a minute)
+@pytest.mark.slow  # a small archive, two local workers, four evaluate runs and two reports (about a minute)
 @pytest.mark.distributed
 @pytest.mark.timeout(600)
 def test_evaluate_benchmark_runs_at_its_tiny_setting() -> None:
@@ -59,3 +59,4 @@ def test_evaluate_benchmark_runs_at_its_tiny_setting() -> None:
     assert "tables identical" in out, out
     assert "evaluate 8 inits 16x32: 2 workers " in out and "inits/s vs one process " in out, out
     assert "evaluate peak memory per worker (16x32, init_block 4): 4 inits " in out, out
+    assert "report peak memory per worker (16x32, init_block 4): 4 inits " in out, out

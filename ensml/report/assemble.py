@@ -52,7 +52,7 @@ from ensml.verify.casestudy import score_case
 from ensml.verify.distributed import FrameSource
 from ensml.verify.evaluate import Scores
 from ensml.verify.frame_scores import grid_frame
-from ensml.verify.on_cluster import check_options, cluster_spec
+from ensml.verify.on_cluster import INIT_BLOCK, check_options, cluster_spec
 from ensml.verify.options import Selection, Sources
 from ensml.verify.stations import (
     StationScores,
@@ -103,6 +103,7 @@ def report(
     scheduler_file: str | None = None,
     scheduler_address: str | None = None,
     jobqueue: JobQueue | None = None,
+    init_block: PositiveInt = INIT_BLOCK,
 ) -> Report:
     """Write the verification report (``report.md`` + ``figures/``, and ``report.html``).
 
@@ -173,9 +174,9 @@ def report(
     cluster
         Where the global scores and those by lead time are computed: ``none`` (default: in this
         process), or on a dask cluster as ``ensml evaluate --cluster`` (``local``, ``slurm``,
-        ``pbs``): each worker reads and scores whole leads (the report's rank histograms and
-        reliability need every init time of a lead at once), so the leads are scored side by
-        side; the numbers are those of one process. Against an analysis, without variables
+        ``pbs``): each worker reads and scores blocks of ``init_block`` init times at one lead
+        (the report's scores by lead as sums per init time, which the client adds in init
+        order); the numbers are those of one process. Against an analysis, without variables
         that get event scores (a family bounded below).
     workers
         Local worker processes with ``cluster: local`` (default: one per CPU core).
@@ -187,6 +188,9 @@ def report(
     jobqueue
         SLURM/PBS settings with ``cluster: slurm|pbs`` (queue, account, cores, memory, walltime,
         jobs, …), as for ``ensml postprocess``.
+    init_block
+        Init times per unit of work on a cluster, as ``ensml evaluate``'s: a worker holds one
+        block of init times at one lead (all members), whatever the length of the archive.
 
     Returns
     -------
@@ -194,7 +198,9 @@ def report(
         The report's folder and its global scores.
     """
     OutputFolder.check(out_dir, "report", names=["report.md", "report.html"])  # before hours of work
-    on = cluster_spec("report", cluster, workers, scheduler_file, scheduler_address, jobqueue, out_dir)
+    on = cluster_spec(
+        "report", cluster, workers, scheduler_file, scheduler_address, jobqueue, out_dir, init_block
+    )
     if on is not None:
         check_options("report", stations=observations is not None or analysis is None)
     leads, lead = leads_option(leads), (parse_lead(lead) if lead is not None else None)  # fail at once

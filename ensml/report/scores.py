@@ -37,18 +37,16 @@ import pandas as pd
 import xarray as xr
 
 from ensml.data.frame import EnsembleFrame, LeadFrame
-from ensml.data.grid import horizontal_dims
 from ensml.data.subset import Subset
-from ensml.names import INIT_TIME, LEAD_TIME, MEMBER, TIME, VALID_TIME, raw_ensemble_name, raw_subset_name
-from ensml.scores.calibration import ensemble_mean_rmse, rank_histogram, spread_skill_ratio
+from ensml.names import INIT_TIME, raw_subset_name
+from ensml.report.climate import monthly_climate
+from ensml.report.lead_sums import LeadSums, lead_sums
 from ensml.scores.distributions import Family
-from ensml.scores.probability import reliability
 from ensml.times import lead_hours
 from ensml.verify.distributed import FrameSource
 from ensml.verify.evaluate import Scores, score_grid
-from ensml.verify.families import distributions, family_members, family_moments, family_params
+from ensml.verify.families import distributions
 from ensml.verify.frame_scores import GridFrame, lead_ensembles
-from ensml.verify.levels import at, levels_of, per_level, table_level
 from ensml.verify.on_cluster import EvaluateCluster, check_blocks, on_cluster
 from ensml.verify.thresholds import EventThresholds, bounded_variables, thresholds_for
 
@@ -82,9 +80,10 @@ def scores_by_lead(
     :func:`ensml.verify.evaluate.score_grid` scores each lead's fields for ``evaluate``'s tables
     and hands them to :class:`LeadScores`. Means are weighted by the frame's area weights over
     the init times and the horizontal dims; the raw subset is scored beside the raw ensemble.
-    With ``cluster`` (and the ``source`` its workers open the frame from), each lead is read and
-    scored by a dask worker, :class:`LeadScores` included, and the client puts the leads'
-    scores together in order (:func:`ensml.verify.distributed.on_cluster`): the same numbers.
+    With ``cluster`` (and the ``source`` its workers open the frame from), each block of init
+    times of each lead is read and scored by a dask worker, :class:`LeadScores` included, and the
+    client puts the blocks' scores together in order (:func:`ensml.verify.distributed.on_cluster`;
+    the report's as sums per init time, :mod:`ensml.report.lead_sums`): the same numbers.
 
     Returns
     -------
@@ -102,7 +101,7 @@ def scores_by_lead(
             grid,
             source,
             lambda blocks: score_grid(grid, blocks=blocks),
-            hook=LeadScores.of_grid,
+            hook=LeadScores.on_worker,
             receive=extra,
         )
     return scores, extra.result(scores)
@@ -114,66 +113,70 @@ class LeadScores:
     climatological event, from the fields ``evaluate``'s pass has just scored.
 
     A :data:`~ensml.verify.frame_scores.LeadHook`: ``score_grid(grid, collect=LeadScores(...))``
-    calls it with each lead's fields and each variable; :meth:`result` then adds the CRPS and the
-    threshold reliability of ``evaluate``'s scores. ``frame``, ``subset`` and ``families``: those
-    of the :class:`~ensml.verify.frame_scores.GridFrame` scored.
+    calls it with each lead's fields (all its init times, or a block of them on a cluster's
+    worker) and each variable, and it keeps their sums per init time
+    (:func:`ensml.report.lead_sums.lead_sums`); :meth:`result` adds them over the init times and
+    adds the CRPS and the threshold reliability of ``evaluate``'s scores. ``frame``, ``subset``
+    and ``families``: those of the :class:`~ensml.verify.frame_scores.GridFrame` scored.
     """
 
     def __init__(self, frame: EnsembleFrame, subset: Subset, families: Families) -> None:
         self.frame, self.subset, self.families = frame, subset, families
         self._climates: dict[str, tuple[xr.DataArray, xr.DataArray]] | None = None
-        self.rows: dict[str, list[dict]] = {var: [] for var in frame.variables}
-        self.hists: dict = {}
-        self.rel: dict = {}
+        self.sums: dict[tuple[np.timedelta64, str], list[LeadSums]] = {}  # (lead, var) → blocks, in order
         self.drawn: dict[str, set[str]] = {}  # each variable's forecasts: the raw ensemble, the distributions
 
     @classmethod
     def of_grid(cls, grid: GridFrame) -> LeadScores:
-        """The scores of ``grid``'s frame, subset and families (a cluster worker makes its own)."""
+        """The scores of ``grid``'s frame, subset and families (its climatology read when first
+        needed: a cluster's client, whose workers score, never reads it)."""
         return cls(grid.frame, grid.subset, grid.families)
+
+    @classmethod
+    def on_worker(cls, grid: GridFrame) -> LeadScores:
+        """:meth:`of_grid` with its climatology read now: a cluster worker makes it once, while it
+        reads nothing else (:func:`ensml.verify.distributed.score_block`)."""
+        scores = cls.of_grid(grid)
+        _ = scores.climates
+        return scores
 
     @property
     def climates(self) -> dict[str, tuple[xr.DataArray, xr.DataArray]]:
-        """The monthly climatology of each variable without event thresholds (read when first
-        needed: a cluster's client, whose workers score, never reads it)."""
+        """The monthly climatology of each variable without event thresholds."""
         if self._climates is None:
             frame = self.frame
             events = event_thresholds(frame, self.families)  # their reliability is evaluate's
             kept = [v for v in frame.variables if v not in events]
-            self._climates = {v: _monthly_climate(frame.analysis[v]) for v in kept}
+            self._climates = {v: monthly_climate(frame.analysis[v]) for v in kept}
         return self._climates
 
-    def take(self) -> tuple[dict, dict, dict, dict]:
-        """What was collected so far (rows, histograms, reliability, forecasts drawn), forgotten
-        here: a cluster worker's scores of one lead, for the client's :meth:`put`."""
-        piece = (self.rows, self.hists, self.rel, self.drawn)
-        self.rows, self.hists, self.rel, self.drawn = {v: [] for v in self.frame.variables}, {}, {}, {}
+    def take(self) -> tuple[dict, dict]:
+        """What was collected so far (the sums, the forecasts drawn), forgotten here: a cluster
+        worker's scores of one block, for the client's :meth:`put`."""
+        piece = (self.sums, self.drawn)
+        self.sums, self.drawn = {}, {}
         return piece
 
-    def put(self, piece: tuple[dict, dict, dict, dict]) -> None:
-        """Add a worker's :meth:`take` (lead by lead, in order: as one process collects them)."""
-        rows, hists, rel, drawn = piece
-        for var, more in rows.items():
-            self.rows[var] += more
-        for lead, by_field in hists.items():
-            self.hists.setdefault(lead, {}).update(by_field)
-        for key, by_forecast in rel.items():
-            self.rel.setdefault(key, {}).update(by_forecast)
+    def put(self, piece: tuple[dict, dict]) -> None:
+        """Add a worker's :meth:`take` (block by block, in init order within each lead)."""
+        sums, drawn = piece
+        for key, blocks in sums.items():
+            self.sums.setdefault(key, []).extend(blocks)
         self.drawn.update(drawn)
 
     def __call__(self, lf: LeadFrame, var: str) -> None:
         """Score ``var`` at the lead of ``lf`` (the fields ``evaluate`` scored)."""
         dists = distributions(lf, self.families, var)
         ensembles = lead_ensembles(self.frame, lf, var, self.subset)
-        self.rows[var] += _rows_at(self.frame, lf, var, ensembles, dists, self.hists)
+        climate = self._climate(var, lf) if var in self.climates else None
+        block = lead_sums(self.frame, lf, var, ensembles, dists, climate)
+        self.sums.setdefault((lf.lead, var), []).append(block)
         self.drawn[var] = {*ensembles, *dists} - {raw_subset_name(self.subset.k)}
-        if var in self.climates:
-            _climate_reliability(self.frame, lf, var, dists, self._climate(var, lf.lead), self.rel)
 
-    def _climate(self, var: str, lead: np.timedelta64) -> tuple[xr.DataArray, xr.DataArray]:
-        """The monthly mean and std of ``var`` at the valid time of each init time at ``lead``."""
-        inits = self.frame.inits
-        month = xr.DataArray(pd.DatetimeIndex(inits + lead).month, dims=[INIT_TIME])
+    def _climate(self, var: str, lf: LeadFrame) -> tuple[xr.DataArray, xr.DataArray]:
+        """The monthly mean and std of ``var`` at the valid time of each init time of ``lf``."""
+        inits = lf.analysis[INIT_TIME].values
+        month = xr.DataArray(pd.DatetimeIndex(inits + lf.lead).month, dims=[INIT_TIME])
         mean, std = (
             c.sel(month=month).drop_vars("month").assign_coords({INIT_TIME: inits})
             for c in self.climates[var]
@@ -181,13 +184,25 @@ class LeadScores:
         return mean, std
 
     def result(self, scores: Scores) -> ByLead:
-        """What was collected, with the CRPS of ``scores.table`` (``evaluate``'s, of the same
-        pass) and the threshold reliability of ``scores.events``."""
-        rows = pd.DataFrame([row for var in self.frame.variables for row in self.rows[var]])
-        table = _merge(rows, scores.table[[*KEYS, "crps"]], KEYS)[[*KEYS, "crps", "spread", "rmse", "ssr"]]
+        """What was collected, added over the init times, with the CRPS of ``scores.table``
+        (``evaluate``'s, of the same pass) and the threshold reliability of ``scores.events``."""
+        rows, hists, rel = [], {}, {}
+        for var in self.frame.variables:
+            for lead in self.frame.leads:
+                blocks = self.sums.get((lead, var))
+                if not blocks:
+                    continue
+                sums = LeadSums.join(blocks)
+                rows += sums.rows(lead_hours(lead))
+                hists.setdefault(lead, {}).update(sums.histograms())
+                for name, by_level in sums.reliability().items():
+                    for lev, table in by_level.items():
+                        rel.setdefault((lead, var, lev), {})[name] = table
+        table = _merge(pd.DataFrame(rows), scores.table[[*KEYS, "crps"]], KEYS)
+        table = table[[*KEYS, "crps", "spread", "rmse", "ssr"]]
         reliable = scores.events.reliability if scores.events is not None else []
         events = [row for row in reliable if row["forecast"] in self.drawn.get(row["variable"], ())]
-        return ByLead(table, self.hists, self.rel, pd.DataFrame(events))
+        return ByLead(table, hists, rel, pd.DataFrame(events))
 
 
 def event_thresholds(frame: EnsembleFrame, families: Families) -> dict[str, EventThresholds]:
@@ -199,116 +214,6 @@ def event_thresholds(frame: EnsembleFrame, families: Families) -> dict[str, Even
         if thr is not None:
             out[var] = thr
     return out
-
-
-def _monthly_climate(an: xr.DataArray) -> tuple[xr.DataArray, xr.DataArray]:
-    """The monthly mean and std of the analysis at each point (dims month, level, grid).
-
-    Where the analysis does not vary in a month (std 0: no rain all month, one sample) the std is
-    NaN: those points have no standardised anomaly and are left out of the reliability
-    diagrams, rather than giving an infinite anomaly.
-    """
-    clim = an.groupby(f"{TIME}.month")
-    std = clim.std(TIME)
-    return clim.mean(TIME), std.where(std > 0)
-
-
-def _fields(ds: xr.Dataset) -> xr.Dataset:
-    """A source's fields at one lead without their lead-time coordinates."""
-    return ds.drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
-
-
-def _rows_at(
-    frame: EnsembleFrame,
-    lf: LeadFrame,
-    var: str,
-    ensembles: dict[str, xr.DataArray],
-    dists: dict[str, tuple[xr.Dataset, Family]],
-    hists: dict,
-) -> list[dict]:
-    """The rows of ``var`` at one lead (``ensembles``: its raw ensemble, subset and members;
-    ``dists``: its distributions, by label), without the CRPS (``evaluate``'s table has it); its
-    rank histograms go into ``hists``."""
-    lead, w = lf.lead, frame.weights
-    over = [INIT_TIME, *horizontal_dims(frame.forecast)]
-    levels = levels_of(frame.forecast[var], frame.levels)  # [None] for a surface variable
-    x = lf.forecast[var].drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
-    y = lf.analysis[var]
-    h = lead_hours(lead)
-    rows = []
-    for name, ens in ensembles.items():
-        ens = ens.drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
-        kw = {"preserve_dims": per_level(x), "weights": w}
-        scores = {
-            "spread": np.sqrt((ens.var(MEMBER, ddof=1)).weighted(w).mean(over)),
-            "rmse": ensemble_mean_rmse(ens, y, **kw),
-            "ssr": spread_skill_ratio(ens, y, finite_ensemble_correction=True, **kw),
-        }
-        rows += [
-            _row(var, lev, h, name, {key: float(at(v, lev)) for key, v in scores.items()}) for lev in levels
-        ]
-    for name, (ds, family) in dists.items():
-        ds = _fields(ds)
-        mu, sd = family_moments(family, family_params(ds, var, family, f"{name} {var}"))
-        spread = np.sqrt((sd**2).weighted(w).mean(over))
-        rmse = np.sqrt(((mu - y) ** 2).weighted(w).mean(over))
-        for lev in levels:
-            s_, r_ = float(at(spread, lev)), float(at(rmse, lev))
-            scores = {"spread": s_, "rmse": r_, "ssr": s_ / r_}
-            rows.append(_row(var, lev, h, name, scores))
-    hists.setdefault(lead, {}).update(
-        {(var, lev): rank_histogram(at(x, lev), at(y, lev), weights=w) for lev in levels}
-    )
-    return rows
-
-
-def _climate_reliability(
-    frame: EnsembleFrame,
-    lf: LeadFrame,
-    var: str,
-    dists: dict[str, tuple[xr.Dataset, Family]],
-    climate,
-    rel: dict,
-) -> None:
-    """The reliability of "analysis > monthly mean + 1 std" of the raw ensemble and of each
-    distribution (its 100 quantiles) of ``var`` at one lead, into ``rel``."""
-    lead, w = lf.lead, frame.weights
-    levels = levels_of(frame.forecast[var], frame.levels)
-    x = lf.forecast[var].drop_vars([LEAD_TIME, VALID_TIME], errors="ignore")
-    m0, s0 = climate
-    ystd = (lf.analysis[var] - m0) / s0  # standardised anomaly w.r.t. the monthly climatology
-    for name, (ds, family) in dists.items():
-        params = family_params(_fields(ds), var, family, f"{name} {var}")
-        for lev in levels:
-            q = _standardised_members(
-                family, {p: at(f, lev) for p, f in params.items()}, at(m0, lev), at(s0, lev)
-            )
-            rel.setdefault((lead, var, lev), {})[name] = reliability(q, at(ystd, lev), 1.0, weights=w)
-    for lev in levels:
-        xs = at((x - m0) / s0, lev)
-        rel.setdefault((lead, var, lev), {})[raw_ensemble_name(x.sizes[MEMBER])] = reliability(
-            xs, at(ystd, lev), 1.0, weights=w
-        )
-
-
-def _standardised_members(
-    family: Family, params: dict[str, xr.DataArray], m0: xr.DataArray, s0: xr.DataArray
-) -> xr.DataArray:
-    """The 100 quantiles of ``family(params)`` as anomalies ``(Q − m0)/s0``: for a normal, the
-    quantiles of N((mean − m0)/s0, (std/s0)²), as the report drew them before the families."""
-    if family.name == "normal":
-        return family_members(family, {"mean": (params["mean"] - m0) / s0, "std": params["std"] / s0})
-    return (family_members(family, params) - m0) / s0
-
-
-def _row(var: str, level: float | None, lead_h: int, forecast: str, scores: dict[str, float]) -> dict:
-    return {
-        "variable": var,
-        "level_hPa": table_level(level),
-        "lead_h": lead_h,
-        "forecast": forecast,
-        **scores,
-    }
 
 
 def skill_by_lead(by_lead: pd.DataFrame) -> pd.DataFrame:

@@ -26,9 +26,11 @@ __all__ = [
     "ensemble_mean_bias",
     "ensemble_mean_rmse",
     "histogram_flatness",
+    "observation_ranks",
     "pit_histogram",
     "pit_value_histogram",
     "rank_histogram",
+    "spread_skill_fields",
     "spread_skill_ratio",
     "spread_skill_terms",
 ]
@@ -135,6 +137,28 @@ def spread_skill_terms(
 def _terms(
     fcst: xr.DataArray, obs: xr.DataArray, member_dim: str, correction: bool, kw: dict, func: str
 ) -> tuple[xr.DataArray, xr.DataArray]:
+    var, se = _pointwise_terms(fcst, obs, member_dim, correction, func)
+    return reduce_score(var, **kw, func=func), reduce_score(se, **kw, func=func)
+
+
+def spread_skill_fields(
+    fcst: xr.DataArray,
+    obs: xr.DataArray,
+    *,
+    member_dim: str = MEMBER,
+    finite_ensemble_correction: bool = False,
+) -> tuple[xr.DataArray, xr.DataArray]:
+    r"""The pointwise terms of :func:`spread_skill_ratio`, before any mean: :math:`c\, s^2` and
+    :math:`(\bar x - y)^2`, each NaN where either is (a point with fewer than two valid members
+    or a NaN observation). Their (weighted) means over the reduced dims are
+    :func:`spread_skill_terms`; kept pointwise, they can be summed over blocks of init times
+    (``ensml report --cluster``)."""
+    return _pointwise_terms(fcst, obs, member_dim, finite_ensemble_correction, "spread_skill_fields")
+
+
+def _pointwise_terms(
+    fcst: xr.DataArray, obs: xr.DataArray, member_dim: str, correction: bool, func: str
+) -> tuple[xr.DataArray, xr.DataArray]:
     fcst, obs = check_fcst_obs(fcst, obs, func, member_dim)
     if fcst.sizes[member_dim] < 2:
         raise EnsmlError(f"{func}: needs at least 2 members along '{member_dim}'")
@@ -146,9 +170,7 @@ def _terms(
         var = var * (m + 1) / m
     se = (_member_mean(fcst, member_dim) - obs) ** 2
     ok = var.notnull() & se.notnull()
-    spread = reduce_score(var.where(ok), **kw, func=func)
-    mse = reduce_score(se.where(ok), **kw, func=func)
-    return spread, mse
+    return var.where(ok), se.where(ok)
 
 
 def _ranks(fc: np.ndarray, y: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -195,16 +217,7 @@ def rank_histogram(
         fcst = fcst.chunk({member_dim: -1})
     else:
         u_data = np.random.default_rng(seed).random(obs.shape)
-    u = obs.copy(data=u_data)
-    rank = xr.apply_ufunc(
-        _ranks,
-        fcst,
-        obs,
-        u,
-        input_core_dims=[[member_dim], [], []],
-        dask="parallelized",
-        output_dtypes=[np.int64],
-    )
+    rank = _observation_ranks(fcst, obs, obs.copy(data=u_data), member_dim)
     dims = resolve_reduce_dims(obs.dims, reduce_dims, preserve_dims, "rank_histogram")
     ranks = xr.DataArray(np.arange(m + 1), dims=[RANK], coords={RANK: np.arange(m + 1)})
     hit = (rank == ranks).astype(np.float64)
@@ -212,6 +225,32 @@ def rank_histogram(
         hit = hit * check_weights(weights, rank, "rank_histogram")
     out = hit.sum(dims).where((rank >= 0).any(dims))  # no valid point: NaN, not a row of zeros
     return out.rename("rank_histogram").assign_attrs(units="1", long_name="rank histogram count")
+
+
+def observation_ranks(
+    fcst: xr.DataArray, obs: xr.DataArray, tie_breaks: xr.DataArray, *, member_dim: str = MEMBER
+) -> xr.DataArray:
+    """The rank of the observation among the M members at each point, as :func:`rank_histogram`
+    counts them: the number of members below it plus a uniform share of the ties, drawn from
+    ``tie_breaks`` (uniform numbers in [0, 1), shaped as ``obs``); -1 where any member or the
+    observation is NaN. Given its own draws, a caller can rank blocks of a field apart and get
+    the ranks of the whole (``ensml report --cluster`` draws them per init time)."""
+    fcst, obs = check_fcst_obs(fcst, obs, "observation_ranks", member_dim)
+    return _observation_ranks(fcst, obs, tie_breaks, member_dim)
+
+
+def _observation_ranks(
+    fcst: xr.DataArray, obs: xr.DataArray, tie_breaks: xr.DataArray, member_dim: str
+) -> xr.DataArray:
+    return xr.apply_ufunc(
+        _ranks,
+        fcst,
+        obs,
+        tie_breaks,
+        input_core_dims=[[member_dim], [], []],
+        dask="parallelized",
+        output_dtypes=[np.int64],
+    ).rename("observation_rank")
 
 
 def pit_histogram(

@@ -31,6 +31,7 @@ from ensml.scores.reduce import (
 __all__ = [
     "brier_score",
     "exceedance_probability",
+    "probability_bins",
     "probability_brier_score",
     "probability_reliability",
     "reliability",
@@ -159,13 +160,20 @@ def reliability(
     return _binned(p, o, n_bins, dims, weights, "reliability").assign_attrs(threshold=thr)
 
 
+def probability_bins(p: xr.DataArray, n_bins: int) -> xr.DataArray:
+    """The bin of each probability ``p`` among ``n_bins`` equal bins of [0, 1], as
+    :func:`reliability` bins them (0 … n_bins − 1, the last bin closed; a probability ``j/M``
+    exactly on an edge goes to the bin above it); NaN where ``p`` is."""
+    return np.minimum(np.floor(p * n_bins + 1e-9), n_bins - 1)
+
+
 def _binned(
     p: xr.DataArray, o: xr.DataArray, n_bins: int, dims: list[Hashable], weights: Any, func: str
 ) -> xr.Dataset:
     """The reliability table of probabilities ``p`` and events ``o`` (0/1, NaN missing) in
     ``n_bins`` equal bins of [0, 1], reduced over ``dims`` (see :func:`reliability`)."""
     valid = p.notnull() & o.notnull()
-    k = np.minimum(np.floor(p * n_bins + 1e-9), n_bins - 1)  # p = j/M exactly on an edge
+    k = probability_bins(p, n_bins)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     bins = xr.DataArray(np.arange(n_bins), dims=["bin"])
     in_bin = (k == bins) & valid

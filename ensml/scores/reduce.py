@@ -26,6 +26,7 @@ __all__ = [
     "infinite_error",
     "reduce_score",
     "resolve_reduce_dims",
+    "weighted_sums",
 ]
 
 
@@ -308,3 +309,46 @@ def reduce_score(
     if not dims:
         return score
     return score.mean(dim=dims, skipna=True)
+
+
+def weighted_sums(
+    score: xr.DataArray, weights: xr.DataArray, over: Iterable[Hashable], func: str = "score"
+) -> tuple[xr.DataArray, xr.DataArray]:
+    r"""The two sums of :func:`reduce_score`'s weighted mean over ``over``, kept apart:
+    :math:`\sum_p w_p s_p` and :math:`\sum_p w_p` over the points ``p`` where ``s`` is not NaN,
+    for each index of the other dims.
+
+    Each index's sums come from its own values alone (one contiguous row, numpy's pairwise sum),
+    so the sums of some init times are the same to the last bit whether those init times are
+    summed alone or within a longer array: blocks of init times summed apart (on a cluster's
+    workers) and joined give the sums of the whole, which a mean over init times then adds in
+    init order. Returns float64 DataArrays over the other dims, in ``score``'s order.
+    """
+    over = list(over)
+    missing = [d for d in over if d not in score.dims]
+    if missing:
+        raise EnsmlError(f"{func}: no dimension {missing[0]!r} to sum over in ({_dims(score)})")
+    score = check_no_inf(score, func, "the pointwise score")
+    weights = check_weights(weights, score, func)
+    keep = [d for d in score.dims if d not in over]
+    s = score.transpose(*keep, *over)
+    w = weights.drop_vars([c for c in weights.coords if c not in weights.dims])
+    w = np.broadcast_to(w.transpose(*[d for d in s.dims if d in w.dims]).values[_spread(s, w)], s.shape)
+    n = int(np.prod([s.sizes[d] for d in over]))
+    values = np.ascontiguousarray(s.values, dtype=np.float64).reshape(-1, n)
+    w = np.ascontiguousarray(w, dtype=np.float64).reshape(-1, n)
+    valid = ~np.isnan(values)
+    total = np.where(valid, values * w, 0.0).sum(axis=-1)
+    weight = np.where(valid, w, 0.0).sum(axis=-1)
+    shape = [s.sizes[d] for d in keep]
+    coords = {d: s[d] for d in keep if d in s.coords}
+    return (
+        xr.DataArray(total.reshape(shape), dims=keep, coords=coords),
+        xr.DataArray(weight.reshape(shape), dims=keep, coords=coords),
+    )
+
+
+def _spread(s: xr.DataArray, w: xr.DataArray) -> tuple:
+    """The index that gives ``w`` (its dims in ``s``'s order) a length-1 axis for each dim of
+    ``s`` it lacks, for numpy to broadcast."""
+    return tuple(slice(None) if d in w.dims else np.newaxis for d in s.dims)

@@ -116,7 +116,7 @@ class CollectedHook(Protocol):
         ...
 
 
-#: Makes a worker's hook from the frame (e.g. ``ensml report``'s ``LeadScores.of_grid``).
+#: Makes a worker's hook from the frame (e.g. ``ensml report``'s ``LeadScores.on_worker``).
 HookFactory = Callable[[GridFrame], CollectedHook]
 _HOOKS: dict[str, CollectedHook] = {}
 
@@ -162,10 +162,10 @@ def score_block(
     with dask.config.set(scheduler="synchronous"):
         with _READING:
             grid = source.open()
+            collect = source.hook(hook) if hook is not None else None  # made once: it may read too
             frame = replace(grid.frame, inits=inits)
             lf = read_lead(frame, lead, missing_forecast)
             close_files()
-        collect = source.hook(hook) if hook is not None else None
         parts = {}
         for var in frame.variables:
             parts[var] = variable_parts(frame, lf, var, grid.subset, fair, grid.families)

@@ -157,13 +157,12 @@ def on_cluster(
     joined, supervised, closed (its jobs cancelled) however the run ends; a signal stops it
     with :class:`~ensml.errors.Interrupted` (nothing written).
 
-    ``hook``: makes the workers' hook of each lead's fields, whose collections are put into
-    ``receive`` lead by lead; its blocks are then whole leads (a hook such as the report's
-    sees every init time of a lead at once)."""
+    ``hook``: makes the workers' hook of each block's fields, whose collections are put into
+    ``receive`` block by block, in order (the report's, whose sums per init time make a block's
+    scores part of its lead's: :mod:`ensml.report.lead_sums`)."""
     from ensml.cluster.workers import ScoringPlugin  # distributed: only for a run on a cluster
 
-    spec = cluster.spec
-    size = cluster.init_block if hook is None else len(grid.frame.inits)  # a hook's blocks: whole leads
+    spec, size = cluster.spec, cluster.init_block
     hint = analysis_chunks_note(grid.frame.analysis, grid.frame.variables, size, spec.command)
     if hint:
         note(hint)

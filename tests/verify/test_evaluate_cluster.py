@@ -135,8 +135,16 @@ def test_report_on_a_local_cluster_writes_the_page_of_one_process(tiny_data, tmp
         assert main([*args, "--out_dir", str(out), *extra]) == 0
 
     report(tmp_path / "one")
-    report(tmp_path / "two", "--cluster", "local", "--workers", "2")
-    for name in ("report.md", *(f"tables/{t}" for t in TABLES)):
+    report(tmp_path / "two", "--cluster", "local", "--workers", "2", "--init_block", "5")  # 122 inits: 24 + 2
+    figures = sorted(p.relative_to(tmp_path / "one").as_posix() for p in (tmp_path / "one").glob("figures/*"))
+    assert {"figures/rank_histograms.png", "figures/reliability.png", "figures/spread_skill.png"} <= {
+        *figures
+    }
+    for name in (
+        "report.md",
+        *(f"tables/{t}" for t in TABLES),
+        *figures,
+    ):  # the figures drawn from the same numbers
         assert filecmp.cmp(tmp_path / "one" / name, tmp_path / "two" / name, shallow=False), name
 
 
@@ -211,6 +219,7 @@ ROWS = [
         ("cores (1) must be at least processes (2)",),
     ),
     ("report: workers without a cluster", REPORT + " --workers 2", 1, ("workers 2 is for a cluster",)),
+    ("report: init_block zero", REPORT + " --cluster local --init_block 0", 1, ("--init_block",)),
     (
         "report: scheduler file missing",
         REPORT + " --scheduler_file {dir}/no-scheduler.json",
