@@ -64,9 +64,18 @@ from ensml.errors import EnsmlError
 from ensml.names import MEMBER
 from ensml.scores.reduce import check_fcst_obs, check_weights, resolve_reduce_dims
 
-__all__ = ["case_sums", "crps_decomposition", "decomposition_of_sums"]
+__all__ = [
+    "CASE",
+    "case_sums",
+    "crps_decomposition",
+    "decomposition_of_sums",
+    "sorted_observations",
+    "uncertainty_of_runs",
+]
 
 BIN = "bin"
+#: The dim of :func:`sorted_observations`' runs: the observations of a kept index, sorted.
+CASE = "case"
 REFERENCE = "Hersbach (2000), Wea. Forecasting 15, 559-570"
 _BATCH = 1 << 19  # members per batch inside a block: ~4 MB per float64 temporary
 
@@ -163,7 +172,9 @@ def _one_pass(f: xr.DataArray, y: xr.DataArray, w: np.ndarray, nred: int) -> tup
 
 def _uncertainty(y: np.ndarray, w: np.ndarray, nred: int) -> np.ndarray:
     """Unc of each kept group (module docstring), exact, from the sorted observations; groups
-    in batches of ~1e6 values (sorted in their own dtype, summed in float64)."""
+    in batches of ~1e6 values (sorted in their own dtype, summed in float64). Ties keep their
+    order (a stable sort), so that runs sorted apart and merged give the same sums
+    (:func:`uncertainty_of_runs`)."""
     kept = y.shape[: y.ndim - nred]
     g = int(np.prod(kept, dtype=np.int64))
     y2 = y.reshape(g, -1)
@@ -174,19 +185,88 @@ def _uncertainty(y: np.ndarray, w: np.ndarray, nred: int) -> np.ndarray:
     else:
         w2 = np.broadcast_to(w, y.shape).reshape(g, n)
     unc = np.empty(g)
-    step = max(1, (1 << 20) // max(n, 1))
-    for rows in (slice(i, i + step) for i in range(0, g, step)):
+    for rows in _batches(g, n):
         if const:
-            ys, cum = np.sort(y2[rows], axis=1), np.arange(1.0, n + 1) * wk[rows, None]
+            unc[rows] = _sorted_uncertainty(np.sort(y2[rows], axis=1), np.arange(1.0, n + 1) * wk[rows, None])
         else:
-            idx = np.argsort(y2[rows], axis=1)
+            idx = np.argsort(y2[rows], axis=1, kind="stable")
             ys, cum = np.take_along_axis(y2[rows], idx, 1), np.take_along_axis(w2[rows], idx, 1).cumsum(1)
-        gaps = np.subtract(ys[:, 1:], ys[:, :-1], dtype=np.float64)
-        total, below = cum[:, -1], cum[:, :-1]  # C_j and W of the module docstring
-        with np.errstate(invalid="ignore", divide="ignore"):
-            num = np.einsum("ij,ij,ij->i", gaps, below, total[:, None] - below)
-            unc[rows] = num / np.where(total > 0, total, np.nan) ** 2
+            unc[rows] = _sorted_uncertainty(ys, cum)
     return unc.reshape(kept)
+
+
+def _batches(g: int, n: int) -> Iterable[slice]:
+    """Rows of a (g, n) array in batches of about 1e6 values."""
+    step = max(1, (1 << 20) // max(n, 1))
+    return (slice(i, i + step) for i in range(0, g, step))
+
+
+def _sorted_uncertainty(ys: np.ndarray, cum: np.ndarray) -> np.ndarray:
+    """Unc of each row of sorted observations ``ys`` whose weights add up to ``cum``."""
+    gaps = np.subtract(ys[:, 1:], ys[:, :-1], dtype=np.float64)
+    total, below = cum[:, -1], cum[:, :-1]  # C_j and W of the module docstring
+    with np.errstate(invalid="ignore", divide="ignore"):
+        num = np.einsum("ij,ij,ij->i", gaps, below, total[:, None] - below)
+        return num / np.where(total > 0, total, np.nan) ** 2
+
+
+def sorted_observations(
+    obs: xr.DataArray, *, keep: Iterable[Hashable], weights: xr.DataArray | None = None
+) -> xr.Dataset:
+    """The observations of each index of the ``keep`` dims sorted over the others (ties in their
+    order), with their weights in the same order: ``value`` and ``weight`` along a new dim
+    ``case``, the runs :func:`uncertainty_of_runs` merges.
+
+    Sorted per init time (``keep`` = the init time and the level), the runs of blocks of init
+    times scored apart (``evaluate --cluster``) are those of the whole, and the uncertainty of
+    their merge does not depend on the blocks.
+    """
+    keep = list(keep)
+    red = [d for d in obs.dims if d not in keep]
+    if weights is None:
+        w = np.ones((1,) * obs.ndim)
+    else:
+        weights = check_weights(weights, obs, "sorted_observations")
+        w = weights.transpose(*[d for d in [*keep, *red] if d in weights.dims]).values.astype(np.float64)
+        w = w.reshape([obs.sizes[d] if d in weights.dims else 1 for d in [*keep, *red]])
+    y = obs.transpose(*keep, *red).values
+    kept = y.shape[: len(keep)]
+    g = int(np.prod(kept, dtype=np.int64))
+    y2 = y.reshape(g, -1)
+    w2 = np.broadcast_to(w, y.shape).reshape(g, -1)
+    idx = np.argsort(y2, axis=1, kind="stable")
+    values, wts = np.take_along_axis(y2, idx, 1), np.take_along_axis(w2, idx, 1)
+    coords = {k: v.variable for k, v in obs.coords.items() if set(v.dims) <= set(keep)}
+    dims = [*keep, CASE]
+    return xr.Dataset(
+        {"value": (dims, values.reshape(*kept, -1)), "weight": (dims, wts.reshape(*kept, -1))}, coords=coords
+    )
+
+
+def uncertainty_of_runs(runs: xr.Dataset, over: Iterable[Hashable]) -> xr.DataArray:
+    """The uncertainty term (module docstring) of the observations pooled over ``over``, from
+    their runs (:func:`sorted_observations`, joined along the dims of ``over`` but ``case``).
+
+    The runs, taken in the order of ``over``, are merged by a stable sort, so ties stay in the
+    order of the observations pooled that way: the same sums as :func:`crps_decomposition`'s
+    uncertainty of those observations, whichever runs they were sorted in (a sort of presorted
+    runs is a merge).
+    """
+    over = list(over)
+    kept = [d for d in runs["value"].dims if d not in over]
+    y = runs["value"].transpose(*kept, *over).values
+    w = runs["weight"].transpose(*kept, *over).values
+    shape = y.shape[: len(kept)]
+    g = int(np.prod(shape, dtype=np.int64))
+    y2, w2 = y.reshape(g, -1), w.reshape(g, -1)
+    unc = np.empty(g)
+    for rows in _batches(g, y2.shape[1]):
+        idx = np.argsort(y2[rows], axis=1, kind="stable")
+        unc[rows] = _sorted_uncertainty(
+            np.take_along_axis(y2[rows], idx, 1), np.take_along_axis(w2[rows], idx, 1).cumsum(1)
+        )
+    coords = {k: v.variable for k, v in runs.coords.items() if set(v.dims) <= set(kept)}
+    return xr.DataArray(unc.reshape(shape), dims=kept, coords=coords, name="uncertainty")
 
 
 def _terms(sums: np.ndarray, m: int) -> dict[str, np.ndarray]:
@@ -338,21 +418,28 @@ def decomposition_of_sums(
     *,
     over: str | Iterable[Hashable] = (),
     weights: xr.DataArray | None = None,
+    uncertainty: xr.DataArray | None = None,
 ) -> xr.Dataset:
     """:func:`crps_decomposition` from :func:`case_sums`, summed over the dims ``over``.
 
     ``obs`` and ``weights``: every case's observation and weight (for the uncertainty, which
     needs all of them: the sorted observations of each kept point); the kept dims are those of
     ``sums`` but ``over`` and ``sum``. The sums over ``over`` are taken in its order.
+    ``uncertainty``: the uncertainty term over the kept dims, computed already (from the
+    observations' runs, :func:`uncertainty_of_runs`, once for every ensemble scored against
+    them); ``obs`` then gives only the coordinates and units.
     """
     over = [over] if isinstance(over, str) else list(over)
     kept = [d for d in sums.dims if d not in (*over, "sum")]
     m = int(sums.attrs["members"])
     total = sums.transpose(*over, *kept, "sum").values.sum(axis=tuple(range(len(over))))
-    red = [d for d in obs.dims if d not in kept]
-    w = _weights(weights, obs, [*kept, *red], "crps_decomposition")
     terms = _terms(total, m)
-    terms["uncertainty"] = _uncertainty(obs.transpose(*kept, *red).values, w, len(red))
+    if uncertainty is None:
+        red = [d for d in obs.dims if d not in kept]
+        w = _weights(weights, obs, [*kept, *red], "crps_decomposition")
+        terms["uncertainty"] = _uncertainty(obs.transpose(*kept, *red).values, w, len(red))
+    else:
+        terms["uncertainty"] = np.asarray(uncertainty.transpose(*kept).values, dtype=np.float64)
     terms["resolution"] = terms["uncertainty"] - terms["crps_potential"]
     return _dataset(terms, obs, kept, m)
 

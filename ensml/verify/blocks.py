@@ -25,7 +25,13 @@ from ensml.data.subset import Subset
 from ensml.names import INIT_TIME, LEVEL, MEMBER, members_name, raw_ensemble_name, raw_subset_name
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
-from ensml.scores.hersbach import case_sums, decomposition_of_sums
+from ensml.scores.hersbach import (
+    CASE,
+    case_sums,
+    decomposition_of_sums,
+    sorted_observations,
+    uncertainty_of_runs,
+)
 from ensml.scores.significance import skill_tests
 from ensml.times import lead_hours
 from ensml.verify.families import distribution_crps, distributions, estimator
@@ -43,14 +49,18 @@ class VariableParts:
     Every field has ``init_time`` (and the level and horizontal dims): ``crps`` by source (the
     tables' row order), ``analysis`` (NaN: not observed), ``sums`` the Hersbach case sums of
     each ensemble of more than one member (:func:`ensml.scores.hersbach.case_sums`, over the
-    points, per init and level), ``spread`` the spread estimates and :data:`SPREAD_TARGET` (the
-    M-member std) with spread predictions, else None. ``estimators`` names how each
-    distribution's CRPS is computed, ``oracle`` its row label, ``members`` M.
+    points, per init and level), ``runs`` the analysis of each init time and level sorted over
+    the points with its weights (:func:`ensml.scores.hersbach.sorted_observations`, the
+    decomposition's uncertainty merges them; None without such ensembles), ``spread`` the
+    spread estimates and :data:`SPREAD_TARGET` (the M-member std) with spread predictions, else
+    None. ``estimators`` names how each distribution's CRPS is computed, ``oracle`` its row
+    label, ``members`` M.
     """
 
     crps: dict[str, xr.DataArray]
     analysis: xr.DataArray
     sums: dict[str, xr.DataArray]
+    runs: xr.Dataset | None
     spread: dict[str, xr.DataArray] | None
     estimators: dict[str, str]
     oracle: str
@@ -82,6 +92,7 @@ def variable_parts(
         crps=_in_order(crps_fields(frame, lf, var, ensembles, fair, dists)),
         analysis=_contiguous(y),
         sums=_decomposition_sums(ensembles, y, frame.weights),
+        runs=_analysis_runs(ensembles, y, frame.weights),
         spread=None if spread is None else _in_order(spread),
         estimators={name: estimator(family) for name, (_, family) in dists.items()},
         oracle=next((name for name in dists if name.startswith("oracle")), "oracle (Gaussian)"),
@@ -114,6 +125,7 @@ def join_parts(parts: list[VariableParts]) -> VariableParts:
         crps={name: cat([p.crps[name] for p in parts]) for name in first.crps},
         analysis=cat([p.analysis for p in parts]),
         sums={name: cat([p.sums[name] for p in parts]) for name in first.sums},
+        runs=None if first.runs is None else xr.concat([p.runs for p in parts], dim=INIT_TIME, join="exact"),
         spread=None if first.spread is None else {n: cat([p.spread[n] for p in parts]) for n in first.spread},
         estimators=first.estimators,
         oracle=first.oracle,
@@ -153,7 +165,7 @@ def parts_rows(
         oracle_key=parts.oracle,
         estimators=parts.estimators,
     )
-    decomposition = decomposition_rows(_decomposed(parts.sums, y, weights), var, levels, h, units=units)
+    decomposition = decomposition_rows(_decomposed(parts.sums, parts.runs, y), var, levels, h, units=units)
     if parts.spread is None:
         return rows, [], decomposition
     estimates = dict(parts.spread)
@@ -223,14 +235,31 @@ def _decomposition_sums(
     }
 
 
+def _analysis_runs(
+    ensembles: dict[str, xr.DataArray], y: xr.DataArray, weights: xr.DataArray
+) -> xr.Dataset | None:
+    """The analysis of each init time (and level) sorted over its points, with the weights of
+    the observed ones (0 elsewhere): the runs the uncertainty term of the decomposition merges
+    (None when no ensemble has more than one member: there is no decomposition)."""
+    if not any(x.sizes[MEMBER] > 1 for x in ensembles.values()):
+        return None
+    _, y, weights = _observed(y, weights)
+    return sorted_observations(y, keep=[d for d in (INIT_TIME, LEVEL) if d in y.dims], weights=weights)
+
+
 def _decomposed(
-    sums: dict[str, xr.DataArray], y: xr.DataArray, weights: xr.DataArray
+    sums: dict[str, xr.DataArray], runs: xr.Dataset | None, y: xr.DataArray
 ) -> dict[str, xr.Dataset]:
     """The Hersbach decomposition of each ensemble's area-weighted mean CRPS, per level, over the
     init times and points where ``y`` is observed, from its per-init case sums (summed in init
-    order, so that the result does not depend on how the init times were split in blocks)."""
-    _, y, weights = _observed(y, weights)
-    return {name: decomposition_of_sums(s, y, over=INIT_TIME, weights=weights) for name, s in sums.items()}
+    order) and the analysis' runs (merged in init order, the uncertainty computed once for all
+    ensembles), so that the result does not depend on how the init times were split in blocks."""
+    if not sums:
+        return {}
+    uncertainty = uncertainty_of_runs(runs, over=[INIT_TIME, CASE])
+    return {
+        name: decomposition_of_sums(s, y, over=INIT_TIME, uncertainty=uncertainty) for name, s in sums.items()
+    }
 
 
 __all__ = ["VariableParts", "crps_fields", "join_parts", "lead_ensembles", "parts_rows", "variable_parts"]

@@ -278,3 +278,33 @@ def test_bad_weights(weights, message):
     assert "\n" not in str(err.value)
     with pytest.raises(EnsmlError, match="pass reduce_dims or preserve_dims, not both"):
         crps_decomposition(fc, obs, reduce_dims="latitude", preserve_dims="longitude")
+
+
+def test_the_uncertainty_of_runs_is_that_of_the_pooled_observations():
+    """Runs sorted per init time and merged give the uncertainty of the whole, bit for bit, and
+    it is the mean absolute difference of the weighted observations (module docstring), with
+    ties (values on a coarse grid) and weights that vary by point and are 0 where unobserved."""
+    from ensml.scores.hersbach import CASE, sorted_observations, uncertainty_of_runs
+
+    rng = np.random.default_rng(11)
+    dims = ["init_time", "level", "latitude", "longitude"]
+    y = xr.DataArray(np.round(rng.normal(0.0, 3.0, (9, 2, 7, 5)), 1), dims=dims)  # many ties
+    w = xr.DataArray(rng.random((7, 5)), dims=["latitude", "longitude"]) * xr.DataArray(
+        rng.random((9, 2, 7, 5)) > 0.1, dims=dims
+    )
+    keep = ["init_time", "level"]
+    whole = uncertainty_of_runs(sorted_observations(y, keep=keep, weights=w), over=["init_time", CASE])
+    for size in (1, 4):
+        blocks = [slice(i, i + size) for i in range(0, 9, size)]
+        runs = [
+            sorted_observations(y.isel(init_time=b), keep=keep, weights=w.isel(init_time=b)) for b in blocks
+        ]
+        merged = uncertainty_of_runs(xr.concat(runs, dim="init_time"), over=["init_time", CASE])
+        np.testing.assert_array_equal(merged.values, whole.values)
+    fcst = y.expand_dims(member=2).copy(data=np.stack([y.values, y.values + 1.0]))
+    ref = crps_decomposition(fcst, y, preserve_dims="level", weights=w)["uncertainty"]
+    np.testing.assert_array_equal(whole.values, ref.values)  # the same stable order, the same sums
+    for lev in range(2):
+        yy, ww = y.isel(level=lev).values.ravel(), w.broadcast_like(y).isel(level=lev).values.ravel()
+        gini = (ww[:, None] * ww[None, :] * np.abs(yy[:, None] - yy[None, :])).sum() / (2 * ww.sum() ** 2)
+        np.testing.assert_allclose(whole.values[lev], gini, rtol=1e-12)
