@@ -29,6 +29,7 @@ from ensml.scores.calibration import observation_ranks, spread_skill_fields
 from ensml.scores.distributions import Family
 from ensml.scores.probability import exceedance_probability, probability_bins
 from ensml.scores.reduce import weighted_sums
+from ensml.verify.blocks import join_inits
 from ensml.verify.families import family_members, family_moments, family_params
 from ensml.verify.levels import at, levels_of, table_level
 
@@ -69,11 +70,7 @@ class LeadSums:
         """The sums of consecutive blocks of init times, in init order, as one."""
         if len(blocks) == 1:
             return blocks[0]
-        first = blocks[0]
-
-        def cat(parts: list[xr.Dataset]) -> xr.Dataset:
-            return xr.concat(parts, dim=INIT_TIME, join="exact", combine_attrs="override")
-
+        first, cat = blocks[0], join_inits
         return cls(
             lead=first.lead,
             var=first.var,

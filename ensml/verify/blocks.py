@@ -15,6 +15,7 @@ what comes back, one number per source, init and point (the members stay on the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import xarray as xr
@@ -38,6 +39,7 @@ from ensml.verify.families import distribution_crps, distributions, estimator
 from ensml.verify.inputs import count_observed
 from ensml.verify.rows import crps_rows, decomposition_rows, slug, spread_scores
 
+T = TypeVar("T", xr.DataArray, xr.Dataset)
 #: The key of the M-member std, against which the spread estimates are scored.
 SPREAD_TARGET = "target"
 
@@ -111,21 +113,23 @@ def _in_order(fields: dict[str, xr.DataArray]) -> dict[str, xr.DataArray]:
     return {name: _contiguous(field) for name, field in fields.items()}
 
 
+def join_inits(blocks: list[T]) -> T:
+    """Fields (or datasets) of consecutive blocks of init times joined along the init time, in
+    order; their other coordinates must match exactly (the first block's attributes are kept)."""
+    return xr.concat(blocks, dim=INIT_TIME, join="exact", combine_attrs="override")
+
+
 def join_parts(parts: list[VariableParts]) -> VariableParts:
     """The parts of consecutive blocks of init times, in init order, as one (the same values as
     :func:`variable_parts` of all those init times at once)."""
     if len(parts) == 1:
         return parts[0]
-    first = parts[0]
-
-    def cat(fields: list[xr.DataArray]) -> xr.DataArray:
-        return xr.concat(fields, dim=INIT_TIME, join="exact", combine_attrs="override")
-
+    first, cat = parts[0], join_inits
     return VariableParts(
         crps={name: cat([p.crps[name] for p in parts]) for name in first.crps},
         analysis=cat([p.analysis for p in parts]),
         sums={name: cat([p.sums[name] for p in parts]) for name in first.sums},
-        runs=None if first.runs is None else xr.concat([p.runs for p in parts], dim=INIT_TIME, join="exact"),
+        runs=None if first.runs is None else cat([p.runs for p in parts]),
         spread=None if first.spread is None else {n: cat([p.spread[n] for p in parts]) for n in first.spread},
         estimators=first.estimators,
         oracle=first.oracle,
@@ -262,4 +266,12 @@ def _decomposed(
     }
 
 
-__all__ = ["VariableParts", "crps_fields", "join_parts", "lead_ensembles", "parts_rows", "variable_parts"]
+__all__ = [
+    "VariableParts",
+    "crps_fields",
+    "join_inits",
+    "join_parts",
+    "lead_ensembles",
+    "parts_rows",
+    "variable_parts",
+]
