@@ -49,8 +49,9 @@ is an error, unlike the other scores' NaN policy: every case needs all N members
 In parts: the per-bin sums are additive over disjoint sets of cases, so :func:`case_sums` of
 each part (a block of init times read by one dask worker) and :func:`decomposition_of_sums` of
 their sums over the parts give the decomposition of the whole; the uncertainty takes the
-observations of every part. Summing per-init sums in init order makes the result independent
-of how the init times were split into parts.
+observations of every part, sorted per part and merged (:mod:`ensml.scores.uncertainty`).
+Summing per-init sums in init order makes the result independent of how the init times were
+split into parts.
 """
 
 from __future__ import annotations
@@ -63,19 +64,11 @@ import xarray as xr
 from ensml.errors import EnsmlError
 from ensml.names import MEMBER
 from ensml.scores.reduce import check_fcst_obs, check_weights, resolve_reduce_dims
+from ensml.scores.uncertainty import _uncertainty
 
-__all__ = [
-    "CASE",
-    "case_sums",
-    "crps_decomposition",
-    "decomposition_of_sums",
-    "sorted_observations",
-    "uncertainty_of_runs",
-]
+__all__ = ["case_sums", "crps_decomposition", "decomposition_of_sums"]
 
 BIN = "bin"
-#: The dim of :func:`sorted_observations`' runs: the observations of a kept index, sorted.
-CASE = "case"
 REFERENCE = "Hersbach (2000), Wea. Forecasting 15, 559-570"
 _BATCH = 1 << 19  # members per batch inside a block: ~4 MB per float64 temporary
 
@@ -168,105 +161,6 @@ def _one_pass(f: xr.DataArray, y: xr.DataArray, w: np.ndarray, nred: int) -> tup
     )
     sums, yv = dask.compute(part.sum(axis=red), yd)
     return np.asarray(sums), np.asarray(yv)
-
-
-def _uncertainty(y: np.ndarray, w: np.ndarray, nred: int) -> np.ndarray:
-    """Unc of each kept group (module docstring), exact, from the sorted observations; groups
-    in batches of ~1e6 values (sorted in their own dtype, summed in float64). Ties keep their
-    order (a stable sort), so that runs sorted apart and merged give the same sums
-    (:func:`uncertainty_of_runs`)."""
-    kept = y.shape[: y.ndim - nred]
-    g = int(np.prod(kept, dtype=np.int64))
-    y2 = y.reshape(g, -1)
-    n = y2.shape[1]
-    const = all(s == 1 for s in w.shape[w.ndim - nred :])  # one weight per group: no argsort
-    if const:
-        wk = np.broadcast_to(w.reshape(w.shape[: w.ndim - nred]), kept).reshape(g)
-    else:
-        w2 = np.broadcast_to(w, y.shape).reshape(g, n)
-    unc = np.empty(g)
-    for rows in _batches(g, n):
-        if const:
-            unc[rows] = _sorted_uncertainty(np.sort(y2[rows], axis=1), np.arange(1.0, n + 1) * wk[rows, None])
-        else:
-            idx = np.argsort(y2[rows], axis=1, kind="stable")
-            ys, cum = np.take_along_axis(y2[rows], idx, 1), np.take_along_axis(w2[rows], idx, 1).cumsum(1)
-            unc[rows] = _sorted_uncertainty(ys, cum)
-    return unc.reshape(kept)
-
-
-def _batches(g: int, n: int) -> Iterable[slice]:
-    """Rows of a (g, n) array in batches of about 1e6 values."""
-    step = max(1, (1 << 20) // max(n, 1))
-    return (slice(i, i + step) for i in range(0, g, step))
-
-
-def _sorted_uncertainty(ys: np.ndarray, cum: np.ndarray) -> np.ndarray:
-    """Unc of each row of sorted observations ``ys`` whose weights add up to ``cum``."""
-    gaps = np.subtract(ys[:, 1:], ys[:, :-1], dtype=np.float64)
-    total, below = cum[:, -1], cum[:, :-1]  # C_j and W of the module docstring
-    with np.errstate(invalid="ignore", divide="ignore"):
-        num = np.einsum("ij,ij,ij->i", gaps, below, total[:, None] - below)
-        return num / np.where(total > 0, total, np.nan) ** 2
-
-
-def sorted_observations(
-    obs: xr.DataArray, *, keep: Iterable[Hashable], weights: xr.DataArray | None = None
-) -> xr.Dataset:
-    """The observations of each index of the ``keep`` dims sorted over the others (ties in their
-    order), with their weights in the same order: ``value`` and ``weight`` along a new dim
-    ``case``, the runs :func:`uncertainty_of_runs` merges.
-
-    Sorted per init time (``keep`` = the init time and the level), the runs of blocks of init
-    times scored apart (``evaluate --cluster``) are those of the whole, and the uncertainty of
-    their merge does not depend on the blocks.
-    """
-    keep = list(keep)
-    red = [d for d in obs.dims if d not in keep]
-    if weights is None:
-        w = np.ones((1,) * obs.ndim)
-    else:
-        weights = check_weights(weights, obs, "sorted_observations")
-        w = weights.transpose(*[d for d in [*keep, *red] if d in weights.dims]).values.astype(np.float64)
-        w = w.reshape([obs.sizes[d] if d in weights.dims else 1 for d in [*keep, *red]])
-    y = obs.transpose(*keep, *red).values
-    kept = y.shape[: len(keep)]
-    g = int(np.prod(kept, dtype=np.int64))
-    y2 = y.reshape(g, -1)
-    w2 = np.broadcast_to(w, y.shape).reshape(g, -1)
-    idx = np.argsort(y2, axis=1, kind="stable")
-    values, wts = np.take_along_axis(y2, idx, 1), np.take_along_axis(w2, idx, 1)
-    coords = {k: v.variable for k, v in obs.coords.items() if set(v.dims) <= set(keep)}
-    dims = [*keep, CASE]
-    return xr.Dataset(
-        {"value": (dims, values.reshape(*kept, -1)), "weight": (dims, wts.reshape(*kept, -1))}, coords=coords
-    )
-
-
-def uncertainty_of_runs(runs: xr.Dataset, over: Iterable[Hashable]) -> xr.DataArray:
-    """The uncertainty term (module docstring) of the observations pooled over ``over``, from
-    their runs (:func:`sorted_observations`, joined along the dims of ``over`` but ``case``).
-
-    The runs, taken in the order of ``over``, are merged by a stable sort, so ties stay in the
-    order of the observations pooled that way: the same sums as :func:`crps_decomposition`'s
-    uncertainty of those observations, whichever runs they were sorted in (a sort of presorted
-    runs is a merge).
-    """
-    over = list(over)
-    kept = [d for d in runs["value"].dims if d not in over]
-    y = runs["value"].transpose(*kept, *over).values
-    w = runs["weight"].transpose(*kept, *over).values
-    shape = y.shape[: len(kept)]
-    g = int(np.prod(shape, dtype=np.int64))
-    y2, w2 = y.reshape(g, -1), w.reshape(g, -1)
-    unc = np.empty(g)
-    for rows in _batches(g, y2.shape[1]):
-        idx = np.argsort(y2[rows], axis=1, kind="stable")
-        unc[rows] = _sorted_uncertainty(
-            np.take_along_axis(y2[rows], idx, 1), np.take_along_axis(w2[rows], idx, 1).cumsum(1)
-        )
-    coords = {k: v.variable for k, v in runs.coords.items() if set(v.dims) <= set(kept)}
-    return xr.DataArray(unc.reshape(shape), dims=kept, coords=coords, name="uncertainty")
 
 
 def _terms(sums: np.ndarray, m: int) -> dict[str, np.ndarray]:

@@ -26,14 +26,9 @@ from ensml.data.subset import Subset
 from ensml.names import INIT_TIME, LEVEL, MEMBER, members_name, raw_ensemble_name, raw_subset_name
 from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
-from ensml.scores.hersbach import (
-    CASE,
-    case_sums,
-    decomposition_of_sums,
-    sorted_observations,
-    uncertainty_of_runs,
-)
+from ensml.scores.hersbach import case_sums, decomposition_of_sums
 from ensml.scores.significance import skill_tests
+from ensml.scores.uncertainty import CASE, sorted_observations, uncertainty_of_runs
 from ensml.times import lead_hours
 from ensml.verify.families import distribution_crps, distributions, estimator
 from ensml.verify.inputs import count_observed
@@ -52,7 +47,7 @@ class VariableParts:
     tables' row order), ``analysis`` (NaN: not observed), ``sums`` the Hersbach case sums of
     each ensemble of more than one member (:func:`ensml.scores.hersbach.case_sums`, over the
     points, per init and level), ``runs`` the analysis of each init time and level sorted over
-    the points with its weights (:func:`ensml.scores.hersbach.sorted_observations`, the
+    the points with its weights (:func:`ensml.scores.uncertainty.sorted_observations`, the
     decomposition's uncertainty merges them; None without such ensembles), ``spread`` the
     spread estimates and :data:`SPREAD_TARGET` (the M-member std) with spread predictions, else
     None. ``estimators`` names how each distribution's CRPS is computed, ``oracle`` its row

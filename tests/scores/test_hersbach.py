@@ -284,7 +284,7 @@ def test_the_uncertainty_of_runs_is_that_of_the_pooled_observations():
     """Runs sorted per init time and merged give the uncertainty of the whole, bit for bit, and
     it is the mean absolute difference of the weighted observations (module docstring), with
     ties (values on a coarse grid) and weights that vary by point and are 0 where unobserved."""
-    from ensml.scores.hersbach import CASE, sorted_observations, uncertainty_of_runs
+    from ensml.scores.uncertainty import CASE, sorted_observations, uncertainty_of_runs
 
     rng = np.random.default_rng(11)
     dims = ["init_time", "level", "latitude", "longitude"]
