@@ -206,10 +206,11 @@ class SampleReader:
             fc_k = read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what, first_k, direct)
             blocks = {"fc_k": fc_k}
             if self.targets:
-                others = {LEAD_TIME: index_slice(spec.target_indices), MEMBER: slice(spec.k, None)}
+                leads = index_slice(spec.target_indices)
+                others = {LEAD_TIME: leads, MEMBER: slice(spec.k, None)}
                 rest = read_block(self._fc, at, FORECAST_TARGET_DIMS, variables, what, others, direct)
-                members = np.concatenate([fc_k[:, spec.target_indices], rest], axis=2)
-                blocks["std_m"] = by_field(members.std(axis=2))
+                fields = member_fields(fc_k[:, leads]) + member_fields(rest)
+                blocks["std_m"] = by_field(member_moments(fields)[1])
         else:
             blocks = {
                 "fc": read_block(self._fc, at, FORECAST_SAMPLE_DIMS, variables, what, None, self._direct[0])
@@ -326,13 +327,37 @@ def subset_moments(fc: np.ndarray, members: np.ndarray, k: int) -> dict[str, np.
     ``fc`` is (V, L, M, D, H, W) float32; the results are (V, L, D, H, W). ``ensml predict`` and
     ``ensml postprocess`` both build their inputs here, so they feed the network the same bits.
     """
-    members = np.asarray(members)
-    every = np.array_equal(members, np.arange(fc.shape[2]))  # fc is the subset: no copy of it
-    sub = fc if every else fc[:, :, members]  # (V, L, K, D, H, W)
-    return {
-        "mean_k": sub.mean(axis=2),
-        "std_k": sub.std(axis=2, ddof=1) if k > 1 else np.zeros_like(sub[:, :, 0]),
-    }
+    fields = member_fields(fc, np.asarray(members))
+    mean, std = member_moments(fields, ddof=1 if k > 1 else 0)  # one member: no spread
+    return {"mean_k": mean, "std_k": std if k > 1 else np.zeros_like(mean)}
+
+
+def member_fields(fc: np.ndarray, members: Sequence[int] | None = None) -> list[np.ndarray]:
+    """The members (axis 2 of ``fc``: V, L, M, ...) as views, in the order of ``members`` (all
+    by default): what :func:`member_moments` takes, with no copy of a subset."""
+    return [fc[:, :, m] for m in (range(fc.shape[2]) if members is None else members)]
+
+
+def member_moments(fields: Sequence[np.ndarray], ddof: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of the members ``fields`` (arrays of one shape and dtype).
+
+    The same bits as ``np.stack(fields, axis=2)`` reduced by ``mean(axis=2)`` and
+    ``std(axis=2, ddof=ddof)`` (numpy sums along an outer axis one member after another, then
+    divides; the squared deviations the same way), with neither the stacked copy nor numpy's
+    temporaries of every member: one pass a member, in three buffers the size of one member (what
+    that saves a cold sample: the loader section of docs/guide/data.md).
+    """
+    total = np.add(fields[0], 0)  # a copy; from +0 as numpy's sum starts (-0.0 + 0 is 0.0)
+    for field in fields[1:]:
+        np.add(total, field, out=total)
+    mean = np.divide(total, len(fields), out=total)
+    var, dev = np.subtract(fields[0], mean), np.empty_like(mean)
+    np.multiply(var, var, out=var)
+    for field in fields[1:]:
+        np.subtract(field, mean, out=dev)
+        np.add(var, np.multiply(dev, dev, out=dev), out=var)
+    np.divide(var, len(fields) - ddof, out=var)
+    return mean, np.sqrt(var, out=var)
 
 
 __all__ = [
@@ -345,6 +370,8 @@ __all__ = [
     "SampleSpec",
     "by_field",
     "index_slice",
+    "member_fields",
+    "member_moments",
     "read_block",
     "select",
     "subset_moments",

@@ -24,6 +24,8 @@ from ensml.data.sample_read import (
     SampleSpec,
     by_field,
     index_slice,
+    member_fields,
+    member_moments,
     read_block,
     select,
     subset_moments,
@@ -206,7 +208,8 @@ class EnsembleSamples(torch.utils.data.Dataset):
             fc = blocks["fc"]
             item = subset_moments(fc, self.members_for(index, epoch), self.spec.k)
             if self.targets:
-                item["std_m"] = by_field(fc[:, self.spec.target_indices].std(axis=2))
+                fields = member_fields(fc[:, index_slice(self.spec.target_indices)])
+                item["std_m"] = by_field(member_moments(fields)[1])
         keys = ("std_m", "analysis_init", "obs") if self.targets else ("analysis_init",)
         item.update({key: blocks[key] for key in keys if key in blocks})
         return to_tensors(item, index)
