@@ -64,7 +64,7 @@ import xarray as xr
 from ensml.errors import EnsmlError
 from ensml.names import MEMBER
 from ensml.scores.reduce import check_fcst_obs, check_weights, resolve_reduce_dims
-from ensml.scores.uncertainty import _uncertainty
+from ensml.scores.uncertainty import uncertainty_of_groups
 
 __all__ = ["case_sums", "crps_decomposition", "decomposition_of_sums"]
 
@@ -260,7 +260,7 @@ def crps_decomposition(
     if n:
         raise EnsmlError(f"{func}: observation has {n} NaN or infinite values; every case needs one")
     terms = _terms(sums, m)
-    terms["uncertainty"] = _uncertainty(yv, w, len(red))
+    terms["uncertainty"] = uncertainty_of_groups(yv, w, len(red))
     terms["resolution"] = terms["uncertainty"] - terms["crps_potential"]
     return _dataset(terms, obs, kept, m)
 
@@ -331,7 +331,7 @@ def decomposition_of_sums(
     if uncertainty is None:
         red = [d for d in obs.dims if d not in kept]
         w = _weights(weights, obs, [*kept, *red], "crps_decomposition")
-        terms["uncertainty"] = _uncertainty(obs.transpose(*kept, *red).values, w, len(red))
+        terms["uncertainty"] = uncertainty_of_groups(obs.transpose(*kept, *red).values, w, len(red))
     else:
         terms["uncertainty"] = np.asarray(uncertainty.transpose(*kept).values, dtype=np.float64)
     terms["resolution"] = terms["uncertainty"] - terms["crps_potential"]

@@ -20,13 +20,13 @@ import xarray as xr
 
 from ensml.scores.reduce import check_weights
 
-__all__ = ["CASE", "sorted_observations", "uncertainty_of_runs"]
+__all__ = ["CASE", "observation_order", "sorted_observations", "uncertainty_of_groups", "uncertainty_of_runs"]
 
 #: The dim of :func:`sorted_observations`' runs: the observations of a kept index, sorted.
 CASE = "case"
 
 
-def _uncertainty(y: np.ndarray, w: np.ndarray, nred: int) -> np.ndarray:
+def uncertainty_of_groups(y: np.ndarray, w: np.ndarray, nred: int) -> np.ndarray:
     """Unc of each kept group (module docstring), exact, from the sorted observations; groups
     in batches of ~1e6 values (sorted in their own dtype, summed in float64). Ties keep their
     order (a stable sort), so that runs sorted apart and merged give the same sums
@@ -71,8 +71,51 @@ def _sorted_uncertainty(ys: np.ndarray, cum: np.ndarray) -> np.ndarray:
         return num / np.where(total > 0, total, np.nan) ** 2
 
 
+def _rows(obs: xr.DataArray, keep: list[Hashable]) -> tuple[np.ndarray, tuple[int, ...], list[Hashable]]:
+    """``obs`` as rows: one per index of the ``keep`` dims, its values over the other dims (in
+    ``obs``' order of them); the kept shape; the other dims."""
+    red = [d for d in obs.dims if d not in keep]
+    y = obs.transpose(*keep, *red).values
+    kept = y.shape[: len(keep)]
+    return y.reshape(int(np.prod(kept, dtype=np.int64)), -1), kept, red
+
+
+def _kept_coords(obj: xr.DataArray | xr.Dataset, keep: list[Hashable]) -> dict[Hashable, xr.Variable]:
+    """The coordinates of ``obj`` that lie along the kept dims alone."""
+    return {k: v.variable for k, v in obj.coords.items() if set(v.dims) <= set(keep)}
+
+
+def _stable_order(y2: np.ndarray) -> np.ndarray:
+    """The positions that sort each row of ``y2``, ties in their order: int32 (int64 beyond
+    2**31 values a row)."""
+    small = y2.shape[1] <= np.iinfo(np.int32).max
+    return np.argsort(y2, axis=1, kind="stable").astype(np.int32 if small else np.int64, copy=False)
+
+
+def observation_order(obs: xr.DataArray, *, keep: Iterable[Hashable]) -> xr.DataArray:
+    """The positions that sort the observations of each index of the ``keep`` dims over the
+    others (flattened in ``obs``' order of them), ties in their order: int32 along a new dim
+    ``case`` (int64 beyond 2**31 values an index).
+
+    This is all a run (:func:`sorted_observations`) needs besides the observations and weights
+    themselves: ``evaluate --cluster``'s workers sort their blocks and send only these positions
+    (4 bytes a value, against 12 for the sorted values and their float64 weights); the client,
+    which has the observations and the weights, makes the runs from them.
+    """
+    keep = list(keep)
+    y2, kept, _ = _rows(obs, keep)
+    idx = _stable_order(y2)
+    return xr.DataArray(
+        idx.reshape(*kept, -1), dims=[*keep, CASE], coords=_kept_coords(obs, keep), name="order"
+    )
+
+
 def sorted_observations(
-    obs: xr.DataArray, *, keep: Iterable[Hashable], weights: xr.DataArray | None = None
+    obs: xr.DataArray,
+    *,
+    keep: Iterable[Hashable],
+    weights: xr.DataArray | None = None,
+    order: xr.DataArray | None = None,
 ) -> xr.Dataset:
     """The observations of each index of the ``keep`` dims sorted over the others (ties in their
     order), with their weights in the same order: ``value`` and ``weight`` along a new dim
@@ -80,27 +123,34 @@ def sorted_observations(
 
     Sorted per init time (``keep`` = the init time and the level), the runs of blocks of init
     times scored apart (``evaluate --cluster``) are those of the whole, and the uncertainty of
-    their merge does not depend on the blocks.
+    their merge does not depend on the blocks. ``order``: the sorting positions, already found
+    (:func:`observation_order` of the same ``obs`` and ``keep``, possibly elsewhere and joined);
+    by default they are found here.
     """
     keep = list(keep)
-    red = [d for d in obs.dims if d not in keep]
+    y2, kept, red = _rows(obs, keep)
     if weights is None:
         w = np.ones((1,) * obs.ndim)
     else:
         weights = check_weights(weights, obs, "sorted_observations")
         w = weights.transpose(*[d for d in [*keep, *red] if d in weights.dims]).values.astype(np.float64)
         w = w.reshape([obs.sizes[d] if d in weights.dims else 1 for d in [*keep, *red]])
-    y = obs.transpose(*keep, *red).values
-    kept = y.shape[: len(keep)]
-    g = int(np.prod(kept, dtype=np.int64))
-    y2 = y.reshape(g, -1)
-    w2 = np.broadcast_to(w, y.shape).reshape(g, -1)
-    idx = np.argsort(y2, axis=1, kind="stable")
+    w2 = np.broadcast_to(w, (*kept, *(obs.sizes[d] for d in red))).reshape(y2.shape)
+    if order is None:
+        idx = _stable_order(y2)
+    else:
+        ordered = order.transpose(*keep, CASE)
+        if ordered.shape != (*kept, y2.shape[1]):
+            raise ValueError(
+                f"sorted_observations: an order of {ordered.shape[-1]} cases for {y2.shape[1]} "
+                f"observations (kept shape {ordered.shape[:-1]} against {kept})"
+            )
+        idx = ordered.values.reshape(y2.shape)
     values, wts = np.take_along_axis(y2, idx, 1), np.take_along_axis(w2, idx, 1)
-    coords = {k: v.variable for k, v in obs.coords.items() if set(v.dims) <= set(keep)}
     dims = [*keep, CASE]
     return xr.Dataset(
-        {"value": (dims, values.reshape(*kept, -1)), "weight": (dims, wts.reshape(*kept, -1))}, coords=coords
+        {"value": (dims, values.reshape(*kept, -1)), "weight": (dims, wts.reshape(*kept, -1))},
+        coords=_kept_coords(obs, keep),
     )
 
 
@@ -123,5 +173,4 @@ def uncertainty_of_runs(runs: xr.Dataset, over: Iterable[Hashable]) -> xr.DataAr
     unc = np.empty(g)
     for rows in _batches(g, y2.shape[1]):
         unc[rows] = _merged_uncertainty(y2[rows], w2[rows])
-    coords = {k: v.variable for k, v in runs.coords.items() if set(v.dims) <= set(kept)}
-    return xr.DataArray(unc.reshape(shape), dims=kept, coords=coords, name="uncertainty")
+    return xr.DataArray(unc.reshape(shape), dims=kept, coords=_kept_coords(runs, kept), name="uncertainty")

@@ -284,7 +284,7 @@ def test_the_uncertainty_of_runs_is_that_of_the_pooled_observations():
     """Runs sorted per init time and merged give the uncertainty of the whole, bit for bit, and
     it is the mean absolute difference of the weighted observations (module docstring), with
     ties (values on a coarse grid) and weights that vary by point and are 0 where unobserved."""
-    from ensml.scores.uncertainty import CASE, sorted_observations, uncertainty_of_runs
+    from ensml.scores.uncertainty import CASE, observation_order, sorted_observations, uncertainty_of_runs
 
     rng = np.random.default_rng(11)
     dims = ["init_time", "level", "latitude", "longitude"]
@@ -301,6 +301,15 @@ def test_the_uncertainty_of_runs_is_that_of_the_pooled_observations():
         ]
         merged = uncertainty_of_runs(xr.concat(runs, dim="init_time"), over=["init_time", CASE])
         np.testing.assert_array_equal(merged.values, whole.values)
+        # as a cluster's blocks send them: only the sorting positions, the runs made from the whole
+        order = xr.concat(
+            [observation_order(y.isel(init_time=b), keep=keep) for b in blocks], dim="init_time"
+        )
+        assert order.dtype == np.int32
+        sent = sorted_observations(y, keep=keep, weights=w, order=order)
+        np.testing.assert_array_equal(
+            uncertainty_of_runs(sent, over=["init_time", CASE]).values, whole.values
+        )
     fcst = y.expand_dims(member=2).copy(data=np.stack([y.values, y.values + 1.0]))
     ref = crps_decomposition(fcst, y, preserve_dims="level", weights=w)["uncertainty"]
     np.testing.assert_array_equal(whole.values, ref.values)  # the same stable order, the same sums
@@ -308,3 +317,21 @@ def test_the_uncertainty_of_runs_is_that_of_the_pooled_observations():
         yy, ww = y.isel(level=lev).values.ravel(), w.broadcast_like(y).isel(level=lev).values.ravel()
         gini = (ww[:, None] * ww[None, :] * np.abs(yy[:, None] - yy[None, :])).sum() / (2 * ww.sum() ** 2)
         np.testing.assert_allclose(whole.values[lev], gini, rtol=1e-12)
+
+
+def test_an_order_of_other_observations_is_refused():
+    """Sorting positions found for observations of another size (fewer points, or other init
+    times) are refused in one line."""
+    from ensml.scores.uncertainty import observation_order, sorted_observations
+
+    y = xr.DataArray(np.arange(12.0).reshape(2, 6), dims=["init_time", "latitude"])
+    order = observation_order(y.isel(latitude=slice(0, 4)), keep=["init_time"])
+    np.testing.assert_array_equal(order.values, [[0, 1, 2, 3]] * 2)
+    with pytest.raises(ValueError, match="an order of 4 cases for 6 observations") as err:
+        sorted_observations(y, keep=["init_time"], order=order)
+    assert "\n" not in str(err.value)
+    other_inits = observation_order(y.isel(init_time=[0]), keep=["init_time"])  # 1 init, not 2
+    with pytest.raises(
+        ValueError, match=r"an order of 6 cases for 6 observations \(kept shape \(1,\) against \(2,\)\)"
+    ):
+        sorted_observations(y, keep=["init_time"], order=other_inits)
