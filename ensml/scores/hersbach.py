@@ -320,8 +320,8 @@ def decomposition_of_sums(
     needs all of them: the sorted observations of each kept point); the kept dims are those of
     ``sums`` but ``over`` and ``sum``. The sums over ``over`` are taken in its order.
     ``uncertainty``: the uncertainty term over the kept dims, computed already (from the
-    observations' runs, :func:`uncertainty_of_runs`, once for every ensemble scored against
-    them); ``obs`` then gives only the coordinates and units.
+    observations pooled, :func:`~ensml.scores.uncertainty.pooled_uncertainty`, once for every
+    ensemble scored against them); ``obs`` then gives only the coordinates and units.
     """
     over = [over] if isinstance(over, str) else list(over)
     kept = [d for d in sums.dims if d not in (*over, "sum")]

@@ -28,7 +28,7 @@ from ensml.scores.crps import crps_ensemble
 from ensml.scores.distributions import Family
 from ensml.scores.hersbach import case_sums, decomposition_of_sums
 from ensml.scores.significance import skill_tests
-from ensml.scores.uncertainty import CASE, observation_order, sorted_observations, uncertainty_of_runs
+from ensml.scores.uncertainty import pooled_uncertainty
 from ensml.times import lead_hours
 from ensml.verify.families import distribution_crps, distributions, estimator
 from ensml.verify.inputs import count_observed
@@ -46,18 +46,14 @@ class VariableParts:
     Every field has ``init_time`` (and the level and horizontal dims): ``crps`` by source (the
     tables' row order), ``analysis`` (NaN: not observed), ``sums`` the Hersbach case sums of
     each ensemble of more than one member (:func:`ensml.scores.hersbach.case_sums`, over the
-    points, per init and level), ``order`` the positions that sort the analysis of each init
-    time and level over the points (:func:`ensml.scores.uncertainty.observation_order`: the
-    runs whose merge gives the decomposition's uncertainty; None without such ensembles),
-    ``spread`` the spread estimates and :data:`SPREAD_TARGET` (the M-member std) with spread
-    predictions, else None. ``estimators`` names how each distribution's CRPS is computed,
-    ``oracle`` its row label, ``members`` M.
+    points, per init and level), ``spread`` the spread estimates and :data:`SPREAD_TARGET` (the
+    M-member std) with spread predictions, else None. ``estimators`` names how each
+    distribution's CRPS is computed, ``oracle`` its row label, ``members`` M.
     """
 
     crps: dict[str, xr.DataArray]
     analysis: xr.DataArray
     sums: dict[str, xr.DataArray]
-    order: xr.DataArray | None
     spread: dict[str, xr.DataArray] | None
     estimators: dict[str, str]
     oracle: str
@@ -89,7 +85,6 @@ def variable_parts(
         crps=_in_order(crps_fields(frame, lf, var, ensembles, fair, dists)),
         analysis=_contiguous(y),
         sums=_decomposition_sums(ensembles, y, frame.weights),
-        order=_analysis_order(ensembles, y, frame.weights),
         spread=None if spread is None else _in_order(spread),
         estimators={name: estimator(family) for name, (_, family) in dists.items()},
         oracle=next((name for name in dists if name.startswith("oracle")), "oracle (Gaussian)"),
@@ -124,7 +119,6 @@ def join_parts(parts: list[VariableParts]) -> VariableParts:
         crps={name: cat([p.crps[name] for p in parts]) for name in first.crps},
         analysis=cat([p.analysis for p in parts]),
         sums={name: cat([p.sums[name] for p in parts]) for name in first.sums},
-        order=None if first.order is None else cat([p.order for p in parts]),
         spread=None if first.spread is None else {n: cat([p.spread[n] for p in parts]) for n in first.spread},
         estimators=first.estimators,
         oracle=first.oracle,
@@ -164,9 +158,7 @@ def parts_rows(
         oracle_key=parts.oracle,
         estimators=parts.estimators,
     )
-    decomposition = decomposition_rows(
-        _decomposed(parts.sums, parts.order, y, weights), var, levels, h, units=units
-    )
+    decomposition = decomposition_rows(_decomposed(parts.sums, y, weights), var, levels, h, units=units)
     if parts.spread is None:
         return rows, [], decomposition
     estimates = dict(parts.spread)
@@ -236,36 +228,22 @@ def _decomposition_sums(
     }
 
 
-def _analysis_order(
-    ensembles: dict[str, xr.DataArray], y: xr.DataArray, weights: xr.DataArray
-) -> xr.DataArray | None:
-    """The positions that sort the analysis of each init time (and level) over its points, 0
-    where not observed: the runs the uncertainty term of the decomposition merges, as a block
-    sends them (None when no ensemble has more than one member: there is no decomposition)."""
-    if not any(x.sizes[MEMBER] > 1 for x in ensembles.values()):
-        return None
-    _, observed, _ = _observed(y, weights)  # the values the client sorts by these positions
-    return observation_order(observed, keep=_kept(observed))
-
-
 def _kept(y: xr.DataArray) -> list[str]:
     """The dims the decomposition keeps apart: the init time (and the level)."""
     return [d for d in (INIT_TIME, LEVEL) if d in y.dims]
 
 
 def _decomposed(
-    sums: dict[str, xr.DataArray], order: xr.DataArray | None, y: xr.DataArray, weights: xr.DataArray
+    sums: dict[str, xr.DataArray], y: xr.DataArray, weights: xr.DataArray
 ) -> dict[str, xr.Dataset]:
     """The Hersbach decomposition of each ensemble's area-weighted mean CRPS, per level, over the
     init times and points where ``y`` is observed, from its per-init case sums (summed in init
-    order) and the analysis' runs (sorted by ``order``, merged in init order, the uncertainty
-    computed once for all ensembles), so that the result does not depend on how the init times
-    were split in blocks."""
+    order) and the uncertainty of the analysis pooled in init order (computed once for all
+    ensembles), so that the result does not depend on how the init times were split in blocks."""
     if not sums:
         return {}
     _, observed, w = _observed(y, weights)
-    runs = sorted_observations(observed, keep=_kept(observed), weights=w, order=order)
-    uncertainty = uncertainty_of_runs(runs, over=[INIT_TIME, CASE])
+    uncertainty = pooled_uncertainty(observed, keep=[d for d in _kept(observed) if d != INIT_TIME], weights=w)
     return {
         name: decomposition_of_sums(s, y, over=INIT_TIME, uncertainty=uncertainty) for name, s in sums.items()
     }

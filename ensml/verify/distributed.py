@@ -5,10 +5,9 @@ A worker opens the frame itself from the same inputs (:class:`FrameSource`: the 
 absolute, and the options; opened once per worker process and kept), reads only its block's
 fields at that lead, checks them as ``evaluate`` does, and returns the block's
 :class:`~ensml.verify.blocks.VariableParts`: one number per source, init time and point (the CRPS
-of every ensemble and distribution, the analysis, the spread estimates, the positions that
-sort the analysis of each init time and level) and the Hersbach sums per init time. The
-members never leave the worker, so a worker holds one block whatever the length of the archive.
-The client joins each lead's blocks in init order
+of every ensemble and distribution, the analysis, the spread estimates) and the Hersbach sums
+per init time. The members never leave the worker, so a worker holds one block whatever the
+length of the archive. The client joins each lead's blocks in init order
 (:func:`~ensml.verify.blocks.join_parts`) and computes the rows from them as the single-process
 run does (:func:`~ensml.verify.frame_scores.score_frame`): the tables are the same, to the last
 bit.

@@ -12,6 +12,9 @@ import numpy as np
 import properscoring as ps
 import pytest
 import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from ensml.errors import EnsmlError
 from ensml.scores import crps_decomposition
@@ -280,58 +283,50 @@ def test_bad_weights(weights, message):
         crps_decomposition(fc, obs, reduce_dims="latitude", preserve_dims="longitude")
 
 
-def test_the_uncertainty_of_runs_is_that_of_the_pooled_observations():
-    """Runs sorted per init time and merged give the uncertainty of the whole, bit for bit, and
-    it is the mean absolute difference of the weighted observations (module docstring), with
-    ties (values on a coarse grid) and weights that vary by point and are 0 where unobserved."""
-    from ensml.scores.uncertainty import CASE, observation_order, sorted_observations, uncertainty_of_runs
+def test_the_pooled_uncertainty_is_that_of_the_whole_whatever_the_blocks():
+    """The uncertainty of the observations pooled over init times and points is the one
+    crps_decomposition finds, and the weighted mean absolute difference of the observations
+    (module docstring), with ties (values on a coarse grid), -0.0 and 0.0, and weights that vary
+    by point and are 0 where unobserved; joined from blocks of init times, it is the same to the
+    last bit (evaluate --cluster's tables)."""
+    from ensml.scores.uncertainty import pooled_uncertainty
 
     rng = np.random.default_rng(11)
     dims = ["init_time", "level", "latitude", "longitude"]
-    y = xr.DataArray(np.round(rng.normal(0.0, 3.0, (9, 2, 7, 5)), 1), dims=dims)  # many ties
-    w = xr.DataArray(rng.random((7, 5)), dims=["latitude", "longitude"]) * xr.DataArray(
-        rng.random((9, 2, 7, 5)) > 0.1, dims=dims
+    values = np.round(rng.normal(0.0, 3.0, (9, 2, 7, 5)), 1).astype(np.float32)  # many ties
+    values[0, :, 0, :2], values[3, :, 1, :2] = -0.0, 0.0
+    y = xr.DataArray(values, dims=dims)
+    area = xr.DataArray(rng.random((7, 5)), dims=["latitude", "longitude"])
+    observed = xr.DataArray(rng.random((9, 2, 7, 5)) > 0.1, dims=dims)
+    for w in (area, area * observed):
+        whole = pooled_uncertainty(y, keep=["level"], weights=w)
+        blocks = [y.isel(init_time=slice(i, i + 4)) for i in range(0, 9, 4)]
+        joined = pooled_uncertainty(xr.concat(blocks, dim="init_time"), keep=["level"], weights=w)
+        np.testing.assert_array_equal(joined.values, whole.values)
+        fcst = y.expand_dims(member=2).copy(data=np.stack([y.values, y.values + 1.0]))
+        ref = crps_decomposition(fcst, y, preserve_dims="level", weights=w)["uncertainty"]
+        np.testing.assert_array_equal(whole.values, ref.values)  # the same stable order, the same sums
+        for lev in range(2):
+            yy = y.isel(level=lev).values.ravel().astype(np.float64)
+            ww = w.broadcast_like(y).isel(level=lev).values.ravel()
+            gini = (ww[:, None] * ww[None, :] * np.abs(yy[:, None] - yy[None, :])).sum() / (2 * ww.sum() ** 2)
+            np.testing.assert_allclose(whole.values[lev], gini, rtol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(
+        np.float32,
+        st.tuples(st.integers(1, 4), st.integers(1, 60)),
+        elements=st.floats(width=32, allow_nan=True, allow_infinity=True)
+        | st.sampled_from([0.0, -0.0, 1.5, -1.5, np.float32(1e-45), -np.inf]),
     )
-    keep = ["init_time", "level"]
-    whole = uncertainty_of_runs(sorted_observations(y, keep=keep, weights=w), over=["init_time", CASE])
-    for size in (1, 4):
-        blocks = [slice(i, i + size) for i in range(0, 9, size)]
-        runs = [
-            sorted_observations(y.isel(init_time=b), keep=keep, weights=w.isel(init_time=b)) for b in blocks
-        ]
-        merged = uncertainty_of_runs(xr.concat(runs, dim="init_time"), over=["init_time", CASE])
-        np.testing.assert_array_equal(merged.values, whole.values)
-        # as a cluster's blocks send them: only the sorting positions, the runs made from the whole
-        order = xr.concat(
-            [observation_order(y.isel(init_time=b), keep=keep) for b in blocks], dim="init_time"
-        )
-        assert order.dtype == np.int32
-        sent = sorted_observations(y, keep=keep, weights=w, order=order)
-        np.testing.assert_array_equal(
-            uncertainty_of_runs(sent, over=["init_time", CASE]).values, whole.values
-        )
-    fcst = y.expand_dims(member=2).copy(data=np.stack([y.values, y.values + 1.0]))
-    ref = crps_decomposition(fcst, y, preserve_dims="level", weights=w)["uncertainty"]
-    np.testing.assert_array_equal(whole.values, ref.values)  # the same stable order, the same sums
-    for lev in range(2):
-        yy, ww = y.isel(level=lev).values.ravel(), w.broadcast_like(y).isel(level=lev).values.ravel()
-        gini = (ww[:, None] * ww[None, :] * np.abs(yy[:, None] - yy[None, :])).sum() / (2 * ww.sum() ** 2)
-        np.testing.assert_allclose(whole.values[lev], gini, rtol=1e-12)
+)
+def test_the_stable_order_is_numpys_stable_argsort(y):
+    """float32 rows sorted as 64-bit keys come out in numpy's stable argsort order, ties,
+    signed zeros, subnormals, infinities and NaN included (float64: argsort itself)."""
+    from ensml.scores.uncertainty import stable_order
 
-
-def test_an_order_of_other_observations_is_refused():
-    """Sorting positions found for observations of another size (fewer points, or other init
-    times) are refused in one line."""
-    from ensml.scores.uncertainty import observation_order, sorted_observations
-
-    y = xr.DataArray(np.arange(12.0).reshape(2, 6), dims=["init_time", "latitude"])
-    order = observation_order(y.isel(latitude=slice(0, 4)), keep=["init_time"])
-    np.testing.assert_array_equal(order.values, [[0, 1, 2, 3]] * 2)
-    with pytest.raises(ValueError, match="an order of 4 cases for 6 observations") as err:
-        sorted_observations(y, keep=["init_time"], order=order)
-    assert "\n" not in str(err.value)
-    other_inits = observation_order(y.isel(init_time=[0]), keep=["init_time"])  # 1 init, not 2
-    with pytest.raises(
-        ValueError, match=r"an order of 6 cases for 6 observations \(kept shape \(1,\) against \(2,\)\)"
-    ):
-        sorted_observations(y, keep=["init_time"], order=other_inits)
+    np.testing.assert_array_equal(stable_order(y), np.argsort(y, axis=1, kind="stable"))
+    y64 = y.astype(np.float64)
+    np.testing.assert_array_equal(stable_order(y64), np.argsort(y64, axis=1, kind="stable"))
