@@ -148,7 +148,8 @@ def run(
         if only != "timing":
             for verb in ("evaluate", "report"):
                 memory(verb, paths, analysis, n_lat, n_lon, lengths, init_block, Path(tmp))
-        print(f"evaluate peak memory of this process (one-process runs included): {peak_rss_mb():.0f} MB")
+        what = "the cluster's client alone" if only == "memory" else "one-process runs included"
+        print(f"evaluate peak memory of this process ({what}): {peak_rss_mb():.0f} MB")
 
 
 def timing(forecast: list[str], analysis: str, n_lat: int, n_lon: int, repeats: int, init_block: int) -> None:
