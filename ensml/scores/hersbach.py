@@ -63,7 +63,7 @@ import xarray as xr
 
 from ensml.errors import EnsmlError
 from ensml.names import MEMBER
-from ensml.scores.reduce import check_fcst_obs, check_weights, resolve_reduce_dims
+from ensml.scores.reduce import check_fcst_obs, resolve_reduce_dims, weights_array
 from ensml.scores.uncertainty import uncertainty_of_groups
 
 __all__ = ["case_sums", "crps_decomposition", "decomposition_of_sums"]
@@ -185,16 +185,12 @@ def _terms(sums: np.ndarray, m: int) -> dict[str, np.ndarray]:
 
 
 def _weights(weights: xr.DataArray | None, obs: xr.DataArray, order: list[Hashable], func: str) -> np.ndarray:
-    """Checked weights as a float64 array broadcastable to ``obs`` transposed to ``order``."""
-    if weights is None:
-        return np.ones((1,) * len(order))
-    if isinstance(weights, xr.DataArray) and weights.chunks is not None:
-        weights = weights.compute()  # a few numbers per grid point: not a pass over the forecast
-    weights = check_weights(weights, obs, func)  # non-negative and finite, dims among obs'
-    vals = weights.transpose(*[d for d in order if d in weights.dims]).values.astype(np.float64)
+    """Checked weights as a float64 array broadcastable to ``obs`` transposed to ``order``, not
+    all zero."""
+    vals = weights_array(weights, obs, order, func)
     if not np.any(vals > 0):
         raise EnsmlError(f"{func}: weights are all zero")
-    return vals.reshape([obs.sizes[d] if d in weights.dims else 1 for d in order])
+    return vals
 
 
 def crps_decomposition(

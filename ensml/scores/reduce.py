@@ -27,6 +27,7 @@ __all__ = [
     "reduce_score",
     "resolve_reduce_dims",
     "weighted_sums",
+    "weights_array",
 ]
 
 
@@ -269,6 +270,18 @@ def check_weights(weights: Any, score: xr.DataArray, func: str = "score") -> xr.
         if np.any(w < 0):
             raise EnsmlError(f"{func}: weights must be >= 0 (min {w.min():.6g})")
     return weights
+
+
+def weights_array(weights: Any, obs: xr.DataArray, order: list[Hashable], func: str) -> np.ndarray:
+    """``weights`` checked (:func:`check_weights`) as a float64 array broadcastable to ``obs``
+    transposed to ``order``: a dim the weights lack has size 1; None is one weight of 1."""
+    if weights is None:
+        return np.ones((1,) * len(order))
+    if isinstance(weights, xr.DataArray) and weights.chunks is not None:
+        weights = weights.compute()  # a few numbers per grid point: not a pass over the data
+    weights = check_weights(weights, obs, func)
+    vals = weights.transpose(*[d for d in order if d in weights.dims]).values.astype(np.float64)
+    return vals.reshape([obs.sizes[d] if d in weights.dims else 1 for d in order])
 
 
 def reduce_score(

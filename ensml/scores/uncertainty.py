@@ -20,7 +20,7 @@ from collections.abc import Hashable, Iterable
 import numpy as np
 import xarray as xr
 
-from ensml.scores.reduce import check_weights
+from ensml.scores.reduce import weights_array
 
 __all__ = ["pooled_uncertainty", "stable_order", "uncertainty_of_groups"]
 
@@ -119,12 +119,7 @@ def pooled_uncertainty(
     keep = list(keep)
     red = [d for d in obs.dims if d not in keep]
     order = [*keep, *red]
-    if weights is None:
-        w = np.ones((1,) * len(order))
-    else:
-        weights = check_weights(weights, obs, "pooled_uncertainty")
-        w = weights.transpose(*[d for d in order if d in weights.dims]).values.astype(np.float64)
-        w = w.reshape([obs.sizes[d] if d in weights.dims else 1 for d in order])
+    w = weights_array(weights, obs, order, "pooled_uncertainty")
     unc = uncertainty_of_groups(obs.transpose(*order).values, w, len(red))
     coords = {k: v.variable for k, v in obs.coords.items() if set(v.dims) <= set(keep)}
     return xr.DataArray(unc, dims=keep, coords=coords, name="uncertainty")

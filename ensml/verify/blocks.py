@@ -220,17 +220,12 @@ def _decomposition_sums(
     observed, y, weights = _observed(y, weights)
     if observed is not None:  # missing_forecast: the members' NaN are where y is not observed
         ensembles = {name: x.where(observed, 0.0) for name, x in ensembles.items()}
-    keep = _kept(y)
+    keep = [d for d in (INIT_TIME, LEVEL) if d in y.dims]
     return {
         name: case_sums(x, y, preserve_dims=keep, weights=weights)
         for name, x in ensembles.items()
         if x.sizes[MEMBER] > 1
     }
-
-
-def _kept(y: xr.DataArray) -> list[str]:
-    """The dims the decomposition keeps apart: the init time (and the level)."""
-    return [d for d in (INIT_TIME, LEVEL) if d in y.dims]
 
 
 def _decomposed(
@@ -243,7 +238,7 @@ def _decomposed(
     if not sums:
         return {}
     _, observed, w = _observed(y, weights)
-    uncertainty = pooled_uncertainty(observed, keep=[d for d in _kept(observed) if d != INIT_TIME], weights=w)
+    uncertainty = pooled_uncertainty(observed, keep=[d for d in (LEVEL,) if d in observed.dims], weights=w)
     return {
         name: decomposition_of_sums(s, y, over=INIT_TIME, uncertainty=uncertainty) for name, s in sums.items()
     }

@@ -283,12 +283,13 @@ def test_bad_weights(weights, message):
         crps_decomposition(fc, obs, reduce_dims="latitude", preserve_dims="longitude")
 
 
-def test_the_pooled_uncertainty_is_that_of_the_whole_whatever_the_blocks():
-    """The uncertainty of the observations pooled over init times and points is the one
-    crps_decomposition finds, and the weighted mean absolute difference of the observations
-    (module docstring), with ties (values on a coarse grid), -0.0 and 0.0, and weights that vary
-    by point and are 0 where unobserved; joined from blocks of init times, it is the same to the
-    last bit (evaluate --cluster's tables)."""
+def test_the_pooled_uncertainty_is_crps_decompositions_and_the_closed_form():
+    """The uncertainty of the float32 observations pooled over init times and points (sorted as
+    64-bit keys) is, to the last bit, the one crps_decomposition finds from the same values in
+    float64 (numpy's stable argsort), and the weighted mean absolute difference of the
+    observations (module docstring), with ties (values on a coarse grid), -0.0 and 0.0, and
+    weights that vary by point and are 0 where unobserved. (evaluate --cluster's blocks against
+    one process: tests/verify/test_evaluate_cluster.py, on the tables.)"""
     from ensml.scores.uncertainty import pooled_uncertainty
 
     rng = np.random.default_rng(11)
@@ -300,11 +301,9 @@ def test_the_pooled_uncertainty_is_that_of_the_whole_whatever_the_blocks():
     observed = xr.DataArray(rng.random((9, 2, 7, 5)) > 0.1, dims=dims)
     for w in (area, area * observed):
         whole = pooled_uncertainty(y, keep=["level"], weights=w)
-        blocks = [y.isel(init_time=slice(i, i + 4)) for i in range(0, 9, 4)]
-        joined = pooled_uncertainty(xr.concat(blocks, dim="init_time"), keep=["level"], weights=w)
-        np.testing.assert_array_equal(joined.values, whole.values)
-        fcst = y.expand_dims(member=2).copy(data=np.stack([y.values, y.values + 1.0]))
-        ref = crps_decomposition(fcst, y, preserve_dims="level", weights=w)["uncertainty"]
+        y64 = y.astype(np.float64)  # float64: sorted by numpy's stable argsort
+        fcst = y64.expand_dims(member=2).copy(data=np.stack([y64.values, y64.values + 1.0]))
+        ref = crps_decomposition(fcst, y64, preserve_dims="level", weights=w)["uncertainty"]
         np.testing.assert_array_equal(whole.values, ref.values)  # the same stable order, the same sums
         for lev in range(2):
             yy = y.isel(level=lev).values.ravel().astype(np.float64)
