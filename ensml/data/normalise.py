@@ -171,12 +171,14 @@ def precipitation_in_kg_m2(ds: xr.Dataset) -> xr.Dataset:
 def lazy(ds: xr.Dataset) -> xr.Dataset:
     """``ds`` as dask arrays of one time step per chunk, so combining files reads nothing.
 
-    A file opened without dask (netCDF, GRIB) would be loaded whole by ``xr.concat``; one
-    chunk per init (or valid) time makes a training sample read one chunk per variable.
+    A file opened without dask (netCDF, GRIB) would be loaded whole by ``xr.concat``. A chunk
+    is one init (or valid) time at one lead, every member, level and point: a lead is read
+    alone (``evaluate`` reads one lead at a time; a chunk of all the leads of an init read them
+    all for each, the leads not scored too).
     """
     if any(var.chunks for var in ds.data_vars.values()):
         return ds
-    return ds.chunk({d: 1 for d in (INIT_TIME, TIME) if d in ds.dims})
+    return ds.chunk({d: 1 for d in (INIT_TIME, TIME, LEAD_TIME) if d in ds.dims})
 
 
 __all__ = ["lazy", "normalise", "normalised", "one_run_as_ensemble", "one_step_as_dims", "valid_time_as_time"]

@@ -50,3 +50,24 @@ def test_archive_bad_options(tiny_data, tmp_path: Path, capsys) -> None:
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and afile.read_text() == "x"
+
+
+def test_archive_is_read_a_lead_at_a_time(tiny_data, tmp_path: Path) -> None:
+    """Files opened one by one (a reader given, as ``evaluate`` gives one) are dask arrays of
+    one init time at one lead: reading a lead reads no other lead of the files."""
+    from ensml.data.frame import build_frame
+    from ensml.data.layouts import ReaderOptions
+
+    out = tmp_path / "archive"
+    period = "--period=[2017-03-01, 2017-03-10]"
+    assert main(["data", "archive", f"--forecast={tiny_data['forecast']}", f"--out_dir={out}", period]) == 0
+    files = sorted(str(p) for p in out.glob("*.nc"))
+    frame = build_frame(files, str(tiny_data["analysis"]), variables=["z"], reader=ReaderOptions())
+    z = frame.forecast["z"]
+    n_leads = z.sizes["lead_time"]
+    assert n_leads > 1 and z.chunks[z.dims.index("lead_time")] == (1,) * n_leads
+    assert z.chunks[z.dims.index("init_time")] == (1,) * len(files)
+    lead = frame.leads[-1]
+    at = frame.at(lead).forecast["z"]
+    whole = xr.open_dataset(tiny_data["forecast"])["z"].sel(init_time=frame.inits, lead_time=lead)
+    np.testing.assert_array_equal(at.values, whole.transpose(*at.dims).values)
