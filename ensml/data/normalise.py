@@ -172,9 +172,9 @@ def lazy(ds: xr.Dataset) -> xr.Dataset:
     """``ds`` as dask arrays of one time step per chunk, so combining files reads nothing.
 
     A file opened without dask (netCDF, GRIB) would be loaded whole by ``xr.concat``. A chunk
-    is one init (or valid) time at one lead, every member, level and point: a lead is read
-    alone (``evaluate`` reads one lead at a time; a chunk of all the leads of an init read them
-    all for each, the leads not scored too).
+    is one init (or valid) time at one lead, with every member, level and point, so reading a
+    lead reads none of the others (``evaluate`` reads a lead at a time; a chunk of all of an
+    init's leads would decompress every lead, scored or not, for each).
     """
     if any(var.chunks for var in ds.data_vars.values()):
         return ds
